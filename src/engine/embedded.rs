@@ -1,0 +1,1 @@
+//! Embedded PostgreSQL launcher (placeholder until it lands).

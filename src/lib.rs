@@ -1,0 +1,2 @@
+pub mod engine;
+pub mod rewrite;

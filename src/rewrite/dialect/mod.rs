@@ -1,0 +1,1 @@
+//! The queenwire dialect grammar (placeholder until the parser lands).

@@ -1,2 +1,13 @@
+//! queenwire: a PostgreSQL wire-protocol proxy that presents Queen's message
+//! queues and key/value store as SQL.
+//!
+//! The path of a statement: [`frontend`] (sessions, protocol) →
+//! [`rewrite`] (text → typed command) → [`engine`] (queen.* calls) and
+//! [`backend`] (raw connections to PostgreSQL, pooled per transaction).
+
+pub mod backend;
 pub mod engine;
+pub mod frontend;
+pub mod protocol;
 pub mod rewrite;
+pub mod server;

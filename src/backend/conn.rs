@@ -1,0 +1,386 @@
+//! A raw message-level connection to PostgreSQL.
+//!
+//! Passthrough traffic is forwarded through it byte for byte; the proxy's own
+//! statements (parameter sync, cleanup, the engine's `queen.*` calls) use the
+//! small helpers at the bottom. tokio-postgres cannot serve here: it
+//! re-encodes every message and always asks for binary results.
+
+use crate::protocol::{self, read_message, ErrorFields, FrameError, Message};
+use bytes::{BufMut, BytesMut};
+use postgres_protocol::authentication::{md5_hash, sasl};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+/// Largest message accepted from the backend (PostgreSQL's own limit on a
+/// field is 1 GB).
+const MAX_BACKEND_MESSAGE: usize = 1 << 30;
+
+/// Where and how to reach PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct BackendTarget {
+    pub address: BackendAddress,
+    pub user: String,
+    pub password: Option<Vec<u8>>,
+    pub database: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum BackendAddress {
+    Tcp(String, u16),
+    /// Full path of the socket file (`<dir>/.s.PGSQL.<port>`).
+    Unix(PathBuf),
+}
+
+impl BackendTarget {
+    /// Reads the first host of a tokio-postgres configuration (URL or
+    /// key=value form, already parsed).
+    pub fn from_config(config: &tokio_postgres::Config) -> Result<BackendTarget, BackendError> {
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let address = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => BackendAddress::Tcp(host.clone(), port),
+            Some(tokio_postgres::config::Host::Unix(dir)) => {
+                BackendAddress::Unix(dir.join(format!(".s.PGSQL.{port}")))
+            }
+            None => BackendAddress::Tcp("localhost".into(), port),
+        };
+        let user = config
+            .get_user()
+            .map(str::to_string)
+            .ok_or_else(|| BackendError::Config("the backend URL names no user".into()))?;
+        Ok(BackendTarget {
+            address,
+            database: config.get_dbname().unwrap_or(&user).to_string(),
+            user,
+            password: config.get_password().map(<[u8]>::to_vec),
+        })
+    }
+
+    pub async fn open_stream(&self) -> std::io::Result<Box<dyn Stream>> {
+        Ok(match &self.address {
+            BackendAddress::Tcp(host, port) => {
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                s.set_nodelay(true)?;
+                Box::new(s)
+            }
+            BackendAddress::Unix(path) => Box::new(UnixStream::connect(path).await?),
+        })
+    }
+
+    /// Sends a CancelRequest for `key` on a fresh connection.
+    pub async fn cancel(&self, key: BackendKey) -> std::io::Result<()> {
+        let mut stream = self.open_stream().await?;
+        let mut packet = BytesMut::with_capacity(16);
+        packet.put_i32(16);
+        packet.put_i32(80877102);
+        packet.put_i32(key.pid);
+        packet.put_i32(key.secret);
+        stream.write_all(&packet).await?;
+        stream.flush().await
+    }
+}
+
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Stream for T {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendKey {
+    pub pid: i32,
+    pub secret: i32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("backend I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("backend protocol: {0}")]
+    Protocol(String),
+    #[error("backend configuration: {0}")]
+    Config(String),
+    /// PostgreSQL answered with an ErrorResponse.
+    #[error("{}", .0.message)]
+    Server(ErrorFields),
+}
+
+impl From<FrameError> for BackendError {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::Io(io) => BackendError::Io(io),
+            FrameError::Closed => BackendError::Protocol("backend closed the connection".into()),
+            other => BackendError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Who last parsed the backend's unnamed statement: (session id, generation).
+pub type UnnamedOwner = (u64, u64);
+
+pub struct BackendConn {
+    pub id: u64,
+    stream: Box<dyn Stream>,
+    read_buf: BytesMut,
+    write_buf: BytesMut,
+    pub key: BackendKey,
+    /// Values the backend reported with ParameterStatus.
+    pub reported: HashMap<String, String>,
+    /// Session parameters this connection was SET to on behalf of clients,
+    /// as (name → SQL value text).
+    pub applied: BTreeMap<String, String>,
+    /// Proxy-global prepared statement names present on this connection.
+    pub prepared: HashSet<Arc<str>>,
+    pub unnamed_owner: Option<UnnamedOwner>,
+    /// Transaction status from the last ReadyForQuery.
+    pub status: u8,
+    /// Set when the connection may hold state the pool cannot vouch for
+    /// (protocol confusion, session state): it is then closed, not reused.
+    pub broken: bool,
+}
+
+impl BackendConn {
+    pub async fn connect(target: &BackendTarget, id: u64) -> Result<BackendConn, BackendError> {
+        let stream = target.open_stream().await?;
+        let mut conn = BackendConn {
+            id,
+            stream,
+            read_buf: BytesMut::with_capacity(8192),
+            write_buf: BytesMut::with_capacity(8192),
+            key: BackendKey { pid: 0, secret: 0 },
+            reported: HashMap::new(),
+            applied: BTreeMap::new(),
+            prepared: HashSet::new(),
+            unnamed_owner: None,
+            status: b'I',
+            broken: false,
+        };
+        conn.startup(target).await?;
+        Ok(conn)
+    }
+
+    async fn startup(&mut self, target: &BackendTarget) -> Result<(), BackendError> {
+        let mut body = BytesMut::new();
+        body.put_i32(196608);
+        for (k, v) in [
+            ("user", target.user.as_str()),
+            ("database", target.database.as_str()),
+        ] {
+            body.put_slice(k.as_bytes());
+            body.put_u8(0);
+            body.put_slice(v.as_bytes());
+            body.put_u8(0);
+        }
+        body.put_u8(0);
+        let mut packet = BytesMut::with_capacity(body.len() + 4);
+        packet.put_i32(body.len() as i32 + 4);
+        packet.put_slice(&body);
+        self.stream.write_all(&packet).await?;
+
+        let mut scram: Option<sasl::ScramSha256> = None;
+        loop {
+            let msg = self.recv().await?;
+            match msg.tag {
+                b'R' => {
+                    let mut r = msg.reader();
+                    let code = r.i32().map_err(|e| BackendError::Protocol(e.to_string()))?;
+                    match code {
+                        0 => {}
+                        3 => {
+                            let pw = self.password(target)?;
+                            let mut b = BytesMut::new();
+                            b.put_slice(pw);
+                            b.put_u8(0);
+                            self.send(&Message::new(b'p', b.freeze()));
+                        }
+                        5 => {
+                            let salt = r.bytes(4).map_err(|e| BackendError::Protocol(e.to_string()))?;
+                            let salt = [salt[0], salt[1], salt[2], salt[3]];
+                            let hash = md5_hash(target.user.as_bytes(), self.password(target)?, salt);
+                            let mut b = BytesMut::new();
+                            b.put_slice(hash.as_bytes());
+                            b.put_u8(0);
+                            self.send(&Message::new(b'p', b.freeze()));
+                        }
+                        10 => {
+                            let mechanisms = r.remaining();
+                            if !mechanisms
+                                .split(|b| *b == 0)
+                                .any(|m| m == sasl::SCRAM_SHA_256.as_bytes())
+                            {
+                                return Err(BackendError::Protocol(
+                                    "backend offers no supported SASL mechanism".into(),
+                                ));
+                            }
+                            let s = sasl::ScramSha256::new(
+                                self.password(target)?,
+                                sasl::ChannelBinding::unsupported(),
+                            );
+                            let first = s.message().to_vec();
+                            let mut b = BytesMut::new();
+                            b.put_slice(sasl::SCRAM_SHA_256.as_bytes());
+                            b.put_u8(0);
+                            b.put_i32(first.len() as i32);
+                            b.put_slice(&first);
+                            self.send(&Message::new(b'p', b.freeze()));
+                            scram = Some(s);
+                        }
+                        11 => {
+                            let s = scram.as_mut().ok_or_else(|| {
+                                BackendError::Protocol("SASL continue without a start".into())
+                            })?;
+                            s.update(r.remaining())?;
+                            self.send(&Message::new(b'p', s.message().to_vec()));
+                        }
+                        12 => {
+                            let s = scram.as_mut().ok_or_else(|| {
+                                BackendError::Protocol("SASL final without a start".into())
+                            })?;
+                            s.finish(r.remaining())?;
+                        }
+                        other => {
+                            return Err(BackendError::Protocol(format!(
+                                "unsupported backend authentication method {other}"
+                            )))
+                        }
+                    }
+                    self.flush().await?;
+                }
+                b'S' => self.note_parameter_status(&msg),
+                b'K' => {
+                    let mut r = msg.reader();
+                    let pid = r.i32().map_err(|e| BackendError::Protocol(e.to_string()))?;
+                    let secret = r.i32().map_err(|e| BackendError::Protocol(e.to_string()))?;
+                    self.key = BackendKey { pid, secret };
+                }
+                b'E' => return Err(BackendError::Server(ErrorFields::parse(&msg.body))),
+                b'N' => {}
+                b'Z' => {
+                    self.status = msg.body.first().copied().unwrap_or(b'I');
+                    return Ok(());
+                }
+                other => {
+                    return Err(BackendError::Protocol(format!(
+                        "unexpected message '{}' during startup",
+                        other as char
+                    )))
+                }
+            }
+        }
+    }
+
+    fn password<'a>(&self, target: &'a BackendTarget) -> Result<&'a [u8], BackendError> {
+        target
+            .password
+            .as_deref()
+            .ok_or_else(|| BackendError::Config("the backend asks for a password and none is configured".into()))
+    }
+
+    pub fn note_parameter_status(&mut self, msg: &Message) {
+        let mut r = msg.reader();
+        if let (Ok(name), Ok(value)) = (r.cstr(), r.cstr()) {
+            self.reported.insert(name.to_string(), value.to_string());
+        }
+    }
+
+    /// Queues a message; nothing is written until `flush`.
+    pub fn send(&mut self, msg: &Message) {
+        msg.encode(&mut self.write_buf);
+    }
+
+    pub fn unflushed_len(&self) -> usize {
+        self.write_buf.len()
+    }
+
+    pub fn has_unflushed(&self) -> bool {
+        !self.write_buf.is_empty()
+    }
+
+    pub async fn flush(&mut self) -> Result<(), BackendError> {
+        if !self.write_buf.is_empty() {
+            let r = self.stream.write_all(&self.write_buf).await;
+            self.write_buf.clear();
+            if let Err(e) = r {
+                self.broken = true;
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn recv(&mut self) -> Result<Message, BackendError> {
+        match read_message(&mut self.stream, &mut self.read_buf, MAX_BACKEND_MESSAGE).await {
+            Ok(m) => Ok(m),
+            Err(e) => {
+                self.broken = true;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Runs SQL over the simple protocol and discards its rows; the first
+    /// error is returned after ReadyForQuery. Used for the proxy's own
+    /// housekeeping statements only.
+    pub async fn simple_query_quiet(&mut self, sql: &str) -> Result<(), BackendError> {
+        self.send(&protocol::frontend::build_query(sql));
+        self.flush().await?;
+        let mut first_error = None;
+        loop {
+            let msg = self.recv().await?;
+            match msg.tag {
+                b'E' if first_error.is_none() => first_error = Some(ErrorFields::parse(&msg.body)),
+                b'S' => self.note_parameter_status(&msg),
+                b'Z' => {
+                    self.status = msg.body.first().copied().unwrap_or(b'I');
+                    return match first_error {
+                        Some(e) => Err(BackendError::Server(e)),
+                        None => Ok(()),
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Brings the connection's session parameters to `desired` (name → SQL
+    /// value text) with one round trip, or none when they already match.
+    pub async fn sync_parameters(
+        &mut self,
+        desired: &BTreeMap<String, String>,
+    ) -> Result<(), BackendError> {
+        if &self.applied == desired {
+            return Ok(());
+        }
+        let mut sql = String::new();
+        for (name, value) in desired {
+            if self.applied.get(name) != Some(value) {
+                sql.push_str(&format!("SET {} = {};", quote_ident(name), value));
+            }
+        }
+        for name in self.applied.keys() {
+            if !desired.contains_key(name) {
+                sql.push_str(&format!("RESET {};", quote_ident(name)));
+            }
+        }
+        let result = self.simple_query_quiet(&sql).await;
+        match result {
+            Ok(()) => {
+                self.applied = desired.clone();
+                Ok(())
+            }
+            Err(e) => {
+                // Some of the SETs may have applied: the connection's state is
+                // unknown, so it must not be reused.
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+}
+
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+pub fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}

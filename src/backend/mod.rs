@@ -1,0 +1,7 @@
+//! Talking to PostgreSQL: raw message connections and their pool.
+
+pub mod conn;
+pub mod pool;
+
+pub use conn::{BackendConn, BackendError, BackendKey, BackendTarget};
+pub use pool::{Pool, PooledConn};

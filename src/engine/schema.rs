@@ -1,0 +1,86 @@
+//! Boot-time schema apply: `sql/schema.sql`, then every
+//! `sql/procedures/NNN_name.sql` in lexical order, each statement in its own
+//! transaction, under session advisory lock 778120010 so that several
+//! proxies booting on one database take turns. Every file is idempotent, so
+//! this runs at every boot; `QUEEN_APPLY_SCHEMA=0` skips it (for a
+//! deployment whose DDL a privileged role applied beforehand).
+
+use crate::rewrite::split::split_statements;
+
+/// The advisory lock key the seeds give the schema apply.
+pub const SCHEMA_LOCK: i64 = 778120010;
+
+pub const SCHEMA_FILE: (&str, &str) = ("schema.sql", include_str!("../../sql/schema.sql"));
+
+/// The procedure files, in the order they are applied. A test checks this
+/// list against the directory.
+pub const PROCEDURE_FILES: &[(&str, &str)] = &[];
+
+/// The oldest PostgreSQL the schema supports (NULLS NOT DISTINCT needs 15).
+pub const MIN_SERVER_VERSION_NUM: i32 = 150000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("PostgreSQL {found} is too old: queenwire needs PostgreSQL 15 or newer")]
+    TooOld { found: String },
+    #[error("applying {file}, statement {index}: {source}")]
+    Apply {
+        file: &'static str,
+        index: usize,
+        source: tokio_postgres::Error,
+    },
+    #[error(transparent)]
+    Db(#[from] tokio_postgres::Error),
+}
+
+/// Refuses a backend older than PostgreSQL 15.
+pub async fn check_version(client: &tokio_postgres::Client) -> Result<(), SchemaError> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, current_setting('server_version')",
+            &[],
+        )
+        .await?;
+    let num: i32 = row.get(0);
+    if num < MIN_SERVER_VERSION_NUM {
+        return Err(SchemaError::TooOld { found: row.get(1) });
+    }
+    Ok(())
+}
+
+/// Every embedded file in apply order.
+pub fn files() -> impl Iterator<Item = (&'static str, &'static str)> {
+    std::iter::once(SCHEMA_FILE).chain(PROCEDURE_FILES.iter().copied())
+}
+
+/// Applies the whole schema under the advisory lock.
+pub async fn apply(client: &tokio_postgres::Client) -> Result<(), SchemaError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&SCHEMA_LOCK])
+        .await?;
+    let result = apply_locked(client).await;
+    let unlock = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&SCHEMA_LOCK])
+        .await;
+    result?;
+    unlock?;
+    Ok(())
+}
+
+async fn apply_locked(client: &tokio_postgres::Client) -> Result<(), SchemaError> {
+    for (file, text) in files() {
+        for (index, range) in split_statements(text).into_iter().enumerate() {
+            // A simple-query message holding one statement runs in its own
+            // implicit transaction.
+            client
+                .batch_execute(&text[range])
+                .await
+                .map_err(|source| SchemaError::Apply {
+                    file,
+                    index: index + 1,
+                    source,
+                })?;
+        }
+    }
+    Ok(())
+}

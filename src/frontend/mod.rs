@@ -1,0 +1,154 @@
+//! The client side: accepting connections, startup, sessions, cancel
+//! requests. Knows nothing of queues.
+
+pub mod client;
+pub mod session;
+pub mod startup;
+
+use crate::backend::{BackendKey, BackendTarget, Pool};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Frontend settings.
+#[derive(Debug, Clone)]
+pub struct FrontendConfig {
+    /// Cleartext password every client must give; `None` = trust.
+    pub password: Option<String>,
+    /// Largest message a client may send.
+    pub max_message_size: usize,
+}
+
+/// What every session shares.
+pub struct Shared {
+    pub config: FrontendConfig,
+    pub pool: Pool,
+    pub target: Arc<BackendTarget>,
+    pub registry: CancelRegistry,
+    pub statement_names: StatementNames,
+    next_session: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(config: FrontendConfig, pool: Pool, target: Arc<BackendTarget>) -> Shared {
+        Shared {
+            config,
+            pool,
+            target,
+            registry: CancelRegistry::default(),
+            statement_names: StatementNames::default(),
+            next_session: AtomicU64::new(1),
+        }
+    }
+
+    pub fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The part of a session a cancel request reaches.
+#[derive(Default)]
+pub struct SessionHandle {
+    backend: Mutex<Option<BackendKey>>,
+}
+
+impl SessionHandle {
+    pub fn set_backend(&self, key: Option<BackendKey>) {
+        if let Ok(mut guard) = self.backend.lock() {
+            *guard = key;
+        }
+    }
+
+    fn backend(&self) -> Option<BackendKey> {
+        self.backend.lock().ok().and_then(|g| *g)
+    }
+}
+
+/// Sessions by the (pid, secret) key the proxy gave their clients.
+#[derive(Default)]
+pub struct CancelRegistry {
+    sessions: Mutex<HashMap<(i32, i32), Arc<SessionHandle>>>,
+}
+
+impl CancelRegistry {
+    pub fn register(&self, pid: i32, secret: i32, handle: Arc<SessionHandle>) {
+        if let Ok(mut map) = self.sessions.lock() {
+            map.insert((pid, secret), handle);
+        }
+    }
+
+    pub fn unregister(&self, pid: i32, secret: i32) {
+        if let Ok(mut map) = self.sessions.lock() {
+            map.remove(&(pid, secret));
+        }
+    }
+
+    /// Forwards a cancel to the backend connection the session holds, if
+    /// any. An unknown key is ignored, as PostgreSQL does.
+    pub async fn cancel(&self, pid: i32, secret: i32, target: &BackendTarget) {
+        let handle = self
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|map| map.get(&(pid, secret)).cloned());
+        if let Some(key) = handle.and_then(|h| h.backend()) {
+            if let Err(e) = target.cancel(key).await {
+                tracing::warn!("forwarding a cancel request failed: {e}");
+            }
+        }
+    }
+}
+
+/// Proxy-global names for prepared statements: the same text and parameter
+/// types get the same name on every backend connection, so a client's
+/// statement can be re-parsed wherever its session lands.
+#[derive(Default)]
+pub struct StatementNames {
+    names: Mutex<HashMap<(Arc<str>, Arc<[u32]>), Arc<str>>>,
+    next: AtomicU64,
+}
+
+impl StatementNames {
+    pub fn name_for(&self, query: &Arc<str>, types: &Arc<[u32]>) -> Arc<str> {
+        let mut map = match self.names.lock() {
+            Ok(m) => m,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.entry((query.clone(), types.clone()))
+            .or_insert_with(|| {
+                let n = self.next.fetch_add(1, Ordering::Relaxed);
+                Arc::from(format!("qw_s{n}"))
+            })
+            .clone()
+    }
+}
+
+/// Accepts clients until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        let Some((session, secret)) = startup::startup(&shared, stream).await else {
+                            return;
+                        };
+                        let id = session.id;
+                        let end = session.run().await;
+                        shared.registry.unregister(id as i32, secret);
+                        tracing::debug!(session = id, %peer, ?end, "session ended");
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.changed() => return,
+        }
+    }
+}

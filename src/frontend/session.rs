@@ -1,0 +1,750 @@
+//! One client session after startup: the simple and extended query
+//! protocol, transaction pooling and prepared statements that survive a
+//! change of backend connection.
+//!
+//! The backend connection's side of the conversation is tracked as a queue
+//! of expected replies (`Expect`), one entry per message forwarded: replies
+//! arrive in order, an ErrorResponse ends everything up to the next Sync,
+//! and replies the proxy produces itself (`Expect::Local`) wait in the same
+//! queue so the client sees every answer in the order it asked.
+
+use super::{client::Client, Shared, SessionHandle};
+use crate::backend::{pool, BackendError, PooledConn};
+use crate::protocol::{self, frontend, ErrorFields, FrameError, Message};
+use crate::rewrite::{self, Command, SessionEffect};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// Why a session ends.
+#[derive(Debug)]
+pub enum End {
+    /// The client said Terminate or closed its socket.
+    ClientGone,
+    /// An error that the client has been (or cannot be) told about.
+    Fatal(String),
+}
+
+impl From<FrameError> for End {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::Closed => End::ClientGone,
+            other => End::Fatal(other.to_string()),
+        }
+    }
+}
+
+impl From<std::io::Error> for End {
+    fn from(e: std::io::Error) -> Self {
+        End::Fatal(e.to_string())
+    }
+}
+
+/// A reply the backend (or the proxy) still owes the client.
+#[derive(Debug)]
+enum Expect {
+    /// ParseComplete. `forward: false` for a Parse the proxy injected;
+    /// `registers` names the proxy-global statement it creates.
+    Parse {
+        forward: bool,
+        registers: Option<Arc<str>>,
+    },
+    Bind,
+    Close,
+    /// ParameterDescription, then RowDescription or NoData.
+    DescribeStatement,
+    /// RowDescription or NoData.
+    DescribePortal,
+    /// Rows, then CommandComplete, EmptyQueryResponse or PortalSuspended.
+    Execute,
+    /// ReadyForQuery.
+    Sync,
+    /// A simple Query: everything up to ReadyForQuery.
+    Query,
+    /// A reply produced by the proxy, sent when its turn comes.
+    Local(Message),
+}
+
+/// A statement prepared by the client.
+#[derive(Debug, Clone)]
+struct Prepared {
+    query: Arc<str>,
+    param_types: Arc<[u32]>,
+    effect: SessionEffect,
+    /// The proxy-global name it has on backend connections (named
+    /// statements only; the unnamed statement stays unnamed).
+    global: Option<Arc<str>>,
+}
+
+pub struct Session {
+    pub id: u64,
+    shared: Arc<Shared>,
+    client: Client,
+    handle: Arc<SessionHandle>,
+    backend: Option<PooledConn>,
+    /// Session state lives on the backend connection: keep it until the end.
+    pinned: bool,
+    /// Session parameters from the startup packet, as SQL value text.
+    desired: BTreeMap<String, String>,
+    statements: HashMap<String, Prepared>,
+    unnamed: Option<Prepared>,
+    unnamed_generation: u64,
+    /// Session effects of the passthrough portals bound on the backend.
+    portal_effects: HashMap<String, SessionEffect>,
+    pending: VecDeque<Expect>,
+    /// After an error in the extended protocol, messages are discarded
+    /// until Sync, as PostgreSQL does.
+    skip_until_sync: bool,
+    /// Transaction status for the next ReadyForQuery the proxy makes itself.
+    status: u8,
+}
+
+/// Client output is flushed at protocol boundaries, or once this much is
+/// buffered.
+const CLIENT_FLUSH_THRESHOLD: usize = 64 * 1024;
+
+impl Session {
+    pub fn new(
+        id: u64,
+        shared: Arc<Shared>,
+        client: Client,
+        handle: Arc<SessionHandle>,
+        desired: BTreeMap<String, String>,
+    ) -> Session {
+        Session {
+            id,
+            shared,
+            client,
+            handle,
+            backend: None,
+            pinned: false,
+            desired,
+            statements: HashMap::new(),
+            unnamed: None,
+            unnamed_generation: 0,
+            portal_effects: HashMap::new(),
+            pending: VecDeque::new(),
+            skip_until_sync: false,
+            status: b'I',
+        }
+    }
+
+    pub fn client_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// Acquires a backend connection (if the session holds none) with the
+    /// session's parameters applied, and returns its parameter statuses.
+    pub async fn backend_parameters(&mut self) -> Result<Vec<(String, String)>, BackendError> {
+        self.acquire().await?;
+        let conn = self.conn_mut()?;
+        let mut params: Vec<(String, String)> = conn
+            .reported
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        params.sort();
+        Ok(params)
+    }
+
+    pub fn release_if_idle(&mut self) {
+        if self.pinned || !self.pending.is_empty() {
+            return;
+        }
+        if let Some(conn) = self.backend.take() {
+            if conn.status == b'I' {
+                self.handle.set_backend(None);
+                pool::release(conn);
+            } else {
+                self.backend = Some(conn);
+            }
+        }
+    }
+
+    /// Serves the session until the client leaves; then leaves the backend
+    /// connection clean or closes it.
+    pub async fn run(mut self) -> End {
+        let end = self.serve().await;
+        self.finish().await;
+        end.err().unwrap_or(End::ClientGone)
+    }
+
+    async fn serve(&mut self) -> Result<(), End> {
+        loop {
+            let msg = self.client.read(self.shared.config.max_message_size).await?;
+            match msg.tag {
+                b'X' => return Ok(()),
+                b'S' => self.sync().await?,
+                b'H' => self.flush_request().await?,
+                b'Q' | b'P' | b'B' | b'D' | b'E' | b'C' if self.skip_until_sync => {}
+                b'Q' => self.simple_query(&msg).await?,
+                b'P' => self.parse(&msg).await?,
+                b'B' => self.bind(&msg).await?,
+                b'D' => self.describe(&msg).await?,
+                b'E' => self.execute(&msg).await?,
+                b'C' => self.close(&msg).await?,
+                // Copy messages outside a COPY are ignored, as PostgreSQL does.
+                b'd' | b'c' | b'f' => {}
+                b'F' => {
+                    self.local_error(ErrorFields::error(
+                        "0A000",
+                        "the fastpath function call protocol is not supported by queenwire",
+                    ));
+                    if self.pending.is_empty() && !self.skip_until_sync {
+                        self.reply_local(protocol::ready_for_query(self.status));
+                    }
+                    self.client.flush().await?;
+                }
+                other => {
+                    let err = ErrorFields::fatal(
+                        "08P01",
+                        format!("invalid frontend message type {}", other),
+                    );
+                    self.client.send(&err.to_message());
+                    let _ = self.client.flush().await;
+                    return Err(End::Fatal(err.message));
+                }
+            }
+        }
+    }
+
+    /// The client is gone: a connection in a transaction, pinned, or busy is
+    /// closed (PostgreSQL rolls back); an idle one goes back to the pool.
+    async fn finish(&mut self) {
+        self.handle.set_backend(None);
+        if let Some(conn) = self.backend.take() {
+            let busy = !self.pending.is_empty();
+            if busy {
+                let key = conn.key;
+                let target = self.shared.target.clone();
+                tokio::spawn(async move {
+                    let _ = target.cancel(key).await;
+                });
+            }
+            if busy || self.pinned || conn.status != b'I' {
+                drop(deadpool::managed::Object::take(conn));
+            } else {
+                pool::release(conn);
+            }
+        }
+    }
+
+    // ----- backend connection -----
+
+    async fn acquire(&mut self) -> Result<(), BackendError> {
+        if self.backend.is_some() {
+            return Ok(());
+        }
+        let mut conn = self
+            .shared
+            .pool
+            .get()
+            .await
+            .map_err(|e| match e {
+                deadpool::managed::PoolError::Backend(b) => b,
+                other => BackendError::Protocol(other.to_string()),
+            })?;
+        if let Err(e) = conn.sync_parameters(&self.desired).await {
+            pool::release(conn);
+            return Err(e);
+        }
+        self.handle.set_backend(Some(conn.key));
+        self.backend = Some(conn);
+        Ok(())
+    }
+
+    fn conn_mut(&mut self) -> Result<&mut PooledConn, BackendError> {
+        self.backend
+            .as_mut()
+            .ok_or_else(|| BackendError::Protocol("no backend connection held".into()))
+    }
+
+    /// Acquires a backend connection, telling the client if none can be had.
+    async fn ensure_backend(&mut self) -> Result<bool, End> {
+        match self.acquire().await {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                self.local_error(backend_error_fields(&e));
+                Ok(false)
+            }
+        }
+    }
+
+    fn forward(&mut self, msg: &Message, expect: Expect) {
+        if let Some(conn) = self.backend.as_mut() {
+            conn.send(msg);
+            self.pending.push_back(expect);
+        }
+    }
+
+    /// Relays backend replies until every expected one has arrived.
+    async fn drain(&mut self) -> Result<(), End> {
+        loop {
+            while let Some(Expect::Local(_)) = self.pending.front() {
+                if let Some(Expect::Local(m)) = self.pending.pop_front() {
+                    self.client.send(&m);
+                }
+            }
+            if self.pending.is_empty() {
+                return Ok(());
+            }
+            let Some(conn) = self.backend.as_mut() else {
+                self.pending.clear();
+                return Ok(());
+            };
+            if let Err(e) = conn.flush().await {
+                return Err(self.backend_lost(e).await);
+            }
+            let msg = match conn.recv().await {
+                Ok(m) => m,
+                Err(e) => return Err(self.backend_lost(e).await),
+            };
+            self.on_backend_message(msg).await?;
+            if self.client.buffered() > CLIENT_FLUSH_THRESHOLD {
+                self.client.flush().await?;
+            }
+        }
+    }
+
+    async fn backend_lost(&mut self, e: BackendError) -> End {
+        self.pending.clear();
+        if let Some(conn) = self.backend.take() {
+            drop(deadpool::managed::Object::take(conn));
+        }
+        let err = ErrorFields::fatal("08006", format!("lost the backend connection: {e}"));
+        self.client.send(&err.to_message());
+        let _ = self.client.flush().await;
+        End::Fatal(err.message)
+    }
+
+    async fn on_backend_message(&mut self, msg: Message) -> Result<(), End> {
+        match msg.tag {
+            b'E' => {
+                self.client.send(&msg);
+                match self.pending.front() {
+                    Some(Expect::Query) => {}
+                    _ => {
+                        // Everything up to the next Sync is skipped by the
+                        // backend: those replies will never come.
+                        while let Some(front) = self.pending.front() {
+                            if matches!(front, Expect::Sync) {
+                                break;
+                            }
+                            if let Some(Expect::Parse {
+                                registers: Some(name),
+                                ..
+                            }) = self.pending.pop_front()
+                            {
+                                if let Some(conn) = self.backend.as_mut() {
+                                    conn.prepared.remove(&name);
+                                }
+                            }
+                        }
+                        self.skip_until_sync = true;
+                    }
+                }
+            }
+            b'N' | b'A' => self.client.send(&msg),
+            b'S' => {
+                if let Some(conn) = self.backend.as_mut() {
+                    conn.note_parameter_status(&msg);
+                }
+                self.client.send(&msg);
+            }
+            b'1' => {
+                if let Some(Expect::Parse { forward, .. }) = self.pending.pop_front() {
+                    if forward {
+                        self.client.send(&msg);
+                    }
+                }
+            }
+            b'2' | b'3' => {
+                self.pending.pop_front();
+                self.client.send(&msg);
+            }
+            b't' => self.client.send(&msg),
+            b'T' => {
+                if matches!(
+                    self.pending.front(),
+                    Some(Expect::DescribeStatement | Expect::DescribePortal)
+                ) {
+                    self.pending.pop_front();
+                }
+                self.client.send(&msg);
+            }
+            b'n' => {
+                self.pending.pop_front();
+                self.client.send(&msg);
+            }
+            b'C' | b'I' | b's' => {
+                if matches!(self.pending.front(), Some(Expect::Execute)) {
+                    self.pending.pop_front();
+                }
+                self.client.send(&msg);
+            }
+            b'G' => {
+                self.client.send(&msg);
+                self.copy_in().await?;
+            }
+            b'Z' => {
+                self.pending.pop_front();
+                let status = msg.body.first().copied().unwrap_or(b'I');
+                self.status = status;
+                if let Some(conn) = self.backend.as_mut() {
+                    conn.status = status;
+                }
+                self.client.send(&msg);
+            }
+            // Rows, COPY OUT data and anything else: pass along.
+            _ => self.client.send(&msg),
+        }
+        Ok(())
+    }
+
+    /// COPY FROM STDIN: the client's data goes to the backend until CopyDone
+    /// or CopyFail.
+    async fn copy_in(&mut self) -> Result<(), End> {
+        self.client.flush().await?;
+        // In the extended protocol the backend ignores a Sync that reaches
+        // it during COPY, and the client sends another after CopyDone; the
+        // replies queued behind this Execute will not come.
+        if matches!(self.pending.front(), Some(Expect::Execute)) {
+            self.pending.truncate(1);
+        }
+        loop {
+            let msg = self.client.read(self.shared.config.max_message_size).await?;
+            let done = matches!(msg.tag, b'c' | b'f');
+            match msg.tag {
+                b'd' | b'c' | b'f' | b'H' | b'S' => {
+                    let Some(conn) = self.backend.as_mut() else {
+                        return Err(End::Fatal("COPY without a backend".into()));
+                    };
+                    conn.send(&msg);
+                    if done || conn_buffer_full(conn) {
+                        if let Err(e) = conn.flush().await {
+                            return Err(self.backend_lost(e).await);
+                        }
+                    }
+                }
+                other => {
+                    let err = ErrorFields::fatal(
+                        "08P01",
+                        format!("unexpected message type {} during COPY from stdin", other),
+                    );
+                    self.client.send(&err.to_message());
+                    let _ = self.client.flush().await;
+                    return Err(End::Fatal(err.message));
+                }
+            }
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    // ----- replies the proxy makes itself -----
+
+    fn reply_local(&mut self, msg: Message) {
+        if self.pending.is_empty() {
+            self.client.send(&msg);
+        } else {
+            self.pending.push_back(Expect::Local(msg));
+        }
+    }
+
+    fn local_error(&mut self, err: ErrorFields) {
+        self.reply_local(err.to_message());
+        self.skip_until_sync = true;
+    }
+
+    // ----- simple query -----
+
+    async fn simple_query(&mut self, msg: &Message) -> Result<(), End> {
+        let sql = match frontend::query(msg) {
+            Ok(s) => s,
+            Err(e) => return Err(self.protocol_violation(e.to_string()).await),
+        };
+        let commands = rewrite::classify_script(sql);
+        let pins = commands
+            .iter()
+            .any(|(_, c)| matches!(c, Command::Passthrough(SessionEffect::Pins)));
+        if !self.ensure_backend().await? {
+            self.reply_local(protocol::ready_for_query(self.status));
+            self.skip_until_sync = false;
+            return Ok(self.client.flush().await?);
+        }
+        if pins {
+            self.pinned = true;
+        }
+        self.forward(msg, Expect::Query);
+        self.drain().await?;
+        self.skip_until_sync = false;
+        self.release_if_idle();
+        Ok(self.client.flush().await?)
+    }
+
+    // ----- extended query -----
+
+    async fn parse(&mut self, msg: &Message) -> Result<(), End> {
+        let p = match frontend::parse(msg) {
+            Ok(p) => p,
+            Err(e) => return Err(self.protocol_violation(e.to_string()).await),
+        };
+        let Command::Passthrough(effect) = rewrite::classify(p.query);
+        let query: Arc<str> = Arc::from(p.query);
+        let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
+        if !p.name.is_empty() && self.statements.contains_key(p.name) {
+            self.local_error(ErrorFields::error(
+                "42P05",
+                format!("prepared statement \"{}\" already exists", p.name),
+            ));
+            return Ok(());
+        }
+        if !self.ensure_backend().await? {
+            return Ok(());
+        }
+        if p.name.is_empty() {
+            self.unnamed_generation += 1;
+            self.unnamed = Some(Prepared {
+                query,
+                param_types,
+                effect,
+                global: None,
+            });
+            let owner = (self.id, self.unnamed_generation);
+            if let Some(conn) = self.backend.as_mut() {
+                conn.unnamed_owner = Some(owner);
+            }
+            self.forward(
+                msg,
+                Expect::Parse {
+                    forward: true,
+                    registers: None,
+                },
+            );
+        } else {
+            let global = self.shared.statement_names.name_for(&query, &param_types);
+            let prepared = Prepared {
+                query,
+                param_types,
+                effect,
+                global: Some(global.clone()),
+            };
+            self.statements.insert(p.name.to_string(), prepared.clone());
+            let present = self
+                .backend
+                .as_ref()
+                .is_some_and(|c| c.prepared.contains(&global));
+            if present {
+                self.reply_local(protocol::empty(b'1'));
+            } else {
+                self.send_parse(&prepared, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses `prepared` under its global name on the held connection.
+    fn send_parse(&mut self, prepared: &Prepared, forward: bool) {
+        let name: &str = prepared.global.as_deref().unwrap_or("");
+        let msg = frontend::build_parse(name, &prepared.query, &prepared.param_types);
+        if let Some(conn) = self.backend.as_mut() {
+            if let Some(global) = &prepared.global {
+                conn.prepared.insert(global.clone());
+            }
+        }
+        self.forward(
+            &msg,
+            Expect::Parse {
+                forward,
+                registers: prepared.global.clone(),
+            },
+        );
+    }
+
+    /// Makes sure the held connection knows the client's statement `name`,
+    /// re-parsing it there if it was prepared on another connection; returns
+    /// the name to use on the backend.
+    fn ensure_statement(&mut self, name: &str) -> Option<(Arc<str>, SessionEffect)> {
+        if name.is_empty() {
+            let prepared = self.unnamed.clone()?;
+            let owner = (self.id, self.unnamed_generation);
+            let current = self.backend.as_ref().and_then(|c| c.unnamed_owner);
+            if current != Some(owner) {
+                self.send_parse(&prepared, false);
+                if let Some(conn) = self.backend.as_mut() {
+                    conn.unnamed_owner = Some(owner);
+                }
+            }
+            return Some((Arc::from(""), prepared.effect));
+        }
+        let prepared = self.statements.get(name)?.clone();
+        let global = prepared.global.clone()?;
+        let present = self
+            .backend
+            .as_ref()
+            .is_some_and(|c| c.prepared.contains(&global));
+        if !present {
+            self.send_parse(&prepared, false);
+        }
+        Some((global, prepared.effect))
+    }
+
+    fn missing_statement(&mut self, name: &str) {
+        self.local_error(ErrorFields::error(
+            "26000",
+            format!("prepared statement \"{name}\" does not exist"),
+        ));
+    }
+
+    async fn bind(&mut self, msg: &Message) -> Result<(), End> {
+        let b = match frontend::bind(msg) {
+            Ok(b) => b,
+            Err(e) => return Err(self.protocol_violation(e.to_string()).await),
+        };
+        let known = if b.statement.is_empty() {
+            self.unnamed.is_some()
+        } else {
+            self.statements.contains_key(b.statement)
+        };
+        if !known {
+            self.missing_statement(b.statement);
+            return Ok(());
+        }
+        if !self.ensure_backend().await? {
+            return Ok(());
+        }
+        let Some((backend_name, effect)) = self.ensure_statement(b.statement) else {
+            self.missing_statement(b.statement);
+            return Ok(());
+        };
+        self.portal_effects.insert(b.portal.to_string(), effect);
+        if *backend_name == *b.statement {
+            self.forward(msg, Expect::Bind);
+        } else {
+            let rewritten = frontend::rebind(msg, &b, &backend_name);
+            self.forward(&rewritten, Expect::Bind);
+        }
+        Ok(())
+    }
+
+    async fn describe(&mut self, msg: &Message) -> Result<(), End> {
+        let (kind, name) = match frontend::target(msg) {
+            Ok(t) => t,
+            Err(e) => return Err(self.protocol_violation(e.to_string()).await),
+        };
+        if kind == b'S' {
+            let known = if name.is_empty() {
+                self.unnamed.is_some()
+            } else {
+                self.statements.contains_key(name)
+            };
+            if !known {
+                self.missing_statement(name);
+                return Ok(());
+            }
+            if !self.ensure_backend().await? {
+                return Ok(());
+            }
+            let Some((backend_name, _)) = self.ensure_statement(name) else {
+                self.missing_statement(name);
+                return Ok(());
+            };
+            let m = frontend::build_target(b'D', b'S', &backend_name);
+            self.forward(&m, Expect::DescribeStatement);
+        } else {
+            if self.backend.is_none() {
+                self.missing_portal(name);
+                return Ok(());
+            }
+            self.forward(msg, Expect::DescribePortal);
+        }
+        Ok(())
+    }
+
+    fn missing_portal(&mut self, name: &str) {
+        self.local_error(ErrorFields::error(
+            "34000",
+            format!("portal \"{name}\" does not exist"),
+        ));
+    }
+
+    async fn execute(&mut self, msg: &Message) -> Result<(), End> {
+        let (portal, _max_rows) = match frontend::execute(msg) {
+            Ok(e) => e,
+            Err(e) => return Err(self.protocol_violation(e.to_string()).await),
+        };
+        if self.backend.is_none() {
+            self.missing_portal(portal);
+            return Ok(());
+        }
+        if self.portal_effects.get(portal) == Some(&SessionEffect::Pins) {
+            self.pinned = true;
+        }
+        self.forward(msg, Expect::Execute);
+        Ok(())
+    }
+
+    async fn close(&mut self, msg: &Message) -> Result<(), End> {
+        let (kind, name) = match frontend::target(msg) {
+            Ok(t) => t,
+            Err(e) => return Err(self.protocol_violation(e.to_string()).await),
+        };
+        if kind == b'S' {
+            // The backend keeps the statement under its global name, for
+            // whoever prepares the same text next.
+            if name.is_empty() {
+                self.unnamed = None;
+            } else {
+                self.statements.remove(name);
+            }
+            self.reply_local(protocol::empty(b'3'));
+        } else if self.backend.is_some() {
+            self.portal_effects.remove(name);
+            self.forward(msg, Expect::Close);
+        } else {
+            self.reply_local(protocol::empty(b'3'));
+        }
+        Ok(())
+    }
+
+    async fn flush_request(&mut self) -> Result<(), End> {
+        if !self.pending.is_empty() {
+            if let Some(conn) = self.backend.as_mut() {
+                conn.send(&protocol::empty(b'H'));
+            }
+            self.drain().await?;
+        }
+        Ok(self.client.flush().await?)
+    }
+
+    async fn sync(&mut self) -> Result<(), End> {
+        if self.backend.is_some() {
+            self.forward(&protocol::empty(b'S'), Expect::Sync);
+            self.drain().await?;
+        } else {
+            self.reply_local(protocol::ready_for_query(self.status));
+        }
+        self.skip_until_sync = false;
+        self.release_if_idle();
+        Ok(self.client.flush().await?)
+    }
+
+    async fn protocol_violation(&mut self, what: String) -> End {
+        let err = ErrorFields::fatal("08P01", what);
+        self.client.send(&err.to_message());
+        let _ = self.client.flush().await;
+        End::Fatal(err.message)
+    }
+}
+
+fn conn_buffer_full(conn: &PooledConn) -> bool {
+    conn.unflushed_len() > CLIENT_FLUSH_THRESHOLD
+}
+
+/// The error a client sees when the backend could not serve it.
+pub fn backend_error_fields(e: &BackendError) -> ErrorFields {
+    match e {
+        BackendError::Server(fields) => fields.clone(),
+        other => ErrorFields::error("08006", format!("backend unavailable: {other}")),
+    }
+}

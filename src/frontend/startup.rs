@@ -1,0 +1,195 @@
+//! The startup phase: SSL/GSS negotiation refusals, cancel requests,
+//! protocol version, authentication, parameter statuses.
+
+use super::client::Client;
+use super::session::{backend_error_fields, Session};
+use super::{SessionHandle, Shared};
+use crate::backend::conn::quote_literal;
+use crate::protocol::{self, read_startup_packet, BodyReader, ErrorFields};
+use bytes::BufMut;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+const SSL_REQUEST: i32 = 80877103;
+const GSSENC_REQUEST: i32 = 80877104;
+const CANCEL_REQUEST: i32 = 80877102;
+const PROTOCOL_3: i32 = 3 << 16;
+/// Startup packets are small; PostgreSQL itself caps them at 10,000 bytes.
+const MAX_STARTUP_PACKET: usize = 10_000;
+
+/// Startup parameters that are not session settings.
+const NOT_SETTINGS: &[&str] = &["user", "database", "options", "replication"];
+
+/// What the client asked for in its startup packet.
+struct Startup {
+    user: String,
+    settings: BTreeMap<String, String>,
+    unsupported_options: Vec<String>,
+    minor: i32,
+}
+
+/// Runs the startup phase. `None` when the connection ends here (a cancel
+/// request, a refused login, a vanished client). Otherwise the session and
+/// the secret of its cancel key.
+pub async fn startup(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(Session, i32)> {
+    let startup = loop {
+        let packet = match read_startup_packet(&mut stream, MAX_STARTUP_PACKET).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!("startup: {e}");
+                return None;
+            }
+        };
+        let mut r = BodyReader::from_slice(&packet);
+        let Ok(code) = r.i32() else { return None };
+        match code {
+            SSL_REQUEST | GSSENC_REQUEST => {
+                // No TLS yet: the client falls back to plaintext or gives up.
+                stream.write_all(b"N").await.ok()?;
+            }
+            CANCEL_REQUEST => {
+                if let (Ok(pid), Ok(secret)) = (r.i32(), r.i32()) {
+                    shared.registry.cancel(pid, secret, &shared.target).await;
+                }
+                return None;
+            }
+            code if code >> 16 == 3 => match read_parameters(&mut r, code & 0xffff) {
+                Ok(s) => break s,
+                Err(msg) => {
+                    refuse(&mut stream, ErrorFields::fatal("08P01", msg)).await;
+                    return None;
+                }
+            },
+            other => {
+                let msg = format!(
+                    "unsupported frontend protocol {}.{}: server supports 3.0",
+                    other >> 16,
+                    other & 0xffff
+                );
+                refuse(&mut stream, ErrorFields::fatal("0A000", msg)).await;
+                return None;
+            }
+        }
+    };
+
+    let mut client = Client::new(stream);
+    if startup.minor > 0 || !startup.unsupported_options.is_empty() {
+        client.send(&protocol::build(b'v', |b| {
+            b.put_i32(PROTOCOL_3);
+            b.put_i32(startup.unsupported_options.len() as i32);
+            for o in &startup.unsupported_options {
+                b.put_slice(o.as_bytes());
+                b.put_u8(0);
+            }
+        }));
+    }
+
+    if let Some(expected) = &shared.config.password {
+        client.send(&protocol::authentication(3, &[]));
+        client.flush().await.ok()?;
+        let msg = client.read(MAX_STARTUP_PACKET).await.ok()?;
+        let given = if msg.tag == b'p' {
+            msg.reader().cstr().ok().map(str::to_string)
+        } else {
+            None
+        };
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
+            let err = ErrorFields::fatal(
+                "28P01",
+                format!("password authentication failed for user \"{}\"", startup.user),
+            );
+            client.send(&err.to_message());
+            let _ = client.flush().await;
+            return None;
+        }
+    }
+    client.send(&protocol::authentication(0, &[]));
+
+    let id = shared.next_session_id();
+    let secret: i32 = rand::random();
+    let handle = Arc::new(SessionHandle::default());
+    shared.registry.register(id as i32, secret, handle.clone());
+
+    let settings = startup
+        .settings
+        .iter()
+        .map(|(k, v)| (k.clone(), quote_literal(v)))
+        .collect();
+    let mut session = Session::new(id, shared.clone(), client, handle, settings);
+    match session.backend_parameters().await {
+        Ok(params) => {
+            for (name, value) in params {
+                session
+                    .client_mut()
+                    .send(&protocol::parameter_status(&name, &value));
+            }
+        }
+        Err(e) => {
+            let mut err = backend_error_fields(&e);
+            err.severity = "FATAL";
+            session.client_mut().send(&err.to_message());
+            let _ = session.client_mut().flush().await;
+            shared.registry.unregister(id as i32, secret);
+            return None;
+        }
+    }
+    session.release_if_idle();
+    session
+        .client_mut()
+        .send(&protocol::backend_key_data(id as i32, secret));
+    session.client_mut().send(&protocol::ready_for_query(b'I'));
+    if session.client_mut().flush().await.is_err() {
+        shared.registry.unregister(id as i32, secret);
+        return None;
+    }
+    tracing::debug!(session = id, user = %startup.user, "session started");
+    Some((session, secret))
+}
+
+fn read_parameters(r: &mut BodyReader<'_>, minor: i32) -> Result<Startup, String> {
+    let mut user = None;
+    let mut settings = BTreeMap::new();
+    let mut unsupported_options = Vec::new();
+    loop {
+        let name = r.cstr().map_err(|e| e.to_string())?;
+        if name.is_empty() {
+            break;
+        }
+        let value = r.cstr().map_err(|e| e.to_string())?;
+        if name == "user" {
+            user = Some(value.to_string());
+        } else if name.starts_with("_pq_.") {
+            unsupported_options.push(name.to_string());
+        } else if !NOT_SETTINGS.contains(&name) {
+            if !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            {
+                return Err(format!("invalid startup parameter name \"{name}\""));
+            }
+            settings.insert(name.to_string(), value.to_string());
+        }
+    }
+    let user = user.ok_or("no PostgreSQL user name specified in startup packet")?;
+    Ok(Startup {
+        user,
+        settings,
+        unsupported_options,
+        minor,
+    })
+}
+
+async fn refuse(stream: &mut TcpStream, err: ErrorFields) {
+    let mut buf = bytes::BytesMut::new();
+    err.to_message().encode(&mut buf);
+    let _ = stream.write_all(&buf).await;
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

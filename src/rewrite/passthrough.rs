@@ -1,0 +1,96 @@
+//! Plain SQL that goes to PostgreSQL unchanged. The only thing the proxy
+//! needs to know about it is whether it leaves session state behind that a
+//! transaction-pooled backend connection cannot carry to another client.
+
+use super::split::words;
+
+/// What a passthrough statement does to the session beyond its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEffect {
+    /// Nothing outlives the transaction: the connection may be pooled.
+    None,
+    /// Session state (SET, LISTEN, PREPARE, temp tables, session advisory
+    /// locks, WITH HOLD cursors, …): the session keeps its backend
+    /// connection until it ends.
+    Pins,
+}
+
+/// Functions whose effect outlives the transaction.
+const PINNING_FUNCTIONS: &[&str] = &[
+    "pg_advisory_lock",
+    "pg_advisory_lock_shared",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_lock_shared",
+    "set_config",
+    "dblink_connect",
+];
+
+pub fn session_effect(sql: &str) -> SessionEffect {
+    let words: Vec<&str> = words(sql).collect();
+    let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
+    let pins = match words.first() {
+        None => false,
+        // SET LOCAL and SET TRANSACTION end with the transaction.
+        Some(w) if w.eq_ignore_ascii_case("SET") => !(is(1, "LOCAL") || is(1, "TRANSACTION")),
+        Some(w) if w.eq_ignore_ascii_case("RESET") => true,
+        Some(w) if w.eq_ignore_ascii_case("LISTEN") => true,
+        Some(w) if w.eq_ignore_ascii_case("PREPARE") => !is(1, "TRANSACTION"),
+        Some(w) if w.eq_ignore_ascii_case("LOAD") => true,
+        Some(w) if w.eq_ignore_ascii_case("DECLARE") => words
+            .windows(2)
+            .any(|p| p[0].eq_ignore_ascii_case("WITH") && p[1].eq_ignore_ascii_case("HOLD")),
+        Some(w) if w.eq_ignore_ascii_case("CREATE") => words.iter().skip(1).take(3).any(|w| {
+            w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY")
+        }),
+        _ => false,
+    };
+    let calls_pinning_function = words
+        .iter()
+        .any(|w| PINNING_FUNCTIONS.iter().any(|f| w.eq_ignore_ascii_case(f)));
+    if pins || calls_pinning_function {
+        SessionEffect::Pins
+    } else {
+        SessionEffect::None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_scoped_statements_do_not_pin() {
+        for sql in [
+            "SELECT 1",
+            "BEGIN",
+            "SET LOCAL statement_timeout = 5",
+            "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+            "SELECT pg_advisory_xact_lock(1)",
+            "INSERT INTO t VALUES ('SET x = 1')",
+            "CREATE TABLE temp_things (id int)",
+            "DECLARE c CURSOR FOR SELECT 1",
+            "PREPARE TRANSACTION 'x'",
+        ] {
+            assert_eq!(session_effect(sql), SessionEffect::None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn session_state_pins() {
+        for sql in [
+            "SET search_path = public",
+            "set TimeZone to 'UTC'",
+            "RESET ALL",
+            "LISTEN jobs",
+            "PREPARE p AS SELECT 1",
+            "CREATE TEMP TABLE t (id int)",
+            "CREATE LOCAL TEMPORARY TABLE t (id int)",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            "SELECT pg_advisory_lock(42)",
+            "SELECT set_config('a.b', 'c', false)",
+            "LOAD 'auto_explain'",
+        ] {
+            assert_eq!(session_effect(sql), SessionEffect::Pins, "{sql}");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Wiring: backend (embedded or external), schema apply, pool, listener.
+
+use crate::backend::{pool, BackendError, BackendTarget};
+use crate::engine::embedded::{EmbeddedError, EmbeddedPostgres};
+use crate::engine::schema::{self, SchemaError};
+use crate::frontend::{self, FrontendConfig, Shared};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on, e.g. `127.0.0.1:6543`.
+    pub listen: String,
+    pub backend: Backend,
+    /// Backend connections in the pool.
+    pub pool_size: usize,
+    /// Cleartext password clients must give; `None` = trust.
+    pub password: Option<String>,
+    /// Apply `sql/` at boot (`QUEEN_APPLY_SCHEMA=0` turns it off).
+    pub apply_schema: bool,
+    /// Largest message a client may send, in bytes.
+    pub max_message_size: usize,
+}
+
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// A private cluster in this directory, started and stopped with the proxy.
+    Embedded { data_dir: PathBuf },
+    /// An existing PostgreSQL.
+    External(tokio_postgres::Config),
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            listen: "127.0.0.1:6543".into(),
+            backend: Backend::Embedded {
+                data_dir: PathBuf::from("queenwire-data"),
+            },
+            pool_size: 16,
+            password: None,
+            apply_schema: true,
+            max_message_size: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Embedded(#[from] EmbeddedError),
+    #[error("backend: {0}")]
+    Backend(#[from] BackendError),
+    #[error("backend: {0}")]
+    Connect(#[from] tokio_postgres::Error),
+    #[error("schema: {0}")]
+    Schema(#[from] SchemaError),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(String, std::io::Error),
+    #[error("embedded PostgreSQL launcher: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// A running queenwire.
+pub struct Server {
+    pub local_addr: SocketAddr,
+    /// One line saying which backend serves this proxy.
+    pub backend_description: String,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    embedded: Option<EmbeddedPostgres>,
+}
+
+impl Server {
+    pub async fn start(config: Config) -> Result<Server, StartError> {
+        let (embedded, client_config, description) = match &config.backend {
+            Backend::Embedded { data_dir } => {
+                let dir = data_dir.clone();
+                let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&dir)).await??;
+                let cfg = pg.client_config();
+                let description = format!("embedded PostgreSQL in {}", data_dir.display());
+                (Some(pg), cfg, description)
+            }
+            Backend::External(cfg) => {
+                let hosts: Vec<String> = cfg
+                    .get_hosts()
+                    .iter()
+                    .map(|h| match h {
+                        tokio_postgres::config::Host::Tcp(s) => s.clone(),
+                        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+                    })
+                    .collect();
+                let description = format!(
+                    "PostgreSQL at {} database {}",
+                    hosts.join(","),
+                    cfg.get_dbname().unwrap_or("(default)")
+                );
+                (None, cfg.clone(), description)
+            }
+        };
+
+        let (client, connection) = client_config.connect(tokio_postgres::NoTls).await?;
+        let conn_task = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        schema::check_version(&client).await?;
+        let version: String = client
+            .query_one("SELECT current_setting('server_version')", &[])
+            .await?
+            .get(0);
+        if config.apply_schema {
+            schema::apply(&client).await?;
+        }
+        drop(client);
+        let _ = conn_task.await;
+
+        let target = Arc::new(BackendTarget::from_config(&client_config)?);
+        let pool = pool::build_pool(target.clone(), config.pool_size)?;
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+        let shared = Arc::new(Shared::new(
+            FrontendConfig {
+                password: config.password.clone(),
+                max_message_size: config.max_message_size,
+            },
+            pool,
+            target,
+        ));
+        let (shutdown, rx) = watch::channel(false);
+        let task = tokio::spawn(frontend::serve(listener, shared, rx));
+        Ok(Server {
+            local_addr,
+            backend_description: format!("{description} (PostgreSQL {version})"),
+            shutdown,
+            task,
+            embedded,
+        })
+    }
+
+    /// Stops accepting clients and stops the embedded cluster, if any.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        let _ = (&mut self.task).await;
+        if let Some(mut pg) = self.embedded.take() {
+            let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
+        }
+    }
+}

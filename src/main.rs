@@ -59,7 +59,10 @@ fn main() -> ExitCode {
         apply_schema: std::env::var("QUEEN_APPLY_SCHEMA").map_or(true, |v| v != "0"),
         max_message_size: cli.max_message_size,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("queenwire: cannot start the runtime: {e}");
@@ -88,7 +91,10 @@ fn main() -> ExitCode {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };

@@ -153,7 +153,10 @@ impl<'a> BodyReader<'a> {
     }
 
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
-        let end = self.pos.checked_add(n).ok_or(Malformed("length overflow"))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(Malformed("length overflow"))?;
         let s = self
             .buf
             .get(self.pos..end)
@@ -530,7 +533,10 @@ mod tests {
     fn malformed_bind_is_an_error_not_a_panic() {
         let msg = Message::new(b'B', Bytes::from_static(b"p\0s\0\x00\x01\x00"));
         assert!(frontend::bind(&msg).is_err());
-        let msg = Message::new(b'B', Bytes::from_static(b"p\0s\0\x00\x00\x00\x01\x7f\xff\xff\xff"));
+        let msg = Message::new(
+            b'B',
+            Bytes::from_static(b"p\0s\0\x00\x00\x00\x01\x7f\xff\xff\xff"),
+        );
         assert!(frontend::bind(&msg).is_err());
     }
 

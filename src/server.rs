@@ -80,7 +80,8 @@ impl Server {
         let (embedded, client_config, description) = match &config.backend {
             Backend::Embedded { data_dir } => {
                 let dir = data_dir.clone();
-                let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&dir)).await??;
+                let pg =
+                    tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&dir)).await??;
                 let cfg = pg.client_config();
                 let description = format!("embedded PostgreSQL in {}", data_dir.display());
                 (Some(pg), cfg, description)

@@ -40,7 +40,9 @@ impl BackendTarget {
     pub fn from_config(config: &tokio_postgres::Config) -> Result<BackendTarget, BackendError> {
         let port = config.get_ports().first().copied().unwrap_or(5432);
         let address = match config.get_hosts().first() {
-            Some(tokio_postgres::config::Host::Tcp(host)) => BackendAddress::Tcp(host.clone(), port),
+            Some(tokio_postgres::config::Host::Tcp(host)) => {
+                BackendAddress::Tcp(host.clone(), port)
+            }
             Some(tokio_postgres::config::Host::Unix(dir)) => {
                 BackendAddress::Unix(dir.join(format!(".s.PGSQL.{port}")))
             }
@@ -193,9 +195,12 @@ impl BackendConn {
                             self.send(&Message::new(b'p', b.freeze()));
                         }
                         5 => {
-                            let salt = r.bytes(4).map_err(|e| BackendError::Protocol(e.to_string()))?;
+                            let salt = r
+                                .bytes(4)
+                                .map_err(|e| BackendError::Protocol(e.to_string()))?;
                             let salt = [salt[0], salt[1], salt[2], salt[3]];
-                            let hash = md5_hash(target.user.as_bytes(), self.password(target)?, salt);
+                            let hash =
+                                md5_hash(target.user.as_bytes(), self.password(target)?, salt);
                             let mut b = BytesMut::new();
                             b.put_slice(hash.as_bytes());
                             b.put_u8(0);
@@ -269,10 +274,9 @@ impl BackendConn {
     }
 
     fn password<'a>(&self, target: &'a BackendTarget) -> Result<&'a [u8], BackendError> {
-        target
-            .password
-            .as_deref()
-            .ok_or_else(|| BackendError::Config("the backend asks for a password and none is configured".into()))
+        target.password.as_deref().ok_or_else(|| {
+            BackendError::Config("the backend asks for a password and none is configured".into())
+        })
     }
 
     pub fn note_parameter_status(&mut self, msg: &Message) {

@@ -107,7 +107,10 @@ pub enum EmbeddedError {
     },
 
     #[error("could not look up the OS user `{name}`: {source}")]
-    UserLookup { name: &'static str, source: io::Error },
+    UserLookup {
+        name: &'static str,
+        source: io::Error,
+    },
 
     #[error(
         "queenwire runs as root, which PostgreSQL refuses, and neither a `postgres` nor a `nobody` OS user exists to run it as; create one, e.g. `useradd --system postgres`"
@@ -264,7 +267,14 @@ impl EmbeddedPostgres {
 
         if cluster_major.is_none() {
             tracing::info!(pgdata = %pgdata.display(), major = binaries.major, "creating the embedded PostgreSQL cluster");
-            run_initdb(&binaries, &pgdata, &data_dir, run_as.as_ref(), &log, &log_path)?;
+            run_initdb(
+                &binaries,
+                &pgdata,
+                &data_dir,
+                run_as.as_ref(),
+                &log,
+                &log_path,
+            )?;
         }
 
         let postgres = binaries.bin_dir.join("postgres");
@@ -365,15 +375,18 @@ impl EmbeddedPostgres {
                 tracing::info!(pid, %status, "embedded PostgreSQL stopped");
                 return Ok(());
             }
-            tracing::warn!(pid, signal = name, ?timeout, "embedded PostgreSQL did not exit in time");
-        }
-        postmaster
-            .kill()
-            .map_err(|source| EmbeddedError::Signal {
+            tracing::warn!(
                 pid,
-                signal: "SIGKILL",
-                source,
-            })?;
+                signal = name,
+                ?timeout,
+                "embedded PostgreSQL did not exit in time"
+            );
+        }
+        postmaster.kill().map_err(|source| EmbeddedError::Signal {
+            pid,
+            signal: "SIGKILL",
+            source,
+        })?;
         postmaster
             .wait()
             .map_err(|source| EmbeddedError::Wait { pid, source })?;
@@ -480,7 +493,7 @@ fn candidate_bin_dirs() -> Vec<PathBuf> {
             complete.then_some((major, bin_dir))
         })
         .collect();
-    versioned.sort_by(|a, b| b.0.cmp(&a.0));
+    versioned.sort_by_key(|(major, _)| std::cmp::Reverse(*major));
     candidates.extend(versioned.into_iter().map(|(_, bin_dir)| bin_dir));
 
     let mut unique = Vec::with_capacity(candidates.len());
@@ -669,10 +682,12 @@ fn poll_until_ready(
         .map_err(|source| EmbeddedError::ProbeRuntime { source })?;
     let started = Instant::now();
     loop {
-        let exited = postmaster.try_wait().map_err(|source| EmbeddedError::Wait {
-            pid: postmaster.id(),
-            source,
-        })?;
+        let exited = postmaster
+            .try_wait()
+            .map_err(|source| EmbeddedError::Wait {
+                pid: postmaster.id(),
+                source,
+            })?;
         if let Some(status) = exited {
             return Err(EmbeddedError::ExitedEarly {
                 status,
@@ -964,7 +979,10 @@ fn log_tail(log_path: &Path) -> String {
     read_tail().unwrap_or_else(|error| format!("(the log could not be read: {error})"))
 }
 
-fn io_error(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> EmbeddedError {
+fn io_error(
+    action: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(io::Error) -> EmbeddedError {
     let path = path.into();
     move |source| EmbeddedError::Io {
         action,

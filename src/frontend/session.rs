@@ -8,7 +8,7 @@
 //! and replies the proxy produces itself (`Expect::Local`) wait in the same
 //! queue so the client sees every answer in the order it asked.
 
-use super::{client::Client, Shared, SessionHandle};
+use super::{client::Client, SessionHandle, Shared};
 use crate::backend::{pool, BackendError, PooledConn};
 use crate::protocol::{self, frontend, ErrorFields, FrameError, Message};
 use crate::rewrite::{self, Command, SessionEffect};
@@ -170,7 +170,10 @@ impl Session {
 
     async fn serve(&mut self) -> Result<(), End> {
         loop {
-            let msg = self.client.read(self.shared.config.max_message_size).await?;
+            let msg = self
+                .client
+                .read(self.shared.config.max_message_size)
+                .await?;
             match msg.tag {
                 b'X' => return Ok(()),
                 b'S' => self.sync().await?,
@@ -234,15 +237,10 @@ impl Session {
         if self.backend.is_some() {
             return Ok(());
         }
-        let mut conn = self
-            .shared
-            .pool
-            .get()
-            .await
-            .map_err(|e| match e {
-                deadpool::managed::PoolError::Backend(b) => b,
-                other => BackendError::Protocol(other.to_string()),
-            })?;
+        let mut conn = self.shared.pool.get().await.map_err(|e| match e {
+            deadpool::managed::PoolError::Backend(b) => b,
+            other => BackendError::Protocol(other.to_string()),
+        })?;
         if let Err(e) = conn.sync_parameters(&self.desired).await {
             pool::release(conn);
             return Err(e);
@@ -411,7 +409,10 @@ impl Session {
             self.pending.truncate(1);
         }
         loop {
-            let msg = self.client.read(self.shared.config.max_message_size).await?;
+            let msg = self
+                .client
+                .read(self.shared.config.max_message_size)
+                .await?;
             let done = matches!(msg.tag, b'c' | b'f');
             match msg.tag {
                 b'd' | b'c' | b'f' | b'H' | b'S' => {

@@ -98,7 +98,10 @@ pub async fn startup(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(Ses
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
             let err = ErrorFields::fatal(
                 "28P01",
-                format!("password authentication failed for user \"{}\"", startup.user),
+                format!(
+                    "password authentication failed for user \"{}\"",
+                    startup.user
+                ),
             );
             client.send(&err.to_message());
             let _ = client.flush().await;

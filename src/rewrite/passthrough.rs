@@ -39,9 +39,11 @@ pub fn session_effect(sql: &str) -> SessionEffect {
         Some(w) if w.eq_ignore_ascii_case("DECLARE") => words
             .windows(2)
             .any(|p| p[0].eq_ignore_ascii_case("WITH") && p[1].eq_ignore_ascii_case("HOLD")),
-        Some(w) if w.eq_ignore_ascii_case("CREATE") => words.iter().skip(1).take(3).any(|w| {
-            w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY")
-        }),
+        Some(w) if w.eq_ignore_ascii_case("CREATE") => words
+            .iter()
+            .skip(1)
+            .take(3)
+            .any(|w| w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY")),
         _ => false,
     };
     let calls_pinning_function = words

@@ -155,10 +155,16 @@ fn dollar_tag_end(bytes: &[u8], i: usize) -> Option<usize> {
     if bytes.get(j) == Some(&b'$') {
         return Some(j);
     }
-    if !bytes.get(j).copied().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_' || c >= 0x80) {
+    if !bytes
+        .get(j)
+        .copied()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_' || c >= 0x80)
+    {
         return None;
     }
-    while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_' || bytes[j] >= 0x80) {
+    while j < bytes.len()
+        && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_' || bytes[j] >= 0x80)
+    {
         j += 1;
     }
     (bytes.get(j) == Some(&b'$')).then_some(j)
@@ -239,9 +245,15 @@ mod tests {
 
     #[test]
     fn splits_plain_statements_and_drops_empty_ones() {
-        assert_eq!(split("SELECT 1; SELECT 2;;  ; "), vec!["SELECT 1", "SELECT 2"]);
+        assert_eq!(
+            split("SELECT 1; SELECT 2;;  ; "),
+            vec!["SELECT 1", "SELECT 2"]
+        );
         assert_eq!(split("SELECT 1"), vec!["SELECT 1"]);
-        assert_eq!(split("  -- only a comment\n ; /* and another */"), Vec::<&str>::new());
+        assert_eq!(
+            split("  -- only a comment\n ; /* and another */"),
+            Vec::<&str>::new()
+        );
     }
 
     #[test]
@@ -266,7 +278,10 @@ mod tests {
 
     #[test]
     fn parameters_are_not_dollar_quotes() {
-        assert_eq!(split("SELECT $1; SELECT $2::int"), vec!["SELECT $1", "SELECT $2::int"]);
+        assert_eq!(
+            split("SELECT $1; SELECT $2::int"),
+            vec!["SELECT $1", "SELECT $2::int"]
+        );
     }
 
     #[test]
@@ -291,8 +306,14 @@ mod tests {
 
     #[test]
     fn unterminated_literal_runs_to_the_end() {
-        assert_eq!(split("SELECT 'abc; SELECT 2"), vec!["SELECT 'abc; SELECT 2"]);
-        assert_eq!(split("SELECT $q$ never closed;"), vec!["SELECT $q$ never closed;"]);
+        assert_eq!(
+            split("SELECT 'abc; SELECT 2"),
+            vec!["SELECT 'abc; SELECT 2"]
+        );
+        assert_eq!(
+            split("SELECT $q$ never closed;"),
+            vec!["SELECT $q$ never closed;"]
+        );
     }
 
     #[test]
@@ -303,6 +324,9 @@ mod tests {
 
     #[test]
     fn multibyte_text_is_not_split_inside_characters() {
-        assert_eq!(split("SELECT 'é;' || ü; SELECT '✓'"), vec!["SELECT 'é;' || ü", "SELECT '✓'"]);
+        assert_eq!(
+            split("SELECT 'é;' || ü; SELECT '✓'"),
+            vec!["SELECT 'é;' || ü", "SELECT '✓'"]
+        );
     }
 }

@@ -164,9 +164,12 @@ fn time_field(field: &str) -> Nanos {
         }
     };
     let nanos = match parts.as_slice() {
-        [minutes, secs] if secs.contains('.') => {
-            add(whole(minutes)?.checked_mul(MINUTE).ok_or(Failure::Overflow)?, seconds(secs)?)?
-        }
+        [minutes, secs] if secs.contains('.') => add(
+            whole(minutes)?
+                .checked_mul(MINUTE)
+                .ok_or(Failure::Overflow)?,
+            seconds(secs)?,
+        )?,
         [hours, minutes] => add(
             whole(hours)?.checked_mul(HOUR).ok_or(Failure::Overflow)?,
             below_sixty(whole(minutes)?)? * MINUTE,
@@ -212,10 +215,7 @@ fn postgres_style(text: &str) -> Nanos {
         }
         let mut rest = field;
         while !rest.is_empty() {
-            let letters = rest
-                .bytes()
-                .take_while(|b| b.is_ascii_alphabetic())
-                .count();
+            let letters = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
             if letters > 0 {
                 let unit = rest.get(..letters).ok_or(Failure::Syntax)?;
                 let number = pending.take().ok_or(Failure::Syntax)?;
@@ -239,7 +239,11 @@ fn postgres_style(text: &str) -> Nanos {
     if components == 0 {
         return Err(Failure::Syntax);
     }
-    Ok(if ago { -total } else { total })
+    if ago {
+        total.checked_neg().ok_or(Failure::Overflow)
+    } else {
+        Ok(total)
+    }
 }
 
 /// ISO 8601 durations, `P[nY][nM][nW][nD][T[nH][nM][nS]]`, text after the `P`.
@@ -387,8 +391,24 @@ mod tests {
 
     #[test]
     fn bad_text_is_22p02() {
-        for bad in ["", "   ", "@", "ago", "abc", "5 parsecs", "ms", "1e5", "5 5", "1 ago ago", "--5"] {
-            assert_eq!(parse_duration(bad).unwrap_err().sqlstate, "22P02", "{bad:?}");
+        for bad in [
+            "",
+            "   ",
+            "@",
+            "ago",
+            "abc",
+            "5 parsecs",
+            "ms",
+            "1e5",
+            "5 5",
+            "1 ago ago",
+            "--5",
+        ] {
+            assert_eq!(
+                parse_duration(bad).unwrap_err().sqlstate,
+                "22P02",
+                "{bad:?}"
+            );
         }
     }
 
@@ -401,7 +421,10 @@ mod tests {
 
     #[test]
     fn huge_durations_are_out_of_range() {
-        for bad in ["99999999999999999999999999999999999999999", "99999999999999 millennia"] {
+        for bad in [
+            "99999999999999999999999999999999999999999",
+            "99999999999999 millennia",
+        ] {
             assert_eq!(parse_duration(bad).unwrap_err().sqlstate, "22008", "{bad}");
         }
     }

@@ -59,9 +59,29 @@ impl ParseError {
 /// payload does not become a megabyte of error.
 pub(crate) fn quoted(text: &str) -> String {
     const MAX_CHARS: usize = 64;
-    let mut shown: String = text.chars().take(MAX_CHARS).collect();
-    if shown.len() < text.len() {
+    let mut shown = String::new();
+    for c in text.chars().take(MAX_CHARS) {
+        // Control characters escaped: the message stays one printable line.
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    if text.chars().nth(MAX_CHARS).is_some() {
         shown.push('…');
     }
     format!("\"{shown}\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_text_is_one_short_line() {
+        assert_eq!(quoted("a\nb"), "\"a\\nb\"");
+        assert_eq!(quoted(&"x".repeat(64)), format!("\"{}\"", "x".repeat(64)));
+        assert_eq!(quoted(&"é".repeat(65)), format!("\"{}…\"", "é".repeat(64)));
+    }
 }

@@ -44,7 +44,11 @@ impl<'a> Scanner<'a> {
 
     fn invalid(&self, what: &str) -> ParseError {
         let character = self.text.get(..self.pos).map_or(0, |s| s.chars().count()) + 1;
-        let found = match self.text.get(self.pos..).and_then(|rest| rest.chars().next()) {
+        let found = match self
+            .text
+            .get(self.pos..)
+            .and_then(|rest| rest.chars().next())
+        {
             Some(c) => format!("{what} at character {character} of the JSON text (found {c:?})"),
             None => format!("{what} at the end of the JSON text"),
         };
@@ -120,7 +124,9 @@ impl<'a> Scanner<'a> {
                     Err(self.invalid("Unicode low surrogate must follow a high surrogate"))
                 }
             }
-            0xDC00..=0xDFFF => Err(self.invalid("Unicode low surrogate must follow a high surrogate")),
+            0xDC00..=0xDFFF => {
+                Err(self.invalid("Unicode low surrogate must follow a high surrogate"))
+            }
             _ => Ok(()),
         }
     }
@@ -326,7 +332,9 @@ mod tests {
     fn error_message_names_the_character() {
         let err = validate_json("{\"a\": x}").unwrap_err();
         assert!(err.message.contains("character 7"), "{}", err.message);
-        assert!(err.message.starts_with("invalid input syntax for type json"));
+        assert!(err
+            .message
+            .starts_with("invalid input syntax for type json"));
     }
 
     #[test]
@@ -336,9 +344,17 @@ mod tests {
 
     #[test]
     fn nesting_is_bounded_without_recursion() {
-        let ok = format!("{}{}", "[".repeat(MAX_JSON_DEPTH), "]".repeat(MAX_JSON_DEPTH));
+        let ok = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH),
+            "]".repeat(MAX_JSON_DEPTH)
+        );
         assert_eq!(validate_json(&ok), Ok(()));
-        let deep = format!("{}{}", "[".repeat(MAX_JSON_DEPTH + 1), "]".repeat(MAX_JSON_DEPTH + 1));
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH + 1),
+            "]".repeat(MAX_JSON_DEPTH + 1)
+        );
         assert_eq!(validate_json(&deep).unwrap_err().sqlstate, "54000");
         let hostile = "[".repeat(1_000_000);
         assert_eq!(validate_json(&hostile).unwrap_err().sqlstate, "54000");

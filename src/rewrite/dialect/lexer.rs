@@ -41,7 +41,7 @@ pub(crate) struct Token<'a> {
 }
 
 impl<'a> Token<'a> {
-    /// The word, if this token is a bare word equal to `keyword` (ASCII case-insensitive).
+    /// Whether this token is the bare word `keyword` (ASCII case-insensitive).
     pub fn is_keyword(&self, keyword: &str) -> bool {
         matches!(self.kind, TokenKind::Word(word) if word.eq_ignore_ascii_case(keyword))
     }

@@ -1,1 +1,649 @@
-//! The queenwire dialect grammar (placeholder until the parser lands).
+//! The queenwire dialect grammar (the contract is `DIALECT.md`; it is normative).
+//!
+//! [`parse`] decides first whether a statement is ours at all, from its first
+//! one or two words; anything else goes to PostgreSQL untouched, so ordinary
+//! SQL is never swallowed. A dialect statement is then parsed by its family's
+//! module — each owns its grammar, its parameters and its result columns:
+//!
+//! | statements                                      | module          |
+//! |-------------------------------------------------|-----------------|
+//! | `PUSH`                                          | [`push`]        |
+//! | `POP`                                           | [`pop`]         |
+//! | `ACK`, `RENEW`                                  | [`ack`]         |
+//! | `CREATE/ALTER/DROP QUEUE`, `SEEK/DROP GROUP`    | [`queue_admin`] |
+//! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
+//! | `KV …`                                          | [`kv`]          |
+//! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
+//!
+//! The parser is pure: literals are checked here (names, JSON, durations,
+//! counts), `$n` are left for the engine, which applies the same public
+//! validators ([`validate_name`], [`validate_json`], [`parse_duration`], …)
+//! to the bound values.
+//!
+//! `DROP GROUP` is PostgreSQL's old alias of `DROP ROLE`; here it always
+//! means the dialect's `DROP GROUP grp ON queue` (roles are not a tenant's
+//! business through the proxy; `DROP ROLE` still passes through).
+
+pub mod ack;
+mod cursor;
+mod duration;
+mod error;
+mod json;
+pub mod kv;
+mod lexer;
+pub mod options;
+pub mod pop;
+pub mod push;
+pub mod queue_admin;
+pub mod show;
+pub mod timer;
+mod value;
+
+use cursor::Cursor;
+use lexer::{Lexer, Token, TokenKind};
+use value::ParamTypes;
+
+pub use duration::parse_duration;
+pub use error::{sqlstate, ParseError};
+pub use json::{validate_json, MAX_JSON_DEPTH};
+pub use options::{OptionKind, OptionValue, QueueOption, QueueSetting};
+pub use value::{
+    check_count, parse_bool, parse_count, parse_integer, validate_kv_bound, validate_kv_key,
+    validate_name, validate_namespace, Json, Name, Timestamp, Value, MAX_BATCH, MAX_KV_KEY_BYTES,
+    MAX_NAMESPACE_BYTES, MAX_NAME_BYTES,
+};
+
+/// A PostgreSQL type OID.
+pub type Oid = u32;
+
+/// The type OIDs the dialect's columns and parameters use.
+pub mod oid {
+    use super::Oid;
+
+    pub const BOOL: Oid = 16;
+    pub const INT8: Oid = 20;
+    pub const INT4: Oid = 23;
+    pub const TEXT: Oid = 25;
+    pub const TIMESTAMPTZ: Oid = 1184;
+    pub const UUID: Oid = 2950;
+    pub const JSONB: Oid = 3802;
+}
+
+/// One result column, as RowDescription announces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
+    pub name: &'static str,
+    pub type_oid: Oid,
+}
+
+impl Column {
+    pub const fn new(name: &'static str, type_oid: Oid) -> Column {
+        Column { name, type_oid }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Statement {
+    Push(push::Push),
+    Pop(pop::Pop),
+    Ack(ack::Ack),
+    Renew(ack::Renew),
+    CreateQueue(queue_admin::CreateQueue),
+    AlterQueue(queue_admin::AlterQueue),
+    DropQueue(queue_admin::DropQueue),
+    SeekGroup(queue_admin::SeekGroup),
+    DropGroup(queue_admin::DropGroup),
+    ShowQueues,
+    ShowPartitions {
+        queue: Name,
+    },
+    ShowGroups {
+        /// `None`: every queue of the tenant.
+        queue: Option<Name>,
+    },
+    ShowDlq {
+        queue: Name,
+        /// [`show::DEFAULT_DLQ_LIMIT`] when not written.
+        limit: Value<u32>,
+    },
+    Kv(kv::KvStatement),
+    Schedule(timer::Schedule),
+    CancelSchedule(timer::CancelSchedule),
+    ShowSchedules {
+        /// `None`: every queue of the tenant.
+        queue: Option<Name>,
+    },
+}
+
+impl Statement {
+    /// The result columns (empty for the administration statements), known
+    /// before execution so Describe can answer.
+    pub fn columns(&self) -> &'static [Column] {
+        match self {
+            Statement::Push(_) => push::COLUMNS,
+            Statement::Pop(_) => pop::COLUMNS,
+            Statement::Ack(_) => ack::ACK_COLUMNS,
+            Statement::Renew(_) => ack::RENEW_COLUMNS,
+            Statement::CreateQueue(_)
+            | Statement::AlterQueue(_)
+            | Statement::DropQueue(_)
+            | Statement::SeekGroup(_)
+            | Statement::DropGroup(_) => &[],
+            Statement::ShowQueues => show::QUEUES_COLUMNS,
+            Statement::ShowPartitions { .. } => show::PARTITIONS_COLUMNS,
+            Statement::ShowGroups { .. } => show::GROUPS_COLUMNS,
+            Statement::ShowDlq { .. } => show::DLQ_COLUMNS,
+            Statement::Kv(kv) => kv.columns(),
+            Statement::Schedule(_) => timer::SCHEDULE_COLUMNS,
+            Statement::CancelSchedule(_) => timer::CANCEL_COLUMNS,
+            Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
+        }
+    }
+
+    /// CommandComplete's tag: `SELECT n` for statements returning rows.
+    pub fn command_tag(&self, rows: usize) -> String {
+        match self {
+            Statement::CreateQueue(_) => "CREATE QUEUE".to_string(),
+            Statement::AlterQueue(_) => "ALTER QUEUE".to_string(),
+            Statement::DropQueue(_) => "DROP QUEUE".to_string(),
+            Statement::SeekGroup(_) => "SEEK GROUP".to_string(),
+            Statement::DropGroup(_) => "DROP GROUP".to_string(),
+            _ => format!("SELECT {rows}"),
+        }
+    }
+
+    /// The highest `$n` the statement uses (0 without parameters).
+    pub fn param_count(&self) -> usize {
+        self.param_types().len()
+    }
+
+    /// The type Describe reports for `$n` when the client left it
+    /// unspecified: `jsonb` for payloads and values, `text` for names,
+    /// receipts, durations and text, `int4` for LIMIT/PARTITIONS, `int8` for
+    /// versions, INCR amounts and integer options, `bool` for boolean
+    /// options, `timestamptz` for timestamps. The first use of `$n` decides;
+    /// a number the statement skips (or beyond it) is `text`.
+    pub fn param_type(&self, n: usize) -> Oid {
+        n.checked_sub(1)
+            .and_then(|index| self.param_types().get(index).copied())
+            .unwrap_or(oid::TEXT)
+    }
+
+    /// All of [`Statement::param_type`] at once: index i is `$(i+1)`.
+    pub fn param_types(&self) -> Vec<Oid> {
+        let mut params = ParamTypes::default();
+        match self {
+            Statement::Push(push) => push.describe_params(&mut params),
+            Statement::Pop(pop) => pop.describe_params(&mut params),
+            Statement::Ack(ack) => ack.describe_params(&mut params),
+            Statement::Renew(renew) => renew.describe_params(&mut params),
+            Statement::CreateQueue(create) => create.describe_params(&mut params),
+            Statement::AlterQueue(alter) => alter.describe_params(&mut params),
+            Statement::DropQueue(drop) => drop.describe_params(&mut params),
+            Statement::SeekGroup(seek) => seek.describe_params(&mut params),
+            Statement::DropGroup(drop) => drop.describe_params(&mut params),
+            Statement::ShowQueues => {}
+            Statement::ShowPartitions { queue } => params.note(queue, oid::TEXT),
+            Statement::ShowGroups { queue } | Statement::ShowSchedules { queue } => {
+                params.note_all(queue, oid::TEXT)
+            }
+            Statement::ShowDlq { queue, limit } => {
+                params.note(queue, oid::TEXT);
+                params.note(limit, oid::INT4);
+            }
+            Statement::Kv(kv) => kv.describe_params(&mut params),
+            Statement::Schedule(schedule) => schedule.describe_params(&mut params),
+            Statement::CancelSchedule(cancel) => cancel.describe_params(&mut params),
+        }
+        params.into_vec()
+    }
+}
+
+/// The statement family, told from the first one or two words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Push,
+    Pop,
+    Ack,
+    Renew,
+    Kv,
+    Schedule,
+    CancelSchedule,
+    CreateQueue,
+    AlterQueue,
+    DropQueue,
+    SeekGroup,
+    DropGroup,
+    Show,
+    ShowSchedules,
+}
+
+fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
+    match token.kind {
+        TokenKind::Word(word) => Some(word),
+        _ => None,
+    }
+}
+
+/// Reads at most two tokens. A lexical error there (an unterminated quote in
+/// ordinary SQL) means "not ours": PostgreSQL reports it in its own words.
+fn recognize(sql: &str) -> Option<Family> {
+    let mut lexer = Lexer::new(sql);
+    let first = lexer.next_token().ok()?;
+    let first = word(&first)?.to_ascii_uppercase();
+    let family = match first.as_str() {
+        "PUSH" => Family::Push,
+        "POP" => Family::Pop,
+        "ACK" => Family::Ack,
+        "RENEW" => Family::Renew,
+        "KV" => Family::Kv,
+        "SCHEDULE" => Family::Schedule,
+        "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" => {
+            let second = lexer.next_token().ok()?;
+            let second = word(&second)?.to_ascii_uppercase();
+            match (first.as_str(), second.as_str()) {
+                ("CANCEL", "SCHEDULE") => Family::CancelSchedule,
+                ("CREATE", "QUEUE") => Family::CreateQueue,
+                ("ALTER", "QUEUE") => Family::AlterQueue,
+                ("DROP", "QUEUE") => Family::DropQueue,
+                ("DROP", "GROUP") => Family::DropGroup,
+                ("SEEK", "GROUP") => Family::SeekGroup,
+                ("SHOW", "QUEUES" | "PARTITIONS" | "GROUPS" | "DLQ") => Family::Show,
+                ("SHOW", "SCHEDULES") => Family::ShowSchedules,
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some(family)
+}
+
+/// `None`: the text is not a dialect statement (pass it through to
+/// PostgreSQL). `Some(Err)`: it is one, but malformed. One statement per
+/// call: a trailing `;` and comments are allowed, anything after is `42601`.
+pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
+    let family = recognize(sql)?;
+    let mut cursor = Cursor::new(sql);
+    let statement = match family {
+        Family::Push => push::Push::parse(&mut cursor).map(Statement::Push),
+        Family::Pop => pop::Pop::parse(&mut cursor).map(Statement::Pop),
+        Family::Ack => ack::Ack::parse(&mut cursor).map(Statement::Ack),
+        Family::Renew => ack::Renew::parse(&mut cursor).map(Statement::Renew),
+        Family::Kv => kv::KvStatement::parse(&mut cursor).map(Statement::Kv),
+        Family::Schedule => timer::Schedule::parse(&mut cursor).map(Statement::Schedule),
+        Family::CancelSchedule => {
+            timer::CancelSchedule::parse(&mut cursor).map(Statement::CancelSchedule)
+        }
+        Family::CreateQueue => {
+            queue_admin::CreateQueue::parse(&mut cursor).map(Statement::CreateQueue)
+        }
+        Family::AlterQueue => {
+            queue_admin::AlterQueue::parse(&mut cursor).map(Statement::AlterQueue)
+        }
+        Family::DropQueue => queue_admin::DropQueue::parse(&mut cursor).map(Statement::DropQueue),
+        Family::SeekGroup => queue_admin::SeekGroup::parse(&mut cursor).map(Statement::SeekGroup),
+        Family::DropGroup => queue_admin::DropGroup::parse(&mut cursor).map(Statement::DropGroup),
+        Family::Show => show::parse(&mut cursor),
+        Family::ShowSchedules => timer::parse_show(&mut cursor),
+    };
+    Some(statement.and_then(|statement| {
+        cursor.finish()?;
+        Ok(statement)
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinary_sql_is_not_ours() {
+        for sql in [
+            "",
+            "   ",
+            "-- just a comment",
+            "SELECT 1",
+            "select 'PUSH'",
+            "SHOW search_path",
+            "show transaction_isolation",
+            "SHOW ALL",
+            "CREATE TABLE queue(id int)",
+            "CREATE TABLE queues (id int)",
+            "CREATE QUEUE_x",
+            "create queue.x",
+            "DROP TABLE orders",
+            "DROP ROLE someone",
+            "ALTER TABLE q ADD COLUMN x int",
+            "CREATE GROUP g",
+            "INSERT INTO push VALUES (1)",
+            "WITH x AS (SELECT 1) SELECT * FROM x",
+            "(SELECT 1)",
+            "BEGIN",
+            "COMMIT",
+            "SET search_path = queen",
+            "EXPLAIN POP FROM q",
+            "\"PUSH\" INTO q VALUES ('1')",
+            "'PUSH' INTO q",
+            "PUSHX INTO q",
+            "push.into q",
+            "SELECT 'unterminated",
+            "SHOW 'unterminated",
+            "SEEK 5",
+            "CANCEL",
+            "CANCEL QUERY",
+            "/* unterminated PUSH",
+            "DECLARE c CURSOR FOR SELECT 1",
+            "COPY t FROM STDIN",
+            "$1",
+        ] {
+            assert_eq!(parse(sql), None, "{sql:?}");
+        }
+    }
+
+    #[test]
+    fn leading_whitespace_and_comments_are_skipped() {
+        for sql in [
+            "  \n\tSHOW QUEUES",
+            "-- list them\nSHOW QUEUES",
+            "/* a /* nested */ comment */ show queues",
+            "SHOW /* between */ QUEUES",
+            "SHOW QUEUES -- trailing",
+            "SHOW QUEUES; /* done */ ",
+            "SHOW QUEUES ;\n-- end\n",
+        ] {
+            assert_eq!(parse(sql), Some(Ok(Statement::ShowQueues)), "{sql:?}");
+        }
+    }
+
+    #[test]
+    fn every_family_is_recognised_case_insensitively() {
+        for sql in [
+            "Push Into q Values ('1')",
+            "pOp FROM q",
+            "ack 'r'",
+            "renew 'r'",
+            "kv get ns k",
+            "schedule into q key k after 5 values ('1')",
+            "cancel schedule k on q",
+            "create queue q",
+            "alter queue q set (priority = 1)",
+            "drop queue q",
+            "seek group g on q to end",
+            "drop group g on q",
+            "show queues",
+            "show partitions from q",
+            "show groups",
+            "show dlq from q",
+            "show schedules",
+        ] {
+            assert!(
+                matches!(parse(sql), Some(Ok(_))),
+                "{sql:?}: {:?}",
+                parse(sql)
+            );
+        }
+    }
+
+    #[test]
+    fn trailing_junk_is_42601_at_its_position() {
+        let err = parse("SHOW QUEUES please").unwrap().unwrap_err();
+        assert_eq!((err.sqlstate, err.position), ("42601", Some(13)));
+        assert!(err.message.contains("\"please\""), "{}", err.message);
+        let err = parse("SHOW QUEUES;;").unwrap().unwrap_err();
+        assert_eq!(err.position, Some(13));
+        let err = parse("SHOW QUEUES; SHOW QUEUES").unwrap().unwrap_err();
+        assert_eq!(err.position, Some(14));
+    }
+
+    #[test]
+    fn lexical_errors_inside_a_dialect_statement_are_reported() {
+        let err = parse("POP FROM q GROUP 'abc").unwrap().unwrap_err();
+        assert_eq!((err.sqlstate, err.position), ("42601", Some(18)));
+        assert!(err.message.starts_with("unterminated quoted string"));
+        let err = parse("SHOW QUEUES /* open").unwrap().unwrap_err();
+        assert_eq!((err.sqlstate, err.position), ("42601", Some(13)));
+        // An earlier grammar error wins over a later lexical one.
+        let err = parse("POP FROM q BOGUS 'abc").unwrap().unwrap_err();
+        assert_eq!(err.position, Some(12));
+        assert_eq!(
+            parse("PUSH INTO q VALUES ($0)")
+                .unwrap()
+                .unwrap_err()
+                .sqlstate,
+            "42P02"
+        );
+    }
+
+    #[test]
+    fn positions_count_characters() {
+        let err = parse("POP FROM \"ñandú\" LIMT 1").unwrap().unwrap_err();
+        assert_eq!(err.position, Some(18));
+    }
+
+    #[test]
+    fn names_are_taken_exactly_as_written() {
+        let Some(Ok(Statement::ShowPartitions { queue })) = parse("SHOW PARTITIONS FROM Orders-EU")
+        else {
+            panic!()
+        };
+        assert_eq!(queue, Value::Literal("Orders-EU".to_string()));
+        for (sql, expected) in [
+            ("POP FROM \"we\"\"ird\"", "we\"ird"),
+            ("POP FROM 'it''s'", "it's"),
+            ("POP FROM $$dollar$$", "dollar"),
+            ("POP FROM billing.invoices:v2", "billing.invoices:v2"),
+            ("POP FROM 42", "42"),
+        ] {
+            let Some(Ok(Statement::Pop(pop))) = parse(sql) else {
+                panic!("{sql}")
+            };
+            assert_eq!(pop.queue, Value::Literal(expected.to_string()), "{sql}");
+        }
+    }
+
+    #[test]
+    fn command_tags() {
+        let tag = |sql: &str, rows| parse(sql).unwrap().unwrap().command_tag(rows);
+        assert_eq!(tag("PUSH INTO q VALUES ('1'), ('2')", 2), "SELECT 2");
+        assert_eq!(tag("POP FROM q", 0), "SELECT 0");
+        assert_eq!(tag("KV PUT ns k '1' FOREVER", 1), "SELECT 1");
+        assert_eq!(tag("CANCEL SCHEDULE k ON q", 1), "SELECT 1");
+        assert_eq!(tag("CREATE QUEUE q", 0), "CREATE QUEUE");
+        assert_eq!(tag("DROP GROUP g ON q", 0), "DROP GROUP");
+    }
+
+    #[test]
+    fn columns_follow_the_dialect() {
+        let names = |sql: &str| -> Vec<(&str, Oid)> {
+            parse(sql)
+                .unwrap()
+                .unwrap()
+                .columns()
+                .iter()
+                .map(|c| (c.name, c.type_oid))
+                .collect()
+        };
+        assert_eq!(
+            names("PUSH INTO q VALUES ('1')"),
+            vec![
+                ("message_id", oid::UUID),
+                ("queue", oid::TEXT),
+                ("partition", oid::TEXT),
+                ("offset", oid::INT8),
+                ("transaction_id", oid::TEXT),
+                ("status", oid::TEXT)
+            ]
+        );
+        assert_eq!(
+            names("POP FROM q")
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>(),
+            [
+                "receipt",
+                "message_id",
+                "queue",
+                "partition",
+                "offset",
+                "payload",
+                "transaction_id",
+                "trace_id",
+                "retry_count",
+                "created_at",
+                "lease_expires_at"
+            ]
+        );
+        assert_eq!(
+            names("ACK 'r'"),
+            vec![("receipt", oid::TEXT), ("status", oid::TEXT)]
+        );
+        assert_eq!(
+            names("RENEW 'r'"),
+            vec![
+                ("receipt", oid::TEXT),
+                ("lease_expires_at", oid::TIMESTAMPTZ)
+            ]
+        );
+        assert_eq!(
+            names("KV LIST ns"),
+            vec![
+                ("namespace", oid::TEXT),
+                ("key", oid::TEXT),
+                ("value", oid::JSONB),
+                ("version", oid::INT8),
+                ("expires_at", oid::TIMESTAMPTZ)
+            ]
+        );
+        assert_eq!(
+            names("SHOW PARTITIONS FROM q"),
+            vec![
+                ("partition", oid::TEXT),
+                ("messages", oid::INT8),
+                ("last_offset", oid::INT8),
+                ("last_write_at", oid::TIMESTAMPTZ)
+            ]
+        );
+        assert!(names("DROP QUEUE q").is_empty());
+    }
+
+    const SAMPLES: &[&str] = &[
+        "PUSH INTO \"q\" PARTITION 'p' (payload, transaction_id) VALUES ('{\"a\":[1,2]}', $1), ($2, NULL);",
+        "POP FROM q GROUP g LIMIT 5 PARTITIONS 2 WAIT '1 minute' LEASE 30 AUTO ACK SUBSCRIBE FROM '2024-01-01'",
+        "ACK 'r1', $1 FAILED REASON 'it''s broken'",
+        "RENEW 'r' FOR '00:00:30'",
+        "CREATE QUEUE IF NOT EXISTS q WITH (lease_time = '5m', retry_limit = 3, dead_letter_queue = on)",
+        "ALTER QUEUE q SET (namespace = $1)",
+        "SEEK GROUP g ON q PARTITION p TO TIMESTAMP '2024-01-01'",
+        "KV PUT ns k $$[\"x\"]$$ TTL 'PT1H' EXPECT 3 /* c */",
+        "KV LIST ns PREFIX 'a' AFTER 'b' LIMIT 10 -- c",
+        "SCHEDULE INTO q KEY k AT '2030-01-01' VALUES ('{}')",
+    ];
+
+    #[test]
+    fn every_prefix_of_a_statement_parses_or_fails_without_panicking() {
+        for sample in SAMPLES {
+            assert!(matches!(parse(sample), Some(Ok(_))), "{sample}");
+            for (end, _) in sample.char_indices() {
+                let prefix = &sample[..end];
+                if let Some(Err(err)) = parse(prefix) {
+                    let position = err.position.unwrap_or(1);
+                    assert!(position >= 1 && position <= prefix.chars().count() + 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_input_never_panics() {
+        const PIECES: &[&str] = &[
+            "PUSH",
+            "POP",
+            "KV",
+            "PUT",
+            "GET",
+            "SHOW",
+            "QUEUES",
+            "INTO",
+            "FROM",
+            "VALUES",
+            "(",
+            ")",
+            ",",
+            ";",
+            "=",
+            "'",
+            "''",
+            "\"",
+            "$",
+            "$1",
+            "$$",
+            "--",
+            "/*",
+            "*/",
+            " ",
+            "\n",
+            "{",
+            "}",
+            "[",
+            "]",
+            "\\u",
+            "é",
+            "0",
+            "-1",
+            "99999999999999999999",
+            "TTL",
+            "FOREVER",
+            "LIMIT",
+            "WAIT",
+            "'5s'",
+            "'{\"a\":'",
+            "NULL",
+            "AUTO",
+            "ACK",
+            "CREATE",
+            "QUEUE",
+            "WITH",
+            "lease_time",
+            "SCHEDULE",
+            "KEY",
+            "AT",
+            "AFTER",
+            "\u{0}",
+            ":",
+            ".",
+            "x",
+        ];
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let length = next() % 12;
+            let mut sql = String::new();
+            for _ in 0..length {
+                sql.push_str(PIECES[(next() % PIECES.len() as u64) as usize]);
+                if next() % 2 == 0 {
+                    sql.push(' ');
+                }
+            }
+            let _ = parse(&sql);
+        }
+    }
+
+    #[test]
+    fn param_count_and_types() {
+        let statement = parse("PUSH INTO q VALUES ($2)").unwrap().unwrap();
+        assert_eq!(statement.param_count(), 2);
+        assert_eq!(statement.param_type(1), oid::TEXT);
+        assert_eq!(statement.param_type(2), oid::JSONB);
+        assert_eq!(statement.param_type(3), oid::TEXT);
+        assert_eq!(statement.param_type(0), oid::TEXT);
+        let statement = parse("SHOW QUEUES").unwrap().unwrap();
+        assert_eq!(statement.param_count(), 0);
+        let statement = parse("PUSH INTO $1 VALUES ($1)").unwrap().unwrap();
+        assert_eq!(statement.param_types(), vec![oid::TEXT]);
+    }
+}

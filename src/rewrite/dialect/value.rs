@@ -72,7 +72,8 @@ pub fn validate_name(what: &str, name: &str) -> Result<(), ParseError> {
 /// KV namespaces: 1–128 bytes of `A-Z a-z 0-9 _ . : -`, so a typo is an
 /// error rather than a phantom namespace.
 pub fn validate_namespace(namespace: &str) -> Result<(), ParseError> {
-    let allowed = |byte: u8| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b':' | b'-');
+    let allowed =
+        |byte: u8| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b':' | b'-');
     if namespace.is_empty()
         || namespace.len() > MAX_NAMESPACE_BYTES
         || !namespace.bytes().all(allowed)
@@ -107,7 +108,10 @@ pub fn validate_kv_bound(what: &str, bound: &str) -> Result<(), ParseError> {
     if bound.len() > MAX_KV_KEY_BYTES || bound.contains('\0') {
         return Err(ParseError::new(
             sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid {what} {}: expected at most {MAX_KV_KEY_BYTES} bytes without NUL", quoted(bound)),
+            format!(
+                "invalid {what} {}: expected at most {MAX_KV_KEY_BYTES} bytes without NUL",
+                quoted(bound)
+            ),
         ));
     }
     Ok(())
@@ -202,7 +206,11 @@ impl ParamTypes {
         }
     }
 
-    pub fn note_all<'v, T: 'v>(&mut self, values: impl IntoIterator<Item = &'v Value<T>>, type_oid: Oid) {
+    pub fn note_all<'v, T: 'v>(
+        &mut self,
+        values: impl IntoIterator<Item = &'v Value<T>>,
+        type_oid: Oid,
+    ) {
         for value in values {
             self.note(value, type_oid);
         }
@@ -226,7 +234,11 @@ mod tests {
         assert!(validate_name("queue", "orders-eu").is_ok());
         assert!(validate_name("queue", &"x".repeat(255)).is_ok());
         for bad in ["", &"x".repeat(256), "a\tb", "a\u{7f}b"] {
-            assert_eq!(validate_name("queue", bad).unwrap_err().sqlstate, "22023", "{bad:?}");
+            assert_eq!(
+                validate_name("queue", bad).unwrap_err().sqlstate,
+                "22023",
+                "{bad:?}"
+            );
         }
     }
 
@@ -234,7 +246,11 @@ mod tests {
     fn namespaces_allow_only_their_charset() {
         assert!(validate_namespace("app.v1:cache-x_y").is_ok());
         for bad in ["", "a b", "é", "a/b", &"n".repeat(129)] {
-            assert_eq!(validate_namespace(bad).unwrap_err().sqlstate, "22023", "{bad:?}");
+            assert_eq!(
+                validate_namespace(bad).unwrap_err().sqlstate,
+                "22023",
+                "{bad:?}"
+            );
         }
     }
 
@@ -254,7 +270,12 @@ mod tests {
         assert_eq!(parse_count("LIMIT", "0").unwrap_err().sqlstate, "22023");
         assert_eq!(parse_count("LIMIT", "-3").unwrap_err().sqlstate, "22023");
         assert_eq!(parse_count("LIMIT", "10001").unwrap_err().sqlstate, "54000");
-        assert_eq!(parse_count("LIMIT", "99999999999999999999").unwrap_err().sqlstate, "54000");
+        assert_eq!(
+            parse_count("LIMIT", "99999999999999999999")
+                .unwrap_err()
+                .sqlstate,
+            "54000"
+        );
         assert_eq!(parse_count("LIMIT", "1.5").unwrap_err().sqlstate, "22P02");
     }
 
@@ -262,7 +283,10 @@ mod tests {
     fn integers() {
         assert_eq!(parse_integer("-42"), Ok(-42));
         assert_eq!(parse_integer("x").unwrap_err().sqlstate, "22P02");
-        assert_eq!(parse_integer("99999999999999999999").unwrap_err().sqlstate, "22003");
+        assert_eq!(
+            parse_integer("99999999999999999999").unwrap_err().sqlstate,
+            "22003"
+        );
     }
 
     #[test]

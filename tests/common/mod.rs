@@ -1,0 +1,7 @@
+//! The shared test harness: one embedded PostgreSQL per test binary, a fresh
+//! database per test, queenwire started in-process on it, and clients.
+#![allow(dead_code)]
+
+pub mod cluster;
+pub mod proxy;
+pub mod raw;

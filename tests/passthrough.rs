@@ -1,0 +1,520 @@
+//! Plain SQL through queenwire behaves as on PostgreSQL itself, over the
+//! simple and the extended protocol, with psql and tokio-postgres.
+
+mod common;
+
+use common::proxy::Proxy;
+use common::raw::{bind_text, execute, sync, Raw};
+use queenwire::protocol::frontend;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn psql_runs_simple_and_multi_statement_queries() {
+    let proxy = Proxy::start("psql_simple").await;
+    let (ok, out, err) = proxy
+        .psql(&[
+            "-At",
+            "-c",
+            "SELECT 1 AS one; SELECT 'two'",
+            "-c",
+            "SELECT 3",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "1\ntwo\n3\n");
+
+    let script = "CREATE TABLE t (id int PRIMARY KEY, body jsonb);\n\
+                  BEGIN;\nINSERT INTO t VALUES (1, '{\"a\":1}'), (2, '[1,2]');\nCOMMIT;\n\
+                  SELECT id, body->>'a' FROM t ORDER BY id;\n\
+                  \\copy (SELECT id FROM t ORDER BY id) TO STDOUT\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("script.sql");
+    std::fs::write(&file, script).unwrap();
+    let (ok, out, err) = proxy.psql(&["-At", "-f", file.to_str().unwrap()]).await;
+    assert!(ok, "{err}");
+    assert!(out.ends_with("1|1\n2|\n1\n2\n"), "{out}");
+
+    let (ok, _, err) = proxy.psql(&["-c", "SELECT * FROM missing_table"]).await;
+    assert!(!ok);
+    assert!(err.contains("missing_table"), "{err}");
+}
+
+#[tokio::test]
+async fn psql_copy_in_and_out() {
+    let proxy = Proxy::start("psql_copy").await;
+    let (ok, _, err) = proxy
+        .psql(&["-c", "CREATE TABLE c (id int, name text)"])
+        .await;
+    assert!(ok, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rows.csv");
+    std::fs::write(&file, "1,one\n2,two\n3,three\n").unwrap();
+    let cmd = format!("\\copy c FROM '{}' WITH (FORMAT csv)", file.display());
+    let (ok, _, err) = proxy.psql(&["-c", &cmd]).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = proxy
+        .psql(&[
+            "-At",
+            "-c",
+            "COPY (SELECT name FROM c ORDER BY id) TO STDOUT",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "one\ntwo\nthree\n");
+}
+
+#[tokio::test]
+async fn extended_protocol_binary_parameters_of_common_types() {
+    let proxy = Proxy::start("ext_binary").await;
+    let client = proxy.connect().await;
+    let id = uuid::Uuid::now_v7();
+    let when = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let row = client
+        .query_one(
+            "SELECT $1::int4 + 1, $2::int8 * 2, $3::text || '!', $4::uuid, $5::timestamptz, $6::bytea, $7::int4[], $8::text[]",
+            &[&41i32, &21i64, &"hi", &id, &when, &vec![0u8, 1, 255], &vec![1i32, 2, 3], &vec!["a", "b"]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 42);
+    assert_eq!(row.get::<_, i64>(1), 42);
+    assert_eq!(row.get::<_, String>(2), "hi!");
+    assert_eq!(row.get::<_, uuid::Uuid>(3), id);
+    assert_eq!(row.get::<_, std::time::SystemTime>(4), when);
+    assert_eq!(row.get::<_, Vec<u8>>(5), vec![0u8, 1, 255]);
+    assert_eq!(row.get::<_, Vec<i32>>(6), vec![1, 2, 3]);
+    assert_eq!(row.get::<_, Vec<String>>(7), vec!["a", "b"]);
+    // jsonb and numeric have no binary codec in this client build: their
+    // text forms travel through a cast.
+    let row = client
+        .query_one(
+            "SELECT ($1::text::jsonb)->>'k', ($2::text::numeric * 2)::text",
+            &[&"{\"k\":\"v\"}", &"1.25"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "v");
+    assert_eq!(row.get::<_, String>(1), "2.50");
+}
+
+#[tokio::test]
+async fn extended_protocol_text_parameters_and_results() {
+    let proxy = Proxy::start("ext_text").await;
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(&[
+        frontend::build_parse(
+            "typed",
+            "SELECT $1::int4 + 1, $2::int8, $3::jsonb -> 'a', $4::uuid, $5::timestamptz AT TIME ZONE 'UTC', $6::numeric * 2, $7::bytea, $8::int[]",
+            &[],
+        ),
+        bind_text(
+            "",
+            "typed",
+            &[
+                Some("41"),
+                Some("9000000000"),
+                Some("{\"a\": [1, 2]}"),
+                Some("0192f3c4-5b6a-7c8d-9e0f-a1b2c3d4e5f6"),
+                Some("2026-01-02 03:04:05+00"),
+                Some("1.5"),
+                Some("\\x00ff"),
+                Some("{1,2,3}"),
+            ],
+        ),
+        execute("", 0),
+        sync(),
+    ])
+    .await;
+    let r = raw.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(
+        r.rows,
+        vec![vec![
+            Some("42".into()),
+            Some("9000000000".into()),
+            Some("[1, 2]".into()),
+            Some("0192f3c4-5b6a-7c8d-9e0f-a1b2c3d4e5f6".into()),
+            Some("2026-01-02 03:04:05".into()),
+            Some("3.0".into()),
+            Some("\\x00ff".into()),
+            Some("{1,2,3}".into()),
+        ]]
+    );
+    assert_eq!(r.status, b'I');
+}
+
+#[tokio::test]
+async fn portal_is_fetched_in_chunks() {
+    let proxy = Proxy::start("portal_chunks").await;
+    let mut client = proxy.connect().await;
+    let tx = client.transaction().await.unwrap();
+    let stmt = tx
+        .prepare("SELECT g FROM generate_series(1, 25) g")
+        .await
+        .unwrap();
+    let portal = tx.bind(&stmt, &[]).await.unwrap();
+    let mut seen = Vec::new();
+    let mut chunks = 0;
+    loop {
+        let rows = tx.query_portal(&portal, 10).await.unwrap();
+        if rows.is_empty() {
+            break;
+        }
+        chunks += 1;
+        seen.extend(rows.iter().map(|r| r.get::<_, i32>(0)));
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(seen, (1..=25).collect::<Vec<_>>());
+    assert_eq!(chunks, 3);
+
+    // The same with the raw protocol: PortalSuspended after each chunk.
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.simple("BEGIN").await;
+    raw.send(&[
+        frontend::build_parse("", "SELECT g FROM generate_series(1, 5) g", &[]),
+        bind_text("p", "", &[]),
+        execute("p", 2),
+        execute("p", 2),
+        execute("p", 2),
+        sync(),
+    ])
+    .await;
+    let r = raw.read_until_ready().await;
+    assert_eq!(r.rows.len(), 5);
+    assert_eq!(r.tags.iter().filter(|t| **t == b's').count(), 2);
+    assert_eq!(r.completions, vec!["SELECT 1"]);
+    assert_eq!(r.status, b'T');
+    assert_eq!(raw.simple("COMMIT").await.status, b'I');
+}
+
+#[tokio::test]
+async fn error_mid_pipeline_skips_to_sync_and_the_session_goes_on() {
+    let proxy = Proxy::start("pipeline_error").await;
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(&[
+        frontend::build_parse("", "SELECT 1", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        frontend::build_parse("", "SELECT * FROM no_such_table", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        frontend::build_parse("", "SELECT 3", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        sync(),
+    ])
+    .await;
+    let r = raw.read_until_ready().await;
+    assert_eq!(r.rows, vec![vec![Some("1".into())]]);
+    assert_eq!(r.errors.len(), 1);
+    assert_eq!(r.errors[0].code, "42P01");
+    assert_eq!(r.status, b'I');
+    // Nothing from the statements after the error.
+    assert_eq!(r.completions, vec!["SELECT 1"]);
+    let r = raw.simple("SELECT 4").await;
+    assert_eq!(r.rows, vec![vec![Some("4".into())]]);
+
+    // tokio-postgres pipelines its queries; one failing leaves the others.
+    let client = proxy.connect().await;
+    let (a, b, c) = tokio::join!(
+        client.query_one("SELECT 1::int4", &[]),
+        client.query_one("SELECT 1/0", &[]),
+        client.query_one("SELECT 3::int4", &[])
+    );
+    assert_eq!(a.unwrap().get::<_, i32>(0), 1);
+    assert_eq!(b.unwrap_err().code().unwrap().code(), "22012");
+    assert_eq!(c.unwrap().get::<_, i32>(0), 3);
+}
+
+#[tokio::test]
+async fn ready_for_query_reports_the_transaction_status() {
+    let proxy = Proxy::start("rfq_status").await;
+    let mut raw = Raw::connect(proxy.addr).await;
+    assert_eq!(raw.simple("SELECT 1").await.status, b'I');
+    assert_eq!(raw.simple("BEGIN").await.status, b'T');
+    assert_eq!(raw.simple("CREATE TABLE s (x int)").await.status, b'T');
+    assert_eq!(raw.simple("SAVEPOINT a").await.status, b'T');
+    let r = raw.simple("SELECT 1/0").await;
+    assert_eq!(r.errors[0].code, "22012");
+    assert_eq!(r.status, b'E');
+    let r = raw.simple("SELECT 1").await;
+    assert_eq!(r.errors[0].code, "25P02");
+    assert_eq!(r.status, b'E');
+    assert_eq!(raw.simple("ROLLBACK TO SAVEPOINT a").await.status, b'T');
+    assert_eq!(raw.simple("INSERT INTO s VALUES (1)").await.status, b'T');
+    assert_eq!(raw.simple("COMMIT").await.status, b'I');
+    let r = raw.simple("SELECT count(*) FROM s").await;
+    assert_eq!(r.rows, vec![vec![Some("1".into())]]);
+
+    // The same over the extended protocol.
+    raw.send(&[
+        frontend::build_parse("", "BEGIN", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        sync(),
+    ])
+    .await;
+    assert_eq!(raw.read_until_ready().await.status, b'T');
+    raw.send(&[
+        frontend::build_parse("", "SELECT 1/0", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        sync(),
+    ])
+    .await;
+    assert_eq!(raw.read_until_ready().await.status, b'E');
+    assert_eq!(raw.simple("ROLLBACK").await.status, b'I');
+}
+
+#[tokio::test]
+async fn prepared_statement_survives_moving_between_backend_connections() {
+    let proxy = Proxy::start_with("prepared_moves", |c| c.pool_size = 3).await;
+    let client = proxy.connect().await;
+    let stmt = client
+        .prepare("SELECT $1::int4 + 1, pg_backend_pid()")
+        .await
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut churners = Vec::new();
+    for _ in 0..6 {
+        let client = proxy.connect().await;
+        let stop = stop.clone();
+        churners.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                client
+                    .batch_execute("BEGIN; SELECT pg_sleep(0.002); COMMIT")
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    let mut pids = std::collections::HashSet::new();
+    for i in 0..100i32 {
+        let row = client.query_one(&stmt, &[&i]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), i + 1);
+        pids.insert(row.get::<_, i32>(1));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in churners {
+        c.await.unwrap();
+    }
+    assert!(pids.len() >= 2, "the statement never moved: {pids:?}");
+}
+
+#[tokio::test]
+async fn fifty_clients_share_a_pool_of_four() {
+    let proxy = Proxy::start_with("pool_of_four", |c| c.pool_size = 4).await;
+    let dbname = proxy.direct.get_dbname().unwrap().to_string();
+    let mut monitor_cfg = proxy.direct.clone();
+    monitor_cfg.dbname("postgres");
+    let monitor = common::proxy::connect(&monitor_cfg).await;
+    let mut tasks = Vec::new();
+    for i in 0..50i32 {
+        let cfg = proxy.client_config();
+        tasks.push(tokio::spawn(async move {
+            let client = common::proxy::connect(&cfg).await;
+            let mut sum = 0;
+            for _ in 0..3 {
+                let row = client
+                    .query_one("SELECT $1::int4, pg_sleep(0.01)", &[&i])
+                    .await
+                    .unwrap();
+                sum += row.get::<_, i32>(0);
+            }
+            sum
+        }));
+    }
+    let mut peak = 0i64;
+    while tasks.iter().any(|t| !t.is_finished()) {
+        let n: i64 = monitor
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
+                &[&dbname],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        peak = peak.max(n);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    assert_eq!(total, 3 * (0..50).sum::<i32>());
+    assert!(peak <= 4, "{peak} backend connections for a pool of 4");
+    assert!(peak >= 1);
+}
+
+#[tokio::test]
+async fn cancel_reaches_the_backend_query() {
+    let proxy = Proxy::start("cancel").await;
+    let client = proxy.connect().await;
+    let token = client.cancel_token();
+    let started = Instant::now();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    });
+    let err = client
+        .query_one("SELECT pg_sleep(30)", &[])
+        .await
+        .unwrap_err();
+    canceller.await.unwrap();
+    assert_eq!(err.code().unwrap().code(), "57014");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The session is still usable.
+    let row = client.query_one("SELECT 1::int4", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1);
+}
+
+#[tokio::test]
+async fn a_client_killed_mid_transaction_leaves_no_open_transaction() {
+    let proxy = Proxy::start("killed_client").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("CREATE TABLE k (id int)")
+        .await
+        .unwrap();
+    let dbname = proxy.direct.get_dbname().unwrap().to_string();
+
+    // A psql process killed while its transaction is open.
+    let mut psql = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &proxy.addr.port().to_string(),
+            "-U",
+            "tester",
+            "-X",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = psql.stdin.as_mut().unwrap();
+        stdin
+            .write_all(b"BEGIN;\nINSERT INTO k VALUES (1);\n")
+            .unwrap();
+        stdin.flush().unwrap();
+    }
+    // And a raw client that vanishes in the middle of one.
+    let mut raw = Raw::connect(proxy.addr).await;
+    assert_eq!(
+        raw.simple("BEGIN; INSERT INTO k VALUES (2)").await.status,
+        b'T'
+    );
+
+    let idle_in_tx = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state = 'idle in transaction'";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = direct
+            .query_one(idle_in_tx, &[&dbname])
+            .await
+            .unwrap()
+            .get(0);
+        if n == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "transactions never opened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    psql.kill().unwrap();
+    psql.wait().unwrap();
+    drop(raw);
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n: i64 = direct
+            .query_one(idle_in_tx, &[&dbname])
+            .await
+            .unwrap()
+            .get(0);
+        if n == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{n} transactions still open");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM k", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "a killed client's transaction committed");
+    // The proxy still serves.
+    let client = proxy.connect().await;
+    client.query_one("SELECT 1", &[]).await.unwrap();
+}
+
+#[tokio::test]
+async fn session_settings_pin_and_startup_parameters_follow_the_session() {
+    let proxy = Proxy::start_with("pinning", |c| c.pool_size = 2).await;
+    let mut cfg = proxy.client_config();
+    cfg.application_name("pinned-app");
+    let a = common::proxy::connect(&cfg).await;
+    let name: String = a
+        .query_one("SHOW application_name", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(name, "pinned-app");
+    a.batch_execute("SET search_path = pg_catalog")
+        .await
+        .unwrap();
+    let b = proxy.connect().await;
+    // b runs on the other connection and does not see a's setting.
+    for _ in 0..5 {
+        let path: String = b.query_one("SHOW search_path", &[]).await.unwrap().get(0);
+        assert_eq!(path, "\"$user\", public");
+        let name: String = b
+            .query_one("SHOW application_name", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(name, "");
+    }
+    let path: String = a.query_one("SHOW search_path", &[]).await.unwrap().get(0);
+    assert_eq!(path, "pg_catalog");
+}
+
+#[tokio::test]
+async fn startup_reports_the_backends_parameter_statuses() {
+    let proxy = Proxy::start("param_status").await;
+    let mut raw = Raw::connect(proxy.addr).await;
+    // Raw::connect checked startup; ask again what the proxy reported.
+    let r = raw.simple("SHOW server_version").await;
+    let version = r.rows[0][0].clone().unwrap();
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    let direct_version: String = direct
+        .query_one("SHOW server_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, direct_version);
+    // tokio-postgres refuses a server that does not report these.
+    for p in [
+        "server_version",
+        "server_encoding",
+        "client_encoding",
+        "DateStyle",
+        "TimeZone",
+        "integer_datetimes",
+        "standard_conforming_strings",
+    ] {
+        let v: String = client
+            .query_one(&format!("SHOW {p}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!v.is_empty(), "{p}");
+    }
+}

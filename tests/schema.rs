@@ -1,0 +1,113 @@
+//! The boot-time schema apply: idempotent, safe when proxies boot together,
+//! and embedding exactly the files in `sql/procedures`.
+
+mod common;
+
+use common::proxy::{connect, Proxy};
+use queenwire::engine::schema;
+
+/// Everything in schema `queen` a re-apply could change.
+const CATALOG_SNAPSHOT: &str = r#"
+SELECT 'function ' || p.oid::regprocedure::text || ' ' || md5(pg_get_functiondef(p.oid))
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'queen' AND p.prokind IN ('f', 'p')
+UNION ALL
+SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
+       || ' toast:' || coalesce((SELECT array_to_string(t.reloptions, ',') FROM pg_class t WHERE t.oid = c.reltoastrelid), '')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen'
+UNION ALL
+SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attstorage::text
+       || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ WHERE n.nspname = 'queen' AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queen'
+UNION ALL
+SELECT 'trigger ' || pg_get_triggerdef(t.oid)
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'queen' AND NOT t.tgisinternal
+UNION ALL
+SELECT 'constraint ' || conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE connamespace = 'queen'::regnamespace
+ORDER BY 1
+"#;
+
+async fn snapshot(client: &tokio_postgres::Client) -> Vec<String> {
+    client
+        .query(CATALOG_SNAPSHOT, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn applying_the_schema_twice_changes_nothing() {
+    let proxy = Proxy::start("schema_twice").await;
+    let direct = proxy.connect_direct().await;
+    let before = snapshot(&direct).await;
+    assert!(
+        before.iter().any(|l| l.starts_with("relation queues ")),
+        "{before:?}"
+    );
+    schema::apply(&direct).await.unwrap();
+    let after = snapshot(&direct).await;
+    assert_eq!(before, after);
+}
+
+#[tokio::test]
+async fn two_proxies_booting_at_once_on_an_empty_database_both_come_up() {
+    let db = common::cluster::fresh_database("schema_race");
+    let (a, b) = tokio::join!(
+        Proxy::start_on(db.clone(), |_| {}),
+        Proxy::start_on(db.clone(), |_| {})
+    );
+    for proxy in [&a, &b] {
+        let client = proxy.connect().await;
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = 'queen'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1);
+    }
+    let direct = connect(&db).await;
+    assert!(!snapshot(&direct).await.is_empty());
+}
+
+#[test]
+fn the_embedded_file_list_equals_the_procedures_directory() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sql/procedures");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sql"))
+        .collect();
+    on_disk.sort();
+    let embedded: Vec<String> = schema::PROCEDURE_FILES
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    assert_eq!(embedded, on_disk);
+    // And each embedded text is the file's current content.
+    for (name, text) in schema::PROCEDURE_FILES {
+        assert_eq!(
+            std::fs::read_to_string(dir.join(name)).unwrap(),
+            *text,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn schema_files_apply_in_lexical_order() {
+    let names: Vec<&str> = schema::PROCEDURE_FILES.iter().map(|(n, _)| *n).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+}

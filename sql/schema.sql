@@ -1,1 +1,138 @@
+-- queenwire: schema `queen`, shared tables.
+--
+-- Applied at EVERY boot, one statement per transaction, before the files in
+-- procedures/ (lexical order). Every statement is idempotent and a re-apply
+-- leaves the catalog unchanged. Rules this file keeps (they hold for every
+-- file under sql/):
+--   * Tables are declared whole in CREATE TABLE IF NOT EXISTS, which takes no
+--     lock on an existing table. There is no ALTER TABLE ... ADD COLUMN IF NOT
+--     EXISTS here: it takes ACCESS EXCLUSIVE even when the column exists, so it
+--     would stall the tables at each rolling restart. A fresh database is the
+--     only supported upgrade path (see the seed's "Retired objects").
+--   * Secondary indexes are created inside DO blocks that look in the catalog
+--     first: CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table BEFORE
+--     it checks the name, i.e. it queues behind every open write transaction
+--     and every writer queues behind it, at every boot.
+--   * Names that are sorted to define a lock order (partition names for
+--     provisioning, consumer groups for the consumer-row order) are
+--     COLLATE "C": byte order is the same on every host and libc/ICU version,
+--     so two brokers can never take the same rows in opposite orders.
+
 CREATE SCHEMA IF NOT EXISTS queen;
+
+-- One row per queue: the single queue identity in the system; everything else
+-- references queues(id). Identity is (tenant_id, name).
+-- Units: every duration column is seconds except retry_delay and
+-- min_pop_wait_time (milliseconds); configure_queue_v1 receives values
+-- already converted to the column's unit.
+CREATE TABLE IF NOT EXISTS queen.queues (
+    id                          UUID PRIMARY KEY DEFAULT gen_random_uuid(),
+    -- The default tenant, so an unscoped caller lands where pre-tenancy
+    -- callers always did.
+    tenant_id                   UUID NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001',
+    name                        TEXT COLLATE "C" NOT NULL,
+    -- Lease of a POP when the statement gives no LEASE (seconds).
+    lease_time                  INTEGER NOT NULL DEFAULT 60 CHECK (lease_time > 0),
+    -- n = at most n + 1 deliveries: the first n failures answer 'retry'.
+    retry_limit                 INTEGER NOT NULL DEFAULT 3 CHECK (retry_limit >= 0),
+    -- How long a FAILED ack blocks the partition for its group (ms).
+    retry_delay                 INTEGER NOT NULL DEFAULT 1000 CHECK (retry_delay >= 0),
+    -- Transaction-id dedup horizon (seconds); 0 = dedup off.
+    dedup_window                INTEGER NOT NULL DEFAULT 3600 CHECK (dedup_window >= 0),
+    -- false: an exhausted message is skipped and counted
+    -- (log_consumers.failed_count) instead of stored in queen.log_dlq.
+    dead_letter_queue           BOOLEAN NOT NULL DEFAULT true,
+    -- Exhausting retry_limit dead-letters; false behaves like
+    -- dead_letter_queue = false for retry exhaustion (skip and count).
+    dlq_after_max_retries       BOOLEAN NOT NULL DEFAULT true,
+    -- A message is invisible to POP until it is this old (seconds).
+    delayed_processing          INTEGER NOT NULL DEFAULT 0 CHECK (delayed_processing >= 0),
+    -- A partition is invisible to POP until its newest write is this old
+    -- (seconds): a debounce.
+    window_buffer               INTEGER NOT NULL DEFAULT 0 CHECK (window_buffer >= 0),
+    -- Retention policy, read by maintenance (seconds; 0 = keep).
+    retention_seconds           INTEGER NOT NULL DEFAULT 0 CHECK (retention_seconds >= 0),
+    completed_retention_seconds INTEGER NOT NULL DEFAULT 0 CHECK (completed_retention_seconds >= 0),
+    retention_enabled           BOOLEAN NOT NULL DEFAULT false,
+    -- Pending messages older than this go to the DLQ by maintenance
+    -- (seconds; 0 = never).
+    max_wait_time_seconds       INTEGER NOT NULL DEFAULT 0 CHECK (max_wait_time_seconds >= 0),
+    -- Pending messages allowed before a PUSH fails with 54000; 0 = unlimited.
+    max_queue_size              BIGINT NOT NULL DEFAULT 0 CHECK (max_queue_size >= 0),
+    priority                    INTEGER NOT NULL DEFAULT 0,
+    namespace                   TEXT,
+    task                        TEXT,
+    encryption_enabled          BOOLEAN NOT NULL DEFAULT false,
+    -- Shortest WAIT a POP on this queue parks for (ms); 0 = no floor.
+    min_pop_wait_time           INTEGER NOT NULL DEFAULT 0 CHECK (min_pop_wait_time >= 0),
+    created_at                  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at                  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- Declared with the table (no separate CREATE INDEX, see above); the
+    -- ON CONFLICT (tenant_id, name) of every provisioning path infers it.
+    CONSTRAINT queues_tenant_name_uk UNIQUE (tenant_id, name)
+);
+
+-- Per (queue, consumer group): the group's existence and its subscription,
+-- fixed at first sight: the group's first POP is the only writer that creates
+-- a row (SEEK and DROP GROUP require one). Queue-scoped only: a group
+-- subscribes to the whole queue.
+-- Lock space: a leaf. SEEK updates and DROP GROUP deletes a row only after
+-- taking the group's consumer rows; a POP inserts one only under a
+-- try-advisory lock, so it never waits here (004_log_pop.sql).
+CREATE TABLE IF NOT EXISTS queen.consumer_groups_metadata (
+    queue_id               UUID NOT NULL REFERENCES queen.queues(id) ON DELETE CASCADE,
+    consumer_group         TEXT COLLATE "C" NOT NULL,
+    -- 'beginning' | 'now' | 'timestamp'.
+    subscription_mode      TEXT NOT NULL DEFAULT 'beginning'
+        CHECK (subscription_mode IN ('beginning', 'now', 'timestamp')),
+    -- NULL for 'beginning'; for 'now' the instant of first sight. A partition
+    -- the group first meets later starts after its last message older than
+    -- this (queen.log_cursor_at_v1), so 'now' also holds for partitions
+    -- created after the subscription.
+    subscription_at        TIMESTAMPTZ,
+    created_at             TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- The seed's cgm_identity_uk covers partition-scoped rows with a nullable
+    -- partition column (NULLS NOT DISTINCT); this build has only queue-scoped
+    -- rows, so the identity is plain (queue_id, consumer_group).
+    CONSTRAINT cgm_identity_uk PRIMARY KEY (queue_id, consumer_group),
+    CHECK ((subscription_mode = 'beginning') = (subscription_at IS NULL))
+);
+
+-- Secrets the proxy keeps in the database (e.g. the receipt HMAC key), so
+-- every proxy sharing the database authenticates the others' receipts.
+CREATE TABLE IF NOT EXISTS queen.proxy_secrets (
+    name       TEXT PRIMARY KEY,
+    secret     BYTEA NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- ---------------------------------------------------------------------------
+-- Proxy helpers
+-- ---------------------------------------------------------------------------
+
+-- The receipt secret every queenwire on this database shares: the first
+-- proxy's candidate wins, every later one reads it back. Receipts signed by
+-- one proxy are therefore accepted by all of them.
+CREATE OR REPLACE FUNCTION queen.receipt_secret_v1(p_candidate BYTEA)
+RETURNS BYTEA
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO queen.proxy_secrets (name, secret) VALUES ('receipt', p_candidate)
+    ON CONFLICT (name) DO NOTHING;
+    RETURN (SELECT s.secret FROM queen.proxy_secrets s WHERE s.name = 'receipt');
+END;
+$$;
+
+-- Fails the calling statement with the proxy's own SQLSTATE and message.
+-- The proxy calls it when it rejects a dialect statement itself (a forged
+-- receipt, a bad parameter), so that PostgreSQL aborts a surrounding
+-- transaction block exactly as it would for an error of its own.
+CREATE OR REPLACE FUNCTION queen.raise_v1(p_code TEXT, p_message TEXT)
+RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = p_code, MESSAGE = p_message;
+END;
+$$;

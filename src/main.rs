@@ -31,6 +31,9 @@ struct Cli {
     /// Largest message a client may send, in bytes.
     #[arg(long, env = "QUEENWIRE_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
     max_message_size: usize,
+    /// Largest message payload (or KV value) a statement accepts, in bytes.
+    #[arg(long, env = "QUEENWIRE_MAX_PAYLOAD", default_value_t = 1024 * 1024)]
+    max_payload: usize,
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         password: cli.password,
         apply_schema: std::env::var("QUEEN_APPLY_SCHEMA").map_or(true, |v| v != "0"),
         max_message_size: cli.max_message_size,
+        max_payload: cli.max_payload,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -2,7 +2,10 @@
 
 use crate::backend::{pool, BackendError, BackendTarget};
 use crate::engine::embedded::{EmbeddedError, EmbeddedPostgres};
+use crate::engine::queues::Limits;
+use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
+use crate::engine::{wake, Engine};
 use crate::frontend::{self, FrontendConfig, Shared};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,6 +13,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// `application_name` of queenwire's own background connections (schema
+/// apply, wake-ups), to tell them apart from the pool in pg_stat_activity.
+pub const BACKGROUND_APPLICATION_NAME: &str = "queenwire background";
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -24,6 +31,8 @@ pub struct Config {
     pub apply_schema: bool,
     /// Largest message a client may send, in bytes.
     pub max_message_size: usize,
+    /// Largest message payload a PUSH accepts, in bytes.
+    pub max_payload: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +54,7 @@ impl Default for Config {
             password: None,
             apply_schema: true,
             max_message_size: 64 * 1024 * 1024,
+            max_payload: 1024 * 1024,
         }
     }
 }
@@ -72,6 +82,7 @@ pub struct Server {
     pub backend_description: String,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
+    wake_task: JoinHandle<()>,
     embedded: Option<EmbeddedPostgres>,
 }
 
@@ -104,7 +115,11 @@ impl Server {
             }
         };
 
-        let (client, connection) = client_config.connect(tokio_postgres::NoTls).await?;
+        let (client, connection) = {
+            let mut cfg = client_config.clone();
+            cfg.application_name(BACKGROUND_APPLICATION_NAME);
+            cfg.connect(tokio_postgres::NoTls).await?
+        };
         let conn_task = tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -116,6 +131,11 @@ impl Server {
         if config.apply_schema {
             schema::apply(&client).await?;
         }
+        let candidate: Vec<u8> = (0..32).map(|_| rand::random::<u8>()).collect();
+        let secret: Vec<u8> = client
+            .query_one("SELECT queen.receipt_secret_v1($1)", &[&candidate])
+            .await?
+            .get(0);
         drop(client);
         let _ = conn_task.await;
 
@@ -127,6 +147,15 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+        let waiters = Arc::new(wake::Waiters::default());
+        let (announcer, announcements) = wake::Announcer::new(waiters.clone());
+        let engine = Arc::new(Engine {
+            receipts: ReceiptKey::new(secret),
+            limits: Limits {
+                max_payload: config.max_payload,
+            },
+            announcer,
+        });
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 password: config.password.clone(),
@@ -134,14 +163,19 @@ impl Server {
             },
             pool,
             target,
+            engine,
         ));
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(frontend::serve(listener, shared, rx));
+        let mut background = client_config.clone();
+        background.application_name(BACKGROUND_APPLICATION_NAME);
+        let wake_task = tokio::spawn(wake::run(background, waiters, announcements));
         Ok(Server {
             local_addr,
             backend_description: format!("{description} (PostgreSQL {version})"),
             shutdown,
             task,
+            wake_task,
             embedded,
         })
     }
@@ -150,6 +184,7 @@ impl Server {
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         let _ = (&mut self.task).await;
+        self.wake_task.abort();
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }

@@ -328,8 +328,8 @@ async fn fifty_clients_share_a_pool_of_four() {
     while tasks.iter().any(|t| !t.is_finished()) {
         let n: i64 = monitor
             .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'",
-                &[&dbname],
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
+                &[&dbname, &queenwire::server::BACKGROUND_APPLICATION_NAME],
             )
             .await
             .unwrap()

@@ -1,5 +1,178 @@
-//! Executes commands against PostgreSQL: the boot-time schema apply, the
-//! embedded cluster. Knows nothing of the wire.
+//! Executes commands against PostgreSQL: the queue statements (each a call
+//! of a `queen.*` procedure on the session's backend connection), segment
+//! framing, receipts, long-poll wake-ups, the boot-time schema apply and the
+//! embedded cluster. Knows nothing of the client's wire.
 
 pub mod embedded;
+pub mod frame;
+pub mod queues;
+pub mod receipt;
 pub mod schema;
+pub mod values;
+pub mod wake;
+
+use crate::backend::{BackendConn, BackendError};
+use crate::protocol::ErrorFields;
+use crate::rewrite::dialect::Statement;
+use queues::Limits;
+use receipt::ReceiptKey;
+use std::sync::Arc;
+use uuid::Uuid;
+use values::{Cell, Params};
+
+/// The default tenant of a proxy user until users carry their own.
+pub const DEFAULT_TENANT: Uuid = Uuid::from_u128(1);
+
+/// Why a statement failed.
+#[derive(Debug)]
+pub enum ExecError {
+    /// Found by the proxy before or instead of a backend call: the backend
+    /// has not seen an error, the caller must make it fail the statement.
+    Statement(ErrorFields),
+    /// From the backend: an ErrorResponse (the backend now skips to Sync) or
+    /// a lost connection.
+    Backend(BackendError),
+}
+
+impl From<ErrorFields> for ExecError {
+    fn from(e: ErrorFields) -> Self {
+        ExecError::Statement(e)
+    }
+}
+
+impl From<BackendError> for ExecError {
+    fn from(e: BackendError) -> Self {
+        ExecError::Backend(e)
+    }
+}
+
+/// What a statement produced.
+pub struct Outcome {
+    pub rows: Vec<Vec<Cell>>,
+    pub tag: String,
+    /// A queue this statement pushed to: its waiters are woken once the
+    /// transaction ends.
+    pub pushed: Option<String>,
+}
+
+/// What every session's statements share.
+pub struct Engine {
+    pub receipts: ReceiptKey,
+    pub limits: Limits,
+    pub announcer: wake::Announcer,
+}
+
+impl Engine {
+    /// Runs one dialect statement on `conn`, inside whatever transaction
+    /// the connection is in. POP runs a single attempt here; waiting is the
+    /// session's job (it must not hold the connection while it waits).
+    pub async fn execute(
+        &self,
+        conn: &mut BackendConn,
+        stmt: &Statement,
+        params: &[Option<String>],
+        tenant: Uuid,
+    ) -> Result<Outcome, ExecError> {
+        let params = Params(params);
+        let mut pushed = None;
+        let rows = match stmt {
+            Statement::Push(push) => {
+                let rows = queues::push(conn, push, &params, &self.limits, tenant).await?;
+                if let Some(Cell::Text(queue)) = rows.first().and_then(|r| r.get(1)) {
+                    pushed = Some(wake::queue_key(tenant, queue));
+                }
+                rows
+            }
+            Statement::Pop(pop) => {
+                let plan = queues::plan_pop(pop, &params)?;
+                queues::pop_once(conn, &plan, &self.receipts, tenant).await?
+            }
+            Statement::Ack(ack) => queues::ack(conn, ack, &params, &self.receipts, tenant).await?,
+            Statement::Renew(renew) => {
+                queues::renew(conn, renew, &params, &self.receipts, tenant).await?
+            }
+            Statement::CreateQueue(c) => {
+                let mode = if c.if_not_exists {
+                    "create_if_not_exists"
+                } else {
+                    "create"
+                };
+                queues::configure(conn, &c.queue, &c.settings, mode, &params, tenant).await?;
+                Vec::new()
+            }
+            Statement::AlterQueue(a) => {
+                queues::configure(conn, &a.queue, &a.settings, "alter", &params, tenant).await?;
+                Vec::new()
+            }
+            Statement::DropQueue(d) => {
+                let queue = params.name(&d.queue, "queue")?;
+                if !queues::drop_queue(conn, &queue, tenant).await? && !d.if_exists {
+                    return Err(ExecError::Statement(ErrorFields::error(
+                        "42704",
+                        format!("queue \"{queue}\" does not exist"),
+                    )));
+                }
+                Vec::new()
+            }
+            Statement::SeekGroup(s) => {
+                let queue = params.name(&s.queue, "queue")?;
+                let group = params.name(&s.group, "group")?;
+                let partition = s
+                    .partition
+                    .as_ref()
+                    .map(|p| params.name(p, "partition"))
+                    .transpose()?;
+                queues::seek(
+                    conn,
+                    &queue,
+                    &group,
+                    partition.as_deref(),
+                    &s.target,
+                    &params,
+                    tenant,
+                )
+                .await?;
+                Vec::new()
+            }
+            Statement::DropGroup(d) => {
+                let queue = params.name(&d.queue, "queue")?;
+                let group = params.name(&d.group, "group")?;
+                queues::drop_group(conn, &queue, &group, tenant).await?;
+                Vec::new()
+            }
+            Statement::ShowQueues => queues::show_queues(conn, tenant).await?,
+            Statement::ShowPartitions { queue } => {
+                let queue = params.name(queue, "queue")?;
+                queues::show_partitions(conn, &queue, tenant).await?
+            }
+            Statement::ShowGroups { queue } => {
+                let queue = queue
+                    .as_ref()
+                    .map(|q| params.name(q, "queue"))
+                    .transpose()?;
+                queues::show_groups(conn, queue.as_deref(), tenant).await?
+            }
+            Statement::ShowDlq { queue, limit } => {
+                let queue = params.name(queue, "queue")?;
+                let limit = params.count(limit, "LIMIT")? as i32;
+                queues::show_dlq(conn, &queue, limit, tenant).await?
+            }
+            Statement::Kv(_)
+            | Statement::Schedule(_)
+            | Statement::CancelSchedule(_)
+            | Statement::ShowSchedules { .. } => {
+                return Err(ExecError::Statement(ErrorFields::error(
+                    "0A000",
+                    "KV and timer statements are not available yet in this queenwire",
+                )))
+            }
+        };
+        Ok(Outcome {
+            tag: stmt.command_tag(rows.len()),
+            rows,
+            pushed,
+        })
+    }
+}
+
+pub type SharedEngine = Arc<Engine>;

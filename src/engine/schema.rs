@@ -10,11 +10,26 @@ use crate::rewrite::split::split_statements;
 /// The advisory lock key the seeds give the schema apply.
 pub const SCHEMA_LOCK: i64 = 778120010;
 
+macro_rules! procedure {
+    ($name:literal) => {
+        ($name, include_str!(concat!("../../sql/procedures/", $name)))
+    };
+}
+
 pub const SCHEMA_FILE: (&str, &str) = ("schema.sql", include_str!("../../sql/schema.sql"));
 
 /// The procedure files, in the order they are applied. A test checks this
 /// list against the directory.
-pub const PROCEDURE_FILES: &[(&str, &str)] = &[];
+pub const PROCEDURE_FILES: &[(&str, &str)] = &[
+    procedure!("001_log_schema.sql"),
+    procedure!("003_log_push.sql"),
+    procedure!("004_log_pop.sql"),
+    procedure!("005_log_ack.sql"),
+    procedure!("010_log_admin.sql"),
+    procedure!("011_log_stats.sql"),
+    procedure!("012_configure.sql"),
+    procedure!("013_analytics.sql"),
+];
 
 /// The oldest PostgreSQL the schema supports (NULLS NOT DISTINCT needs 15).
 pub const MIN_SERVER_VERSION_NUM: i32 = 150000;

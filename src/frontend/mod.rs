@@ -2,10 +2,12 @@
 //! requests. Knows nothing of queues.
 
 pub mod client;
+pub mod params;
 pub mod session;
 pub mod startup;
 
 use crate::backend::{BackendKey, BackendTarget, Pool};
+use crate::engine::Engine;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,15 +30,22 @@ pub struct Shared {
     pub target: Arc<BackendTarget>,
     pub registry: CancelRegistry,
     pub statement_names: StatementNames,
+    pub engine: Arc<Engine>,
     next_session: AtomicU64,
 }
 
 impl Shared {
-    pub fn new(config: FrontendConfig, pool: Pool, target: Arc<BackendTarget>) -> Shared {
+    pub fn new(
+        config: FrontendConfig,
+        pool: Pool,
+        target: Arc<BackendTarget>,
+        engine: Arc<Engine>,
+    ) -> Shared {
         Shared {
             config,
             pool,
             target,
+            engine,
             registry: CancelRegistry::default(),
             statement_names: StatementNames::default(),
             next_session: AtomicU64::new(1),
@@ -52,6 +61,8 @@ impl Shared {
 #[derive(Default)]
 pub struct SessionHandle {
     backend: Mutex<Option<BackendKey>>,
+    /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
+    pub cancel: tokio::sync::Notify,
 }
 
 impl SessionHandle {
@@ -93,7 +104,9 @@ impl CancelRegistry {
             .lock()
             .ok()
             .and_then(|map| map.get(&(pid, secret)).cloned());
-        if let Some(key) = handle.and_then(|h| h.backend()) {
+        let Some(handle) = handle else { return };
+        handle.cancel.notify_waiters();
+        if let Some(key) = handle.backend() {
             if let Err(e) = target.cancel(key).await {
                 tracing::warn!("forwarding a cancel request failed: {e}");
             }

@@ -8,12 +8,17 @@
 //! and replies the proxy produces itself (`Expect::Local`) wait in the same
 //! queue so the client sees every answer in the order it asked.
 
+use super::params::{bind_params_as_text, result_format};
 use super::{client::Client, SessionHandle, Shared};
 use crate::backend::{pool, BackendError, PooledConn};
-use crate::protocol::{self, frontend, ErrorFields, FrameError, Message};
+use crate::engine::values::Cell;
+use crate::engine::{queues, ExecError, Outcome, DEFAULT_TENANT};
+use crate::protocol::{self, frontend, ErrorFields, FieldDescription, FrameError, Message};
+use crate::rewrite::dialect::{Column, Statement};
 use crate::rewrite::{self, Command, SessionEffect};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Why a session ends.
 #[derive(Debug)]
@@ -73,7 +78,21 @@ struct Prepared {
     /// The proxy-global name it has on backend connections (named
     /// statements only; the unnamed statement stays unnamed).
     global: Option<Arc<str>>,
+    /// A dialect statement: served by the engine, never parsed on a backend.
+    dialect: Option<Arc<Statement>>,
 }
+
+/// A portal bound to a dialect statement: it lives in the proxy.
+struct LocalPortal {
+    statement: Arc<Statement>,
+    params: Vec<Option<String>>,
+    result_formats: Vec<i16>,
+}
+
+/// The first wait between two polls of a waiting POP when no wake-up came,
+/// and the longest (the safety net against a lost notification).
+const WAIT_POLL_FIRST: Duration = Duration::from_millis(250);
+const WAIT_POLL_MAX: Duration = Duration::from_secs(2);
 
 pub struct Session {
     pub id: u64,
@@ -90,6 +109,12 @@ pub struct Session {
     unnamed_generation: u64,
     /// Session effects of the passthrough portals bound on the backend.
     portal_effects: HashMap<String, SessionEffect>,
+    local_portals: HashMap<String, LocalPortal>,
+    /// Client messages went to the backend since the last Sync: the
+    /// backend's implicit transaction holds them.
+    forwarded_since_sync: bool,
+    /// Queues pushed to in the current transaction, woken when it ends.
+    pushed: Vec<String>,
     pending: VecDeque<Expect>,
     /// After an error in the extended protocol, messages are discarded
     /// until Sync, as PostgreSQL does.
@@ -122,6 +147,9 @@ impl Session {
             unnamed: None,
             unnamed_generation: 0,
             portal_effects: HashMap::new(),
+            local_portals: HashMap::new(),
+            forwarded_since_sync: false,
+            pushed: Vec::new(),
             pending: VecDeque::new(),
             skip_until_sync: false,
             status: b'I',
@@ -271,6 +299,7 @@ impl Session {
         if let Some(conn) = self.backend.as_mut() {
             conn.send(msg);
             self.pending.push_back(expect);
+            self.forwarded_since_sync = true;
         }
     }
 
@@ -390,6 +419,9 @@ impl Session {
                 if let Some(conn) = self.backend.as_mut() {
                     conn.status = status;
                 }
+                if status == b'I' {
+                    self.announce_pushes();
+                }
                 self.client.send(&msg);
             }
             // Rows, COPY OUT data and anything else: pass along.
@@ -465,22 +497,314 @@ impl Session {
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
         let commands = rewrite::classify_script(sql);
-        let pins = commands
+        let all_plain = commands
             .iter()
-            .any(|(_, c)| matches!(c, Command::Passthrough(SessionEffect::Pins)));
-        if !self.ensure_backend().await? {
-            self.reply_local(protocol::ready_for_query(self.status));
-            self.skip_until_sync = false;
-            return Ok(self.client.flush().await?);
+            .all(|(_, c)| matches!(c, Command::Passthrough(_)));
+        if all_plain {
+            // Forwarded whole, so PostgreSQL's implicit transaction over a
+            // multi-statement message holds.
+            let pins = commands
+                .iter()
+                .any(|(_, c)| matches!(c, Command::Passthrough(SessionEffect::Pins)));
+            if !self.ensure_backend().await? {
+                return self.finish_simple_query().await;
+            }
+            if pins {
+                self.pinned = true;
+            }
+            self.forward(msg, Expect::Query);
+            self.drain().await?;
+        } else {
+            self.run_script(sql, &commands).await?;
         }
-        if pins {
-            self.pinned = true;
+        self.finish_simple_query().await
+    }
+
+    async fn finish_simple_query(&mut self) -> Result<(), End> {
+        if self.pending.is_empty() && self.skip_until_sync {
+            // Nothing reached the backend: the proxy answers ReadyForQuery.
+            self.client.send(&protocol::ready_for_query(self.status));
         }
-        self.forward(msg, Expect::Query);
-        self.drain().await?;
         self.skip_until_sync = false;
+        self.forwarded_since_sync = false;
         self.release_if_idle();
         Ok(self.client.flush().await?)
+    }
+
+    /// A simple-query message holding dialect statements: each statement
+    /// runs in turn (plain ones as their own Query), up to the first error.
+    async fn run_script(
+        &mut self,
+        sql: &str,
+        commands: &[(std::ops::Range<usize>, Command)],
+    ) -> Result<(), End> {
+        for (range, command) in commands {
+            if !self.ensure_backend().await? {
+                return Ok(());
+            }
+            let ok = match command {
+                Command::Passthrough(effect) => {
+                    if *effect == SessionEffect::Pins {
+                        self.pinned = true;
+                    }
+                    self.run_plain_statement(&sql[range.clone()]).await?
+                }
+                Command::Dialect(stmt) => {
+                    let ok = self.run_dialect(stmt, &[], &[], true).await?;
+                    self.sync_backend().await?;
+                    ok
+                }
+                Command::Invalid(e) => {
+                    self.fail_statement(crate::engine::values::parse_error(e.clone()))
+                        .await?;
+                    self.sync_backend().await?;
+                    false
+                }
+            };
+            if !ok {
+                break;
+            }
+        }
+        self.skip_until_sync = false;
+        self.client.send(&protocol::ready_for_query(self.status));
+        Ok(())
+    }
+
+    /// One plain statement of a mixed script: its replies go to the client,
+    /// except the ReadyForQuery. Returns whether it succeeded.
+    async fn run_plain_statement(&mut self, sql: &str) -> Result<bool, End> {
+        let Some(conn) = self.backend.as_mut() else {
+            return Ok(false);
+        };
+        conn.send(&frontend::build_query(sql));
+        if let Err(e) = conn.flush().await {
+            return Err(self.backend_lost(e).await);
+        }
+        let mut ok = true;
+        loop {
+            let Some(conn) = self.backend.as_mut() else {
+                return Ok(false);
+            };
+            let msg = match conn.recv().await {
+                Ok(m) => m,
+                Err(e) => return Err(self.backend_lost(e).await),
+            };
+            match msg.tag {
+                b'Z' => {
+                    let status = msg.body.first().copied().unwrap_or(b'I');
+                    conn.status = status;
+                    self.status = status;
+                    if status == b'I' {
+                        self.announce_pushes();
+                    }
+                    return Ok(ok);
+                }
+                b'E' => {
+                    ok = false;
+                    self.client.send(&msg);
+                }
+                b'G' => {
+                    self.client.send(&msg);
+                    self.copy_in().await?;
+                }
+                b'S' => {
+                    conn.note_parameter_status(&msg);
+                    self.client.send(&msg);
+                }
+                _ => self.client.send(&msg),
+            }
+        }
+    }
+
+    /// Ends the backend's current extended-protocol exchange (the proxy's
+    /// own), taking its transaction status.
+    async fn sync_backend(&mut self) -> Result<(), End> {
+        let Some(conn) = self.backend.as_mut() else {
+            return Ok(());
+        };
+        match conn.sync().await {
+            Ok(status) => {
+                self.status = status;
+                if status == b'I' {
+                    self.announce_pushes();
+                }
+                Ok(())
+            }
+            Err(e) => Err(self.backend_lost(e).await),
+        }
+    }
+
+    fn announce_pushes(&mut self) {
+        for key in self.pushed.drain(..) {
+            self.shared.engine.announcer.pushed(&key);
+        }
+    }
+
+    // ----- dialect statements -----
+
+    /// Runs one dialect statement on the session's backend connection and
+    /// sends its rows (with a RowDescription first when `describe`).
+    /// Returns whether it succeeded; on failure the error has been sent and
+    /// the backend has failed the statement too, so a transaction block
+    /// around it is aborted exactly as for plain SQL.
+    async fn run_dialect(
+        &mut self,
+        stmt: &Arc<Statement>,
+        params: &[Option<String>],
+        result_formats: &[i16],
+        describe: bool,
+    ) -> Result<bool, End> {
+        // Earlier replies of this pipeline go first.
+        if !self.pending.is_empty() {
+            if let Some(conn) = self.backend.as_mut() {
+                conn.send(&protocol::empty(b'H'));
+            }
+            self.drain().await?;
+        }
+        if self.skip_until_sync || !self.ensure_backend().await? {
+            return Ok(false);
+        }
+        let result = match stmt.as_ref() {
+            Statement::Pop(pop) => {
+                match queues::plan_pop(pop, &crate::engine::values::Params(params)) {
+                    Ok(plan) => self.pop(&plan).await?,
+                    Err(e) => Err(ExecError::Statement(e)),
+                }
+            }
+            _ => {
+                let engine = self.shared.engine.clone();
+                let Some(conn) = self.backend.as_mut() else {
+                    return Ok(false);
+                };
+                engine.execute(conn, stmt, params, DEFAULT_TENANT).await
+            }
+        };
+        match result {
+            Ok(outcome) => {
+                self.send_rows(stmt.columns(), &outcome, result_formats, describe);
+                if let Some(key) = outcome.pushed {
+                    if !self.pushed.contains(&key) {
+                        self.pushed.push(key);
+                    }
+                }
+                Ok(true)
+            }
+            Err(ExecError::Statement(fields)) => {
+                self.fail_statement(fields).await?;
+                Ok(false)
+            }
+            Err(ExecError::Backend(BackendError::Server(fields))) => {
+                self.client.send(&fields.to_message());
+                self.skip_until_sync = true;
+                Ok(false)
+            }
+            Err(ExecError::Backend(e)) => Err(self.backend_lost(e).await),
+        }
+    }
+
+    /// POP, waiting up to its WAIT for messages: parked without a backend
+    /// connection when outside a transaction block, woken by a push to the
+    /// queue (from this or another queenwire), by a slow poll as a safety
+    /// net, or by a cancel request.
+    async fn pop(&mut self, plan: &queues::PopPlan) -> Result<Result<Outcome, ExecError>, End> {
+        let engine = self.shared.engine.clone();
+        let deadline = plan.wait.map(|w| Instant::now() + w);
+        let key = crate::engine::wake::queue_key(DEFAULT_TENANT, &plan.queue);
+        let notify = engine.announcer.waiters.notify_for(&key);
+        let mut poll = WAIT_POLL_FIRST;
+        loop {
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if !self.ensure_backend().await? {
+                return Ok(Err(ExecError::Statement(ErrorFields::error(
+                    "08006",
+                    "no backend connection for POP",
+                ))));
+            }
+            let Some(conn) = self.backend.as_mut() else {
+                return Ok(Err(ExecError::Statement(ErrorFields::error(
+                    "08006",
+                    "no backend",
+                ))));
+            };
+            let rows = match queues::pop_once(conn, plan, &engine.receipts, DEFAULT_TENANT).await {
+                Ok(rows) => rows,
+                Err(e) => return Ok(Err(e)),
+            };
+            let now = Instant::now();
+            let remaining = deadline
+                .map(|d| d.saturating_duration_since(now))
+                .unwrap_or_default();
+            if !rows.is_empty() || remaining.is_zero() {
+                let tag = format!("SELECT {}", rows.len());
+                return Ok(Ok(Outcome {
+                    rows,
+                    tag,
+                    pushed: None,
+                }));
+            }
+            // Park. Outside a transaction block, and when this pipeline has
+            // nothing else on the backend, the connection goes back to the
+            // pool for the wait.
+            let in_block = self.backend.as_ref().is_some_and(|c| c.status != b'I');
+            if !in_block && !self.pinned && !self.forwarded_since_sync {
+                self.sync_backend().await?;
+                self.release_if_idle();
+            }
+            let nap = poll.min(remaining);
+            let cancelled = self.handle.cancel.notified();
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep(nap) => { poll = (poll * 2).min(WAIT_POLL_MAX); }
+                _ = cancelled => {
+                    return Ok(Err(ExecError::Statement(ErrorFields::error(
+                        "57014",
+                        "canceling statement due to user request",
+                    ))));
+                }
+            }
+        }
+    }
+
+    fn send_rows(
+        &mut self,
+        columns: &[Column],
+        outcome: &Outcome,
+        formats: &[i16],
+        describe: bool,
+    ) {
+        if describe && !columns.is_empty() {
+            self.client.send(&row_description(columns, formats));
+        }
+        for row in &outcome.rows {
+            let encoded: Vec<Option<Vec<u8>>> = row
+                .iter()
+                .enumerate()
+                .map(|(i, cell)| encode_cell(cell, result_format(formats, i)))
+                .collect();
+            self.client
+                .send(&protocol::data_row(encoded.iter().map(|v| v.as_deref())));
+        }
+        self.client.send(&protocol::command_complete(&outcome.tag));
+    }
+
+    /// Reports an error the proxy found, after making the backend fail the
+    /// statement as well (so a surrounding transaction is aborted, as
+    /// PostgreSQL would). Without a backend connection there is no
+    /// transaction to abort.
+    async fn fail_statement(&mut self, fields: ErrorFields) -> Result<(), End> {
+        if let Some(conn) = self.backend.as_mut() {
+            match conn
+                .call(&FAIL_CALL, &[&fields.code, &fields.message])
+                .await
+            {
+                Ok(_) | Err(BackendError::Server(_)) => {}
+                Err(e) => return Err(self.backend_lost(e).await),
+            }
+        }
+        self.local_error(fields);
+        Ok(())
     }
 
     // ----- extended query -----
@@ -490,9 +814,6 @@ impl Session {
             Ok(p) => p,
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
-        let Command::Passthrough(effect) = rewrite::classify(p.query);
-        let query: Arc<str> = Arc::from(p.query);
-        let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
         if !p.name.is_empty() && self.statements.contains_key(p.name) {
             self.local_error(ErrorFields::error(
                 "42P05",
@@ -500,6 +821,41 @@ impl Session {
             ));
             return Ok(());
         }
+        let query: Arc<str> = Arc::from(p.query);
+        let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
+        let effect = match rewrite::classify(p.query) {
+            Command::Passthrough(effect) => effect,
+            Command::Dialect(stmt) => {
+                let prepared = Prepared {
+                    query,
+                    param_types,
+                    effect: SessionEffect::None,
+                    global: None,
+                    dialect: Some(stmt),
+                };
+                if p.name.is_empty() {
+                    self.unnamed = Some(prepared);
+                    self.unnamed_generation += 1;
+                } else {
+                    self.statements.insert(p.name.to_string(), prepared);
+                }
+                self.reply_local(protocol::empty(b'1'));
+                return Ok(());
+            }
+            Command::Invalid(e) => {
+                if !self.pending.is_empty() {
+                    if let Some(conn) = self.backend.as_mut() {
+                        conn.send(&protocol::empty(b'H'));
+                    }
+                    self.drain().await?;
+                }
+                if !self.skip_until_sync {
+                    self.fail_statement(crate::engine::values::parse_error(e))
+                        .await?;
+                }
+                return Ok(());
+            }
+        };
         if !self.ensure_backend().await? {
             return Ok(());
         }
@@ -510,6 +866,7 @@ impl Session {
                 param_types,
                 effect,
                 global: None,
+                dialect: None,
             });
             let owner = (self.id, self.unnamed_generation);
             if let Some(conn) = self.backend.as_mut() {
@@ -529,6 +886,7 @@ impl Session {
                 param_types,
                 effect,
                 global: Some(global.clone()),
+                dialect: None,
             };
             self.statements.insert(p.name.to_string(), prepared.clone());
             let present = self
@@ -590,6 +948,14 @@ impl Session {
         Some((global, prepared.effect))
     }
 
+    fn lookup(&self, name: &str) -> Option<&Prepared> {
+        if name.is_empty() {
+            self.unnamed.as_ref()
+        } else {
+            self.statements.get(name)
+        }
+    }
+
     fn missing_statement(&mut self, name: &str) {
         self.local_error(ErrorFields::error(
             "26000",
@@ -602,15 +968,34 @@ impl Session {
             Ok(b) => b,
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
-        let known = if b.statement.is_empty() {
-            self.unnamed.is_some()
-        } else {
-            self.statements.contains_key(b.statement)
-        };
-        if !known {
+        let Some(prepared) = self.lookup(b.statement).cloned() else {
             self.missing_statement(b.statement);
             return Ok(());
+        };
+        if let Some(stmt) = prepared.dialect {
+            let types: Vec<u32> = (0..b.params.len())
+                .map(|i| match prepared.param_types.get(i) {
+                    Some(&t) if t != 0 => t,
+                    _ => stmt.param_type(i + 1),
+                })
+                .collect();
+            match bind_params_as_text(&b.params, &b.param_formats, &types) {
+                Ok(params) => {
+                    self.local_portals.insert(
+                        b.portal.to_string(),
+                        LocalPortal {
+                            statement: stmt,
+                            params,
+                            result_formats: b.result_formats.clone(),
+                        },
+                    );
+                    self.reply_local(protocol::empty(b'2'));
+                }
+                Err(e) => self.local_error(e),
+            }
+            return Ok(());
         }
+        self.local_portals.remove(b.portal);
         if !self.ensure_backend().await? {
             return Ok(());
         }
@@ -634,13 +1019,20 @@ impl Session {
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
         if kind == b'S' {
-            let known = if name.is_empty() {
-                self.unnamed.is_some()
-            } else {
-                self.statements.contains_key(name)
-            };
-            if !known {
+            let Some(prepared) = self.lookup(name).cloned() else {
                 self.missing_statement(name);
+                return Ok(());
+            };
+            if let Some(stmt) = &prepared.dialect {
+                let count = stmt.param_count().max(prepared.param_types.len());
+                let types: Vec<u32> = (0..count)
+                    .map(|i| match prepared.param_types.get(i) {
+                        Some(&t) if t != 0 => t,
+                        _ => stmt.param_type(i + 1),
+                    })
+                    .collect();
+                self.reply_local(protocol::parameter_description(&types));
+                self.reply_local(describe_columns(stmt.columns(), &[]));
                 return Ok(());
             }
             if !self.ensure_backend().await? {
@@ -652,6 +1044,9 @@ impl Session {
             };
             let m = frontend::build_target(b'D', b'S', &backend_name);
             self.forward(&m, Expect::DescribeStatement);
+        } else if let Some(portal) = self.local_portals.get(name) {
+            let reply = describe_columns(portal.statement.columns(), &portal.result_formats);
+            self.reply_local(reply);
         } else {
             if self.backend.is_none() {
                 self.missing_portal(name);
@@ -674,6 +1069,18 @@ impl Session {
             Ok(e) => e,
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
+        if let Some(local) = self.local_portals.get(portal) {
+            // A dialect portal returns all its rows at once (no
+            // PortalSuspended): its statement ran as one call.
+            let stmt = local.statement.clone();
+            let params = local.params.clone();
+            let formats = local.result_formats.clone();
+            if portal.is_empty() {
+                self.local_portals.remove(portal);
+            }
+            self.run_dialect(&stmt, &params, &formats, false).await?;
+            return Ok(());
+        }
         if self.backend.is_none() {
             self.missing_portal(portal);
             return Ok(());
@@ -699,11 +1106,11 @@ impl Session {
                 self.statements.remove(name);
             }
             self.reply_local(protocol::empty(b'3'));
-        } else if self.backend.is_some() {
+        } else if self.local_portals.remove(name).is_some() || self.backend.is_none() {
+            self.reply_local(protocol::empty(b'3'));
+        } else {
             self.portal_effects.remove(name);
             self.forward(msg, Expect::Close);
-        } else {
-            self.reply_local(protocol::empty(b'3'));
         }
         Ok(())
     }
@@ -726,6 +1133,11 @@ impl Session {
             self.reply_local(protocol::ready_for_query(self.status));
         }
         self.skip_until_sync = false;
+        self.forwarded_since_sync = false;
+        // The unnamed portal does not outlive its transaction.
+        if self.status == b'I' {
+            self.local_portals.clear();
+        }
         self.release_if_idle();
         Ok(self.client.flush().await?)
     }
@@ -735,6 +1147,57 @@ impl Session {
         self.client.send(&err.to_message());
         let _ = self.client.flush().await;
         End::Fatal(err.message)
+    }
+}
+
+/// Raises an error in the backend with the given SQLSTATE and message.
+const FAIL_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal {
+    name: "qw_raise_v1",
+    sql: "SELECT queen.raise_v1($1, $2)",
+    param_types: &[
+        tokio_postgres::types::Type::TEXT,
+        tokio_postgres::types::Type::TEXT,
+    ],
+};
+
+fn row_description(columns: &[Column], formats: &[i16]) -> Message {
+    let fields: Vec<FieldDescription<'_>> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| FieldDescription {
+            name: c.name,
+            type_oid: c.type_oid,
+            type_size: type_size(c.type_oid),
+            format: result_format(formats, i),
+        })
+        .collect();
+    protocol::row_description(&fields)
+}
+
+/// RowDescription, or NoData for a statement without columns.
+fn describe_columns(columns: &[Column], formats: &[i16]) -> Message {
+    if columns.is_empty() {
+        protocol::empty(b'n')
+    } else {
+        row_description(columns, formats)
+    }
+}
+
+fn type_size(oid: u32) -> i16 {
+    match oid {
+        16 => 1,
+        23 => 4,
+        20 | 1184 => 8,
+        2950 => 16,
+        _ => -1,
+    }
+}
+
+fn encode_cell(cell: &Cell, format: i16) -> Option<Vec<u8>> {
+    if format == 1 {
+        cell.to_binary()
+    } else {
+        cell.to_text().map(String::into_bytes)
     }
 }
 

@@ -6,26 +6,61 @@ pub mod passthrough;
 pub mod split;
 
 pub use passthrough::SessionEffect;
+use std::sync::Arc;
 
 /// What one statement is.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Command {
     /// Plain SQL for PostgreSQL, and what it does to the session.
     Passthrough(SessionEffect),
+    /// A queue or KV statement for the engine.
+    Dialect(Arc<dialect::Statement>),
+    /// A dialect statement that does not parse.
+    Invalid(dialect::ParseError),
 }
 
 /// Classifies one statement's text.
 pub fn classify(sql: &str) -> Command {
-    Command::Passthrough(passthrough::session_effect(sql))
+    match dialect::parse(sql) {
+        None => Command::Passthrough(passthrough::session_effect(sql)),
+        Some(Ok(stmt)) => Command::Dialect(Arc::new(stmt)),
+        Some(Err(e)) => Command::Invalid(e),
+    }
 }
 
-/// Classifies every statement of a simple-query message.
+/// Classifies every statement of a simple-query message. Error positions
+/// are made relative to the whole message.
 pub fn classify_script(sql: &str) -> Vec<(std::ops::Range<usize>, Command)> {
     split::split_statements(sql)
         .into_iter()
         .map(|r| {
-            let c = classify(&sql[r.clone()]);
+            let mut c = classify(&sql[r.clone()]);
+            if let Command::Invalid(e) = &mut c {
+                let offset = sql[..r.start].chars().count();
+                e.position = e.position.map(|p| p + offset);
+            }
             (r, c)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_mix_dialect_and_plain_sql() {
+        let cmds = classify_script("BEGIN; PUSH INTO q VALUES ('1'); SELECT 1; POP FROM");
+        assert!(matches!(
+            cmds[0].1,
+            Command::Passthrough(SessionEffect::None)
+        ));
+        assert!(matches!(cmds[1].1, Command::Dialect(_)));
+        assert!(matches!(cmds[2].1, Command::Passthrough(_)));
+        let Command::Invalid(e) = &cmds[3].1 else {
+            panic!("{:?}", cmds[3].1)
+        };
+        // POP starts at character 43; the error is past its end.
+        assert!(e.position.unwrap() > 43, "{e:?}");
+    }
 }

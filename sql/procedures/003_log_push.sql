@@ -1,0 +1,388 @@
+-- 003_log_push: the write path.
+--
+-- Global lock order (seed): kv -> log_timers -> advisory -> queues ->
+-- log_partitions -> log_consumers -> leaves (log_segments, log_txns, log_dlq,
+-- consumer_groups_metadata, hotlist_repairs). Within log_partitions: name
+-- ascending for provisioning inserts, then id ascending for row locks. The
+-- advisory keys are described at the top of 001_log_schema.sql.
+--
+-- Partition rows are locked FOR NO KEY UPDATE, not FOR UPDATE: it serializes
+-- writers of a partition exactly as well (it conflicts with itself and with
+-- the allocator's UPDATE), but it does not conflict with the FOR KEY SHARE
+-- that a foreign-key check takes, so a POP creating a consumer row, or a
+-- segment insert, never waits behind a push holding its partition.
+
+-- Transaction ids already stored in a partition within the dedup window:
+-- for each input hash found, the newest stored offset carrying it and that
+-- message's id. Walks log_txns backwards from the newest segment and stops
+-- at the first row older than the window, so the cost is the rows written
+-- within the window (log_txns has no secondary index by design). The caller
+-- holds the partition lock, which makes probe-then-insert race-free.
+-- Nothing when the partition is not the tenant's. Takes no locks.
+CREATE OR REPLACE FUNCTION queen.log_dedup_probe_v1(
+    p_partition_id BIGINT,
+    p_txn_hashes   BIGINT[],
+    p_dedup_window INTEGER,
+    p_tenant       UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (txn_hash BIGINT, original_offset BIGINT, original_message_id UUID)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_hashes BIGINT[];
+    v_cutoff TIMESTAMPTZ := clock_timestamp() - make_interval(secs => p_dedup_window);
+    v_found  BIGINT[] := '{}';
+    v_row    RECORD;
+    v_k      INTEGER;
+BEGIN
+    SELECT array_agg(DISTINCT h) INTO v_hashes
+    FROM unnest(p_txn_hashes) h
+    WHERE h IS NOT NULL;
+    IF v_hashes IS NULL OR p_dedup_window IS NULL OR p_dedup_window <= 0 THEN
+        RETURN;
+    END IF;
+    PERFORM 1
+    FROM queen.log_partitions p
+    JOIN queen.queues q ON q.id = p.queue_id
+    WHERE p.id = p_partition_id AND q.tenant_id = p_tenant;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    FOR v_row IN
+        SELECT t.base_offset, t.created_at, t.txn_hashes, t.message_ids
+        FROM queen.log_txns t
+        WHERE t.partition_id = p_partition_id
+        ORDER BY t.base_offset DESC
+    LOOP
+        EXIT WHEN v_row.created_at < v_cutoff;
+        CONTINUE WHEN v_row.txn_hashes IS NULL OR NOT (v_row.txn_hashes && v_hashes);
+        FOR v_k IN REVERSE cardinality(v_row.txn_hashes) .. 1 LOOP
+            IF v_row.txn_hashes[v_k] = ANY (v_hashes) AND NOT v_row.txn_hashes[v_k] = ANY (v_found) THEN
+                v_found := v_found || v_row.txn_hashes[v_k];
+                txn_hash := v_row.txn_hashes[v_k];
+                original_offset := v_row.base_offset + v_k - 1;
+                original_message_id := v_row.message_ids[v_k];
+                RETURN NEXT;
+            END IF;
+        END LOOP;
+        EXIT WHEN cardinality(v_found) = cardinality(v_hashes);
+    END LOOP;
+END
+$$;
+
+-- Appends one segment to a partition: the ONLY place an offset is assigned.
+-- Called by queen.log_push_v1, the transaction wire and the streams cycle.
+-- Returns the segment's base_offset; its messages get base_offset ..
+-- base_offset + p_count - 1 in array order.
+-- p_dedup_window > 0 makes this call check the transaction-id hashes itself
+-- (within the input and against the window) and fail with 23505 on a
+-- duplicate, for callers that did not probe first; log_push_v1 probes under
+-- the same lock to report per-message statuses and passes 0.
+-- Locks: log_partitions row p_partition_id (FOR NO KEY UPDATE, by the
+-- allocator UPDATE; normally already held by the caller, which then acquires
+-- nothing new), then inserts into the leaves log_segments and log_txns.
+-- Obligation of every caller: hold the queue's advisory key SHARED
+-- (queen.log_queue_lock_key_v1) before the partition lock. A second append to
+-- the same partition in one transaction makes PostgreSQL re-check the
+-- partition's foreign key with FOR KEY SHARE on the queue row; the key is
+-- what keeps queen.delete_queue_v1 from holding that row meanwhile.
+CREATE OR REPLACE FUNCTION queen.log_push_one_v1(
+    p_partition_id   BIGINT,
+    p_count          INTEGER,
+    p_blob           BYTEA,
+    p_txn_hashes     BIGINT[],
+    p_message_ids    UUID[],
+    p_min_created_at TIMESTAMPTZ,
+    p_max_created_at TIMESTAMPTZ,
+    p_dedup_window   INTEGER,
+    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS BIGINT
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now    TIMESTAMPTZ := clock_timestamp();
+    v_base   BIGINT;
+    v_hashes BIGINT[];
+BEGIN
+    IF p_count IS NULL OR p_count < 1 OR p_blob IS NULL
+       OR p_min_created_at IS NULL OR p_max_created_at IS NULL
+       OR p_min_created_at > p_max_created_at THEN
+        RAISE EXCEPTION 'log_push_one_v1: a segment needs count >= 1, a blob and min_created_at <= max_created_at'
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(p_message_ids) IS DISTINCT FROM p_count
+       OR (p_txn_hashes IS NOT NULL AND cardinality(p_txn_hashes) <> p_count)
+       OR array_position(p_message_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'log_push_one_v1: % messages need % message ids and % transaction hashes (or NULL)',
+            p_count, p_count, p_count
+            USING ERRCODE = '22023';
+    END IF;
+
+    UPDATE queen.log_partitions p
+    SET last_offset = p.last_offset + p_count,
+        last_write_at = v_now
+    FROM queen.queues q
+    WHERE p.id = p_partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
+    RETURNING p.last_offset - p_count + 1 INTO v_base;
+    IF v_base IS NULL THEN
+        RAISE EXCEPTION 'partition % does not exist', p_partition_id
+            USING ERRCODE = '42704';
+    END IF;
+
+    -- Store NULL rather than an array of NULLs: the dedup probe then skips
+    -- the row without reading it.
+    IF EXISTS (SELECT 1 FROM unnest(p_txn_hashes) h WHERE h IS NOT NULL) THEN
+        v_hashes := p_txn_hashes;
+    END IF;
+
+    IF p_dedup_window > 0 AND v_hashes IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM unnest(v_hashes) h WHERE h IS NOT NULL
+                   GROUP BY h HAVING count(*) > 1)
+           OR EXISTS (SELECT 1 FROM queen.log_dedup_probe_v1(p_partition_id, v_hashes,
+                                                             p_dedup_window, p_tenant)) THEN
+            RAISE EXCEPTION 'duplicate transaction id in partition %', p_partition_id
+                USING ERRCODE = '23505';
+        END IF;
+    END IF;
+
+    INSERT INTO queen.log_segments
+        (partition_id, base_offset, min_created_at, max_created_at, message_count, byte_size, blob)
+    VALUES
+        (p_partition_id, v_base, p_min_created_at, p_max_created_at, p_count,
+         octet_length(p_blob), p_blob);
+    INSERT INTO queen.log_txns (partition_id, base_offset, created_at, txn_hashes, message_ids)
+    VALUES (p_partition_id, v_base, v_now, v_hashes, p_message_ids);
+
+    RETURN v_base;
+END
+$$;
+
+-- One PUSH statement: several segments (one per partition normally; a
+-- partition may appear more than once, its segments are written in input
+-- order), one round trip. Messages are flattened over the segments in input
+-- order: segment i owns the next p_counts[i] entries of p_txn_hashes
+-- (NULL = no transaction ids at all; a NULL element = that message has none)
+-- and p_message_ids. msg_index is the 0-based position in that flattening.
+--
+-- Outcomes:
+--   * every message 'queued' with its offset;
+--   * or, when any message is a duplicate (its transaction id hash is
+--     already in its partition within the queue's dedup_window, or repeats
+--     an earlier message of this same call in the same partition), NOTHING
+--     is written: duplicates come back 'duplicate' with the original's
+--     offset and message id, every other message 'retry' (offset NULL, its
+--     own id). The engine re-frames without the duplicates and calls again.
+--     A duplicate of an earlier message of the same call reports that
+--     message's id and offset NULL (it has no offset yet);
+--   * or an error: 54000 when max_queue_size would be exceeded (nothing
+--     written), 22023 on malformed input, 40001 when a partition vanished
+--     under the call (queue dropped or partition cleaned up concurrently:
+--     retry).
+-- Provisioning (queue row, partition rows) is kept even when nothing else
+-- is written.
+--
+-- Locks, in order:
+--   0. queues: provisioning insert of the queue row when missing (a new row
+--      nobody else can see yet, so holding it is no edge);
+--   1. advisory: the queue key, SHARED (excludes a concurrent DROP QUEUE);
+--      queues: when max_queue_size > 0, the queue row FOR NO KEY UPDATE,
+--      which serializes the pushes of a size-limited queue so the size check
+--      cannot be raced;
+--   2. log_partitions: provisioning inserts, name ascending (COLLATE "C"),
+--      then every named partition FOR NO KEY UPDATE in id ascending order
+--      (a partition inserted in step 2 is re-locked, not acquired);
+--   3. leaves: log_segments, log_txns inserts (log_push_one_v1).
+CREATE OR REPLACE FUNCTION queen.log_push_v1(
+    p_queue          TEXT,
+    p_partitions     TEXT[],
+    p_counts         INTEGER[],
+    p_blobs          BYTEA[],
+    p_txn_hashes     BIGINT[],
+    p_message_ids    UUID[],
+    p_min_created_at TIMESTAMPTZ[],
+    p_max_created_at TIMESTAMPTZ[],
+    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (msg_index INTEGER, status TEXT, partition_name TEXT, "offset" BIGINT, message_id UUID)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_segments  INTEGER := COALESCE(cardinality(p_partitions), 0);
+    v_total     BIGINT;
+    v_queue     queen.queues%ROWTYPE;
+    v_names     TEXT[];
+    v_pids      BIGINT[] := '{}';
+    v_pnames    TEXT[] := '{}';
+    v_row       RECORD;
+    v_pending   BIGINT;
+    v_dup_idx   INTEGER[] := '{}';
+    v_dup_off   BIGINT[] := '{}';
+    v_dup_id    UUID[] := '{}';
+    v_first     INTEGER := 0;
+    v_base      BIGINT;
+    v_pid       BIGINT;
+BEGIN
+    IF p_queue IS NULL OR v_segments = 0 THEN
+        RAISE EXCEPTION 'log_push_v1: a queue name and at least one segment are required'
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(p_counts) IS DISTINCT FROM v_segments
+       OR cardinality(p_blobs) IS DISTINCT FROM v_segments
+       OR cardinality(p_min_created_at) IS DISTINCT FROM v_segments
+       OR cardinality(p_max_created_at) IS DISTINCT FROM v_segments
+       OR array_position(p_partitions, NULL) IS NOT NULL
+       OR EXISTS (SELECT 1 FROM unnest(p_counts) c WHERE c IS NULL OR c < 1) THEN
+        RAISE EXCEPTION 'log_push_v1: partitions, counts, blobs and created_at bounds must be parallel arrays of % non-null entries, counts >= 1',
+            v_segments
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT sum(c) INTO v_total FROM unnest(p_counts) c;
+    IF cardinality(p_message_ids) IS DISTINCT FROM v_total::INTEGER
+       OR (p_txn_hashes IS NOT NULL AND cardinality(p_txn_hashes) <> v_total) THEN
+        RAISE EXCEPTION 'log_push_v1: % messages need % message ids and % transaction hashes (or NULL)',
+            v_total, v_total, v_total
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- 1. The queue.
+    SELECT * INTO v_queue FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    IF NOT FOUND THEN
+        INSERT INTO queen.queues (tenant_id, name) VALUES (p_tenant, p_queue)
+        ON CONFLICT (tenant_id, name) DO NOTHING;
+        SELECT * INTO v_queue FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    END IF;
+    IF v_queue.id IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue.id));
+        -- Re-read under the key: a DROP QUEUE may have committed meanwhile.
+        IF v_queue.max_queue_size > 0 THEN
+            SELECT * INTO v_queue FROM queen.queues q WHERE q.id = v_queue.id FOR NO KEY UPDATE;
+        ELSE
+            SELECT * INTO v_queue FROM queen.queues q WHERE q.id = v_queue.id;
+        END IF;
+    END IF;
+    IF v_queue.id IS NULL THEN
+        RAISE EXCEPTION 'queue "%" was dropped while being pushed to; retry', p_queue
+            USING ERRCODE = '40001';
+    END IF;
+
+    -- 2. Provision the partitions (name ascending), then lock them (id
+    -- ascending). The FOR loop fetches, and so locks, in ORDER BY order.
+    SELECT array_agg(DISTINCT n ORDER BY n) INTO v_names FROM unnest(p_partitions) n;
+    INSERT INTO queen.log_partitions (queue_id, name)
+    SELECT v_queue.id, n
+    FROM unnest(v_names) n
+    WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
+                      WHERE p.queue_id = v_queue.id AND p.name = n)
+    ORDER BY n
+    ON CONFLICT (queue_id, name) DO NOTHING;
+
+    FOR v_row IN
+        SELECT p.id, p.name
+        FROM queen.log_partitions p
+        WHERE p.queue_id = v_queue.id AND p.name = ANY (v_names)
+        ORDER BY p.id
+        FOR NO KEY UPDATE
+    LOOP
+        v_pids := v_pids || v_row.id;
+        v_pnames := v_pnames || v_row.name;
+    END LOOP;
+    IF cardinality(v_pids) <> cardinality(v_names) THEN
+        RAISE EXCEPTION 'a partition of queue "%" was removed while being pushed to; retry', p_queue
+            USING ERRCODE = '40001';
+    END IF;
+
+    -- max_queue_size: the queue row lock above makes this count stable.
+    IF v_queue.max_queue_size > 0 THEN
+        v_pending := queen.log_queue_pending_v1(v_queue.id, p_tenant);
+        IF v_pending + v_total > v_queue.max_queue_size THEN
+            RAISE EXCEPTION 'queue "%" is full: % pending + % new > max_queue_size %',
+                p_queue, v_pending, v_total, v_queue.max_queue_size
+                USING ERRCODE = '54000';
+        END IF;
+    END IF;
+
+    -- 3. Dedup (dedup_window = 0 turns it off entirely), under the partition
+    -- locks. A stored message within the window makes an input message a
+    -- duplicate; so does an earlier message of this call in the same
+    -- partition with the same hash.
+    IF p_txn_hashes IS NOT NULL AND v_queue.dedup_window > 0 THEN
+        WITH seg AS (
+            SELECT s.pname, s.cnt, s.ord,
+                   (sum(s.cnt) OVER (ORDER BY s.ord) - s.cnt)::INTEGER AS first_idx
+            FROM unnest(p_partitions, p_counts) WITH ORDINALITY AS s(pname, cnt, ord)
+        ), msg AS (
+            SELECT seg.pname, (seg.first_idx + g)::INTEGER AS idx,
+                   p_txn_hashes[seg.first_idx + g + 1] AS h,
+                   p_message_ids[seg.first_idx + g + 1] AS mid
+            FROM seg, generate_series(0, seg.cnt - 1) AS g
+        ), firsts AS (
+            SELECT DISTINCT ON (m.pname, m.h) m.pname, m.h, m.idx, m.mid
+            FROM msg m
+            WHERE m.h IS NOT NULL
+            ORDER BY m.pname, m.h, m.idx
+        ), stored AS (
+            SELECT pp.pname, d.txn_hash, d.original_offset, d.original_message_id
+            FROM unnest(v_pids, v_pnames) AS pp(pid, pname)
+            CROSS JOIN LATERAL queen.log_dedup_probe_v1(
+                pp.pid,
+                (SELECT array_agg(m.h) FROM msg m WHERE m.pname = pp.pname AND m.h IS NOT NULL),
+                v_queue.dedup_window, p_tenant) d
+        ), dups AS (
+            SELECT m.idx, s.original_offset AS off, s.original_message_id AS mid
+            FROM msg m
+            JOIN stored s ON s.pname = m.pname AND s.txn_hash = m.h
+            UNION ALL
+            SELECT m.idx, NULL::BIGINT, f.mid
+            FROM msg m
+            JOIN firsts f ON f.pname = m.pname AND f.h = m.h AND f.idx < m.idx
+            WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.pname = m.pname AND s.txn_hash = m.h)
+        )
+        SELECT COALESCE(array_agg(d.idx ORDER BY d.idx), '{}'),
+               COALESCE(array_agg(d.off ORDER BY d.idx), '{}'),
+               COALESCE(array_agg(d.mid ORDER BY d.idx), '{}')
+        INTO v_dup_idx, v_dup_off, v_dup_id
+        FROM dups d;
+    END IF;
+
+    IF cardinality(v_dup_idx) > 0 THEN
+        RETURN QUERY
+        WITH seg AS (
+            SELECT s.pname, s.cnt, s.ord,
+                   (sum(s.cnt) OVER (ORDER BY s.ord) - s.cnt)::INTEGER AS first_idx
+            FROM unnest(p_partitions, p_counts) WITH ORDINALITY AS s(pname, cnt, ord)
+        )
+        SELECT (seg.first_idx + g)::INTEGER,
+               CASE WHEN d.idx IS NULL THEN 'retry' ELSE 'duplicate' END,
+               seg.pname,
+               d.off,
+               CASE WHEN d.idx IS NULL THEN p_message_ids[seg.first_idx + g + 1] ELSE d.mid END
+        FROM seg
+        CROSS JOIN generate_series(0, seg.cnt - 1) AS g
+        LEFT JOIN unnest(v_dup_idx, v_dup_off, v_dup_id) AS d(idx, off, mid)
+               ON d.idx = seg.first_idx + g
+        ORDER BY 1;
+        RETURN;
+    END IF;
+
+    -- 4. Write, segment by segment in input order.
+    FOR v_row IN
+        SELECT s.pname, s.cnt, s.blob, s.min_at, s.max_at, s.ord
+        FROM unnest(p_partitions, p_counts, p_blobs, p_min_created_at, p_max_created_at)
+             WITH ORDINALITY AS s(pname, cnt, blob, min_at, max_at, ord)
+        ORDER BY s.ord
+    LOOP
+        v_pid := v_pids[array_position(v_pnames, v_row.pname)];
+        v_base := queen.log_push_one_v1(
+            v_pid, v_row.cnt, v_row.blob,
+            p_txn_hashes[v_first + 1 : v_first + v_row.cnt],
+            p_message_ids[v_first + 1 : v_first + v_row.cnt],
+            v_row.min_at, v_row.max_at, 0, p_tenant);
+        RETURN QUERY
+        SELECT (v_first + g)::INTEGER, 'queued'::TEXT, v_row.pname::TEXT,
+               v_base + g, p_message_ids[v_first + g + 1]
+        FROM generate_series(0, v_row.cnt - 1) AS g;
+        v_first := v_first + v_row.cnt;
+    END LOOP;
+END
+$$;

@@ -1,0 +1,334 @@
+-- 004_log_pop: the read path.
+--
+-- log_pop_v1 changes shape only by DROP-and-CREATE: its OUT row type is part
+-- of the signature and CREATE OR REPLACE refuses a return-type change, which
+-- would brick the boot re-apply. The DROP runs only when the catalog's
+-- signature differs from the one below, so an ordinary boot keeps the
+-- function (same OID, no window in which concurrent pops of other brokers
+-- find it missing) and the re-apply changes nothing in the catalog.
+DO $$
+DECLARE
+    v_fn REGPROCEDURE := to_regprocedure(
+        'queen.log_pop_v1(text, text, text, integer, integer, bigint, text, timestamptz, boolean, uuid)');
+BEGIN
+    IF v_fn IS NOT NULL AND (
+        pg_get_function_result(v_fn) <>
+            'TABLE(partition_id bigint, partition_name text, lease_token uuid, '
+            'lease_expires_at timestamp with time zone, retry_count integer, '
+            'from_offset bigint, to_offset bigint, base_offset bigint, blob bytea)'
+        OR pg_get_function_arguments(v_fn) <>
+            'p_queue text, p_partition text DEFAULT NULL::text, '
+            'p_group text DEFAULT ''__QUEUE_MODE__''::text, p_limit integer DEFAULT 1, '
+            'p_max_partitions integer DEFAULT 1, p_lease_ms bigint DEFAULT NULL::bigint, '
+            'p_subscribe text DEFAULT ''beginning''::text, '
+            'p_subscribe_at timestamp with time zone DEFAULT NULL::timestamp with time zone, '
+            'p_auto_ack boolean DEFAULT false, '
+            'p_tenant uuid DEFAULT ''00000000-0000-0000-0000-000000000001''::uuid')
+    THEN
+        EXECUTE format('DROP FUNCTION %s', v_fn);
+    END IF;
+END
+$$;
+
+-- Claims up to p_max_partitions partitions of a queue (or the one named) for
+-- a consumer group and returns at most p_limit messages in total, oldest
+-- first per partition: one row per segment overlapping the claimed range
+-- [from_offset, to_offset] of each partition, in claim order then offset
+-- order; the engine decodes blob and keeps offsets from_offset..to_offset.
+-- lease_token and lease_expires_at are per partition (NULL with auto ack);
+-- retry_count is the failures so far of the range's first message.
+--
+-- Behaviour:
+--   * queue missing: no rows. With a named group the queue row and the
+--     group's metadata row are created first (subscribe-before-first-push is
+--     legitimate and the metadata row's foreign key needs the queue);
+--     queue mode creates nothing;
+--   * the group's subscription (p_subscribe, p_subscribe_at) is recorded at
+--     its first sight and ignored afterwards;
+--   * per (partition, group) one lease at a time; a partition whose lease is
+--     live, or that is blocked by a retry delay, is not a candidate;
+--   * fairness: candidates are served least recently claimed first (by this
+--     group), new partitions first: a rotation equivalent to resuming after
+--     the last partition served, so with P busy partitions each is served
+--     within about P claims, and it needs no shared rotation row that every
+--     pop would have to write;
+--   * a lease that expired unacknowledged is settled when its partition is
+--     next claimed: a failure of its first unacked message (retry_count + 1;
+--     past retry_limit that message is dead-lettered or, without a DLQ,
+--     skipped and counted, and the cursor moves past it). No retry_delay is
+--     added: the lease time already elapsed;
+--   * window_buffer: a partition is a candidate only once its last write is
+--     that old. delayed_processing: a segment is delivered only once its
+--     newest message is that old, and nothing after it before it (segment
+--     granularity: never early, never out of order);
+--   * auto ack: the cursor moves to to_offset at delivery; no lease.
+--
+-- Locks: a pop never waits on a lock, except for one case: creating a
+-- missing queue row, which waits for a concurrent uncommitted creator of
+-- the same queue while the pop holds nothing. Otherwise, in order:
+--   1. queues: FOR KEY SHARE SKIP LOCKED on the queue row, only when
+--      creating the group's metadata row (the insert's foreign key);
+--   2. advisory: try-locks only: the queue key SHARED (a pop during a
+--      DROP QUEUE returns nothing), then first sight of a group or of a
+--      partition (see 001_log_schema.sql);
+--   3. log_partitions: FOR KEY SHARE SKIP LOCKED on a partition before
+--      creating its consumer row, so the foreign-key check cannot wait (a
+--      push's FOR NO KEY UPDATE does not conflict; a partition deleter's
+--      FOR UPDATE makes the pop skip it);
+--   4. log_consumers: candidate rows FOR UPDATE SKIP LOCKED, one at a time
+--      in fairness order: a pop never waits, so it is never an edge of the
+--      wait-for graph and the order among its own rows does not matter;
+--   5. leaves: consumer_groups_metadata insert (first sight), log_dlq
+--      insert (expired lease past the retry limit).
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(
+    p_queue          TEXT,
+    p_partition      TEXT DEFAULT NULL,
+    p_group          TEXT DEFAULT '__QUEUE_MODE__',
+    p_limit          INTEGER DEFAULT 1,
+    p_max_partitions INTEGER DEFAULT 1,
+    p_lease_ms       BIGINT DEFAULT NULL,
+    p_subscribe      TEXT DEFAULT 'beginning',
+    p_subscribe_at   TIMESTAMPTZ DEFAULT NULL,
+    p_auto_ack       BOOLEAN DEFAULT false,
+    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    partition_id     BIGINT,
+    partition_name   TEXT,
+    lease_token      UUID,
+    lease_expires_at TIMESTAMPTZ,
+    retry_count      INTEGER,
+    from_offset      BIGINT,
+    to_offset        BIGINT,
+    base_offset      BIGINT,
+    blob             BYTEA
+)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_group       TEXT := COALESCE(p_group, '__QUEUE_MODE__');
+    v_mode        TEXT := COALESCE(p_subscribe, 'beginning');
+    -- clock_timestamp, not now(): inside a client transaction block now() is
+    -- the block's start, which would misjudge lease expiry.
+    v_now         TIMESTAMPTZ := clock_timestamp();
+    v_queue       queen.queues%ROWTYPE;
+    v_sub_at      TIMESTAMPTZ;
+    v_lease       INTERVAL;
+    v_ready_until TIMESTAMPTZ;
+    v_budget      BIGINT := p_limit;
+    v_claimed     INTEGER := 0;
+    v_cand        RECORD;
+    v_c           queen.log_consumers%ROWTYPE;
+    v_expired     BOOLEAN;
+    v_seg         RECORD;
+    v_next        BIGINT;
+    v_first       BIGINT;
+    v_last        BIGINT;
+    v_seg_from    BIGINT;
+    v_seg_to      BIGINT;
+    v_token       UUID;
+    v_expires     TIMESTAMPTZ;
+    -- The claimed ranges; their blobs are read once, by the final query.
+    o_pid         BIGINT[] := '{}';
+    o_pname       TEXT[] := '{}';
+    o_token       UUID[] := '{}';
+    o_expires     TIMESTAMPTZ[] := '{}';
+    o_retry       INTEGER[] := '{}';
+    o_from        BIGINT[] := '{}';
+    o_to          BIGINT[] := '{}';
+    o_base        BIGINT[] := '{}';
+BEGIN
+    IF p_queue IS NULL OR p_limit IS NULL OR p_limit < 1
+       OR p_max_partitions IS NULL OR p_max_partitions < 1
+       OR p_lease_ms <= 0 THEN
+        RAISE EXCEPTION 'log_pop_v1: needs a queue, limit >= 1, max partitions >= 1 and a positive lease'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_mode NOT IN ('beginning', 'now', 'timestamp')
+       OR (v_mode = 'timestamp' AND p_subscribe_at IS NULL) THEN
+        RAISE EXCEPTION 'log_pop_v1: subscribe must be beginning, now or timestamp (with a time), got %', v_mode
+            USING ERRCODE = '22023';
+    END IF;
+
+    SELECT * INTO v_queue FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    IF NOT FOUND THEN
+        IF v_group = '__QUEUE_MODE__' THEN
+            RETURN;
+        END IF;
+        INSERT INTO queen.queues (tenant_id, name) VALUES (p_tenant, p_queue)
+        ON CONFLICT (tenant_id, name) DO NOTHING;
+        SELECT * INTO v_queue FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    IF NOT pg_try_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue.id)) THEN
+        RETURN;
+    END IF;
+
+    -- The group: its subscription is fixed by the first pop that sees it.
+    -- A pop losing the first-sight race returns nothing rather than wait.
+    SELECT m.subscription_at INTO v_sub_at
+    FROM queen.consumer_groups_metadata m
+    WHERE m.queue_id = v_queue.id AND m.consumer_group = v_group;
+    IF NOT FOUND THEN
+        IF NOT pg_try_advisory_xact_lock(-1 - (hashtext(v_queue.id::TEXT) & 2147483647),
+                                         hashtext(v_group)) THEN
+            RETURN;
+        END IF;
+        PERFORM 1 FROM queen.queues q WHERE q.id = v_queue.id FOR KEY SHARE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        INSERT INTO queen.consumer_groups_metadata
+            (queue_id, consumer_group, subscription_mode, subscription_at)
+        VALUES (v_queue.id, v_group, v_mode,
+                CASE v_mode WHEN 'now' THEN v_now WHEN 'timestamp' THEN p_subscribe_at END)
+        ON CONFLICT (queue_id, consumer_group) DO NOTHING;
+        SELECT m.subscription_at INTO v_sub_at
+        FROM queen.consumer_groups_metadata m
+        WHERE m.queue_id = v_queue.id AND m.consumer_group = v_group;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    v_lease := make_interval(secs => COALESCE(p_lease_ms, v_queue.lease_time::BIGINT * 1000) / 1000.0);
+    v_ready_until := v_now - make_interval(secs => v_queue.delayed_processing);
+
+    FOR v_cand IN
+        SELECT p.id, p.name, (c.partition_id IS NOT NULL) AS has_row
+        FROM queen.log_partitions p
+        LEFT JOIN queen.log_consumers c
+               ON c.partition_id = p.id AND c.consumer_group = v_group
+        WHERE p.queue_id = v_queue.id
+          AND p.last_write_at IS NOT NULL
+          AND (v_queue.window_buffer = 0
+               OR p.last_write_at <= v_now - make_interval(secs => v_queue.window_buffer))
+          AND (p_partition IS NULL OR p.name = p_partition)
+          AND (c.partition_id IS NULL
+               OR ((c.lease_token IS NULL OR c.lease_expires_at <= v_now)
+                   AND (c.blocked_until IS NULL OR c.blocked_until <= v_now)
+                   AND c.cursor_offset < p.last_offset))
+        ORDER BY c.last_claimed_at NULLS FIRST, p.id
+    LOOP
+        EXIT WHEN v_claimed >= p_max_partitions OR v_budget <= 0;
+
+        IF NOT v_cand.has_row THEN
+            -- First sight of this partition by the group: its cursor starts
+            -- where the group's subscription says.
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock((v_cand.id % 2147483648)::INTEGER,
+                                                        hashtext(v_group));
+            PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_cand.id FOR KEY SHARE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_offset)
+            VALUES (v_cand.id, v_group,
+                    COALESCE(queen.log_cursor_at_v1(v_cand.id, v_sub_at, p_tenant), -1))
+            ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+        END IF;
+
+        SELECT c.* INTO v_c
+        FROM queen.log_consumers c
+        WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group
+          AND (c.lease_token IS NULL OR c.lease_expires_at <= v_now)
+          AND (c.blocked_until IS NULL OR c.blocked_until <= v_now)
+        FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+
+        v_expired := v_c.lease_token IS NOT NULL;
+        IF v_expired THEN
+            v_c.retry_count := v_c.retry_count + 1;
+            IF v_c.retry_count > v_queue.retry_limit THEN
+                IF v_queue.dead_letter_queue AND v_queue.dlq_after_max_retries THEN
+                    -- log_dead_letter_v1 and log_dlq come with 005_log_ack;
+                    -- plpgsql resolves them at run time.
+                    PERFORM queen.log_dead_letter_v1(v_cand.id, v_group, v_c.cursor_offset + 1,
+                                                     'lease expired', v_c.retry_count, p_tenant);
+                ELSE
+                    v_c.failed_count := v_c.failed_count + 1;
+                END IF;
+                v_c.cursor_offset := queen.log_acked_prefix_v1(v_c.cursor_offset + 1, v_c.batch_acked);
+                v_c.retry_count := 0;
+            END IF;
+        END IF;
+
+        v_token := CASE WHEN p_auto_ack THEN NULL ELSE gen_random_uuid() END;
+        v_expires := CASE WHEN p_auto_ack THEN NULL ELSE v_now + v_lease END;
+        v_next := v_c.cursor_offset + 1;
+        v_first := NULL;
+        -- Start at the segment holding v_next (the last one based at or
+        -- below it); when retention removed it, at the oldest one left.
+        FOR v_seg IN
+            SELECT s.base_offset, s.message_count, s.max_created_at
+            FROM queen.log_segments s
+            WHERE s.partition_id = v_cand.id
+              AND s.base_offset >= COALESCE(
+                      (SELECT max(s2.base_offset) FROM queen.log_segments s2
+                       WHERE s2.partition_id = v_cand.id AND s2.base_offset <= v_next),
+                      v_next)
+            ORDER BY s.base_offset
+        LOOP
+            CONTINUE WHEN v_seg.base_offset + v_seg.message_count - 1 < v_next;
+            EXIT WHEN v_queue.delayed_processing > 0 AND v_seg.max_created_at > v_ready_until;
+            v_seg_from := GREATEST(v_next, v_seg.base_offset);
+            v_seg_to := LEAST(v_seg.base_offset + v_seg.message_count - 1, v_seg_from + v_budget - 1);
+            v_first := COALESCE(v_first, v_seg_from);
+            v_last := v_seg_to;
+            o_pid := o_pid || v_cand.id;
+            o_pname := o_pname || v_cand.name::TEXT;
+            o_token := o_token || v_token;
+            o_expires := o_expires || v_expires;
+            o_retry := o_retry || v_c.retry_count;
+            o_from := o_from || v_seg_from;
+            o_to := o_to || v_seg_to;
+            o_base := o_base || v_seg.base_offset;
+            v_budget := v_budget - (v_seg_to - v_seg_from + 1);
+            v_next := v_seg_to + 1;
+            EXIT WHEN v_budget <= 0;
+        END LOOP;
+
+        IF v_first IS NULL THEN
+            -- Nothing deliverable yet (delayed_processing): keep only the
+            -- settlement of an expired lease.
+            IF v_expired THEN
+                UPDATE queen.log_consumers c
+                SET cursor_offset = v_c.cursor_offset, retry_count = v_c.retry_count,
+                    failed_count = v_c.failed_count, lease_token = NULL,
+                    lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
+                    batch_acked = NULL
+                WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        -- Retention removed the head: the retry budget belonged to it.
+        IF v_first - 1 > v_c.cursor_offset THEN
+            v_c.retry_count := 0;
+        END IF;
+        IF p_auto_ack THEN
+            UPDATE queen.log_consumers c
+            SET cursor_offset = v_last, retry_count = 0, failed_count = v_c.failed_count,
+                lease_token = NULL, lease_expires_at = NULL, batch_from = NULL,
+                batch_to = NULL, batch_acked = NULL, blocked_until = NULL,
+                last_claimed_at = v_now
+            WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group;
+        ELSE
+            UPDATE queen.log_consumers c
+            SET cursor_offset = v_first - 1, retry_count = v_c.retry_count,
+                failed_count = v_c.failed_count, lease_token = v_token,
+                lease_expires_at = v_expires, batch_from = v_first, batch_to = v_last,
+                batch_acked = NULL, blocked_until = NULL, last_claimed_at = v_now
+            WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group;
+        END IF;
+        v_claimed := v_claimed + 1;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT o.pid, o.pname, o.tok, o.exp, o.rc, o.f, o.t, o.b, s.blob
+    FROM unnest(o_pid, o_pname, o_token, o_expires, o_retry, o_from, o_to, o_base)
+         WITH ORDINALITY AS o(pid, pname, tok, exp, rc, f, t, b, ord)
+    JOIN queen.log_segments s ON s.partition_id = o.pid AND s.base_offset = o.b
+    ORDER BY o.ord;
+END
+$$;

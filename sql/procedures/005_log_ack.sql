@@ -1,0 +1,339 @@
+-- 005_log_ack: acknowledgement, failure, lease renewal, and the DLQ.
+--
+-- Global lock order (seed): kv -> log_timers -> advisory -> queues ->
+-- log_partitions -> log_consumers -> leaves. The ack and renew paths take the
+-- advisory keys of the queues they touch, SHARED, in ascending key order
+-- (see 001_log_schema.sql), then log_consumers rows, (partition_id,
+-- consumer_group) ascending (consumer_group is COLLATE "C", so the order is
+-- the same on every host), then write leaves. They take no partition lock of
+-- their own; the only one they can meet is PostgreSQL's foreign-key re-check
+-- (FOR KEY SHARE on the partition) when the transaction already updated the
+-- consumer row (POP then ACK in one transaction block), which only a
+-- partition deleter could conflict with, and the queue key excludes it.
+
+-- Dead-lettered messages, as snapshots: the engine decodes the message from
+-- the copied segment blob (base_offset says where the blob starts), so the
+-- snapshot survives retention of the segment. No foreign key, like log_txns:
+-- a partition that still holds DLQ rows is not reclaimed by cleanup, and
+-- queen.delete_queue_v1 deletes a queue's rows explicitly. Nothing in the
+-- retention cycle purges this table.
+CREATE TABLE IF NOT EXISTS queen.log_dlq (
+    id             BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    partition_id   BIGINT NOT NULL,
+    message_offset BIGINT NOT NULL,
+    consumer_group TEXT COLLATE "C" NOT NULL,
+    reason         TEXT NOT NULL,
+    -- Failures counted when the message was given up (retry_limit + 1).
+    retry_count    INTEGER NOT NULL,
+    failed_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- From log_txns, so readers have the id without decoding; NULL when the
+    -- sidecar row was already pruned.
+    message_id     UUID,
+    -- The segment holding the message and a copy of its blob; NULL when
+    -- retention had already removed the segment.
+    base_offset    BIGINT,
+    blob           BYTEA
+);
+
+DO $$
+BEGIN
+    -- SHOW DLQ and the per-partition readers: newest first.
+    IF to_regclass('queen.idx_log_dlq_partition_failed_at') IS NULL THEN
+        CREATE INDEX idx_log_dlq_partition_failed_at
+            ON queen.log_dlq (partition_id, failed_at DESC);
+    END IF;
+    -- Already-compressed frames, as in log_segments; ACCESS EXCLUSIVE, so
+    -- only when not yet external.
+    IF EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = 'queen.log_dlq'::regclass
+                 AND attname = 'blob' AND attstorage <> 'e') THEN
+        ALTER TABLE queen.log_dlq ALTER COLUMN blob SET STORAGE EXTERNAL;
+    END IF;
+END
+$$;
+
+-- Writes the DLQ snapshot of one message. The caller holds the
+-- (partition, group) consumer row and decided the message is exhausted.
+-- Raises 42704 when the partition is not the tenant's.
+-- Locks: inserts into the leaf log_dlq; reads log_segments, log_txns.
+CREATE OR REPLACE FUNCTION queen.log_dead_letter_v1(
+    p_partition_id BIGINT,
+    p_group        TEXT,
+    p_offset       BIGINT,
+    p_reason       TEXT,
+    p_retry_count  INTEGER,
+    p_tenant       UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM 1
+    FROM queen.log_partitions p
+    JOIN queen.queues q ON q.id = p.queue_id
+    WHERE p.id = p_partition_id AND q.tenant_id = p_tenant;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'partition % does not exist', p_partition_id USING ERRCODE = '42704';
+    END IF;
+
+    INSERT INTO queen.log_dlq
+        (partition_id, message_offset, consumer_group, reason, retry_count,
+         message_id, base_offset, blob)
+    SELECT p_partition_id, p_offset, p_group, COALESCE(p_reason, 'failed'), p_retry_count,
+           t.message_ids[p_offset - s.base_offset + 1], s.base_offset, s.blob
+    FROM (SELECT 1) AS one
+    LEFT JOIN LATERAL (
+        SELECT s.base_offset, s.blob
+        FROM queen.log_segments s
+        WHERE s.partition_id = p_partition_id AND s.base_offset <= p_offset
+        ORDER BY s.base_offset DESC
+        LIMIT 1
+    ) s ON true
+    LEFT JOIN queen.log_txns t
+           ON t.partition_id = p_partition_id AND t.base_offset = s.base_offset;
+END
+$$;
+
+-- Acknowledges receipts: (p_partition_ids[i], p_offsets[i], p_groups[i],
+-- p_lease_tokens[i]); idx is the 0-based position in those arrays.
+-- Statuses:
+--   stale          the lease is not held (expired, released, another token)
+--                  or the partition is not the tenant's, or the offset is
+--                  outside the leased batch: nothing changed for it;
+--   acked          (p_failed = false) recorded; the cursor advances over the
+--                  contiguous acked prefix of the batch and the lease is
+--                  released when the whole batch is acked; re-acking an
+--                  acked offset of the live batch answers acked again;
+--   retry          (p_failed) the message comes back with everything after
+--                  it, once the queue's retry_delay has passed;
+--   dead_lettered  (p_failed) the message exhausted retry_limit: snapshot in
+--                  log_dlq (or, with dead_letter_queue or
+--                  dlq_after_max_retries off, skipped and counted in
+--                  log_consumers.failed_count); the cursor moves past it.
+-- FAILED closes the lease. Its failure is charged to the batch's first
+-- unacked message (cursor + 1), the message redelivery restarts from; when
+-- a client fails a later message while earlier ones are still unacked, the
+-- earlier ones come back too and the failure still counts against the
+-- first, which is what bounds the loop (the same rule as an expired lease).
+-- retry_limit = n: the first n failures answer retry, the next
+-- dead_lettered.
+-- Locks: advisory queue keys SHARED, ascending; log_consumers rows named by
+-- the receipts, (partition_id, consumer_group) ascending, FOR UPDATE; then
+-- the leaf log_dlq.
+CREATE OR REPLACE FUNCTION queen.log_ack_v1(
+    p_partition_ids BIGINT[],
+    p_offsets       BIGINT[],
+    p_groups        TEXT[],
+    p_lease_tokens  UUID[],
+    p_failed        BOOLEAN DEFAULT false,
+    p_reason        TEXT DEFAULT NULL,
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (idx INTEGER, status TEXT)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n        INTEGER := COALESCE(cardinality(p_partition_ids), 0);
+    v_status   TEXT[];
+    v_now      TIMESTAMPTZ := clock_timestamp();
+    v_key      RECORD;
+    v_r        RECORD;
+    v_c        queen.log_consumers%ROWTYPE;
+    v_live     BOOLEAN;
+    v_acked    BIGINT[];
+    v_failing  INTEGER[];
+    v_cursor   BIGINT;
+    v_head     BIGINT;
+    v_retries  INTEGER;
+    v_any_retry BOOLEAN;
+BEGIN
+    IF cardinality(p_offsets) IS DISTINCT FROM v_n
+       OR cardinality(p_groups) IS DISTINCT FROM v_n
+       OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n THEN
+        RAISE EXCEPTION 'log_ack_v1: partition ids, offsets, groups and lease tokens must be parallel arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_status := array_fill('stale'::TEXT, ARRAY[v_n]);
+
+    PERFORM pg_advisory_xact_lock_shared(k.key)
+    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(p.queue_id) AS key
+          FROM queen.log_partitions p
+          WHERE p.id = ANY (p_partition_ids)
+          ORDER BY 1) k;
+
+    -- The FOR loop fetches, and so locks, in ORDER BY order.
+    FOR v_key IN
+        SELECT c.partition_id, c.consumer_group, q.retry_limit, q.retry_delay,
+               (q.dead_letter_queue AND q.dlq_after_max_retries) AS store_dlq
+        FROM queen.log_consumers c
+        JOIN queen.log_partitions p ON p.id = c.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        WHERE q.tenant_id = p_tenant
+          AND (c.partition_id, c.consumer_group) IN
+              (SELECT i.pid, i.grp FROM unnest(p_partition_ids, p_groups) AS i(pid, grp))
+        ORDER BY c.partition_id, c.consumer_group
+        FOR UPDATE OF c
+    LOOP
+        SELECT c.* INTO v_c FROM queen.log_consumers c
+        WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
+        v_live := v_c.lease_token IS NOT NULL AND v_c.lease_expires_at > v_now;
+        CONTINUE WHEN NOT v_live;
+        v_acked := COALESCE(v_c.batch_acked, '{}');
+        v_failing := '{}';
+
+        FOR v_r IN
+            SELECT i.ord::INTEGER AS pos, i.off
+            FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
+                 WITH ORDINALITY AS i(pid, off, grp, tok, ord)
+            WHERE i.pid = v_key.partition_id AND i.grp = v_key.consumer_group
+              AND i.tok = v_c.lease_token
+              AND i.off BETWEEN v_c.batch_from AND v_c.batch_to
+            ORDER BY i.off
+        LOOP
+            IF NOT p_failed THEN
+                v_status[v_r.pos] := 'acked';
+                IF v_r.off > v_c.cursor_offset AND NOT v_r.off = ANY (v_acked) THEN
+                    v_acked := v_acked || v_r.off;
+                END IF;
+            ELSIF v_r.off > v_c.cursor_offset THEN
+                -- Failing an already-acked offset changes nothing: stale.
+                v_failing := v_failing || v_r.pos;
+            END IF;
+        END LOOP;
+
+        IF NOT p_failed THEN
+            v_cursor := queen.log_acked_prefix_v1(v_c.cursor_offset, v_acked);
+            IF v_cursor >= v_c.batch_to THEN
+                UPDATE queen.log_consumers c
+                SET cursor_offset = v_cursor, retry_count = 0, lease_token = NULL,
+                    lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
+                    batch_acked = NULL
+                WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
+            ELSE
+                UPDATE queen.log_consumers c
+                SET cursor_offset = v_cursor,
+                    retry_count = CASE WHEN v_cursor > v_c.cursor_offset THEN 0 ELSE c.retry_count END,
+                    batch_acked = NULLIF(ARRAY(SELECT o FROM unnest(v_acked) o
+                                               WHERE o > v_cursor ORDER BY o), '{}')
+                WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        CONTINUE WHEN cardinality(v_failing) = 0;
+        v_head := v_c.cursor_offset + 1;
+        v_retries := v_c.retry_count + 1;
+        v_cursor := v_c.cursor_offset;
+        v_any_retry := false;
+        IF v_retries > v_key.retry_limit THEN
+            IF v_key.store_dlq THEN
+                PERFORM queen.log_dead_letter_v1(v_key.partition_id, v_key.consumer_group, v_head,
+                                                 p_reason, v_retries, p_tenant);
+            ELSE
+                v_c.failed_count := v_c.failed_count + 1;
+            END IF;
+            v_cursor := queen.log_acked_prefix_v1(v_head, v_acked);
+            v_retries := 0;
+        END IF;
+        FOR i IN 1 .. cardinality(v_failing) LOOP
+            IF v_retries = 0 AND p_offsets[v_failing[i]] = v_head THEN
+                v_status[v_failing[i]] := 'dead_lettered';
+            ELSE
+                v_status[v_failing[i]] := 'retry';
+                v_any_retry := true;
+            END IF;
+        END LOOP;
+        UPDATE queen.log_consumers c
+        SET cursor_offset = v_cursor, retry_count = v_retries, failed_count = v_c.failed_count,
+            lease_token = NULL, lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
+            batch_acked = NULL,
+            blocked_until = CASE WHEN v_any_retry
+                                 THEN v_now + make_interval(secs => v_key.retry_delay / 1000.0)
+                                 ELSE c.blocked_until END
+        WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT (s.ord - 1)::INTEGER, s.st
+    FROM unnest(v_status) WITH ORDINALITY AS s(st, ord)
+    ORDER BY s.ord;
+END
+$$;
+
+-- Extends leases: (p_partition_ids[i], p_groups[i], p_lease_tokens[i]); idx
+-- is the 0-based position. A held lease becomes max(current expiry, now +
+-- p_extend_ms), default the queue's lease_time; lease_expires_at NULL means
+-- the lease is lost (expired, released, another token, or not the tenant's):
+-- an expired lease is never renewed.
+-- Locks: advisory queue keys SHARED, ascending; log_consumers rows named,
+-- (partition_id, consumer_group) ascending, FOR UPDATE.
+CREATE OR REPLACE FUNCTION queen.log_renew_v1(
+    p_partition_ids BIGINT[],
+    p_groups        TEXT[],
+    p_lease_tokens  UUID[],
+    p_extend_ms     BIGINT DEFAULT NULL,
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (idx INTEGER, lease_expires_at TIMESTAMPTZ)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n       INTEGER := COALESCE(cardinality(p_partition_ids), 0);
+    v_now     TIMESTAMPTZ := clock_timestamp();
+    v_expires TIMESTAMPTZ[];
+    v_key     RECORD;
+    v_new     TIMESTAMPTZ;
+BEGIN
+    IF cardinality(p_groups) IS DISTINCT FROM v_n
+       OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n THEN
+        RAISE EXCEPTION 'log_renew_v1: partition ids, groups and lease tokens must be parallel arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_extend_ms <= 0 THEN
+        RAISE EXCEPTION 'log_renew_v1: the extension must be positive' USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_expires := array_fill(NULL::TIMESTAMPTZ, ARRAY[v_n]);
+
+    PERFORM pg_advisory_xact_lock_shared(k.key)
+    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(p.queue_id) AS key
+          FROM queen.log_partitions p
+          WHERE p.id = ANY (p_partition_ids)
+          ORDER BY 1) k;
+
+    FOR v_key IN
+        SELECT c.partition_id, c.consumer_group, c.lease_token, c.lease_expires_at, q.lease_time
+        FROM queen.log_consumers c
+        JOIN queen.log_partitions p ON p.id = c.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        WHERE q.tenant_id = p_tenant
+          AND (c.partition_id, c.consumer_group, c.lease_token) IN
+              (SELECT i.pid, i.grp, i.tok
+               FROM unnest(p_partition_ids, p_groups, p_lease_tokens) AS i(pid, grp, tok))
+        ORDER BY c.partition_id, c.consumer_group
+        FOR UPDATE OF c
+    LOOP
+        CONTINUE WHEN v_key.lease_expires_at <= v_now;
+        v_new := GREATEST(v_key.lease_expires_at,
+                          v_now + make_interval(secs => COALESCE(p_extend_ms, v_key.lease_time::BIGINT * 1000) / 1000.0));
+        UPDATE queen.log_consumers c
+        SET lease_expires_at = v_new
+        WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
+        SELECT array_agg(CASE WHEN p_partition_ids[i] = v_key.partition_id
+                                   AND p_groups[i] = v_key.consumer_group
+                                   AND p_lease_tokens[i] = v_key.lease_token
+                              THEN v_new ELSE v_expires[i] END ORDER BY i)
+        INTO v_expires
+        FROM generate_series(1, v_n) AS i;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT (s.ord - 1)::INTEGER, s.exp
+    FROM unnest(v_expires) WITH ORDINALITY AS s(exp, ord)
+    ORDER BY s.ord;
+END
+$$;

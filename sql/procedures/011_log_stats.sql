@@ -1,0 +1,48 @@
+-- 011_log_stats: plain views in `queen` for BI tools reading through the
+-- proxy: queue depth, lag per group, DLQ counts.
+--
+-- Tenant scoping: every view carries tenant_id as a column, a filter no SET
+-- can move; the proxy (and, later, per-tenant roles) adds the predicate.
+-- queue_depth and group_lag read through the SHOW readers of 010_log_admin,
+-- so a number means the same thing in SHOW and in SQL.
+--
+-- CREATE OR REPLACE VIEW takes ACCESS EXCLUSIVE on the view (every reader
+-- queues behind it), so a view is (re)created only when its COMMENT does not
+-- carry the version below: bump the version with any change to a body. A
+-- change of columns other than appending needs a manual DROP VIEW, as with
+-- the trigger definitions of the seed's 020.
+DO $$
+BEGIN
+    IF obj_description(to_regclass('queen.queue_depth'), 'pg_class')
+       IS DISTINCT FROM 'queenwire 011 v1' THEN
+        CREATE OR REPLACE VIEW queen.queue_depth AS
+        SELECT t.tenant_id, d.queue, d.partitions, d.messages, d.pending,
+               d.dead_lettered, d.created_at
+        FROM (SELECT DISTINCT q.tenant_id FROM queen.queues q) t
+        CROSS JOIN LATERAL queen.log_show_queues_v1(t.tenant_id) d;
+        COMMENT ON VIEW queen.queue_depth IS 'queenwire 011 v1';
+    END IF;
+
+    IF obj_description(to_regclass('queen.group_lag'), 'pg_class')
+       IS DISTINCT FROM 'queenwire 011 v1' THEN
+        CREATE OR REPLACE VIEW queen.group_lag AS
+        SELECT t.tenant_id, g.queue, g.consumer_group, g.partitions, g.lag,
+               g.oldest_pending_at, g.leased_partitions
+        FROM (SELECT DISTINCT q.tenant_id FROM queen.queues q) t
+        CROSS JOIN LATERAL queen.log_show_groups_v1(NULL, t.tenant_id) g;
+        COMMENT ON VIEW queen.group_lag IS 'queenwire 011 v1';
+    END IF;
+
+    IF obj_description(to_regclass('queen.dlq_counts'), 'pg_class')
+       IS DISTINCT FROM 'queenwire 011 v1' THEN
+        CREATE OR REPLACE VIEW queen.dlq_counts AS
+        SELECT q.tenant_id, q.name AS queue, d.consumer_group,
+               count(*) AS dead_lettered, max(d.failed_at) AS last_failed_at
+        FROM queen.log_dlq d
+        JOIN queen.log_partitions p ON p.id = d.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        GROUP BY q.tenant_id, q.name, d.consumer_group;
+        COMMENT ON VIEW queen.dlq_counts IS 'queenwire 011 v1';
+    END IF;
+END
+$$;

@@ -1,0 +1,152 @@
+//! Receipts: the opaque text POP returns and ACK/RENEW take back.
+//!
+//! A receipt names (partition, offset, group, lease token) and carries an
+//! HMAC-SHA256 tag (truncated to 128 bits) under a secret that every
+//! queenwire on the database shares (`queen.receipt_secret_v1`), so a
+//! receipt works from any connection and any proxy, and an altered or
+//! forged one is refused before it reaches PostgreSQL.
+//!
+//! ```text
+//! receipt := base64url-nopad( version:u8 (= 1) partition_id:i64 offset:i64
+//!                             lease_token:[u8;16] group:utf8 tag:[u8;16] )
+//! ```
+//! Tenancy is not in the receipt: the ack procedures only act on partitions
+//! of the caller's tenant, so another tenant's receipt is `stale`.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use hmac::{KeyInit, Mac};
+use sha2::Sha256;
+
+const VERSION: u8 = 1;
+const TAG_LEN: usize = 16;
+const FIXED_LEN: usize = 1 + 8 + 8 + 16;
+/// Longest receipt text accepted (a group name is at most 255 bytes).
+const MAX_RECEIPT_LEN: usize = 512;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub partition_id: i64,
+    pub offset: i64,
+    pub lease_token: uuid::Uuid,
+    pub group: String,
+}
+
+#[derive(Clone)]
+pub struct ReceiptKey {
+    secret: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid receipt")]
+pub struct InvalidReceipt;
+
+impl ReceiptKey {
+    pub fn new(secret: Vec<u8>) -> ReceiptKey {
+        ReceiptKey { secret }
+    }
+
+    fn tag(&self, data: &[u8]) -> [u8; TAG_LEN] {
+        // Any key length is valid for HMAC.
+        let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(&self.secret)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+        mac.update(data);
+        let full = mac.finalize().into_bytes();
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&full[..TAG_LEN]);
+        tag
+    }
+
+    pub fn encode(&self, r: &Receipt) -> String {
+        let mut data = Vec::with_capacity(FIXED_LEN + r.group.len() + TAG_LEN);
+        data.push(VERSION);
+        data.extend_from_slice(&r.partition_id.to_be_bytes());
+        data.extend_from_slice(&r.offset.to_be_bytes());
+        data.extend_from_slice(r.lease_token.as_bytes());
+        data.extend_from_slice(r.group.as_bytes());
+        let tag = self.tag(&data);
+        data.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(data)
+    }
+
+    pub fn decode(&self, text: &str) -> Result<Receipt, InvalidReceipt> {
+        if text.len() > MAX_RECEIPT_LEN {
+            return Err(InvalidReceipt);
+        }
+        let data = URL_SAFE_NO_PAD
+            .decode(text.trim())
+            .map_err(|_| InvalidReceipt)?;
+        if data.len() < FIXED_LEN + TAG_LEN || data[0] != VERSION {
+            return Err(InvalidReceipt);
+        }
+        let (signed, tag) = data.split_at(data.len() - TAG_LEN);
+        let expected = self.tag(signed);
+        // Constant-time comparison.
+        if expected
+            .iter()
+            .zip(tag)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            != 0
+        {
+            return Err(InvalidReceipt);
+        }
+        let i64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&signed[at..at + 8]);
+            i64::from_be_bytes(b)
+        };
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&signed[17..33]);
+        let group = std::str::from_utf8(&signed[FIXED_LEN..]).map_err(|_| InvalidReceipt)?;
+        Ok(Receipt {
+            partition_id: i64_at(1),
+            offset: i64_at(9),
+            lease_token: uuid::Uuid::from_bytes(token),
+            group: group.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Receipt {
+        Receipt {
+            partition_id: 42,
+            offset: 7,
+            lease_token: uuid::Uuid::now_v7(),
+            group: "billing".into(),
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let key = ReceiptKey::new(b"secret".to_vec());
+        let r = sample();
+        assert_eq!(key.decode(&key.encode(&r)), Ok(r));
+    }
+
+    #[test]
+    fn altered_forged_and_foreign_receipts_are_refused() {
+        let key = ReceiptKey::new(b"secret".to_vec());
+        let text = key.encode(&sample());
+        // Flip one character.
+        let mut altered: Vec<char> = text.chars().collect();
+        altered[5] = if altered[5] == 'A' { 'B' } else { 'A' };
+        let altered: String = altered.into_iter().collect();
+        assert_eq!(key.decode(&altered), Err(InvalidReceipt));
+        // Signed with another secret.
+        let other = ReceiptKey::new(b"other".to_vec());
+        assert_eq!(key.decode(&other.encode(&sample())), Err(InvalidReceipt));
+        for junk in [
+            "",
+            "x",
+            "!!!!",
+            &"A".repeat(600),
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        ] {
+            assert_eq!(key.decode(junk), Err(InvalidReceipt), "{junk}");
+        }
+    }
+}

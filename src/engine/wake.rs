@@ -1,0 +1,151 @@
+//! Wake-ups for long-polling POPs.
+//!
+//! A waiting POP parks on a per-queue `Notify` and holds no backend
+//! connection (outside a transaction block). A PUSH wakes that queue's
+//! waiters in this process when its transaction ends, and tells other
+//! queenwire processes on the same database through NOTIFY on
+//! [`CHANNEL`], sent by one background connection in batches so that no
+//! push transaction ever takes PostgreSQL's NOTIFY commit lock. Each process
+//! LISTENs on the channel and wakes its own waiters. A slow backoff poll in
+//! the waiter is the safety net for a lost notification.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, Notify};
+use uuid::Uuid;
+
+pub const CHANNEL: &str = "queenwire_push";
+
+/// (tenant, queue) as it travels in a notification payload.
+pub fn queue_key(tenant: Uuid, queue: &str) -> String {
+    format!("{tenant}:{queue}")
+}
+
+#[derive(Default)]
+pub struct Waiters {
+    queues: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Waiters {
+    /// The Notify of one queue (created on first use).
+    pub fn notify_for(&self, key: &str) -> Arc<Notify> {
+        let mut map = match self.queues.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        map.entry(key.to_string()).or_default().clone()
+    }
+
+    /// Wakes every POP now waiting on the queue.
+    pub fn wake(&self, key: &str) {
+        let notify = {
+            let map = match self.queues.lock() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
+            map.get(key).cloned()
+        };
+        if let Some(n) = notify {
+            n.notify_waiters();
+        }
+    }
+
+    /// Forgets queues nobody waits on (called now and then).
+    pub fn prune(&self) {
+        if let Ok(mut map) = self.queues.lock() {
+            map.retain(|_, n| Arc::strong_count(n) > 1);
+        }
+    }
+}
+
+/// Announces pushes: wakes local waiters at once and queues a NOTIFY for
+/// other processes.
+#[derive(Clone)]
+pub struct Announcer {
+    pub waiters: Arc<Waiters>,
+    remote: mpsc::UnboundedSender<String>,
+}
+
+impl Announcer {
+    pub fn new(waiters: Arc<Waiters>) -> (Announcer, mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Announcer {
+                waiters,
+                remote: tx,
+            },
+            rx,
+        )
+    }
+
+    pub fn pushed(&self, key: &str) {
+        self.waiters.wake(key);
+        let _ = self.remote.send(key.to_string());
+    }
+}
+
+/// Sends queued announcements as NOTIFYs, many per round trip, and LISTENs
+/// for those of other processes. Reconnects after a lost connection.
+pub async fn run(
+    config: tokio_postgres::Config,
+    waiters: Arc<Waiters>,
+    mut announcements: mpsc::UnboundedReceiver<String>,
+) {
+    use futures::StreamExt;
+    loop {
+        let (client, mut connection) = match config.connect(tokio_postgres::NoTls).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("wake-up connection: {e}; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        // Drive the connection and turn notifications into local wake-ups.
+        let (fail_tx, mut fail_rx) = tokio::sync::oneshot::channel::<()>();
+        let listen_waiters = waiters.clone();
+        tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(msg) = messages.next().await {
+                match msg {
+                    Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                        listen_waiters.wake(n.payload())
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = fail_tx.send(());
+        });
+        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+            tracing::warn!("LISTEN failed: {e}");
+            continue;
+        }
+        let mut prune = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                key = announcements.recv() => {
+                    let Some(key) = key else { return };
+                    let mut keys = vec![key];
+                    while let Ok(k) = announcements.try_recv() {
+                        if !keys.contains(&k) {
+                            keys.push(k);
+                        }
+                        if keys.len() >= 256 {
+                            break;
+                        }
+                    }
+                    if client
+                        .execute("SELECT pg_notify($1, k) FROM unnest($2::text[]) k", &[&CHANNEL, &keys])
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                _ = prune.tick() => waiters.prune(),
+                _ = &mut fail_rx => break,
+            }
+        }
+    }
+}

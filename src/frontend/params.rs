@@ -1,0 +1,171 @@
+//! Bound parameters of dialect statements, from the client's wire formats
+//! to text, and result format codes.
+
+use crate::engine::values::format_timestamptz;
+use crate::protocol::ErrorFields;
+
+/// The format code of parameter or column `i` under PostgreSQL's rule:
+/// no codes = all text, one code = all of that format, else one each.
+pub fn result_format(formats: &[i16], i: usize) -> i16 {
+    match formats.len() {
+        0 => 0,
+        1 => formats[0],
+        _ => formats.get(i).copied().unwrap_or(0),
+    }
+}
+
+/// Converts bound values to text, reading binary ones by their type OID.
+pub fn bind_params_as_text(
+    params: &[Option<&[u8]>],
+    formats: &[i16],
+    types: &[u32],
+) -> Result<Vec<Option<String>>, ErrorFields> {
+    if formats.len() > 1 && formats.len() != params.len() {
+        return Err(ErrorFields::error(
+            "08P01",
+            format!(
+                "bind message has {} parameter formats but {} parameters",
+                formats.len(),
+                params.len()
+            ),
+        ));
+    }
+    params
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let Some(bytes) = value else { return Ok(None) };
+            let oid = types.get(i).copied().unwrap_or(0);
+            match result_format(formats, i) {
+                0 => text(bytes, i).map(Some),
+                1 => binary(bytes, oid, i).map(Some),
+                other => Err(ErrorFields::error(
+                    "08P01",
+                    format!("unsupported format code: {other}"),
+                )),
+            }
+        })
+        .collect()
+}
+
+fn text(bytes: &[u8], i: usize) -> Result<String, ErrorFields> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| {
+        ErrorFields::error("22021", format!("parameter ${} is not valid UTF-8", i + 1))
+    })
+}
+
+fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, ErrorFields> {
+    let bad = || {
+        ErrorFields::error(
+            "22P03",
+            format!("incorrect binary data format in bind parameter {}", i + 1),
+        )
+    };
+    let fixed = |n: usize| -> Result<&[u8], ErrorFields> {
+        if bytes.len() == n {
+            Ok(bytes)
+        } else {
+            Err(bad())
+        }
+    };
+    Ok(match oid {
+        // text, varchar, bpchar, name, unknown, json
+        25 | 1043 | 1042 | 19 | 705 | 114 | 0 => text(bytes, i)?,
+        // jsonb: a version byte, then the text
+        3802 => match bytes.split_first() {
+            Some((1, rest)) => text(rest, i)?,
+            _ => return Err(bad()),
+        },
+        21 => {
+            let b = fixed(2)?;
+            i16::from_be_bytes([b[0], b[1]]).to_string()
+        }
+        23 => {
+            let b = fixed(4)?;
+            i32::from_be_bytes([b[0], b[1], b[2], b[3]]).to_string()
+        }
+        20 => {
+            let b = fixed(8)?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            i64::from_be_bytes(a).to_string()
+        }
+        16 => match fixed(1)?[0] {
+            0 => "false".to_string(),
+            _ => "true".to_string(),
+        },
+        2950 => {
+            let b = fixed(16)?;
+            let mut a = [0u8; 16];
+            a.copy_from_slice(b);
+            uuid::Uuid::from_bytes(a).to_string()
+        }
+        1184 | 1114 => {
+            let b = fixed(8)?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            let since_2000 = i64::from_be_bytes(a);
+            format_timestamptz(since_2000.saturating_add(946_684_800_000_000))
+        }
+        other => {
+            return Err(ErrorFields::error(
+                "42804",
+                format!(
+                    "parameter ${} of type OID {other} is not accepted here: send it as text",
+                    i + 1
+                ),
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_parameters_become_text() {
+        let int4 = 42i32.to_be_bytes();
+        let jsonb = [1u8, b'{', b'}'];
+        let params: Vec<Option<&[u8]>> = vec![Some(&int4), Some(&jsonb), None, Some(b"abc")];
+        let out = bind_params_as_text(&params, &[1, 1, 1, 1], &[23, 3802, 25, 25]).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                Some("42".into()),
+                Some("{}".into()),
+                None,
+                Some("abc".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_binary_is_an_error() {
+        let params: Vec<Option<&[u8]>> = vec![Some(&[1, 2, 3])];
+        assert_eq!(
+            bind_params_as_text(&params, &[1], &[23]).unwrap_err().code,
+            "22P03"
+        );
+        let wrong_version: Vec<Option<&[u8]>> = vec![Some(&[2, b'{', b'}'])];
+        assert_eq!(
+            bind_params_as_text(&wrong_version, &[1], &[3802])
+                .unwrap_err()
+                .code,
+            "22P03"
+        );
+        assert_eq!(
+            bind_params_as_text(&params, &[1, 0], &[23])
+                .unwrap_err()
+                .code,
+            "08P01"
+        );
+    }
+
+    #[test]
+    fn result_formats_follow_postgresql_rules() {
+        assert_eq!(result_format(&[], 3), 0);
+        assert_eq!(result_format(&[1], 3), 1);
+        assert_eq!(result_format(&[0, 1], 1), 1);
+    }
+}

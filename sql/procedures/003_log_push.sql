@@ -176,9 +176,8 @@ $$;
 --     A duplicate of an earlier message of the same call reports that
 --     message's id and offset NULL (it has no offset yet);
 --   * or an error: 54000 when max_queue_size would be exceeded (nothing
---     written), 22023 on malformed input, 40001 when a partition vanished
---     under the call (queue dropped or partition cleaned up concurrently:
---     retry).
+--     written), 22023 on malformed input, 40001 when the queue or a
+--     partition kept vanishing under the call (dropped concurrently: retry).
 -- Provisioning (queue row, partition rows) is kept even when nothing else
 -- is written.
 --
@@ -222,6 +221,7 @@ DECLARE
     v_first     INTEGER := 0;
     v_base      BIGINT;
     v_pid       BIGINT;
+    v_attempt   INTEGER;
 BEGIN
     IF p_queue IS NULL OR v_segments = 0 THEN
         RAISE EXCEPTION 'log_push_v1: a queue name and at least one segment are required'
@@ -245,22 +245,25 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    -- 1. The queue.
-    SELECT * INTO v_queue FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-    IF NOT FOUND THEN
-        INSERT INTO queen.queues (tenant_id, name) VALUES (p_tenant, p_queue)
-        ON CONFLICT (tenant_id, name) DO NOTHING;
+    -- 1. The queue, then its key. A DROP QUEUE that committed while this
+    -- call waited for the key leaves nothing to push into: provision again,
+    -- as a push arriving a moment later would have.
+    FOR v_attempt IN 1 .. 3 LOOP
         SELECT * INTO v_queue FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-    END IF;
-    IF v_queue.id IS NOT NULL THEN
+        IF NOT FOUND THEN
+            INSERT INTO queen.queues (tenant_id, name) VALUES (p_tenant, p_queue)
+            ON CONFLICT (tenant_id, name) DO NOTHING;
+            SELECT * INTO v_queue FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        END IF;
+        CONTINUE WHEN v_queue.id IS NULL;
         PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue.id));
-        -- Re-read under the key: a DROP QUEUE may have committed meanwhile.
         IF v_queue.max_queue_size > 0 THEN
             SELECT * INTO v_queue FROM queen.queues q WHERE q.id = v_queue.id FOR NO KEY UPDATE;
         ELSE
             SELECT * INTO v_queue FROM queen.queues q WHERE q.id = v_queue.id;
         END IF;
-    END IF;
+        EXIT WHEN v_queue.id IS NOT NULL;
+    END LOOP;
     IF v_queue.id IS NULL THEN
         RAISE EXCEPTION 'queue "%" was dropped while being pushed to; retry', p_queue
             USING ERRCODE = '40001';

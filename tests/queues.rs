@@ -1,0 +1,617 @@
+//! The queue statements end to end, through queenwire, against a real
+//! PostgreSQL: the guarantees of SEMANTICS.md, proved concurrently where
+//! they are about concurrency.
+
+mod common;
+
+use common::proxy::{connect, Proxy};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+/// Rows of a simple query as (column → text) maps.
+async fn rows(client: &Client, sql: &str) -> Vec<HashMap<String, Option<String>>> {
+    let messages = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    messages
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(
+                r.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.name().to_string(), r.get(i).map(str::to_string)))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+fn col(row: &HashMap<String, Option<String>>, name: &str) -> String {
+    row.get(name).cloned().flatten().unwrap_or_default()
+}
+
+async fn sql_error(client: &Client, sql: &str) -> tokio_postgres::error::DbError {
+    let err = client.simple_query(sql).await.expect_err(sql);
+    err.as_db_error()
+        .cloned()
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+async fn ack_all(client: &Client, receipts: &[String]) -> Vec<String> {
+    if receipts.is_empty() {
+        return Vec::new();
+    }
+    let list: Vec<String> = receipts.iter().map(|r| quote(r)).collect();
+    rows(client, &format!("ACK {}", list.join(", ")))
+        .await
+        .iter()
+        .map(|r| col(r, "status"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_producers_and_consumers_lose_nothing_duplicate_nothing_and_keep_order() {
+    const PRODUCERS: usize = 2;
+    const PER_PRODUCER: usize = 2_500;
+    const PARTITIONS: usize = 50;
+    const CONSUMERS: usize = 4;
+    let proxy = Proxy::start_with("ordering", |c| c.pool_size = 8).await;
+    let admin = proxy.connect().await;
+    admin.batch_execute("CREATE QUEUE work").await.unwrap();
+
+    let mut producers = Vec::new();
+    for p in 0..PRODUCERS {
+        let cfg = proxy.client_config();
+        producers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut sent = Vec::new();
+            for batch in 0..PER_PRODUCER / 50 {
+                let mut values = Vec::new();
+                for i in 0..50 {
+                    let n = batch * 50 + i;
+                    let txn = format!("p{p}-{n}");
+                    let partition = format!("part-{}", (n * 7 + p) % PARTITIONS);
+                    values.push(format!("('{{\"n\":{n}}}', '{partition}', '{txn}')"));
+                    sent.push(txn);
+                }
+                let result = rows(
+                    &client,
+                    &format!(
+                        "PUSH INTO work (payload, partition, transaction_id) VALUES {}",
+                        values.join(", ")
+                    ),
+                )
+                .await;
+                assert!(result.iter().all(|r| col(r, "status") == "queued"));
+            }
+            sent
+        }));
+    }
+
+    // (partition, consumer, held from, held until): a partition's messages
+    // are held from the POP's answer until the ACK is sent.
+    let holds: Arc<Mutex<Vec<(String, usize, Instant, Instant)>>> = Arc::default();
+    let consumed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let total = PRODUCERS * PER_PRODUCER;
+    let mut consumers = Vec::new();
+    for c in 0..CONSUMERS {
+        let cfg = proxy.client_config();
+        let holds = holds.clone();
+        let consumed = consumed.clone();
+        consumers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut ledger: Vec<(String, i64, String)> = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(240);
+            while consumed.load(std::sync::atomic::Ordering::SeqCst) < total {
+                assert!(Instant::now() < deadline, "consumers did not finish");
+                let popped = rows(&client, "POP FROM work LIMIT 20 WAIT '500ms'").await;
+                let got_at = Instant::now();
+                if popped.is_empty() {
+                    continue;
+                }
+                let partition = col(&popped[0], "partition");
+                let mut receipts = Vec::new();
+                for r in &popped {
+                    assert_eq!(
+                        col(r, "partition"),
+                        partition,
+                        "one POP claimed two partitions"
+                    );
+                    ledger.push((
+                        partition.clone(),
+                        col(r, "offset").parse().unwrap(),
+                        col(r, "transaction_id"),
+                    ));
+                    receipts.push(col(r, "receipt"));
+                }
+                let released_at = Instant::now();
+                holds
+                    .lock()
+                    .unwrap()
+                    .push((partition, c, got_at, released_at));
+                let statuses = ack_all(&client, &receipts).await;
+                assert!(statuses.iter().all(|s| s == "acked"), "{statuses:?}");
+                consumed.fetch_add(receipts.len(), std::sync::atomic::Ordering::SeqCst);
+            }
+            ledger
+        }));
+    }
+
+    let mut produced = HashSet::new();
+    for p in producers {
+        for txn in p.await.unwrap() {
+            assert!(produced.insert(txn));
+        }
+    }
+    let mut acknowledged: HashMap<String, usize> = HashMap::new();
+    for c in consumers {
+        let ledger = c.await.unwrap();
+        // Per partition, this consumer saw strictly increasing offsets.
+        let mut last: HashMap<String, i64> = HashMap::new();
+        for (partition, offset, txn) in ledger {
+            if let Some(prev) = last.insert(partition.clone(), offset) {
+                assert!(offset > prev, "{partition}: offset {offset} after {prev}");
+            }
+            *acknowledged.entry(txn).or_default() += 1;
+        }
+    }
+    let lost: Vec<_> = produced
+        .iter()
+        .filter(|t| !acknowledged.contains_key(*t))
+        .collect();
+    let duplicated: Vec<_> = acknowledged.iter().filter(|(_, n)| **n > 1).collect();
+    let unknown: Vec<_> = acknowledged
+        .keys()
+        .filter(|t| !produced.contains(*t))
+        .collect();
+    assert!(lost.is_empty(), "lost: {:?}", &lost[..lost.len().min(10)]);
+    assert!(duplicated.is_empty(), "acknowledged twice: {duplicated:?}");
+    assert!(unknown.is_empty(), "never produced: {unknown:?}");
+
+    // No two consumers ever held one partition at the same time.
+    let holds = holds.lock().unwrap();
+    let mut by_partition: BTreeMap<&str, Vec<(usize, Instant, Instant)>> = BTreeMap::new();
+    for (p, c, from, to) in holds.iter() {
+        by_partition.entry(p).or_default().push((*c, *from, *to));
+    }
+    for (p, mut spans) in by_partition {
+        spans.sort_by_key(|s| s.1);
+        for w in spans.windows(2) {
+            assert!(
+                w[0].0 == w[1].0 || w[1].1 >= w[0].2,
+                "{p}: consumers {} and {} held it at once",
+                w[0].0,
+                w[1].0
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_group_receives_every_message() {
+    let proxy = Proxy::start("fanout").await;
+    let client = proxy.connect().await;
+    let values: Vec<String> = (0..30)
+        .map(|n| format!("('{{\"n\":{n}}}', 'p{}')", n % 3))
+        .collect();
+    rows(
+        &client,
+        &format!(
+            "PUSH INTO events (payload, partition) VALUES {}",
+            values.join(",")
+        ),
+    )
+    .await;
+    for group in ["audit", "billing"] {
+        let mut seen = Vec::new();
+        loop {
+            let got = rows(
+                &client,
+                &format!("POP FROM events GROUP {group} LIMIT 7 PARTITIONS 3"),
+            )
+            .await;
+            if got.is_empty() {
+                break;
+            }
+            let receipts: Vec<String> = got.iter().map(|r| col(r, "receipt")).collect();
+            seen.extend(got.iter().map(|r| col(r, "payload")));
+            assert!(ack_all(&client, &receipts)
+                .await
+                .iter()
+                .all(|s| s == "acked"));
+        }
+        seen.sort();
+        // Payloads come back as the text that was pushed.
+        let mut expected: Vec<String> = (0..30).map(|n| format!("{{\"n\":{n}}}")).collect();
+        expected.sort();
+        assert_eq!(seen.len(), 30, "{group}");
+        assert_eq!(seen, expected, "{group}");
+    }
+    // Queue mode is a group of its own and still has everything.
+    let got = rows(&client, "POP FROM events LIMIT 100 PARTITIONS 3").await;
+    assert_eq!(got.len(), 30);
+}
+
+#[tokio::test]
+async fn an_expired_lease_redelivers_and_its_receipt_goes_stale() {
+    let proxy = Proxy::start("lease").await;
+    let client = proxy.connect().await;
+    rows(&client, "PUSH INTO jobs VALUES ('{\"job\":1}')").await;
+    let first = rows(&client, "POP FROM jobs LEASE 1").await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(col(&first[0], "retry_count"), "0");
+    assert!(
+        rows(&client, "POP FROM jobs").await.is_empty(),
+        "leased message delivered twice"
+    );
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let again = rows(&client, "POP FROM jobs LEASE 30").await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(col(&again[0], "message_id"), col(&first[0], "message_id"));
+    assert_eq!(col(&again[0], "retry_count"), "1");
+    assert_eq!(
+        ack_all(&client, &[col(&first[0], "receipt")]).await,
+        vec!["stale"]
+    );
+    // RENEW of the live lease extends it; of the dead one says NULL.
+    let renewed = rows(
+        &client,
+        &format!(
+            "RENEW {}, {} FOR 120",
+            quote(&col(&again[0], "receipt")),
+            quote(&col(&first[0], "receipt"))
+        ),
+    )
+    .await;
+    assert!(!col(&renewed[0], "lease_expires_at").is_empty());
+    assert_eq!(renewed[1].get("lease_expires_at").cloned().flatten(), None);
+    assert_eq!(
+        ack_all(&client, &[col(&again[0], "receipt")]).await,
+        vec!["acked"]
+    );
+    assert!(rows(&client, "POP FROM jobs").await.is_empty());
+}
+
+#[tokio::test]
+async fn failures_retry_in_order_then_dead_letter() {
+    let proxy = Proxy::start("failures").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE flaky WITH (retry_limit = 2, retry_delay = '300ms')")
+        .await
+        .unwrap();
+    rows(
+        &client,
+        "PUSH INTO flaky VALUES ('{\"n\":0}'), ('{\"n\":1}'), ('{\"n\":2}')",
+    )
+    .await;
+    for attempt in 0..=2 {
+        let got = rows(&client, "POP FROM flaky LIMIT 3 WAIT 5").await;
+        let offsets: Vec<String> = got.iter().map(|r| col(r, "offset")).collect();
+        assert_eq!(
+            offsets,
+            vec!["0", "1", "2"],
+            "attempt {attempt}: redelivered in order"
+        );
+        assert!(got
+            .iter()
+            .all(|r| col(r, "retry_count") == attempt.to_string()));
+        let started = Instant::now();
+        let status = rows(
+            &client,
+            &format!(
+                "ACK {} FAILED REASON 'boom {attempt}'",
+                quote(&col(&got[0], "receipt"))
+            ),
+        )
+        .await;
+        let expected = if attempt < 2 {
+            "retry"
+        } else {
+            "dead_lettered"
+        };
+        assert_eq!(col(&status[0], "status"), expected);
+        if attempt < 2 {
+            // Blocked for retry_delay.
+            assert!(rows(&client, "POP FROM flaky LIMIT 3").await.is_empty());
+            assert!(started.elapsed() < Duration::from_millis(300));
+        }
+    }
+    // The dead letter is gone from the queue; the rest comes next.
+    let rest = rows(&client, "POP FROM flaky LIMIT 3 WAIT 5").await;
+    let offsets: Vec<String> = rest.iter().map(|r| col(r, "offset")).collect();
+    assert_eq!(offsets, vec!["1", "2"]);
+    let dlq = rows(&client, "SHOW DLQ FROM flaky").await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(col(&dlq[0], "offset"), "0");
+    assert_eq!(col(&dlq[0], "reason"), "boom 2");
+    assert_eq!(col(&dlq[0], "payload"), "{\"n\":0}");
+    assert_eq!(col(&dlq[0], "retry_count"), "3");
+    let queues = rows(&client, "SHOW QUEUES").await;
+    let flaky = queues.iter().find(|r| col(r, "queue") == "flaky").unwrap();
+    assert_eq!(col(flaky, "dead_lettered"), "1");
+}
+
+#[tokio::test]
+async fn repeated_transaction_ids_are_duplicates() {
+    let proxy = Proxy::start("dedup").await;
+    let client = proxy.connect().await;
+    let first = rows(
+        &client,
+        "PUSH INTO d (payload, transaction_id) VALUES ('1', 'a'), ('2', 'b'), ('3', 'a')",
+    )
+    .await;
+    let statuses: Vec<String> = first.iter().map(|r| col(r, "status")).collect();
+    assert_eq!(statuses, vec!["queued", "queued", "duplicate"]);
+    assert_eq!(col(&first[2], "message_id"), col(&first[0], "message_id"));
+    assert_eq!(col(&first[2], "offset"), col(&first[0], "offset"));
+
+    let again = rows(
+        &client,
+        "PUSH INTO d (payload, transaction_id) VALUES ('4', 'b'), ('5', 'c')",
+    )
+    .await;
+    assert_eq!(col(&again[0], "status"), "duplicate");
+    assert_eq!(col(&again[0], "message_id"), col(&first[1], "message_id"));
+    assert_eq!(col(&again[1], "status"), "queued");
+    assert_eq!(col(&again[1], "offset"), "2");
+
+    // Inside a transaction block: a duplicate does not abort it.
+    client.batch_execute("BEGIN").await.unwrap();
+    let inside = rows(
+        &client,
+        "PUSH INTO d (payload, transaction_id) VALUES ('6', 'c')",
+    )
+    .await;
+    assert_eq!(col(&inside[0], "status"), "duplicate");
+    let inside = rows(
+        &client,
+        "PUSH INTO d (payload, transaction_id) VALUES ('7', 'e')",
+    )
+    .await;
+    assert_eq!(col(&inside[0], "status"), "queued");
+    client.batch_execute("COMMIT").await.unwrap();
+
+    let all = rows(&client, "POP FROM d LIMIT 100").await;
+    let payloads: Vec<String> = all.iter().map(|r| col(r, "payload")).collect();
+    assert_eq!(payloads, vec!["1", "2", "5", "7"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_pop_wakes_on_a_push_through_this_or_another_queenwire() {
+    let proxy = Proxy::start("longpoll").await;
+    let other = Proxy::start_on(proxy.direct.clone(), |_| {}).await;
+    for (pusher, label) in [(&proxy, "same"), (&other, "other")] {
+        let waiter = proxy.connect().await;
+        let push_client = pusher.connect().await;
+        let queue = format!("lp_{label}");
+        let started = Instant::now();
+        let wait = tokio::spawn(async move {
+            let got = rows(&waiter, &format!("POP FROM {queue} WAIT 10")).await;
+            (got, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let pushed_at = Instant::now();
+        rows(
+            &push_client,
+            &format!("PUSH INTO lp_{label} VALUES ('\"wake\"')"),
+        )
+        .await;
+        let (got, woke_at) = wait.await.unwrap();
+        assert_eq!(got.len(), 1, "{label}");
+        assert!(
+            woke_at.duration_since(pushed_at) < Duration::from_secs(1),
+            "{label}: woke {:?} after the push",
+            woke_at.duration_since(pushed_at)
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    // A wait with nothing to wake it returns no rows at its end.
+    let client = proxy.connect().await;
+    let started = Instant::now();
+    assert!(rows(&client, "POP FROM lp_empty WAIT '700ms'")
+        .await
+        .is_empty());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(650) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_pop_holds_no_backend_connection() {
+    let proxy = Proxy::start_with("longpoll_pool", |c| c.pool_size = 1).await;
+    let waiter = proxy.connect().await;
+    let wait = tokio::spawn(async move { rows(&waiter, "POP FROM idle_q WAIT 5").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // With a pool of one, this works only if the waiter gave its connection back.
+    let client = proxy.connect().await;
+    let started = Instant::now();
+    client.simple_query("SELECT 1").await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    rows(&client, "PUSH INTO idle_q VALUES ('1')").await;
+    assert_eq!(wait.await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn queue_work_joins_the_surrounding_transaction() {
+    let proxy = Proxy::start("transactions").await;
+    let client = proxy.connect().await;
+    rows(&client, "PUSH INTO inbox VALUES ('{\"a\":1}')").await;
+    let depth = |q: &'static str| {
+        let client = &client;
+        async move {
+            let r = rows(client, "SHOW QUEUES").await;
+            r.iter()
+                .find(|row| col(row, "queue") == q)
+                .map(|row| (col(row, "messages"), col(row, "pending")))
+        }
+    };
+    let inbox_before = depth("inbox").await;
+
+    for finish in ["ROLLBACK", "COMMIT"] {
+        client.batch_execute("BEGIN").await.unwrap();
+        let got = rows(&client, "POP FROM inbox").await;
+        assert_eq!(got.len(), 1, "{finish}");
+        rows(&client, "PUSH INTO outbox VALUES ('{\"b\":1}')").await;
+        assert_eq!(
+            ack_all(&client, &[col(&got[0], "receipt")]).await,
+            vec!["acked"]
+        );
+        client.batch_execute(finish).await.unwrap();
+        if finish == "ROLLBACK" {
+            assert_eq!(depth("inbox").await, inbox_before);
+            assert_eq!(depth("outbox").await, None);
+            // The message is still there for the next consumer.
+        } else {
+            assert_eq!(depth("outbox").await, Some(("1".into(), "1".into())));
+            assert!(rows(&client, "POP FROM inbox").await.is_empty());
+        }
+    }
+
+    // A client killed mid-transaction leaves both queues as they were.
+    rows(&client, "PUSH INTO inbox VALUES ('{\"a\":2}')").await;
+    let before = (depth("inbox").await, depth("outbox").await);
+    {
+        let victim = proxy.connect().await;
+        victim.batch_execute("BEGIN").await.unwrap();
+        let got = rows(&victim, "POP FROM inbox").await;
+        assert_eq!(got.len(), 1);
+        rows(&victim, "PUSH INTO outbox VALUES ('{\"b\":2}')").await;
+        ack_all(&victim, &[col(&got[0], "receipt")]).await;
+    } // dropped: the socket closes mid-transaction
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((depth("inbox").await, depth("outbox").await), before);
+    assert_eq!(rows(&client, "POP FROM inbox").await.len(), 1);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_error_and_the_session_goes_on() {
+    let proxy = Proxy::start_with("bad_input", |c| c.max_payload = 1000).await;
+    let client = proxy.connect().await;
+    let e = sql_error(&client, "POP FROM").await;
+    assert_eq!(e.code().code(), "42601");
+    assert!(e.position().is_some());
+    let e = sql_error(&client, "PUSH INTO q VALUES ('{not json')").await;
+    assert_eq!(e.code().code(), "22P02");
+    let big = format!("\"{}\"", "x".repeat(2000));
+    let e = sql_error(&client, &format!("PUSH INTO q VALUES ('{big}')")).await;
+    assert_eq!(e.code().code(), "54000");
+    let e = sql_error(
+        &client,
+        "ACK 'AQAAAAAAAAABAAAAAAAAAAAFkKiIhvJAl4iGp295-F-gZzELHnYsD3ydqyqBrF4WN0we'",
+    )
+    .await;
+    assert_eq!(e.code().code(), "22P02");
+    let e = sql_error(&client, "ACK 'not a receipt at all'").await;
+    assert_eq!(e.code().code(), "22P02");
+    let e = sql_error(&client, "CREATE QUEUE q WITH (no_such_option = 1)").await;
+    assert_eq!(e.code().code(), "22023");
+    assert!(e.message().contains("lease_time"), "{}", e.message());
+    let e = sql_error(&client, "SHOW PARTITIONS FROM missing").await;
+    assert_eq!(e.code().code(), "42704");
+    // A failed statement changed nothing and the session is fine.
+    assert!(rows(&client, "SHOW QUEUES").await.is_empty());
+    assert_eq!(rows(&client, "SELECT 1 AS one").await.len(), 1);
+    // The same through the extended protocol, with a bad parameter.
+    let stmt = client.prepare("ACK $1").await.unwrap();
+    let e = client.query(&stmt, &[&"forged"]).await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "22P02");
+    client.query_one("SELECT 1", &[]).await.unwrap();
+}
+
+#[tokio::test]
+async fn describe_reports_the_dialect_columns_and_types() {
+    use tokio_postgres::types::Type;
+    let proxy = Proxy::start("describe").await;
+    let client = proxy.connect().await;
+    let cases: Vec<(&str, Vec<(&str, Type)>)> = vec![
+        (
+            "PUSH INTO q VALUES ($1)",
+            vec![
+                ("message_id", Type::UUID),
+                ("queue", Type::TEXT),
+                ("partition", Type::TEXT),
+                ("offset", Type::INT8),
+                ("transaction_id", Type::TEXT),
+                ("status", Type::TEXT),
+            ],
+        ),
+        (
+            "POP FROM q GROUP g LIMIT $1 WAIT 1",
+            vec![
+                ("receipt", Type::TEXT),
+                ("message_id", Type::UUID),
+                ("queue", Type::TEXT),
+                ("partition", Type::TEXT),
+                ("offset", Type::INT8),
+                ("payload", Type::JSONB),
+                ("transaction_id", Type::TEXT),
+                ("trace_id", Type::TEXT),
+                ("retry_count", Type::INT4),
+                ("created_at", Type::TIMESTAMPTZ),
+                ("lease_expires_at", Type::TIMESTAMPTZ),
+            ],
+        ),
+        (
+            "ACK $1",
+            vec![("receipt", Type::TEXT), ("status", Type::TEXT)],
+        ),
+        (
+            "RENEW $1 FOR 30",
+            vec![
+                ("receipt", Type::TEXT),
+                ("lease_expires_at", Type::TIMESTAMPTZ),
+            ],
+        ),
+        ("CREATE QUEUE IF NOT EXISTS q", vec![]),
+        (
+            "SHOW QUEUES",
+            vec![
+                ("queue", Type::TEXT),
+                ("partitions", Type::INT8),
+                ("messages", Type::INT8),
+                ("pending", Type::INT8),
+                ("dead_lettered", Type::INT8),
+                ("created_at", Type::TIMESTAMPTZ),
+            ],
+        ),
+    ];
+    for (sql, expected) in cases {
+        let stmt = client
+            .prepare(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let got: Vec<(&str, Type)> = stmt
+            .columns()
+            .iter()
+            .map(|c| (c.name(), c.type_().clone()))
+            .collect();
+        assert_eq!(got, expected, "{sql}");
+    }
+    let stmt = client.prepare("POP FROM q LIMIT $1 WAIT $2").await.unwrap();
+    assert_eq!(stmt.params(), &[Type::INT4, Type::TEXT]);
+    // And the prepared POP runs with binary parameters and results.
+    client
+        .batch_execute("PUSH INTO q VALUES ('{\"x\":1}')")
+        .await
+        .unwrap();
+    let popped = client.query(&stmt, &[&5i32, &"1s"]).await.unwrap();
+    assert_eq!(popped.len(), 1);
+    let offset: i64 = popped[0].get("offset");
+    assert_eq!(offset, 0);
+    let receipt: String = popped[0].get("receipt");
+    let ack = client.prepare("ACK $1").await.unwrap();
+    let acked = client.query_one(&ack, &[&receipt]).await.unwrap();
+    assert_eq!(acked.get::<_, String>("status"), "acked");
+}

@@ -615,3 +615,200 @@ async fn describe_reports_the_dialect_columns_and_types() {
     let acked = client.query_one(&ack, &[&receipt]).await.unwrap();
     assert_eq!(acked.get::<_, String>("status"), "acked");
 }
+
+#[tokio::test]
+async fn queue_administration() {
+    let proxy = Proxy::start("admin").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE adm WITH (lease_time = 30, retry_limit = 1)")
+        .await
+        .unwrap();
+    let e = sql_error(&client, "CREATE QUEUE adm").await;
+    assert_eq!(e.code().code(), "42710");
+    client
+        .batch_execute("CREATE QUEUE IF NOT EXISTS adm WITH (lease_time = 99)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("ALTER QUEUE adm SET (retry_delay = '2s')")
+        .await
+        .unwrap();
+    let direct = proxy.connect_direct().await;
+    let row = direct
+        .query_one(
+            "SELECT lease_time, retry_limit, retry_delay FROM queen.queues WHERE name = 'adm'",
+            &[],
+        )
+        .await
+        .unwrap();
+    // IF NOT EXISTS changed nothing; ALTER changed only what it named.
+    assert_eq!(
+        (
+            row.get::<_, i32>(0),
+            row.get::<_, i32>(1),
+            row.get::<_, i32>(2)
+        ),
+        (30, 1, 2000)
+    );
+    let e = sql_error(&client, "ALTER QUEUE nope SET (retry_limit = 1)").await;
+    assert_eq!(e.code().code(), "42704");
+
+    rows(
+        &client,
+        "PUSH INTO adm PARTITION a VALUES ('1'), ('2'), ('3')",
+    )
+    .await;
+    // A group reads two, acks them, then seeks back to the beginning.
+    let got = rows(&client, "POP FROM adm GROUP g LIMIT 2").await;
+    let receipts: Vec<String> = got.iter().map(|r| col(r, "receipt")).collect();
+    ack_all(&client, &receipts).await;
+    let groups = rows(&client, "SHOW GROUPS ON adm").await;
+    let g = groups.iter().find(|r| col(r, "group") == "g").unwrap();
+    assert_eq!(col(g, "lag"), "1");
+    client
+        .batch_execute("SEEK GROUP g ON adm TO BEGINNING")
+        .await
+        .unwrap();
+    let again = rows(&client, "POP FROM adm GROUP g LIMIT 10").await;
+    assert_eq!(again.len(), 3);
+    client
+        .batch_execute("SEEK GROUP g ON adm PARTITION a TO END")
+        .await
+        .unwrap();
+    assert!(rows(&client, "POP FROM adm GROUP g").await.is_empty());
+    client.batch_execute("DROP GROUP g ON adm").await.unwrap();
+    // A dropped group subscribes afresh (from the beginning).
+    assert_eq!(
+        rows(&client, "POP FROM adm GROUP g LIMIT 10").await.len(),
+        3
+    );
+    // A group that subscribes FROM NOW sees only later messages.
+    assert!(rows(&client, "POP FROM adm GROUP late SUBSCRIBE FROM NOW")
+        .await
+        .is_empty());
+    rows(&client, "PUSH INTO adm PARTITION a VALUES ('4')").await;
+    let late = rows(&client, "POP FROM adm GROUP late LIMIT 10").await;
+    assert_eq!(
+        late.iter().map(|r| col(r, "payload")).collect::<Vec<_>>(),
+        vec!["4"]
+    );
+
+    let parts = rows(&client, "SHOW PARTITIONS FROM adm").await;
+    assert_eq!(col(&parts[0], "partition"), "a");
+    assert_eq!(col(&parts[0], "last_offset"), "3");
+
+    client.batch_execute("DROP QUEUE adm").await.unwrap();
+    assert!(rows(&client, "SHOW QUEUES").await.is_empty());
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM queen.log_partitions", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    let e = sql_error(&client, "DROP QUEUE adm").await;
+    assert_eq!(e.code().code(), "42704");
+    client
+        .batch_execute("DROP QUEUE IF EXISTS adm")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_acknowledged_before_a_kill_9_survive_it() {
+    use std::process::{Command, Stdio};
+    let direct = common::cluster::fresh_database("durability");
+    let cluster = common::cluster::cluster();
+    let backend = format!(
+        "host={} port={} user={} dbname={}",
+        cluster.socket_dir().display(),
+        cluster.port(),
+        cluster.user(),
+        direct.get_dbname().unwrap()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_queenwire"))
+            .args([
+                "--backend",
+                &backend,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host("127.0.0.1").port(port).user("t").dbname("t");
+    let connect_retrying = |cfg: tokio_postgres::Config| async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok((client, conn)) = cfg.connect(tokio_postgres::NoTls).await {
+                tokio::spawn(conn);
+                return client;
+            }
+            assert!(Instant::now() < deadline, "queenwire did not come up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+
+    let mut child = spawn();
+    let _ = connect_retrying(cfg.clone()).await;
+    let acknowledged: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut pushers = Vec::new();
+    for p in 0..4 {
+        let client = connect_retrying(cfg.clone()).await;
+        let acknowledged = acknowledged.clone();
+        pushers.push(tokio::spawn(async move {
+            for n in 0.. {
+                let txn = format!("{p}-{n}");
+                let sql =
+                    format!("PUSH INTO durable (payload, transaction_id) VALUES ('{n}', '{txn}')");
+                match client.simple_query(&sql).await {
+                    Ok(_) => acknowledged.lock().unwrap().push(txn),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    for p in pushers {
+        p.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(
+        acknowledged.len() > 20,
+        "only {} pushes before the kill",
+        acknowledged.len()
+    );
+
+    let mut child = spawn();
+    let client = connect_retrying(cfg.clone()).await;
+    let mut popped = HashSet::new();
+    loop {
+        let got = rows(
+            &client,
+            "POP FROM durable GROUP check LIMIT 10000 PARTITIONS 10 AUTO ACK",
+        )
+        .await;
+        if got.is_empty() {
+            break;
+        }
+        popped.extend(got.iter().map(|r| col(r, "transaction_id")));
+    }
+    let missing: Vec<_> = acknowledged
+        .iter()
+        .filter(|t| !popped.contains(*t))
+        .collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -271,13 +271,13 @@ BEGIN
 
     -- 2. Provision the partitions (name ascending), then lock them (id
     -- ascending). The FOR loop fetches, and so locks, in ORDER BY order.
-    SELECT array_agg(DISTINCT n ORDER BY n) INTO v_names FROM unnest(p_partitions) n;
+    SELECT array_agg(DISTINCT n ORDER BY n COLLATE "C") INTO v_names FROM unnest(p_partitions) n;
     INSERT INTO queen.log_partitions (queue_id, name)
     SELECT v_queue.id, n
     FROM unnest(v_names) n
     WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
                       WHERE p.queue_id = v_queue.id AND p.name = n)
-    ORDER BY n
+    ORDER BY n COLLATE "C"
     ON CONFLICT (queue_id, name) DO NOTHING;
 
     FOR v_row IN

@@ -158,9 +158,10 @@ BEGIN
     v_status := array_fill('stale'::TEXT, ARRAY[v_n]);
 
     PERFORM pg_advisory_xact_lock_shared(k.key)
-    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(p.queue_id) AS key
+    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(q.id) AS key
           FROM queen.log_partitions p
-          WHERE p.id = ANY (p_partition_ids)
+          JOIN queen.queues q ON q.id = p.queue_id
+          WHERE p.id = ANY (p_partition_ids) AND q.tenant_id = p_tenant
           ORDER BY 1) k;
 
     -- The FOR loop fetches, and so locks, in ORDER BY order.
@@ -300,9 +301,10 @@ BEGIN
     v_expires := array_fill(NULL::TIMESTAMPTZ, ARRAY[v_n]);
 
     PERFORM pg_advisory_xact_lock_shared(k.key)
-    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(p.queue_id) AS key
+    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(q.id) AS key
           FROM queen.log_partitions p
-          WHERE p.id = ANY (p_partition_ids)
+          JOIN queen.queues q ON q.id = p.queue_id
+          WHERE p.id = ANY (p_partition_ids) AND q.tenant_id = p_tenant
           ORDER BY 1) k;
 
     FOR v_key IN

@@ -337,7 +337,7 @@ BEGIN
            count(c.partition_id),
            COALESCE(sum(GREATEST(p.last_offset - GREATEST(p.first_offset - 1, x.cur), 0)), 0)::BIGINT,
            min(y.oldest),
-           count(*) FILTER (WHERE c.lease_token IS NOT NULL AND c.lease_expires_at > clock_timestamp())
+           count(*) FILTER (WHERE c.lease_token IS NOT NULL AND c.lease_expires_at > now())
     FROM queen.queues q
     JOIN queen.consumer_groups_metadata m ON m.queue_id = q.id
     LEFT JOIN queen.log_partitions p ON p.queue_id = q.id

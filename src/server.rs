@@ -2,6 +2,7 @@
 
 use crate::backend::{pool, BackendError, BackendTarget};
 use crate::engine::embedded::{EmbeddedError, EmbeddedPostgres};
+use crate::engine::fusion::Fuser;
 use crate::engine::queues::Limits;
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
@@ -151,6 +152,7 @@ impl Server {
         let (announcer, announcements) = wake::Announcer::new(waiters.clone());
         let engine = Arc::new(Engine {
             receipts: ReceiptKey::new(secret),
+            fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
             limits: Limits {
                 max_payload: config.max_payload,
             },

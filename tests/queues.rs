@@ -812,3 +812,125 @@ async fn pushes_acknowledged_before_a_kill_9_survive_it() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fused_pushes_fail_alone_and_dedup_across_statements() {
+    let proxy = Proxy::start_with("fusion", |c| c.pool_size = 4).await;
+    let admin = proxy.connect().await;
+    admin
+        .batch_execute("CREATE QUEUE capped WITH (max_queue_size = 50)")
+        .await
+        .unwrap();
+    // 16 clients race single-row pushes into a queue that takes 50.
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        let cfg = proxy.client_config();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let (mut queued, mut refused) = (Vec::new(), 0);
+            for n in 0..10 {
+                let sql = format!(
+                    "PUSH INTO capped (payload, transaction_id) VALUES ('{n}', 'c{c}-{n}')"
+                );
+                match client.simple_query(&sql).await {
+                    Ok(_) => queued.push(format!("c{c}-{n}")),
+                    Err(e) => {
+                        assert_eq!(e.code().unwrap().code(), "54000", "{e}");
+                        refused += 1;
+                    }
+                }
+            }
+            (queued, refused)
+        }));
+    }
+    let mut queued = HashSet::new();
+    let mut refused = 0;
+    for t in tasks {
+        let (q, r) = t.await.unwrap();
+        queued.extend(q);
+        refused += r;
+    }
+    assert_eq!(queued.len(), 50, "{refused} refused");
+    assert_eq!(refused, 110);
+    let popped: HashSet<String> = rows(&admin, "POP FROM capped LIMIT 1000 AUTO ACK")
+        .await
+        .iter()
+        .map(|r| col(r, "transaction_id"))
+        .collect();
+    assert_eq!(
+        popped, queued,
+        "the queue holds exactly the pushes that said queued"
+    );
+
+    // 8 clients push the same transaction id at once: one is queued.
+    let mut tasks = Vec::new();
+    for c in 0..8 {
+        let cfg = proxy.client_config();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let r = rows(
+                &client,
+                &format!("PUSH INTO once (payload, transaction_id) VALUES ('{c}', 'same')"),
+            )
+            .await;
+            (
+                col(&r[0], "status"),
+                col(&r[0], "message_id"),
+                col(&r[0], "offset"),
+            )
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    assert_eq!(
+        results.iter().filter(|r| r.0 == "queued").count(),
+        1,
+        "{results:?}"
+    );
+    let ids: HashSet<&String> = results.iter().map(|r| &r.1).collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "duplicates must name the original: {results:?}"
+    );
+    assert!(results.iter().all(|r| r.2 == "0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_single_pushes_keep_offsets_dense_and_unique() {
+    let proxy = Proxy::start_with("fusion_offsets", |c| c.pool_size = 4).await;
+    let mut tasks = Vec::new();
+    for c in 0..12 {
+        let cfg = proxy.client_config();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut offsets = Vec::new();
+            for n in 0..25 {
+                let r = rows(
+                    &client,
+                    &format!("PUSH INTO dense VALUES ('{{\"c\":{c},\"n\":{n}}}')"),
+                )
+                .await;
+                offsets.push(col(&r[0], "offset").parse::<i64>().unwrap());
+            }
+            // One client's pushes commit in its order.
+            assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+            offsets
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    assert_eq!(all, (0..300).collect::<Vec<i64>>());
+    let direct = proxy.connect_direct().await;
+    let segments: i64 = direct
+        .query_one("SELECT count(*) FROM queen.log_segments", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(segments <= 300, "{segments} segments for 300 pushes");
+}

@@ -5,6 +5,7 @@
 
 pub mod embedded;
 pub mod frame;
+pub mod fusion;
 pub mod queues;
 pub mod receipt;
 pub mod schema;
@@ -34,6 +35,15 @@ pub enum ExecError {
     Backend(BackendError),
 }
 
+impl std::fmt::Display for ExecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExecError::Statement(e) => write!(f, "{} ({})", e.message, e.code),
+            ExecError::Backend(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 impl From<ErrorFields> for ExecError {
     fn from(e: ErrorFields) -> Self {
         ExecError::Statement(e)
@@ -58,6 +68,7 @@ pub struct Outcome {
 /// What every session's statements share.
 pub struct Engine {
     pub receipts: ReceiptKey,
+    pub fuser: Arc<fusion::Fuser>,
     pub limits: Limits,
     pub announcer: wake::Announcer,
 }

@@ -180,28 +180,37 @@ struct PushItem {
     hash: Option<i64>,
 }
 
+#[derive(Clone, Copy)]
 struct PushResult {
     status: &'static str,
     offset: i64,
     message_id: Uuid,
 }
 
-/// PUSH: frames the rows into one segment per partition and writes them
-/// with one call. Returns the rows in input order.
-pub async fn push(
-    conn: &mut BackendConn,
+/// A PUSH statement checked and framed, ready to be written alone or fused
+/// with other statements for the same queue.
+pub struct PreparedPush {
+    pub queue: String,
+    /// Partitions in order of first appearance, each with its rows.
+    partitions: Vec<(String, Vec<PushItem>)>,
+    row_partition: Vec<String>,
+    row_txn: Vec<Option<String>>,
+    results: Vec<Option<PushResult>>,
+}
+
+/// Checks a PUSH's values and builds its frames; no I/O.
+pub fn prepare_push(
     stmt: &Push,
     params: &Params<'_>,
     limits: &Limits,
-    tenant: Uuid,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
+) -> Result<PreparedPush, ErrorFields> {
     let queue = params.name(&stmt.queue, "queue")?;
     let now = now_micros();
-    // Partitions in order of first appearance, each with its rows.
     let mut partitions: Vec<(String, Vec<PushItem>)> = Vec::new();
     let mut index_of: HashMap<String, usize> = HashMap::new();
     let mut seen_txn: HashMap<(usize, String), usize> = HashMap::new();
     let mut row_partition = Vec::with_capacity(stmt.rows.len());
+    let mut row_txn = Vec::with_capacity(stmt.rows.len());
     for (i, row) in stmt.rows.iter().enumerate() {
         let payload = params.json(&row.payload, "payload", limits.max_payload)?;
         let partition = match &row.partition {
@@ -218,10 +227,10 @@ pub async fn push(
         };
         for (what, v) in [("transaction_id", &transaction_id), ("trace_id", &trace_id)] {
             if v.as_ref().is_some_and(|s| s.len() > 255) {
-                return Err(ExecError::Statement(ErrorFields::error(
+                return Err(ErrorFields::error(
                     "54000",
                     format!("{what} longer than 255 bytes"),
-                )));
+                ));
             }
         }
         let p = *index_of.entry(partition.clone()).or_insert_with(|| {
@@ -235,6 +244,7 @@ pub async fn push(
             seen_txn.insert((p, t.clone()), i);
         }
         row_partition.push(partition);
+        row_txn.push(transaction_id.clone());
         partitions[p].1.push(PushItem {
             input_index: i,
             hash: transaction_id.as_deref().map(txn_hash),
@@ -248,42 +258,134 @@ pub async fn push(
             duplicate_of,
         });
     }
+    Ok(PreparedPush {
+        queue,
+        partitions,
+        row_partition,
+        row_txn,
+        results: vec![None; stmt.rows.len()],
+    })
+}
 
-    let mut results: Vec<Option<PushResult>> = (0..stmt.rows.len()).map(|_| None).collect();
-    // Rows PostgreSQL found to be duplicates are dropped and the rest
-    // written again: the first call wrote nothing. Each round removes at
-    // least one row, so this ends.
+impl PreparedPush {
+    /// Forgets the outcome of a write that was rolled back.
+    pub fn reset(&mut self) {
+        self.results.iter_mut().for_each(|r| *r = None);
+    }
+
+    /// The statement's rows, in input order.
+    pub fn rows(mut self) -> Vec<Vec<Cell>> {
+        for (_, items) in &self.partitions {
+            for it in items {
+                if let Some(first) = it.duplicate_of {
+                    let original = self.results[first];
+                    self.results[it.input_index] = Some(PushResult {
+                        status: "duplicate",
+                        offset: original.map_or(-1, |r| r.offset),
+                        message_id: original.map_or_else(Uuid::nil, |r| r.message_id),
+                    });
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.results.len());
+        for (i, r) in self.results.iter().enumerate() {
+            let r = r.unwrap_or(PushResult {
+                status: "queued",
+                offset: -1,
+                message_id: Uuid::nil(),
+            });
+            out.push(vec![
+                Cell::Uuid(r.message_id),
+                Cell::Text(self.queue.clone()),
+                Cell::Text(std::mem::take(&mut self.row_partition[i])),
+                Cell::Int8(r.offset),
+                Cell::opt_text(self.row_txn[i].take()),
+                Cell::Text(r.status.to_string()),
+            ]);
+        }
+        out
+    }
+}
+
+/// Writes PUSH statements for one queue with as few `log_push_v1` calls as
+/// possible: all their rows for one partition become one segment. Rows
+/// PostgreSQL reports as duplicates of committed messages are dropped and
+/// the rest written again (the call that found them wrote nothing); each
+/// round removes at least one row, so this ends. A transaction id repeated
+/// across fused statements counts as a duplicate of its first appearance,
+/// exactly as if the statements had run one after the other.
+pub async fn write_pushes(
+    conn: &mut BackendConn,
+    batch: &mut [&mut PreparedPush],
+    tenant: Uuid,
+) -> Result<(), ExecError> {
+    let Some(queue) = batch.first().map(|p| p.queue.clone()) else {
+        return Ok(());
+    };
+    let now = super::values::system_time(now_micros());
+    // (statement, input index) of a row whose result another row copies.
+    let mut copies: Vec<((usize, usize), (usize, usize))> = Vec::new();
     loop {
-        let mut names = Vec::new();
-        let mut counts = Vec::new();
-        let mut blobs = Vec::new();
+        // Rows to write, grouped by partition across statements.
+        let mut order: Vec<String> = Vec::new();
+        let mut groups: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
+        let mut first_txn: HashMap<(String, i64, String), (usize, usize)> = HashMap::new();
+        copies.clear();
+        for (s, prep) in batch.iter().enumerate() {
+            for (name, items) in &prep.partitions {
+                for (k, it) in items.iter().enumerate() {
+                    if it.duplicate_of.is_some() || prep.results[it.input_index].is_some() {
+                        continue;
+                    }
+                    if let (Some(h), Some(t)) = (it.hash, &it.frame.transaction_id) {
+                        let key = (name.clone(), h, t.clone());
+                        if let Some(&first) = first_txn.get(&key) {
+                            copies.push(((s, it.input_index), first));
+                            continue;
+                        }
+                        first_txn.insert(key, (s, it.input_index));
+                    }
+                    groups
+                        .entry(name.clone())
+                        .or_insert_with(|| {
+                            order.push(name.clone());
+                            Vec::new()
+                        })
+                        .push((s, k));
+                }
+            }
+        }
+        if order.is_empty() {
+            break;
+        }
+        let mut names = Vec::with_capacity(order.len());
+        let mut counts = Vec::with_capacity(order.len());
+        let mut blobs = Vec::with_capacity(order.len());
         let mut hashes: Vec<Option<i64>> = Vec::new();
         let mut ids = Vec::new();
-        let mut times = Vec::new();
-        let mut flat: Vec<usize> = Vec::new();
-        for (name, items) in &partitions {
-            let live: Vec<&PushItem> = items
-                .iter()
-                .filter(|it| it.duplicate_of.is_none() && results[it.input_index].is_none())
-                .collect();
-            if live.is_empty() {
-                continue;
+        let mut times = Vec::with_capacity(order.len());
+        // Flattened position → (statement, input index).
+        let mut flat: Vec<(usize, usize)> = Vec::new();
+        for name in &order {
+            let members = &groups[name];
+            let mut frames = Vec::with_capacity(members.len());
+            for &(s, k) in members {
+                let prep = &batch[s];
+                let Some((_, items)) = prep.partitions.iter().find(|(n, _)| n == name) else {
+                    continue;
+                };
+                let it = &items[k];
+                frames.push(it.frame.clone());
+                hashes.push(it.hash);
+                ids.push(it.frame.message_id);
+                flat.push((s, it.input_index));
             }
-            let frames: Vec<Frame> = live.iter().map(|it| it.frame.clone()).collect();
             let blob = frame::encode(&frames)
                 .map_err(|e| ExecError::Statement(ErrorFields::error("54000", e.to_string())))?;
             names.push(name.clone());
-            counts.push(live.len() as i32);
+            counts.push(frames.len() as i32);
             blobs.push(blob);
-            times.push(super::values::system_time(now));
-            for it in live {
-                hashes.push(it.hash);
-                ids.push(it.frame.message_id);
-                flat.push(it.input_index);
-            }
-        }
-        if flat.is_empty() {
-            break;
+            times.push(now);
         }
         let rows = conn
             .call(
@@ -294,13 +396,13 @@ pub async fn push(
             )
             .await?;
         let mut found_duplicates = false;
-        let mut round: Vec<(usize, PushResult)> = Vec::with_capacity(rows.len());
+        let mut round: Vec<((usize, usize), PushResult)> = Vec::with_capacity(rows.len());
         for row in &rows {
             let msg_index: i32 = get(row, 0, &Type::INT4)?;
             let status: String = get(row, 1, &Type::TEXT)?;
             let offset: Option<i64> = get(row, 2, &Type::INT8)?;
             let message_id: Option<Uuid> = get(row, 3, &Type::UUID)?;
-            let Some(&input) = usize::try_from(msg_index).ok().and_then(|i| flat.get(i)) else {
+            let Some(&at) = usize::try_from(msg_index).ok().and_then(|i| flat.get(i)) else {
                 return Err(ExecError::Backend(crate::backend::BackendError::Protocol(
                     format!("log_push_v1 returned an unknown index {msg_index}"),
                 )));
@@ -314,7 +416,7 @@ pub async fn push(
                 _ => continue,
             };
             round.push((
-                input,
+                at,
                 PushResult {
                     status,
                     offset: offset.unwrap_or(-1),
@@ -322,51 +424,37 @@ pub async fn push(
                 },
             ));
         }
-        for (input, result) in round {
+        for ((s, i), result) in round {
             if !found_duplicates || result.status == "duplicate" {
-                results[input] = Some(result);
+                batch[s].results[i] = Some(result);
             }
         }
         if !found_duplicates {
             break;
         }
     }
-
-    let mut out = Vec::with_capacity(stmt.rows.len());
-    for (_, items) in &partitions {
-        for it in items {
-            if let Some(first) = it.duplicate_of {
-                let (offset, message_id) = results[first]
-                    .as_ref()
-                    .map_or((-1, Uuid::nil()), |r| (r.offset, r.message_id));
-                results[it.input_index] = Some(PushResult {
-                    status: "duplicate",
-                    offset,
-                    message_id,
-                });
-            }
-        }
-    }
-    for (i, row) in stmt.rows.iter().enumerate() {
-        let r = results[i].take().unwrap_or(PushResult {
-            status: "queued",
-            offset: -1,
-            message_id: Uuid::nil(),
+    for ((s, i), (fs, fi)) in copies {
+        let original = batch[fs].results[fi];
+        batch[s].results[i] = Some(PushResult {
+            status: "duplicate",
+            offset: original.map_or(-1, |r| r.offset),
+            message_id: original.map_or_else(Uuid::nil, |r| r.message_id),
         });
-        let txn = match &row.transaction_id {
-            Some(v) => params.opt_text(v)?,
-            None => None,
-        };
-        out.push(vec![
-            Cell::Uuid(r.message_id),
-            Cell::Text(queue.clone()),
-            Cell::Text(row_partition[i].clone()),
-            Cell::Int8(r.offset),
-            Cell::opt_text(txn),
-            Cell::Text(r.status.to_string()),
-        ]);
     }
-    Ok(out)
+    Ok(())
+}
+
+/// PUSH on the session's own connection (inside its transaction).
+pub async fn push(
+    conn: &mut BackendConn,
+    stmt: &Push,
+    params: &Params<'_>,
+    limits: &Limits,
+    tenant: Uuid,
+) -> Result<Vec<Vec<Cell>>, ExecError> {
+    let mut prep = prepare_push(stmt, params, limits)?;
+    write_pushes(conn, &mut [&mut prep], tenant).await?;
+    Ok(prep.rows())
 }
 
 /// The parts of a POP that do not change between attempts of a WAIT.

@@ -539,11 +539,11 @@ impl Session {
         commands: &[(std::ops::Range<usize>, Command)],
     ) -> Result<(), End> {
         for (range, command) in commands {
-            if !self.ensure_backend().await? {
-                return Ok(());
-            }
             let ok = match command {
                 Command::Passthrough(effect) => {
+                    if !self.ensure_backend().await? {
+                        break;
+                    }
                     if *effect == SessionEffect::Pins {
                         self.pinned = true;
                     }
@@ -661,7 +661,17 @@ impl Session {
             }
             self.drain().await?;
         }
-        if self.skip_until_sync || !self.ensure_backend().await? {
+        if self.skip_until_sync {
+            return Ok(false);
+        }
+        if let Statement::Push(push) = stmt.as_ref() {
+            if self.can_fuse() {
+                return self
+                    .fused_push(stmt, push, params, result_formats, describe)
+                    .await;
+            }
+        }
+        if !self.ensure_backend().await? {
             return Ok(false);
         }
         let result = match stmt.as_ref() {
@@ -699,6 +709,59 @@ impl Session {
                 Ok(false)
             }
             Err(ExecError::Backend(e)) => Err(self.backend_lost(e).await),
+        }
+    }
+
+    /// Outside a transaction block, with nothing of this pipeline on a
+    /// backend connection, a PUSH may be fused with other sessions' pushes.
+    fn can_fuse(&self) -> bool {
+        !self.pinned
+            && self.pending.is_empty()
+            && !self.forwarded_since_sync
+            && self.backend.as_ref().is_none_or(|c| c.status == b'I')
+    }
+
+    async fn fused_push(
+        &mut self,
+        stmt: &Arc<Statement>,
+        push: &crate::rewrite::dialect::push::Push,
+        params: &[Option<String>],
+        result_formats: &[i16],
+        describe: bool,
+    ) -> Result<bool, End> {
+        let engine = self.shared.engine.clone();
+        let prep = match queues::prepare_push(
+            push,
+            &crate::engine::values::Params(params),
+            &engine.limits,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                self.local_error(e);
+                return Ok(false);
+            }
+        };
+        match engine.fuser.push(prep, DEFAULT_TENANT).await {
+            Ok(prep) => {
+                let rows = prep.rows();
+                let outcome = Outcome {
+                    tag: stmt.command_tag(rows.len()),
+                    rows,
+                    pushed: None,
+                };
+                self.send_rows(stmt.columns(), &outcome, result_formats, describe);
+                Ok(true)
+            }
+            Err(ExecError::Statement(fields))
+            | Err(ExecError::Backend(BackendError::Server(fields))) => {
+                self.local_error(fields);
+                Ok(false)
+            }
+            // The writer's connection failed, not this session's.
+            Err(ExecError::Backend(e)) => {
+                self.local_error(backend_error_fields(&e));
+                Ok(false)
+            }
         }
     }
 

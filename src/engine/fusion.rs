@@ -1,0 +1,193 @@
+//! Push fusion: PUSH statements that arrive for one queue while a write to
+//! it is in flight are written together, by the next write, in one
+//! `log_push_v1` call and one transaction — one commit (and one WAL flush)
+//! for many statements, and one segment per partition for all their rows.
+//!
+//! A lone PUSH is written at once (it leads its own write), so fusion costs
+//! it nothing; statements queue only behind a write already in flight. Only
+//! statements outside a transaction block are fused (inside one, a PUSH
+//! belongs to the client's transaction). If a fused write fails, it is
+//! rolled back and each statement is written again alone, so one
+//! statement's failure never fails another's.
+
+use super::queues::{write_pushes, PreparedPush};
+use super::wake::{queue_key, Announcer};
+use super::ExecError;
+use crate::backend::{pool, BackendError, Pool};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+/// At most this many statements share one write: bounds the size of one
+/// call and the time a statement waits for its batch-mates.
+const MAX_FUSED_STATEMENTS: usize = 256;
+
+type Reply = oneshot::Sender<Result<PreparedPush, ExecError>>;
+
+#[derive(Default)]
+struct Lane {
+    waiting: Vec<(PreparedPush, Reply)>,
+    writing: bool,
+}
+
+pub struct Fuser {
+    pool: Pool,
+    announcer: Announcer,
+    lanes: Mutex<HashMap<(Uuid, String), Arc<Mutex<Lane>>>>,
+}
+
+impl Fuser {
+    pub fn new(pool: Pool, announcer: Announcer) -> Fuser {
+        Fuser {
+            pool,
+            announcer,
+            lanes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lane(&self, tenant: Uuid, queue: &str) -> Arc<Mutex<Lane>> {
+        let mut lanes = match self.lanes.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        lanes
+            .entry((tenant, queue.to_string()))
+            .or_default()
+            .clone()
+    }
+
+    /// Writes a prepared PUSH (outside any transaction block) and returns
+    /// it with its results, once committed.
+    pub async fn push(
+        self: &Arc<Self>,
+        prep: PreparedPush,
+        tenant: Uuid,
+    ) -> Result<PreparedPush, ExecError> {
+        let lane = self.lane(tenant, &prep.queue);
+        let (tx, rx) = oneshot::channel();
+        let lead = {
+            let mut l = lock(&lane);
+            l.waiting.push((prep, tx));
+            !std::mem::replace(&mut l.writing, true)
+        };
+        if lead {
+            // A task of its own: a client that disconnects mid-write must
+            // not abandon the statements fused with its own.
+            let fuser = self.clone();
+            tokio::spawn(async move { fuser.write_loop(lane, tenant).await });
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(ExecError::Backend(BackendError::Protocol(
+                "the push writer stopped".into(),
+            )))
+        })
+    }
+
+    async fn write_loop(&self, lane: Arc<Mutex<Lane>>, tenant: Uuid) {
+        loop {
+            let jobs: Vec<(PreparedPush, Reply)> = {
+                let mut l = lock(&lane);
+                if l.waiting.is_empty() {
+                    l.writing = false;
+                    return;
+                }
+                let n = l.waiting.len().min(MAX_FUSED_STATEMENTS);
+                l.waiting.drain(..n).collect()
+            };
+            self.write(jobs, tenant).await;
+        }
+    }
+
+    async fn write(&self, jobs: Vec<(PreparedPush, Reply)>, tenant: Uuid) {
+        let mut conn = match self.pool.get().await {
+            Ok(c) => c,
+            Err(e) => {
+                for (_, reply) in jobs {
+                    let _ = reply.send(Err(ExecError::Backend(BackendError::Protocol(
+                        e.to_string(),
+                    ))));
+                }
+                return;
+            }
+        };
+        let key = jobs.first().map(|(p, _)| queue_key(tenant, &p.queue));
+        let (mut preps, replies): (Vec<PreparedPush>, Vec<Reply>) = jobs.into_iter().unzip();
+        let together = {
+            let mut refs: Vec<&mut PreparedPush> = preps.iter_mut().collect();
+            write_pushes(&mut conn, &mut refs, tenant).await
+        };
+        match together {
+            Ok(()) => match conn.sync().await {
+                Ok(b'I') => {
+                    for (prep, reply) in preps.into_iter().zip(replies) {
+                        let _ = reply.send(Ok(prep));
+                    }
+                }
+                Ok(_) => {
+                    conn.broken = true;
+                    fail_all(replies, "the push transaction did not commit");
+                }
+                Err(e) => fail_all(replies, &e.to_string()),
+            },
+            Err(e @ (ExecError::Statement(_) | ExecError::Backend(BackendError::Server(_)))) => {
+                if preps.len() == 1 {
+                    // A lone statement's error is its own; end its
+                    // transaction (rolled back) and report it.
+                    let result = conn.sync().await.map_err(ExecError::Backend).and(Err(e));
+                    if let Some(reply) = replies.into_iter().next() {
+                        let _ = reply.send(result);
+                    }
+                } else {
+                    // Roll back, then each statement alone, so the failing
+                    // one fails by itself.
+                    for (mut prep, reply) in preps.into_iter().zip(replies) {
+                        prep.reset();
+                        let _ = reply.send(write_alone(&mut conn, prep, tenant).await);
+                    }
+                }
+            }
+            Err(e) => fail_all(replies, &e.to_string()),
+        }
+        pool::release(conn);
+        if let Some(key) = key {
+            self.announcer.pushed(&key);
+        }
+    }
+}
+
+fn fail_all(replies: Vec<Reply>, why: &str) {
+    for reply in replies {
+        let _ = reply.send(Err(ExecError::Backend(BackendError::Protocol(
+            why.to_string(),
+        ))));
+    }
+}
+
+/// One statement in a transaction of its own.
+async fn write_alone(
+    conn: &mut crate::backend::PooledConn,
+    mut prep: PreparedPush,
+    tenant: Uuid,
+) -> Result<PreparedPush, ExecError> {
+    // Ends whatever the previous write left (a failed transaction).
+    if let Err(e) = conn.sync().await {
+        return Err(ExecError::Backend(e));
+    }
+    let result = write_pushes(conn, &mut [&mut prep], tenant).await;
+    let status = conn.sync().await.map_err(ExecError::Backend)?;
+    match result {
+        Ok(()) if status == b'I' => Ok(prep),
+        Ok(()) => Err(ExecError::Backend(BackendError::Protocol(
+            "push transaction did not commit".into(),
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+fn lock(lane: &Mutex<Lane>) -> std::sync::MutexGuard<'_, Lane> {
+    match lane.lock() {
+        Ok(l) => l,
+        Err(p) => p.into_inner(),
+    }
+}

@@ -518,3 +518,80 @@ async fn startup_reports_the_backends_parameter_statuses() {
         assert!(!v.is_empty(), "{p}");
     }
 }
+
+#[tokio::test]
+async fn a_configured_password_is_required() {
+    let proxy = Proxy::start_with("password", |c| c.password = Some("s3cret".into())).await;
+    let mut cfg = proxy.client_config();
+    // The client has none to give: the login cannot complete.
+    assert!(cfg.connect(tokio_postgres::NoTls).await.is_err());
+    cfg.password("wrong");
+    let err = cfg
+        .connect(tokio_postgres::NoTls)
+        .await
+        .err()
+        .expect("wrong password refused");
+    assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{err}");
+    cfg.password("s3cret");
+    let client = common::proxy::connect(&cfg).await;
+    client.query_one("SELECT 1", &[]).await.unwrap();
+}
+
+#[tokio::test]
+async fn dialect_and_plain_statements_share_one_extended_pipeline() {
+    let proxy = Proxy::start("mixed_pipeline").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("CREATE TABLE audit (note text)")
+        .await
+        .unwrap();
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(&[
+        frontend::build_parse("", "BEGIN", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        frontend::build_parse("", "INSERT INTO audit VALUES ($1)", &[]),
+        bind_text("", "", &[Some("before push")]),
+        execute("", 0),
+        frontend::build_parse("push", "PUSH INTO piped VALUES ($1)", &[]),
+        bind_text("", "push", &[Some("{\"k\":1}")]),
+        execute("", 0),
+        frontend::build_parse("", "INSERT INTO audit VALUES ('after push')", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        frontend::build_parse("", "COMMIT", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        sync(),
+    ])
+    .await;
+    let r = raw.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(
+        r.completions,
+        vec!["BEGIN", "INSERT 0 1", "SELECT 1", "INSERT 0 1", "COMMIT"]
+    );
+    assert_eq!(r.status, b'I');
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM audit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+    let r = raw.simple("POP FROM piped").await;
+    assert_eq!(r.rows.len(), 1);
+
+    // A dialect error inside the block aborts it, as a PostgreSQL error would.
+    raw.simple("BEGIN").await;
+    raw.simple("INSERT INTO audit VALUES ('doomed')").await;
+    let r = raw.simple("ACK 'forged'").await;
+    assert_eq!(r.errors[0].code, "22P02");
+    assert_eq!(r.status, b'E');
+    assert_eq!(raw.simple("COMMIT").await.completions, vec!["ROLLBACK"]);
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM audit", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+}

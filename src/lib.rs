@@ -1,3 +1,7 @@
+// Errors carry every field of a PostgreSQL error (SQLSTATE, message,
+// position, …); they travel the cold path, so their size is not worth boxing.
+#![allow(clippy::result_large_err)]
+
 //! queenwire: a PostgreSQL wire-protocol proxy that presents Queen's message
 //! queues and key/value store as SQL.
 //!

@@ -44,7 +44,7 @@ fn main() -> ExitCode {
 
     let backend = match cli.backend.or_else(|| std::env::var("DATABASE_URL").ok()) {
         Some(url) => match url.parse::<tokio_postgres::Config>() {
-            Ok(cfg) => Backend::External(cfg),
+            Ok(cfg) => Backend::External(Box::new(cfg)),
             Err(e) => {
                 eprintln!("queenwire: invalid --backend: {e}");
                 return ExitCode::from(2);

@@ -41,7 +41,7 @@ pub enum Backend {
     /// A private cluster in this directory, started and stopped with the proxy.
     Embedded { data_dir: PathBuf },
     /// An existing PostgreSQL.
-    External(tokio_postgres::Config),
+    External(Box<tokio_postgres::Config>),
 }
 
 impl Default for Config {
@@ -112,7 +112,7 @@ impl Server {
                     hosts.join(","),
                     cfg.get_dbname().unwrap_or("(default)")
                 );
-                (None, cfg.clone(), description)
+                (None, (**cfg).clone(), description)
             }
         };
 

@@ -99,7 +99,8 @@ async fn concurrent_producers_and_consumers_lose_nothing_duplicate_nothing_and_k
 
     // (partition, consumer, held from, held until): a partition's messages
     // are held from the POP's answer until the ACK is sent.
-    let holds: Arc<Mutex<Vec<(String, usize, Instant, Instant)>>> = Arc::default();
+    type Hold = (String, usize, Instant, Instant);
+    let holds: Arc<Mutex<Vec<Hold>>> = Arc::default();
     let consumed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let total = PRODUCERS * PER_PRODUCER;
     let mut consumers = Vec::new();

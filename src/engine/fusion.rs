@@ -23,6 +23,9 @@ use uuid::Uuid;
 /// call and the time a statement waits for its batch-mates.
 const MAX_FUSED_STATEMENTS: usize = 256;
 
+/// (tenant, queue).
+type LaneKey = (Uuid, String);
+
 type Reply = oneshot::Sender<Result<PreparedPush, ExecError>>;
 
 #[derive(Default)]
@@ -34,7 +37,7 @@ struct Lane {
 pub struct Fuser {
     pool: Pool,
     announcer: Announcer,
-    lanes: Mutex<HashMap<(Uuid, String), Arc<Mutex<Lane>>>>,
+    lanes: Mutex<HashMap<LaneKey, Arc<Mutex<Lane>>>>,
 }
 
 impl Fuser {

@@ -117,9 +117,12 @@ impl CancelRegistry {
 /// Proxy-global names for prepared statements: the same text and parameter
 /// types get the same name on every backend connection, so a client's
 /// statement can be re-parsed wherever its session lands.
+/// (text, parameter types).
+type StatementKey = (Arc<str>, Arc<[u32]>);
+
 #[derive(Default)]
 pub struct StatementNames {
-    names: Mutex<HashMap<(Arc<str>, Arc<[u32]>), Arc<str>>>,
+    names: Mutex<HashMap<StatementKey, Arc<str>>>,
     next: AtomicU64,
 }
 

@@ -203,11 +203,10 @@ pub fn split_statements(sql: &str) -> Vec<Range<usize>> {
             }
             TokenKind::Word => {
                 let w = &sql[t.range.clone()];
-                if w.eq_ignore_ascii_case("ATOMIC")
-                    && prev_word.is_some_and(|p| p.eq_ignore_ascii_case("BEGIN"))
-                {
-                    atomic_depth += 1;
-                } else if atomic_depth > 0 && w.eq_ignore_ascii_case("CASE") {
+                let opens_atomic = w.eq_ignore_ascii_case("ATOMIC")
+                    && prev_word.is_some_and(|p| p.eq_ignore_ascii_case("BEGIN"));
+                let opens_case = atomic_depth > 0 && w.eq_ignore_ascii_case("CASE");
+                if opens_atomic || opens_case {
                     atomic_depth += 1;
                 } else if atomic_depth > 0 && w.eq_ignore_ascii_case("END") {
                     atomic_depth -= 1;

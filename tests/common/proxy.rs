@@ -29,7 +29,7 @@ impl Proxy {
     ) -> Proxy {
         let mut config = Config {
             listen: "127.0.0.1:0".into(),
-            backend: Backend::External(direct.clone()),
+            backend: Backend::External(Box::new(direct.clone())),
             pool_size: 4,
             ..Config::default()
         };

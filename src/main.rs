@@ -34,6 +34,10 @@ struct Cli {
     /// Largest message payload (or KV value) a statement accepts, in bytes.
     #[arg(long, env = "QUEENWIRE_MAX_PAYLOAD", default_value_t = 1024 * 1024)]
     max_payload: usize,
+    /// Start with the KV surface paused (KV statements fail with 55000).
+    /// At run time, SIGUSR1 pauses it and SIGUSR2 resumes it.
+    #[arg(long, env = "QUEENWIRE_KV_PAUSED")]
+    kv_paused: bool,
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         apply_schema: std::env::var("QUEEN_APPLY_SCHEMA").map_or(true, |v| v != "0"),
         max_message_size: cli.max_message_size,
         max_payload: cli.max_payload,
+        kv_paused: cli.kv_paused,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -86,24 +91,37 @@ fn main() -> ExitCode {
             server.local_addr,
             server.backend_description
         );
-        wait_for_signal().await;
+        let kv = server.kv_state();
+        wait_for_signal(move |paused| {
+            kv.set_paused(paused);
+            tracing::info!(paused, "KV surface switched");
+        })
+        .await;
         tracing::info!("shutting down");
         server.shutdown().await;
         ExitCode::SUCCESS
     })
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGINT or SIGTERM; SIGUSR1 / SIGUSR2 pause / resume the KV
+/// surface meanwhile.
+async fn wait_for_signal(kv_switch: impl Fn(bool)) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut usr1), Ok(mut usr2)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
     ) else {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = usr1.recv() => kv_switch(true),
+            _ = usr2.recv() => kv_switch(false),
+        }
     }
 }

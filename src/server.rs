@@ -3,10 +3,11 @@
 use crate::backend::{pool, BackendError, BackendTarget};
 use crate::engine::embedded::{EmbeddedError, EmbeddedPostgres};
 use crate::engine::fusion::Fuser;
+use crate::engine::kv::KvState;
 use crate::engine::queues::Limits;
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
-use crate::engine::{wake, Engine};
+use crate::engine::{maintenance, timers, wake, Engine};
 use crate::frontend::{self, FrontendConfig, Shared};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ pub struct Config {
     pub max_message_size: usize,
     /// Largest message payload a PUSH accepts, in bytes.
     pub max_payload: usize,
+    /// Start with the KV surface paused.
+    pub kv_paused: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +59,7 @@ impl Default for Config {
             apply_schema: true,
             max_message_size: 64 * 1024 * 1024,
             max_payload: 1024 * 1024,
+            kv_paused: false,
         }
     }
 }
@@ -84,6 +88,8 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
     wake_task: JoinHandle<()>,
+    background_tasks: Vec<JoinHandle<()>>,
+    kv: Arc<KvState>,
     embedded: Option<EmbeddedPostgres>,
 }
 
@@ -150,7 +156,10 @@ impl Server {
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
         let waiters = Arc::new(wake::Waiters::default());
         let (announcer, announcements) = wake::Announcer::new(waiters.clone());
+        let kv = Arc::new(KvState::default());
+        kv.set_paused(config.kv_paused);
         let engine = Arc::new(Engine {
+            kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
             fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
             limits: Limits {
@@ -163,23 +172,39 @@ impl Server {
                 password: config.password.clone(),
                 max_message_size: config.max_message_size,
             },
-            pool,
+            pool.clone(),
             target,
-            engine,
+            engine.clone(),
         ));
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(frontend::serve(listener, shared, rx));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
-        let wake_task = tokio::spawn(wake::run(background, waiters, announcements));
+        let wake_task = tokio::spawn(wake::run(background.clone(), waiters, announcements));
+        let background_tasks = vec![
+            tokio::spawn(timers::fire_loop(pool.clone(), engine.announcer.clone())),
+            tokio::spawn(maintenance::run(background, kv.clone())),
+        ];
         Ok(Server {
             local_addr,
             backend_description: format!("{description} (PostgreSQL {version})"),
             shutdown,
             task,
             wake_task,
+            background_tasks,
+            kv,
             embedded,
         })
+    }
+
+    /// Pauses or resumes the KV surface: while paused, KV statements fail
+    /// with `55000` and everything else keeps working.
+    pub fn set_kv_paused(&self, paused: bool) {
+        self.kv.set_paused(paused);
+    }
+
+    pub fn kv_state(&self) -> Arc<KvState> {
+        self.kv.clone()
     }
 
     /// Stops accepting clients and stops the embedded cluster, if any.
@@ -187,6 +212,9 @@ impl Server {
         let _ = self.shutdown.send(true);
         let _ = (&mut self.task).await;
         self.wake_task.abort();
+        for t in &self.background_tasks {
+            t.abort();
+        }
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }

@@ -421,6 +421,20 @@ impl RawRow {
         })
     }
 
+    /// Column `idx` of type jsonb, as JSON text (`None` for NULL).
+    pub fn jsonb(&self, idx: usize) -> Result<Option<String>, BackendError> {
+        match self.columns.get(idx) {
+            None => Err(BackendError::Protocol(format!("no column {idx} in row"))),
+            Some(None) => Ok(None),
+            Some(Some(range)) => match self.body[range.clone()].split_first() {
+                Some((1, text)) => std::str::from_utf8(text)
+                    .map(|t| Some(t.to_string()))
+                    .map_err(|_| BackendError::Protocol("jsonb is not UTF-8".into())),
+                _ => Err(BackendError::Protocol("unknown jsonb format".into())),
+            },
+        }
+    }
+
     /// Column `idx` decoded as `T` from PostgreSQL type `ty`.
     pub fn get<'a, T: FromSql<'a>>(&'a self, idx: usize, ty: &Type) -> Result<T, BackendError> {
         let raw = match self.columns.get(idx) {

@@ -6,9 +6,12 @@
 pub mod embedded;
 pub mod frame;
 pub mod fusion;
+pub mod kv;
+pub mod maintenance;
 pub mod queues;
 pub mod receipt;
 pub mod schema;
+pub mod timers;
 pub mod values;
 pub mod wake;
 
@@ -67,6 +70,7 @@ pub struct Outcome {
 
 /// What every session's statements share.
 pub struct Engine {
+    pub kv: Arc<kv::KvState>,
     pub receipts: ReceiptKey,
     pub fuser: Arc<fusion::Fuser>,
     pub limits: Limits,

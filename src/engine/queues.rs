@@ -4,7 +4,7 @@
 
 use super::frame::{self, Frame};
 use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
-use super::values::{now_micros, parse_error, Cell, Params};
+use super::values::{json_string, now_micros, parse_error, Cell, Params};
 use super::ExecError;
 use crate::backend::conn::{Internal, RawRow};
 use crate::backend::BackendConn;
@@ -268,6 +268,41 @@ pub fn prepare_push(
 }
 
 impl PreparedPush {
+    /// Messages that are not a statement (fired timers): (partition,
+    /// payload JSON text) in order.
+    pub fn from_messages(queue: String, messages: Vec<(String, String)>) -> PreparedPush {
+        let now = now_micros();
+        let mut partitions: Vec<(String, Vec<PushItem>)> = Vec::new();
+        let mut row_partition = Vec::with_capacity(messages.len());
+        for (i, (partition, payload)) in messages.into_iter().enumerate() {
+            let item = PushItem {
+                input_index: i,
+                frame: Frame {
+                    message_id: Uuid::now_v7(),
+                    created_at_micros: now,
+                    transaction_id: None,
+                    trace_id: None,
+                    payload,
+                },
+                duplicate_of: None,
+                hash: None,
+            };
+            match partitions.iter_mut().find(|(n, _)| *n == partition) {
+                Some((_, items)) => items.push(item),
+                None => partitions.push((partition.clone(), vec![item])),
+            }
+            row_partition.push(partition);
+        }
+        let n = row_partition.len();
+        PreparedPush {
+            queue,
+            partitions,
+            row_partition,
+            row_txn: vec![None; n],
+            results: vec![None; n],
+        }
+    }
+
     /// Forgets the outcome of a write that was rolled back.
     pub fn reset(&mut self) {
         self.results.iter_mut().for_each(|r| *r = None);
@@ -722,21 +757,6 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
     }
     out.push('}');
     Ok(out)
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 pub async fn configure(

@@ -122,6 +122,22 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// A JSON string literal for `s`.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// The bound parameters of one execution, as text (`None` = NULL).
 pub struct Params<'a>(pub &'a [Option<String>]);
 
@@ -197,6 +213,29 @@ impl Params<'_> {
             ));
         }
         Ok(text)
+    }
+
+    /// A KV namespace (charset checked).
+    pub fn namespace(&self, v: &Value<String>) -> Result<String, ErrorFields> {
+        let s = self.text(v, "namespace")?;
+        dialect::validate_namespace(&s).map_err(|e| parse_error(e).with_position(None))?;
+        Ok(s)
+    }
+
+    /// A KV key (1–1024 bytes, no NUL).
+    pub fn kv_key(&self, v: &Value<String>) -> Result<String, ErrorFields> {
+        let s = self.text(v, "key")?;
+        dialect::validate_kv_key(&s).map_err(|e| parse_error(e).with_position(None))?;
+        Ok(s)
+    }
+
+    pub fn integer(&self, v: &Value<i64>, what: &str) -> Result<i64, ErrorFields> {
+        match v {
+            Value::Literal(i) => Ok(*i),
+            Value::Param(n) => {
+                dialect::parse_integer(self.required(*n, what)?).map_err(parse_error)
+            }
+        }
     }
 
     pub fn count(&self, v: &Value<u32>, what: &str) -> Result<u32, ErrorFields> {

@@ -1,0 +1,118 @@
+//! Background work on a connection of its own: the KV quota poll (every
+//! queenwire, read-only) and the KV sweeper (one queenwire at a time,
+//! elected per cycle through `queen.maintenance_leases`).
+
+use super::kv::{KvState, Quota};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How often usage and quotas are re-read (the quota is soft and late by
+/// this much; chosen, not measured).
+const QUOTA_POLL: Duration = Duration::from_secs(5);
+/// How often the elected sweeper prunes expired keys.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// Rows deleted per shard per statement.
+const PRUNE_BATCH: i32 = 1000;
+/// Shards of `queen.kv` (fixed at 64 by the table's generated column).
+const SHARDS: i32 = 64;
+/// Usage is recomputed every this many sweeps.
+const ROLLUP_EVERY: u32 = 6;
+
+pub async fn run(config: tokio_postgres::Config, kv: Arc<KvState>) {
+    let holder = Uuid::now_v7().to_string();
+    let mut sweeps = 0u32;
+    loop {
+        let client = match config.connect(tokio_postgres::NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                client
+            }
+            Err(e) => {
+                tracing::warn!("maintenance connection: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        loop {
+            if let Err(e) = poll_quotas(&client, &kv).await {
+                tracing::warn!("KV quota poll: {e}");
+                tokio::time::sleep(QUOTA_POLL).await;
+                break;
+            }
+            match sweep(&client, &holder, sweeps % ROLLUP_EVERY == 0).await {
+                Ok(true) => sweeps += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("KV sweep: {e}");
+                    tokio::time::sleep(SWEEP_INTERVAL).await;
+                    break;
+                }
+            }
+            tokio::time::sleep(QUOTA_POLL.min(SWEEP_INTERVAL)).await;
+        }
+    }
+}
+
+async fn poll_quotas(
+    client: &tokio_postgres::Client,
+    kv: &KvState,
+) -> Result<(), tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT tenant_id, max_keys, max_bytes, used_keys, used_bytes FROM queen.kv_quota_poll_v1()",
+            &[],
+        )
+        .await?;
+    let mut quotas = HashMap::new();
+    for r in rows {
+        let tenant: Uuid = r.get(0);
+        quotas.insert(
+            tenant,
+            Quota {
+                max_keys: r.get(1),
+                max_bytes: r.get(2),
+                used_keys: r.get::<_, Option<i64>>(3).unwrap_or(0),
+                used_bytes: r.get::<_, Option<i64>>(4).unwrap_or(0),
+            },
+        );
+    }
+    kv.set_quotas(quotas);
+    Ok(())
+}
+
+/// Sweeps if this process holds the lease; returns whether it did.
+async fn sweep(
+    client: &tokio_postgres::Client,
+    holder: &str,
+    rollup: bool,
+) -> Result<bool, tokio_postgres::Error> {
+    let lease_ms = (SWEEP_INTERVAL * 3).as_millis() as i64;
+    let elected: bool = client
+        .query_one(
+            "SELECT queen.maintenance_try_lease_v1('kv_sweep', $1, $2)",
+            &[&holder, &lease_ms],
+        )
+        .await?
+        .get(0);
+    if !elected {
+        return Ok(false);
+    }
+    for shard in 0..SHARDS {
+        client
+            .execute(
+                "SELECT queen.kv_prune_shard_v1($1, $2)",
+                &[&shard, &PRUNE_BATCH],
+            )
+            .await?;
+    }
+    if rollup {
+        client
+            .execute("SELECT queen.kv_usage_rollup_v1()", &[])
+            .await?;
+    }
+    Ok(true)
+}

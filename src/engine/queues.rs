@@ -737,7 +737,10 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
             }
         };
         let json = match value {
-            OptionValue::Duration(d) if s.option == QueueOption::RetryDelay => {
+            // The two millisecond columns.
+            OptionValue::Duration(d)
+                if matches!(s.option, QueueOption::RetryDelay | QueueOption::MinPopWaitTime) =>
+            {
                 d.as_millis().to_string()
             }
             OptionValue::Duration(d) => {

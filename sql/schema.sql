@@ -76,9 +76,13 @@ CREATE TABLE IF NOT EXISTS queen.queues (
 -- fixed at first sight: the group's first POP is the only writer that creates
 -- a row (SEEK and DROP GROUP require one). Queue-scoped only: a group
 -- subscribes to the whole queue.
--- Lock space: a leaf. SEEK updates and DROP GROUP deletes a row only after
--- taking the group's consumer rows; a POP inserts one only under a
--- try-advisory lock, so it never waits here (004_log_pop.sql).
+-- Place in the global lock order: with its queue, after queen.queues and
+-- before queen.log_partitions (the seed's list does not name this table).
+-- DROP GROUP takes the row FOR UPDATE and SEEK FOR KEY SHARE before any
+-- partition or consumer row, which is what keeps a dropped group from
+-- getting cursors back from a concurrent SEEK or POP; a POP takes it FOR
+-- KEY SHARE SKIP LOCKED before creating consumer rows of the group, and
+-- inserts a row only under a try-advisory lock, so it never waits here.
 CREATE TABLE IF NOT EXISTS queen.consumer_groups_metadata (
     queue_id               UUID NOT NULL REFERENCES queen.queues(id) ON DELETE CASCADE,
     consumer_group         TEXT COLLATE "C" NOT NULL,
@@ -112,7 +116,9 @@ CREATE TABLE IF NOT EXISTS queen.proxy_secrets (
 
 -- The receipt secret every queenwire on this database shares: the first
 -- proxy's candidate wins, every later one reads it back. Receipts signed by
--- one proxy are therefore accepted by all of them.
+-- one proxy are therefore accepted by all of them. No tenant: one secret per
+-- database. Locks: the proxy_secrets row 'receipt' (a concurrent first
+-- insert waits for the other proxy's boot transaction, holding nothing else).
 CREATE OR REPLACE FUNCTION queen.receipt_secret_v1(p_candidate BYTEA)
 RETURNS BYTEA
 LANGUAGE plpgsql
@@ -127,7 +133,8 @@ $$;
 -- Fails the calling statement with the proxy's own SQLSTATE and message.
 -- The proxy calls it when it rejects a dialect statement itself (a forged
 -- receipt, a bad parameter), so that PostgreSQL aborts a surrounding
--- transaction block exactly as it would for an error of its own.
+-- transaction block exactly as it would for an error of its own. No tenant,
+-- no locks.
 CREATE OR REPLACE FUNCTION queen.raise_v1(p_code TEXT, p_message TEXT)
 RETURNS VOID
 LANGUAGE plpgsql

@@ -13,8 +13,10 @@
 -- Storage parameters are applied by the DO block at the end, only when the
 -- catalog does not already hold them, so a re-apply changes nothing.
 --
--- Advisory keys (the "advisory" space of the global lock order). Every
--- actor takes its advisory keys before any row lock, in this order:
+-- Advisory keys (the "advisory" space of the global lock order). An actor
+-- that can wait for a key takes its keys before any row lock it could be
+-- waited on for, in the order below; a try-lock never waits, so a POP takes
+-- its try-locks wherever it needs them. The kinds, in acquisition order:
 --   1. The queue key, one-bigint form, always negative (so never the boot
 --      lock 778120010): queen.log_queue_lock_key_v1(queue id). EXCLUSIVE for
 --      queen.delete_queue_v1 (and any future partition deleter), SHARED for

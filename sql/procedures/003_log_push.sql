@@ -1,8 +1,9 @@
 -- 003_log_push: the write path.
 --
--- Global lock order (seed): kv -> log_timers -> advisory -> queues ->
+-- Global lock order (seed): kv -> log_timers -> advisory -> queues (a
+-- queue's consumer_groups_metadata rows sit with it, see schema.sql) ->
 -- log_partitions -> log_consumers -> leaves (log_segments, log_txns, log_dlq,
--- consumer_groups_metadata, hotlist_repairs). Within log_partitions: name
+-- hotlist_repairs). Within log_partitions: name
 -- ascending for provisioning inserts, then id ascending for row locks. The
 -- advisory keys are described at the top of 001_log_schema.sql.
 --
@@ -33,6 +34,7 @@ DECLARE
     v_cutoff TIMESTAMPTZ := clock_timestamp() - make_interval(secs => p_dedup_window);
     v_found  BIGINT[] := '{}';
     v_row    RECORD;
+    v_ids    UUID[];
     v_k      INTEGER;
 BEGIN
     SELECT array_agg(DISTINCT h) INTO v_hashes
@@ -49,20 +51,24 @@ BEGIN
         RETURN;
     END IF;
 
+    -- message_ids is read only for a row that matches.
     FOR v_row IN
-        SELECT t.base_offset, t.created_at, t.txn_hashes, t.message_ids
+        SELECT t.base_offset, t.created_at, t.txn_hashes
         FROM queen.log_txns t
         WHERE t.partition_id = p_partition_id
         ORDER BY t.base_offset DESC
     LOOP
         EXIT WHEN v_row.created_at < v_cutoff;
         CONTINUE WHEN v_row.txn_hashes IS NULL OR NOT (v_row.txn_hashes && v_hashes);
+        SELECT t.message_ids INTO v_ids
+        FROM queen.log_txns t
+        WHERE t.partition_id = p_partition_id AND t.base_offset = v_row.base_offset;
         FOR v_k IN REVERSE cardinality(v_row.txn_hashes) .. 1 LOOP
             IF v_row.txn_hashes[v_k] = ANY (v_hashes) AND NOT v_row.txn_hashes[v_k] = ANY (v_found) THEN
                 v_found := v_found || v_row.txn_hashes[v_k];
                 txn_hash := v_row.txn_hashes[v_k];
                 original_offset := v_row.base_offset + v_k - 1;
-                original_message_id := v_row.message_ids[v_k];
+                original_message_id := v_ids[v_k];
                 RETURN NEXT;
             END IF;
         END LOOP;
@@ -72,7 +78,8 @@ END
 $$;
 
 -- Appends one segment to a partition: the ONLY place an offset is assigned.
--- Called by queen.log_push_v1, the transaction wire and the streams cycle.
+-- Every writer calls it: queen.log_push_v1 here, and the seed's transaction
+-- wire and streams cycle when they land.
 -- Returns the segment's base_offset; its messages get base_offset ..
 -- base_offset + p_count - 1 in array order.
 -- p_dedup_window > 0 makes this call check the transaction-id hashes itself
@@ -183,7 +190,8 @@ $$;
 --
 -- Locks, in order:
 --   0. queues: provisioning insert of the queue row when missing (a new row
---      nobody else can see yet, so holding it is no edge);
+--      nobody else can see; another creator of the same queue waits for it
+--      holding nothing, so it is no edge of a cycle);
 --   1. advisory: the queue key, SHARED (excludes a concurrent DROP QUEUE);
 --      queues: when max_queue_size > 0, the queue row FOR NO KEY UPDATE,
 --      which serializes the pushes of a size-limited queue so the size check
@@ -192,6 +200,13 @@ $$;
 --      then every named partition FOR NO KEY UPDATE in id ascending order
 --      (a partition inserted in step 2 is re-locked, not acquired);
 --   3. leaves: log_segments, log_txns inserts (log_push_one_v1).
+-- The order holds per call. A client transaction block can still invert it
+-- across statements, as on plain PostgreSQL: two blocks pushing into the
+-- same partitions in opposite orders, or a block whose first PUSH ran while
+-- max_queue_size was 0 and whose second PUSH, after an ALTER QUEUE set it,
+-- asks for the queue row while holding partitions. Either ends in 40P01 for
+-- one block (seen in a chaos run that toggled max_queue_size under load;
+-- none without the toggle), never in a lost or duplicated message.
 CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_queue          TEXT,
     p_partitions     TEXT[],
@@ -271,7 +286,7 @@ BEGIN
 
     -- 2. Provision the partitions (name ascending), then lock them (id
     -- ascending). The FOR loop fetches, and so locks, in ORDER BY order.
-    SELECT array_agg(DISTINCT n ORDER BY n COLLATE "C") INTO v_names FROM unnest(p_partitions) n;
+    SELECT array_agg(DISTINCT n COLLATE "C" ORDER BY n COLLATE "C") INTO v_names FROM unnest(p_partitions) n;
     INSERT INTO queen.log_partitions (queue_id, name)
     SELECT v_queue.id, n
     FROM unnest(v_names) n

@@ -63,23 +63,25 @@ $$;
 --     granularity: never early, never out of order);
 --   * auto ack: the cursor moves to to_offset at delivery; no lease.
 --
--- Locks: a pop never waits on a lock, except for one case: creating a
--- missing queue row, which waits for a concurrent uncommitted creator of
--- the same queue while the pop holds nothing. Otherwise, in order:
---   1. queues: FOR KEY SHARE SKIP LOCKED on the queue row, only when
---      creating the group's metadata row (the insert's foreign key);
---   2. advisory: try-locks only: the queue key SHARED (a pop during a
---      DROP QUEUE returns nothing), then first sight of a group or of a
---      partition (see 001_log_schema.sql);
---   3. log_partitions: FOR KEY SHARE SKIP LOCKED on a partition before
---      creating its consumer row, so the foreign-key check cannot wait (a
---      push's FOR NO KEY UPDATE does not conflict; a partition deleter's
---      FOR UPDATE makes the pop skip it);
---   4. log_consumers: candidate rows FOR UPDATE SKIP LOCKED, one at a time
---      in fairness order: a pop never waits, so it is never an edge of the
---      wait-for graph and the order among its own rows does not matter;
---   5. leaves: consumer_groups_metadata insert (first sight), log_dlq
---      insert (expired lease past the retry limit).
+-- Locks: a pop never waits on a lock, with one exception: creating a
+-- missing queue row waits for a concurrent uncommitted creator of the same
+-- queue while the pop holds nothing. Everything else is a try-lock or SKIP
+-- LOCKED, so a pop is never an edge of the wait-for graph and the order
+-- among its own locks cannot close a cycle. In the order taken:
+--   1. advisory: the queue key SHARED, try (a pop during a DROP QUEUE
+--      returns nothing; holding it also keeps a deleter away from the
+--      partitions while a foreign-key re-check could lock them);
+--   2. first sight of the group: its advisory key (try), the queue row FOR
+--      KEY SHARE SKIP LOCKED (the insert's foreign key), then the leaf
+--      consumer_groups_metadata insert;
+--   3. per candidate partition, in fairness order: on first sight the
+--      group's consumer_groups_metadata row FOR KEY SHARE SKIP LOCKED (once
+--      per pop; a DROP GROUP in flight holds it), the (partition, group)
+--      advisory key (try) and the partition row FOR KEY SHARE SKIP LOCKED
+--      (the consumer-row insert's foreign key; a push's FOR NO KEY UPDATE
+--      does not conflict); then the log_consumers row FOR UPDATE SKIP
+--      LOCKED;
+--   4. leaf log_dlq insert (expired lease past the retry limit).
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(
     p_queue          TEXT,
     p_partition      TEXT DEFAULT NULL,
@@ -120,6 +122,7 @@ DECLARE
     v_cand        RECORD;
     v_c           queen.log_consumers%ROWTYPE;
     v_expired     BOOLEAN;
+    v_group_held  BOOLEAN;
     v_seg         RECORD;
     v_next        BIGINT;
     v_first       BIGINT;
@@ -218,6 +221,15 @@ BEGIN
         IF NOT v_cand.has_row THEN
             -- First sight of this partition by the group: its cursor starts
             -- where the group's subscription says.
+            -- The group's row, once per pop: a DROP GROUP in flight holds
+            -- it, and must not find a cursor created behind its back.
+            IF v_group_held IS NULL THEN
+                PERFORM 1 FROM queen.consumer_groups_metadata m
+                WHERE m.queue_id = v_queue.id AND m.consumer_group = v_group
+                FOR KEY SHARE SKIP LOCKED;
+                v_group_held := FOUND;
+            END IF;
+            CONTINUE WHEN NOT v_group_held;
             CONTINUE WHEN NOT pg_try_advisory_xact_lock((v_cand.id % 2147483648)::INTEGER,
                                                         hashtext(v_group));
             PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_cand.id FOR KEY SHARE SKIP LOCKED;
@@ -273,6 +285,10 @@ BEGIN
             EXIT WHEN v_queue.delayed_processing > 0 AND v_seg.max_created_at > v_ready_until;
             v_seg_from := GREATEST(v_next, v_seg.base_offset);
             v_seg_to := LEAST(v_seg.base_offset + v_seg.message_count - 1, v_seg_from + v_budget - 1);
+            IF v_first IS NULL AND v_seg_from > v_c.cursor_offset + 1 THEN
+                -- Retention removed the head: the retry budget was its.
+                v_c.retry_count := 0;
+            END IF;
             v_first := COALESCE(v_first, v_seg_from);
             v_last := v_seg_to;
             o_pid := o_pid || v_cand.id;
@@ -302,10 +318,6 @@ BEGIN
             CONTINUE;
         END IF;
 
-        -- Retention removed the head: the retry budget belonged to it.
-        IF v_first - 1 > v_c.cursor_offset THEN
-            v_c.retry_count := 0;
-        END IF;
         IF p_auto_ack THEN
             UPDATE queen.log_consumers c
             SET cursor_offset = v_last, retry_count = 0, failed_count = v_c.failed_count,

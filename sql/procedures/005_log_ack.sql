@@ -132,19 +132,20 @@ LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_n        INTEGER := COALESCE(cardinality(p_partition_ids), 0);
-    v_status   TEXT[];
-    v_now      TIMESTAMPTZ := clock_timestamp();
-    v_key      RECORD;
-    v_r        RECORD;
-    v_c        queen.log_consumers%ROWTYPE;
-    v_live     BOOLEAN;
-    v_acked    BIGINT[];
-    v_failing  INTEGER[];
-    v_cursor   BIGINT;
-    v_head     BIGINT;
-    v_retries  INTEGER;
+    v_n         INTEGER := COALESCE(cardinality(p_partition_ids), 0);
+    v_failed    BOOLEAN := COALESCE(p_failed, false);
+    v_status    TEXT[];
+    v_now       TIMESTAMPTZ := clock_timestamp();
+    v_key       RECORD;
+    v_c         queen.log_consumers%ROWTYPE;
+    v_pos       INTEGER[];
+    v_offs      BIGINT[];
+    v_acked     BIGINT[];
+    v_cursor    BIGINT;
+    v_head      BIGINT;
+    v_retries   INTEGER;
     v_any_retry BOOLEAN;
+    v_i         INTEGER;
 BEGIN
     IF cardinality(p_offsets) IS DISTINCT FROM v_n
        OR cardinality(p_groups) IS DISTINCT FROM v_n
@@ -164,47 +165,44 @@ BEGIN
           WHERE p.id = ANY (p_partition_ids) AND q.tenant_id = p_tenant
           ORDER BY 1) k;
 
-    -- The FOR loop fetches, and so locks, in ORDER BY order.
+    -- One iteration per (partition, group), receipts grouped once. The FOR
+    -- loop fetches, and so locks, in ORDER BY order.
     FOR v_key IN
         SELECT c.partition_id, c.consumer_group, q.retry_limit, q.retry_delay,
-               (q.dead_letter_queue AND q.dlq_after_max_retries) AS store_dlq
-        FROM queen.log_consumers c
+               (q.dead_letter_queue AND q.dlq_after_max_retries) AS store_dlq,
+               r.positions, r.offsets, r.tokens
+        FROM (SELECT i.pid, i.grp, array_agg(i.ord::INTEGER) AS positions,
+                     array_agg(i.off) AS offsets, array_agg(i.tok) AS tokens
+              FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
+                   WITH ORDINALITY AS i(pid, off, grp, tok, ord)
+              GROUP BY i.pid, i.grp) r
+        JOIN queen.log_consumers c ON c.partition_id = r.pid AND c.consumer_group = r.grp
         JOIN queen.log_partitions p ON p.id = c.partition_id
         JOIN queen.queues q ON q.id = p.queue_id
         WHERE q.tenant_id = p_tenant
-          AND (c.partition_id, c.consumer_group) IN
-              (SELECT i.pid, i.grp FROM unnest(p_partition_ids, p_groups) AS i(pid, grp))
         ORDER BY c.partition_id, c.consumer_group
         FOR UPDATE OF c
     LOOP
         SELECT c.* INTO v_c FROM queen.log_consumers c
         WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
-        v_live := v_c.lease_token IS NOT NULL AND v_c.lease_expires_at > v_now;
-        CONTINUE WHEN NOT v_live;
+        CONTINUE WHEN v_c.lease_token IS NULL OR v_c.lease_expires_at <= v_now;
+
+        -- The receipts of this lease that fall inside its batch; the others
+        -- stay stale.
+        SELECT COALESCE(array_agg(x.pos ORDER BY x.off), '{}'),
+               COALESCE(array_agg(x.off ORDER BY x.off), '{}')
+        INTO v_pos, v_offs
+        FROM unnest(v_key.positions, v_key.offsets, v_key.tokens) AS x(pos, off, tok)
+        WHERE x.tok = v_c.lease_token AND x.off BETWEEN v_c.batch_from AND v_c.batch_to
+          AND (NOT v_failed OR x.off > v_c.cursor_offset);  -- failing an acked offset: stale
+        CONTINUE WHEN cardinality(v_pos) = 0;
         v_acked := COALESCE(v_c.batch_acked, '{}');
-        v_failing := '{}';
 
-        FOR v_r IN
-            SELECT i.ord::INTEGER AS pos, i.off
-            FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
-                 WITH ORDINALITY AS i(pid, off, grp, tok, ord)
-            WHERE i.pid = v_key.partition_id AND i.grp = v_key.consumer_group
-              AND i.tok = v_c.lease_token
-              AND i.off BETWEEN v_c.batch_from AND v_c.batch_to
-            ORDER BY i.off
-        LOOP
-            IF NOT p_failed THEN
-                v_status[v_r.pos] := 'acked';
-                IF v_r.off > v_c.cursor_offset AND NOT v_r.off = ANY (v_acked) THEN
-                    v_acked := v_acked || v_r.off;
-                END IF;
-            ELSIF v_r.off > v_c.cursor_offset THEN
-                -- Failing an already-acked offset changes nothing: stale.
-                v_failing := v_failing || v_r.pos;
-            END IF;
-        END LOOP;
-
-        IF NOT p_failed THEN
+        IF NOT v_failed THEN
+            FOR v_i IN 1 .. cardinality(v_pos) LOOP
+                v_status[v_pos[v_i]] := 'acked';
+            END LOOP;
+            v_acked := v_acked || v_offs;
             v_cursor := queen.log_acked_prefix_v1(v_c.cursor_offset, v_acked);
             IF v_cursor >= v_c.batch_to THEN
                 UPDATE queen.log_consumers c
@@ -216,14 +214,13 @@ BEGIN
                 UPDATE queen.log_consumers c
                 SET cursor_offset = v_cursor,
                     retry_count = CASE WHEN v_cursor > v_c.cursor_offset THEN 0 ELSE c.retry_count END,
-                    batch_acked = NULLIF(ARRAY(SELECT o FROM unnest(v_acked) o
+                    batch_acked = NULLIF(ARRAY(SELECT DISTINCT o FROM unnest(v_acked) o
                                                WHERE o > v_cursor ORDER BY o), '{}')
                 WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
             END IF;
             CONTINUE;
         END IF;
 
-        CONTINUE WHEN cardinality(v_failing) = 0;
         v_head := v_c.cursor_offset + 1;
         v_retries := v_c.retry_count + 1;
         v_cursor := v_c.cursor_offset;
@@ -238,11 +235,11 @@ BEGIN
             v_cursor := queen.log_acked_prefix_v1(v_head, v_acked);
             v_retries := 0;
         END IF;
-        FOR i IN 1 .. cardinality(v_failing) LOOP
-            IF v_retries = 0 AND p_offsets[v_failing[i]] = v_head THEN
-                v_status[v_failing[i]] := 'dead_lettered';
+        FOR v_i IN 1 .. cardinality(v_pos) LOOP
+            IF v_retries = 0 AND v_offs[v_i] = v_head THEN
+                v_status[v_pos[v_i]] := 'dead_lettered';
             ELSE
-                v_status[v_failing[i]] := 'retry';
+                v_status[v_pos[v_i]] := 'retry';
                 v_any_retry := true;
             END IF;
         END LOOP;
@@ -283,9 +280,13 @@ AS $$
 DECLARE
     v_n       INTEGER := COALESCE(cardinality(p_partition_ids), 0);
     v_now     TIMESTAMPTZ := clock_timestamp();
-    v_expires TIMESTAMPTZ[];
     v_key     RECORD;
     v_new     TIMESTAMPTZ;
+    -- The leases renewed: (partition, group, token) -> new expiry.
+    r_pid     BIGINT[] := '{}';
+    r_group   TEXT[] := '{}';
+    r_token   UUID[] := '{}';
+    r_expires TIMESTAMPTZ[] := '{}';
 BEGIN
     IF cardinality(p_groups) IS DISTINCT FROM v_n
        OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n THEN
@@ -298,7 +299,6 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    v_expires := array_fill(NULL::TIMESTAMPTZ, ARRAY[v_n]);
 
     PERFORM pg_advisory_xact_lock_shared(k.key)
     FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(q.id) AS key
@@ -325,17 +325,17 @@ BEGIN
         UPDATE queen.log_consumers c
         SET lease_expires_at = v_new
         WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
-        SELECT array_agg(CASE WHEN p_partition_ids[i] = v_key.partition_id
-                                   AND p_groups[i] = v_key.consumer_group
-                                   AND p_lease_tokens[i] = v_key.lease_token
-                              THEN v_new ELSE v_expires[i] END ORDER BY i)
-        INTO v_expires
-        FROM generate_series(1, v_n) AS i;
+        r_pid := r_pid || v_key.partition_id;
+        r_group := r_group || v_key.consumer_group::TEXT;
+        r_token := r_token || v_key.lease_token;
+        r_expires := r_expires || v_new;
     END LOOP;
 
     RETURN QUERY
-    SELECT (s.ord - 1)::INTEGER, s.exp
-    FROM unnest(v_expires) WITH ORDINALITY AS s(exp, ord)
-    ORDER BY s.ord;
+    SELECT (i.ord - 1)::INTEGER, r.exp
+    FROM unnest(p_partition_ids, p_groups, p_lease_tokens) WITH ORDINALITY AS i(pid, grp, tok, ord)
+    LEFT JOIN unnest(r_pid, r_group, r_token, r_expires) AS r(pid, grp, tok, exp)
+           ON r.pid = i.pid AND r.grp = i.grp AND r.tok = i.tok
+    ORDER BY i.ord;
 END
 $$;

@@ -1,9 +1,11 @@
 -- 010_log_admin: SEEK, DROP GROUP, the DLQ reader and the SHOW readers.
 --
--- Global lock order (seed): kv -> log_timers -> advisory -> queues ->
--- log_partitions -> log_consumers -> leaves (consumer_groups_metadata,
--- hotlist_repairs, ...). Every reader here joins queen.queues on the tenant,
--- which is also the queue-existence guard.
+-- Global lock order (seed): kv -> log_timers -> advisory -> queues (a
+-- queue's consumer_groups_metadata rows sit with it, see schema.sql) ->
+-- log_partitions -> log_consumers -> leaves (hotlist_repairs, log_dlq, ...).
+-- The advisory keys are described at the top of 001_log_schema.sql. Every
+-- reader here joins queen.queues on the tenant, which is also the
+-- queue-existence guard.
 
 -- Announces a deliberate cursor move in queen.hotlist_repairs. Prunes rows
 -- older than an hour first, stepping over rows another writer holds (SKIP
@@ -43,14 +45,18 @@ $$;
 -- partitions moved. The group's subscription stays as first recorded.
 -- Errors: 42704 unknown queue, group (never popped) or partition; 22023 bad
 -- target.
+-- Partitions created while the call runs are not moved (their cursors start
+-- by the group's subscription).
 -- Locks, in order:
 --   1. advisory: the queue key SHARED, then the (partition, group) keys,
 --      ascending key order, blocking (a concurrent first-sight POP then
 --      skips those partitions);
---   2. log_partitions: FOR KEY SHARE, id ascending (the consumer-row
+--   2. consumer_groups_metadata: the group's row FOR KEY SHARE (waits for a
+--      DROP GROUP in flight, after which the group is unknown: 42704);
+--   3. log_partitions: FOR KEY SHARE, id ascending (the consumer-row
 --      inserts' foreign key; does not conflict with pushes);
---   3. log_consumers: upsert per partition, id ascending, FOR UPDATE;
---   4. leaf hotlist_repairs.
+--   4. log_consumers: upsert per partition, id ascending, FOR UPDATE;
+--   5. leaf hotlist_repairs.
 CREATE OR REPLACE FUNCTION queen.log_seek_group_v1(
     p_queue     TEXT,
     p_group     TEXT,
@@ -63,7 +69,8 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_queue_id UUID;
-    v_pids     BIGINT[] := '{}';
+    v_pids     BIGINT[];
+    v_locked   BIGINT[];
     v_row      RECORD;
     v_pid      BIGINT;
     v_cursor   BIGINT;
@@ -77,39 +84,40 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
     END IF;
-    PERFORM 1 FROM queen.consumer_groups_metadata m
-    WHERE m.queue_id = v_queue_id AND m.consumer_group = p_group;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'consumer group "%" does not exist on queue "%"', p_group, p_queue
-            USING ERRCODE = '42704';
-    END IF;
-    IF p_partition IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM queen.log_partitions p WHERE p.queue_id = v_queue_id AND p.name = p_partition) THEN
+    SELECT array_agg(p.id ORDER BY p.id) INTO v_pids
+    FROM queen.log_partitions p
+    WHERE p.queue_id = v_queue_id AND (p_partition IS NULL OR p.name = p_partition);
+    IF p_partition IS NOT NULL AND v_pids IS NULL THEN
         RAISE EXCEPTION 'partition "%" does not exist in queue "%"', p_partition, p_queue
             USING ERRCODE = '42704';
     END IF;
 
     PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue_id));
-    FOR v_row IN
-        SELECT (p.id % 2147483648)::INTEGER AS k
-        FROM queen.log_partitions p
-        WHERE p.queue_id = v_queue_id AND (p_partition IS NULL OR p.name = p_partition)
-        ORDER BY 1, p.id
-    LOOP
-        PERFORM pg_advisory_xact_lock(v_row.k, hashtext(p_group));
-    END LOOP;
+    PERFORM pg_advisory_xact_lock(k.k1, hashtext(p_group))
+    FROM (SELECT (u.id % 2147483648)::INTEGER AS k1, u.id
+          FROM unnest(v_pids) AS u(id)
+          ORDER BY 1, 2) k;
 
+    PERFORM 1 FROM queen.consumer_groups_metadata m
+    WHERE m.queue_id = v_queue_id AND m.consumer_group = p_group
+    FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer group "%" does not exist on queue "%"', p_group, p_queue
+            USING ERRCODE = '42704';
+    END IF;
+
+    v_locked := '{}';
     FOR v_row IN
         SELECT p.id
         FROM queen.log_partitions p
-        WHERE p.queue_id = v_queue_id AND (p_partition IS NULL OR p.name = p_partition)
+        WHERE p.id = ANY (v_pids)
         ORDER BY p.id
         FOR KEY SHARE
     LOOP
-        v_pids := v_pids || v_row.id;
+        v_locked := v_locked || v_row.id;
     END LOOP;
 
-    FOREACH v_pid IN ARRAY v_pids LOOP
+    FOREACH v_pid IN ARRAY v_locked LOOP
         v_cursor := CASE p_target
             WHEN 'beginning' THEN -1
             WHEN 'end' THEN (SELECT p.last_offset FROM queen.log_partitions p WHERE p.id = v_pid)
@@ -124,7 +132,7 @@ BEGIN
     END LOOP;
 
     PERFORM queen.log_hotlist_repair_v1(p_queue, p_group, p_partition, 'seek', p_tenant);
-    RETURN cardinality(v_pids);
+    RETURN cardinality(v_locked);
 END
 $$;
 
@@ -135,8 +143,10 @@ $$;
 -- Locks, in order:
 --   1. advisory: the queue key SHARED, then the (partition, group) keys of
 --      the queue's partitions, ascending key order, blocking;
---   2. log_consumers: the group's rows, partition_id ascending, FOR UPDATE;
---   3. leaves: consumer_groups_metadata delete, hotlist_repairs.
+--   2. consumer_groups_metadata: the group's row FOR UPDATE, so no SEEK or
+--      POP can create a cursor of the group until this commits;
+--   3. log_consumers: the group's rows, partition_id ascending, FOR UPDATE;
+--   4. leaf hotlist_repairs.
 CREATE OR REPLACE FUNCTION queen.log_drop_group_v1(
     p_queue  TEXT,
     p_group  TEXT,
@@ -153,22 +163,21 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
     END IF;
+
+    PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue_id));
+    PERFORM pg_advisory_xact_lock(k.k1, hashtext(p_group))
+    FROM (SELECT (p.id % 2147483648)::INTEGER AS k1, p.id
+          FROM queen.log_partitions p
+          WHERE p.queue_id = v_queue_id
+          ORDER BY 1, 2) k;
+
     PERFORM 1 FROM queen.consumer_groups_metadata m
-    WHERE m.queue_id = v_queue_id AND m.consumer_group = p_group;
+    WHERE m.queue_id = v_queue_id AND m.consumer_group = p_group
+    FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'consumer group "%" does not exist on queue "%"', p_group, p_queue
             USING ERRCODE = '42704';
     END IF;
-
-    PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue_id));
-    FOR v_row IN
-        SELECT (p.id % 2147483648)::INTEGER AS k
-        FROM queen.log_partitions p
-        WHERE p.queue_id = v_queue_id
-        ORDER BY 1, p.id
-    LOOP
-        PERFORM pg_advisory_xact_lock(v_row.k, hashtext(p_group));
-    END LOOP;
 
     FOR v_row IN
         SELECT c.partition_id

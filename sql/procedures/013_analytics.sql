@@ -14,14 +14,14 @@
 --      queue's partition or consumer rows can be waiting on this call (see
 --      001_log_schema.sql for the foreign-key re-check this prevents);
 --   1. queues: the row, FOR UPDATE (new partitions' foreign-key checks and
---      first-sight pops wait or skip);
+--      first-sight pops wait or skip); then its consumer_groups_metadata
+--      rows, consumer_group ascending, FOR UPDATE;
 --   2. log_partitions: the queue's rows, id ascending, FOR UPDATE (waits for
 --      in-flight pushes; pops creating consumer rows skip them);
 --   3. log_consumers: their rows, (partition_id, consumer_group) ascending,
 --      FOR UPDATE (waits for in-flight acks, and for pops holding them in a
 --      transaction block);
---   4. leaves: log_txns, log_dlq, then the cascade's log_segments and
---      consumer_groups_metadata.
+--   4. leaves: log_txns, log_dlq, then the cascade's log_segments.
 CREATE OR REPLACE FUNCTION queen.delete_queue_v1(
     p_queue  TEXT,
     p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
@@ -43,6 +43,13 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;  -- dropped by a concurrent call meanwhile
     END IF;
+    FOR v_row IN
+        SELECT m.consumer_group FROM queen.consumer_groups_metadata m
+        WHERE m.queue_id = v_queue_id
+        ORDER BY m.consumer_group
+        FOR UPDATE
+    LOOP
+    END LOOP;
 
     FOR v_row IN
         SELECT p.id FROM queen.log_partitions p

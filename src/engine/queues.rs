@@ -739,7 +739,10 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
         let json = match value {
             // The two millisecond columns.
             OptionValue::Duration(d)
-                if matches!(s.option, QueueOption::RetryDelay | QueueOption::MinPopWaitTime) =>
+                if matches!(
+                    s.option,
+                    QueueOption::RetryDelay | QueueOption::MinPopWaitTime
+                ) =>
             {
                 d.as_millis().to_string()
             }

@@ -198,10 +198,21 @@ impl Session {
 
     async fn serve(&mut self) -> Result<(), End> {
         loop {
-            let msg = self
-                .client
-                .read(self.shared.config.max_message_size)
-                .await?;
+            let msg = match self.client.read(self.shared.config.max_message_size).await {
+                Ok(m) => m,
+                Err(FrameError::TooLarge(len, max)) => {
+                    // The rest of the message cannot be skipped safely: say
+                    // why, then close, as PostgreSQL does.
+                    let err = ErrorFields::fatal(
+                        "54000",
+                        format!("message of {len} bytes exceeds the limit of {max} bytes"),
+                    );
+                    self.client.send(&err.to_message());
+                    let _ = self.client.flush().await;
+                    return Err(End::Fatal(err.message));
+                }
+                Err(e) => return Err(e.into()),
+            };
             match msg.tag {
                 b'X' => return Ok(()),
                 b'S' => self.sync().await?,

@@ -12,7 +12,7 @@ async fn rows(client: &Client, sql: &str) -> Vec<HashMap<String, Option<String>>
     let messages = client
         .simple_query(sql)
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
     messages
         .into_iter()
         .filter_map(|m| match m {
@@ -233,8 +233,9 @@ async fn values_versions_and_expiry_follow_the_rules() {
     assert_eq!(col(&n[0], "value").as_deref(), Some("5"));
     let n = rows(&client, "KV INCR counters hits").await;
     assert_eq!(col(&n[0], "value").as_deref(), Some("6"));
+    rows(&client, "KV PUT cfg word '\"text\"' FOREVER").await;
     assert_eq!(
-        code(&client, "KV INCR cfg flag").await,
+        code(&client, "KV INCR cfg word").await,
         "22023",
         "a non-integer value"
     );

@@ -172,14 +172,27 @@ impl Engine {
                 let limit = params.count(limit, "LIMIT")? as i32;
                 queues::show_dlq(conn, &queue, limit, tenant).await?
             }
-            Statement::Kv(_)
-            | Statement::Schedule(_)
-            | Statement::CancelSchedule(_)
-            | Statement::ShowSchedules { .. } => {
-                return Err(ExecError::Statement(ErrorFields::error(
-                    "0A000",
-                    "KV and timer statements are not available yet in this queenwire",
-                )))
+            Statement::Kv(statement) => {
+                kv::execute(
+                    conn,
+                    statement,
+                    &params,
+                    &self.kv,
+                    self.limits.max_payload,
+                    tenant,
+                )
+                .await?
+            }
+            Statement::Schedule(s) => {
+                timers::schedule(conn, s, &params, self.limits.max_payload, tenant).await?
+            }
+            Statement::CancelSchedule(c) => timers::cancel(conn, c, &params, tenant).await?,
+            Statement::ShowSchedules { queue } => {
+                let queue = queue
+                    .as_ref()
+                    .map(|q| params.name(q, "queue"))
+                    .transpose()?;
+                timers::list(conn, queue.as_deref(), tenant).await?
             }
         };
         Ok(Outcome {

@@ -29,6 +29,11 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("011_log_stats.sql"),
     procedure!("012_configure.sql"),
     procedure!("013_analytics.sql"),
+    procedure!("024_kv.sql"),
+    procedure!("025_timers.sql"),
+    procedure!("026_kv_sweep.sql"),
+    procedure!("027_kv_quota.sql"),
+    procedure!("029_maintenance_leases.sql"),
 ];
 
 /// The oldest PostgreSQL the schema supports (NULLS NOT DISTINCT needs 15).

@@ -240,6 +240,25 @@ async fn every_group_receives_every_message() {
     // Queue mode is a group of its own and still has everything.
     let got = rows(&client, "POP FROM events LIMIT 100 PARTITIONS 3").await;
     assert_eq!(got.len(), 30);
+    // The same facts through the plain views BI tools read.
+    let depth = rows(
+        &client,
+        "SELECT messages FROM queen.queue_depth WHERE queue = 'events'",
+    )
+    .await;
+    assert_eq!(col(&depth[0], "messages"), "30");
+    let lag = rows(
+        &client,
+        "SELECT lag FROM queen.group_lag WHERE queue = 'events' AND consumer_group = 'audit'",
+    )
+    .await;
+    assert_eq!(col(&lag[0], "lag"), "0");
+    let rate = rows(
+        &client,
+        "SELECT pushed_last_minute FROM queen.throughput WHERE queue = 'events'",
+    )
+    .await;
+    assert_eq!(col(&rate[0], "pushed_last_minute"), "30");
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 -- 011_log_stats: plain views in `queen` for BI tools reading through the
--- proxy: queue depth, lag per group, DLQ counts.
+-- proxy: queue depth, lag per group, DLQ counts, throughput.
 --
 -- Tenant scoping: every view carries tenant_id as a column, a filter no SET
 -- can move; the proxy (and, later, per-tenant roles) adds the predicate.
@@ -43,6 +43,26 @@ BEGIN
         JOIN queen.queues q ON q.id = p.queue_id
         GROUP BY q.tenant_id, q.name, d.consumer_group;
         COMMENT ON VIEW queen.dlq_counts IS 'queenwire 011 v1';
+    END IF;
+
+    -- Messages written per queue over the last minute, five minutes and
+    -- hour, by segment time (a fused write counts when its newest message
+    -- was framed). Reads each partition's recent segments only.
+    IF obj_description(to_regclass('queen.throughput'), 'pg_class')
+       IS DISTINCT FROM 'queenwire 011 v1' THEN
+        CREATE OR REPLACE VIEW queen.throughput AS
+        SELECT q.tenant_id, q.name AS queue,
+               COALESCE(sum(s.message_count) FILTER (
+                   WHERE s.max_created_at > now() - interval '1 minute'), 0)::BIGINT AS pushed_last_minute,
+               COALESCE(sum(s.message_count) FILTER (
+                   WHERE s.max_created_at > now() - interval '5 minutes'), 0)::BIGINT AS pushed_last_5_minutes,
+               COALESCE(sum(s.message_count), 0)::BIGINT AS pushed_last_hour
+        FROM queen.queues q
+        JOIN queen.log_partitions p ON p.queue_id = q.id
+        LEFT JOIN queen.log_segments s
+               ON s.partition_id = p.id AND s.max_created_at > now() - interval '1 hour'
+        GROUP BY q.tenant_id, q.name;
+        COMMENT ON VIEW queen.throughput IS 'queenwire 011 v1';
     END IF;
 END
 $$;

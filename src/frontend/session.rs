@@ -635,6 +635,7 @@ impl Session {
         };
         match conn.sync().await {
             Ok(status) => {
+                self.forwarded_since_sync = false;
                 self.status = status;
                 if status == b'I' {
                     self.announce_pushes();
@@ -700,6 +701,9 @@ impl Session {
                 engine.execute(conn, stmt, params, DEFAULT_TENANT).await
             }
         };
+        // The statement's work is in the backend's current transaction: a
+        // later POP of this pipeline must not end it early to park.
+        self.forwarded_since_sync = true;
         match result {
             Ok(outcome) => {
                 self.send_rows(stmt.columns(), &outcome, result_formats, describe);

@@ -4,29 +4,10 @@
 mod common;
 
 use common::proxy::{connect, Proxy};
+use common::sql::rows;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use tokio_postgres::{Client, SimpleQueryMessage};
-
-async fn rows(client: &Client, sql: &str) -> Vec<HashMap<String, Option<String>>> {
-    let messages = client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-    messages
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(
-                r.columns()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (c.name().to_string(), r.get(i).map(str::to_string)))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect()
-}
+use tokio_postgres::Client;
 
 fn col(row: &HashMap<String, Option<String>>, name: &str) -> Option<String> {
     row.get(name).cloned().flatten()

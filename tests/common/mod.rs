@@ -5,3 +5,4 @@
 pub mod cluster;
 pub mod proxy;
 pub mod raw;
+pub mod sql;

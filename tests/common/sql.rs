@@ -1,0 +1,28 @@
+//! Running statements through the proxy with the simple protocol and
+//! reading rows as text, the way psql sees them.
+
+use std::collections::HashMap;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+pub type Row = HashMap<String, Option<String>>;
+
+/// Rows of a simple query as (column → text) maps; panics on an error.
+pub async fn rows(client: &Client, sql: &str) -> Vec<Row> {
+    let messages = client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    messages
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(
+                r.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.name().to_string(), r.get(i).map(str::to_string)))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}

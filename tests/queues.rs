@@ -11,8 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
-/// Rows of a simple query as (column → text) maps.
-
 fn col(row: &HashMap<String, Option<String>>, name: &str) -> String {
     row.get(name).cloned().flatten().unwrap_or_default()
 }

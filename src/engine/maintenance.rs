@@ -43,7 +43,7 @@ pub async fn run(config: tokio_postgres::Config, kv: Arc<KvState>) {
                 tokio::time::sleep(QUOTA_POLL).await;
                 break;
             }
-            match sweep(&client, &holder, sweeps % ROLLUP_EVERY == 0).await {
+            match sweep(&client, &holder, sweeps.is_multiple_of(ROLLUP_EVERY)).await {
                 Ok(true) => sweeps += 1,
                 Ok(false) => {}
                 Err(e) => {

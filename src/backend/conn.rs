@@ -136,6 +136,9 @@ pub struct BackendConn {
     pub unnamed_owner: Option<UnnamedOwner>,
     /// The proxy's own statements already prepared on this connection.
     internal_prepared: HashSet<&'static str>,
+    /// `call` ends with Sync instead of Flush (see there). Whoever borrows
+    /// the connection sets it for its own use.
+    pub autosync: bool,
     /// Transaction status from the last ReadyForQuery.
     pub status: u8,
     /// Set when the connection may hold state the pool cannot vouch for
@@ -157,6 +160,7 @@ impl BackendConn {
             prepared: HashSet::new(),
             unnamed_owner: None,
             internal_prepared: HashSet::new(),
+            autosync: false,
             status: b'I',
             broken: false,
         };
@@ -448,11 +452,15 @@ impl RawRow {
 }
 
 impl BackendConn {
-    /// Runs an internal statement inside whatever implicit or explicit
-    /// transaction the connection is in: Parse (first time only), Bind,
-    /// Execute, Flush — no Sync, so the caller decides where the
-    /// transaction ends. After an error the backend skips to the next Sync;
-    /// the caller must send one.
+    /// Runs an internal statement: Parse (first time only), Bind, Execute,
+    /// then Flush or, with `autosync`, Sync.
+    ///
+    /// Without `autosync` it joins whatever implicit or explicit
+    /// transaction the connection is in and the caller decides where that
+    /// ends; after an error the backend skips to the next Sync, which the
+    /// caller must send. With `autosync` the call ends its implicit
+    /// transaction (commits, or rolls back on error) in the same round trip;
+    /// inside a transaction block a Sync ends nothing.
     pub async fn call(
         &mut self,
         stmt: &Internal,
@@ -503,9 +511,11 @@ impl BackendConn {
             b.put_u8(0);
             b.put_i32(0);
         }));
-        self.send(&protocol::empty(b'H'));
+        let autosync = self.autosync;
+        self.send(&protocol::empty(if autosync { b'S' } else { b'H' }));
         self.flush().await?;
         let mut rows = Vec::new();
+        let mut error = None;
         loop {
             let msg = self.recv().await?;
             match msg.tag {
@@ -515,8 +525,19 @@ impl BackendConn {
                 b'2' | b'N' => {}
                 b'S' => self.note_parameter_status(&msg),
                 b'D' => rows.push(RawRow::parse(msg)?),
-                b'C' => return Ok(rows),
-                b'E' => return Err(BackendError::Server(ErrorFields::parse(&msg.body))),
+                b'C' if !autosync => return Ok(rows),
+                b'C' => {}
+                b'E' if !autosync => {
+                    return Err(BackendError::Server(ErrorFields::parse(&msg.body)))
+                }
+                b'E' => error = Some(ErrorFields::parse(&msg.body)),
+                b'Z' if autosync => {
+                    self.status = msg.body.first().copied().unwrap_or(b'I');
+                    return match error {
+                        Some(e) => Err(BackendError::Server(e)),
+                        None => Ok(rows),
+                    };
+                }
                 other => {
                     self.broken = true;
                     return Err(BackendError::Protocol(format!(

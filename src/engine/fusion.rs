@@ -116,42 +116,41 @@ impl Fuser {
         };
         let key = jobs.first().map(|(p, _)| queue_key(tenant, &p.queue));
         let (mut preps, replies): (Vec<PreparedPush>, Vec<Reply>) = jobs.into_iter().unzip();
+        // Each call commits (or rolls back) in its own round trip.
+        conn.autosync = true;
         let together = {
             let mut refs: Vec<&mut PreparedPush> = preps.iter_mut().collect();
             write_pushes(&mut conn, &mut refs, tenant).await
         };
         match together {
-            Ok(()) => match conn.sync().await {
-                Ok(b'I') => {
-                    for (prep, reply) in preps.into_iter().zip(replies) {
-                        let _ = reply.send(Ok(prep));
-                    }
+            Ok(()) if conn.status == b'I' => {
+                for (prep, reply) in preps.into_iter().zip(replies) {
+                    let _ = reply.send(Ok(prep));
                 }
-                Ok(_) => {
-                    conn.broken = true;
-                    fail_all(replies, "the push transaction did not commit");
-                }
-                Err(e) => fail_all(replies, &e.to_string()),
-            },
+            }
+            Ok(()) => {
+                conn.broken = true;
+                fail_all(replies, "the push transaction did not commit");
+            }
             Err(e @ (ExecError::Statement(_) | ExecError::Backend(BackendError::Server(_)))) => {
                 if preps.len() == 1 {
-                    // A lone statement's error is its own; end its
-                    // transaction (rolled back) and report it.
-                    let result = conn.sync().await.map_err(ExecError::Backend).and(Err(e));
+                    // A lone statement's error is its own.
                     if let Some(reply) = replies.into_iter().next() {
-                        let _ = reply.send(result);
+                        let _ = reply.send(Err(e));
                     }
                 } else {
-                    // Roll back, then each statement alone, so the failing
-                    // one fails by itself.
+                    // Rolled back: each statement alone, so the failing one
+                    // fails by itself.
                     for (mut prep, reply) in preps.into_iter().zip(replies) {
                         prep.reset();
-                        let _ = reply.send(write_alone(&mut conn, prep, tenant).await);
+                        let result = write_pushes(&mut conn, &mut [&mut prep], tenant).await;
+                        let _ = reply.send(result.map(|()| prep));
                     }
                 }
             }
             Err(e) => fail_all(replies, &e.to_string()),
         }
+        conn.autosync = false;
         pool::release(conn);
         if let Some(key) = key {
             self.announcer.pushed(&key);
@@ -164,27 +163,6 @@ fn fail_all(replies: Vec<Reply>, why: &str) {
         let _ = reply.send(Err(ExecError::Backend(BackendError::Protocol(
             why.to_string(),
         ))));
-    }
-}
-
-/// One statement in a transaction of its own.
-async fn write_alone(
-    conn: &mut crate::backend::PooledConn,
-    mut prep: PreparedPush,
-    tenant: Uuid,
-) -> Result<PreparedPush, ExecError> {
-    // Ends whatever the previous write left (a failed transaction).
-    if let Err(e) = conn.sync().await {
-        return Err(ExecError::Backend(e));
-    }
-    let result = write_pushes(conn, &mut [&mut prep], tenant).await;
-    let status = conn.sync().await.map_err(ExecError::Backend)?;
-    match result {
-        Ok(()) if status == b'I' => Ok(prep),
-        Ok(()) => Err(ExecError::Backend(BackendError::Protocol(
-            "push transaction did not commit".into(),
-        ))),
-        Err(e) => Err(e),
     }
 }
 

@@ -115,6 +115,10 @@ pub struct Session {
     forwarded_since_sync: bool,
     /// Queues pushed to in the current transaction, woken when it ends.
     pushed: Vec<String>,
+    /// The statement being run is a whole simple query of its own: the
+    /// engine's calls end with Sync, saving a round trip (see
+    /// `BackendConn::call`).
+    autosync: bool,
     pending: VecDeque<Expect>,
     /// After an error in the extended protocol, messages are discarded
     /// until Sync, as PostgreSQL does.
@@ -150,6 +154,7 @@ impl Session {
             local_portals: HashMap::new(),
             forwarded_since_sync: false,
             pushed: Vec::new(),
+            autosync: false,
             pending: VecDeque::new(),
             skip_until_sync: false,
             status: b'I',
@@ -561,14 +566,21 @@ impl Session {
                     self.run_plain_statement(&sql[range.clone()]).await?
                 }
                 Command::Dialect(stmt) => {
-                    let ok = self.run_dialect(stmt, &[], &[], true).await?;
-                    self.sync_backend().await?;
+                    self.autosync = true;
+                    let ok = self.run_dialect(stmt, &[], &[], true).await;
+                    self.autosync = false;
+                    let ok = ok?;
+                    self.after_autosync();
                     ok
                 }
                 Command::Invalid(e) => {
-                    self.fail_statement(crate::engine::values::parse_error(e.clone()))
-                        .await?;
-                    self.sync_backend().await?;
+                    self.autosync = true;
+                    let failed = self
+                        .fail_statement(crate::engine::values::parse_error(e.clone()))
+                        .await;
+                    self.autosync = false;
+                    failed?;
+                    self.after_autosync();
                     false
                 }
             };
@@ -623,6 +635,18 @@ impl Session {
                     self.client.send(&msg);
                 }
                 _ => self.client.send(&msg),
+            }
+        }
+    }
+
+    /// After a statement whose calls ended with Sync (`autosync`): take the
+    /// transaction status they left.
+    fn after_autosync(&mut self) {
+        self.forwarded_since_sync = false;
+        if let Some(status) = self.backend.as_ref().map(|c| c.status) {
+            self.status = status;
+            if status == b'I' {
+                self.announce_pushes();
             }
         }
     }
@@ -695,9 +719,11 @@ impl Session {
             }
             _ => {
                 let engine = self.shared.engine.clone();
+                let autosync = self.autosync;
                 let Some(conn) = self.backend.as_mut() else {
                     return Ok(false);
                 };
+                conn.autosync = autosync;
                 engine.execute(conn, stmt, params, DEFAULT_TENANT).await
             }
         };
@@ -800,12 +826,14 @@ impl Session {
                     "no backend connection for POP",
                 ))));
             }
+            let autosync = self.autosync;
             let Some(conn) = self.backend.as_mut() else {
                 return Ok(Err(ExecError::Statement(ErrorFields::error(
                     "08006",
                     "no backend",
                 ))));
             };
+            conn.autosync = autosync;
             let rows = match queues::pop_once(conn, plan, &engine.receipts, DEFAULT_TENANT).await {
                 Ok(rows) => rows,
                 Err(e) => return Ok(Err(e)),
@@ -827,7 +855,9 @@ impl Session {
             // pool for the wait.
             let in_block = self.backend.as_ref().is_some_and(|c| c.status != b'I');
             if !in_block && !self.pinned && !self.forwarded_since_sync {
-                self.sync_backend().await?;
+                if !self.autosync {
+                    self.sync_backend().await?;
+                }
                 self.release_if_idle();
             }
             let nap = poll.min(remaining);
@@ -872,7 +902,9 @@ impl Session {
     /// PostgreSQL would). Without a backend connection there is no
     /// transaction to abort.
     async fn fail_statement(&mut self, fields: ErrorFields) -> Result<(), End> {
+        let autosync = self.autosync;
         if let Some(conn) = self.backend.as_mut() {
+            conn.autosync = autosync;
             match conn
                 .call(&FAIL_CALL, &[&fields.code, &fields.message])
                 .await

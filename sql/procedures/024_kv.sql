@@ -120,29 +120,19 @@ RETURNS BOOLEAN
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT COALESCE(p_namespace COLLATE "C" ~ '^[A-Za-z0-9_.:-]{1,128}$', false) $$;
 
--- A JSON member that must be an integer (or JSON null / absent -> NULL).
--- Accepts any integral JSON number within BIGINT (5, 5.0, 1e3); anything
--- else is 22023 naming p_what. Pure.
-CREATE OR REPLACE FUNCTION queen.kv_json_bigint_v1(p_value JSONB, p_what TEXT)
-RETURNS BIGINT
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+-- True when a JSON member is absent, JSON null, or an integral number within
+-- BIGINT (5, 5.0 and 1e3 all count). LANGUAGE sql so it inlines into
+-- kv_apply_v1's validation query. Pure.
+CREATE OR REPLACE FUNCTION queen.kv_is_int_v1(p_value JSONB)
+RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-DECLARE
-    v_num NUMERIC;
-BEGIN
-    IF p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN
-        RETURN NULL;
-    END IF;
-    IF jsonb_typeof(p_value) = 'number' THEN
-        v_num := p_value::NUMERIC;
-        IF v_num = trunc(v_num)
-           AND v_num BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
-            RETURN v_num::BIGINT;
-        END IF;
-    END IF;
-    RAISE EXCEPTION '%: expected an integer within bigint, got %', p_what, p_value
-        USING ERRCODE = '22023';
-END
+    SELECT CASE
+        WHEN p_value IS NULL OR jsonb_typeof(p_value) = 'null' THEN true
+        WHEN jsonb_typeof(p_value) <> 'number' THEN false
+        ELSE p_value::NUMERIC = trunc(p_value::NUMERIC)
+             AND p_value::NUMERIC BETWEEN -9223372036854775808 AND 9223372036854775807
+    END
 $$;
 
 -- The exclusive upper bound of the keys that start with p_prefix in byte
@@ -217,7 +207,7 @@ $$;
 -- CONFLICT DO NOTHING, which waits only for a concurrent inserter of the
 -- same key (the same position in the order), after which the key is
 -- re-read and its operations re-run. Keys only read (get, list) are read
--- from the snapshot and not locked. No other space is touched.
+-- without a lock. No other space is touched.
 CREATE OR REPLACE FUNCTION queen.kv_apply_v1(
     p_ops    JSONB,
     p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
@@ -231,20 +221,22 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_v1(
     expires_at TIMESTAMPTZ
 )
 LANGUAGE plpgsql
+-- Generic plans: with custom plans PostgreSQL re-planned the batch queries on
+-- every call (array and jsonb parameters make each custom plan look cheaper).
+-- Measured on a loaded 2-CPU dev box, 1,000 single-key calls: GET 1.0 ms ->
+-- 0.22 ms each; a 10,000-key GET was unchanged (~0.35 s).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
     v_now      TIMESTAMPTZ := clock_timestamp();
-    v_count    INTEGER;
     v_op       JSONB;
     v_kind     TEXT;
-    v_ns       TEXT;
-    v_key      TEXT;
     v_ttl      BIGINT;
     v_expect   BIGINT;
     v_by       BIGINT;
-    v_limit    BIGINT;
-    -- Validated point operations, parallel arrays.
+    v_problem  TEXT;
+    -- Point operations, parallel arrays sorted in the lock order.
     o_idx      INTEGER[] := '{}';
     o_kind     TEXT[] := '{}';
     o_ns       TEXT[] := '{}';
@@ -257,8 +249,12 @@ DECLARE
     l_prefix   TEXT[] := '{}';
     l_after    TEXT[] := '{}';
     l_limit    INTEGER[] := '{}';
-    l_n        INTEGER := 0;
-    -- Results of the point operations.
+    -- Gets of keys the batch does not write (answered in step 3).
+    g_idx      INTEGER[] := '{}';
+    g_ns       TEXT[] := '{}';
+    g_key      TEXT[] := '{}';
+    g_n        INTEGER := 0;
+    -- Results of the other point operations.
     r_idx      INTEGER[] := '{}';
     r_ns       TEXT[] := '{}';
     r_key      TEXT[] := '{}';
@@ -269,11 +265,14 @@ DECLARE
     r_n        INTEGER := 0;
     r_mark     INTEGER;
     -- One key at a time.
-    v_target   RECORD;
-    v_keyop    RECORD;
+    v_first    INTEGER;   -- the current key's group in the sorted arrays
+    v_last     INTEGER;
+    v_pos      INTEGER;
+    v_tns      TEXT;
+    v_tkey     TEXT;
     v_writes   BOOLEAN;
     v_row      RECORD;
-    v_phys     BOOLEAN;   -- the row exists physically (and is locked when v_writes)
+    v_phys     BOOLEAN;   -- the row exists physically (and is locked)
     v_live     BOOLEAN;   -- the key exists in the simulated state
     v_value    JSONB;
     v_version  BIGINT;
@@ -291,121 +290,141 @@ BEGIN
         RAISE EXCEPTION 'kv_apply_v1: p_ops must be a JSON array of operations' USING ERRCODE = '22023';
     END IF;
 
-    -- 1. Validate everything before touching a row.
-    FOR v_op, v_count IN
-        SELECT e.op, (e.ord - 1)::INTEGER FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS e(op, ord)
-        ORDER BY e.ord
-    LOOP
-        IF jsonb_typeof(v_op) <> 'object' OR jsonb_typeof(v_op -> 'op') IS DISTINCT FROM 'string' THEN
-            RAISE EXCEPTION 'kv_apply_v1: operation % is not an object with an "op" string', v_count
-                USING ERRCODE = '22023';
-        END IF;
-        v_kind := v_op ->> 'op';
-        IF v_kind NOT IN ('get', 'put', 'incr', 'delete', 'list') THEN
-            RAISE EXCEPTION 'kv_apply_v1: operation %: unknown op "%" (expected get, put, incr, delete or list)',
-                v_count, v_kind USING ERRCODE = '22023';
-        END IF;
-        v_ns := CASE WHEN jsonb_typeof(v_op -> 'ns') = 'string' THEN v_op ->> 'ns' END;
-        IF NOT queen.kv_namespace_ok_v1(v_ns) THEN
-            RAISE EXCEPTION 'invalid KV namespace %: expected 1 to 128 characters of A-Z a-z 0-9 _ . : -',
-                COALESCE(quote_literal(v_ns), 'NULL') USING ERRCODE = '22023';
-        END IF;
+    -- 1. Validate the whole batch before touching a row, in one query rather
+    -- than several plpgsql statements per operation; the first problem in
+    -- array order is the error. Branches are CASE, not OR/AND, so a cast is
+    -- only evaluated after the type check guarding it.
+    SELECT v.problem INTO v_problem
+    FROM (
+        SELECT e.idx, CASE
+            WHEN e.kind IS NULL OR e.kind NOT IN ('get', 'put', 'incr', 'delete', 'list') THEN
+                format('kv_apply_v1: operation %s: expected an object whose "op" is get, put, incr, delete or list', e.idx)
+            WHEN NOT queen.kv_namespace_ok_v1(e.ns) THEN
+                format('invalid KV namespace %s: expected 1 to 128 characters of A-Z a-z 0-9 _ . : -',
+                       COALESCE(quote_literal(e.ns), 'NULL'))
+            WHEN e.kind = 'list' THEN CASE
+                WHEN jsonb_typeof(e.op -> 'prefix') NOT IN ('string', 'null')
+                  OR jsonb_typeof(e.op -> 'after') NOT IN ('string', 'null') THEN
+                    format('kv_apply_v1: operation %s: prefix and after must be strings or null', e.idx)
+                WHEN octet_length(e.op ->> 'prefix') > 1024 OR octet_length(e.op ->> 'after') > 1024 THEN
+                    format('kv_apply_v1: operation %s: prefix and after are at most 1024 bytes', e.idx)
+                WHEN NOT queen.kv_is_int_v1(e.op -> 'limit') THEN
+                    format('kv_apply_v1: operation %s: limit must be an integer', e.idx)
+                WHEN (e.op ->> 'limit')::NUMERIC NOT BETWEEN 0 AND 10000 THEN
+                    format('kv_apply_v1: operation %s: limit %s is out of range 0..10000', e.idx, e.op ->> 'limit')
+                END
+            WHEN e.key IS NULL OR octet_length(e.key) NOT BETWEEN 1 AND 1024 THEN
+                -- Text cannot hold NUL (nor can jsonb decode \u0000 to text).
+                format('invalid KV key %s: expected 1 to 1024 bytes without NUL',
+                       COALESCE(quote_literal(left(e.key, 64)), 'NULL'))
+            WHEN e.kind = 'put' THEN CASE
+                WHEN NOT e.op ? 'value' THEN
+                    format('kv_apply_v1: operation %s: put needs a "value" (JSON null is a value)', e.idx)
+                -- Forever is an explicit opt-in: the member must be there.
+                WHEN NOT e.op ? 'ttl_ms' THEN
+                    format('kv_apply_v1: operation %s: put needs "ttl_ms" (a positive integer, or null for forever)', e.idx)
+                WHEN NOT queen.kv_is_int_v1(e.op -> 'ttl_ms') THEN
+                    format('kv_apply_v1: operation %s: ttl_ms must be an integer or null', e.idx)
+                WHEN (e.op ->> 'ttl_ms')::NUMERIC <= 0 THEN
+                    format('kv_apply_v1: operation %s: ttl_ms must be positive, got %s', e.idx, e.op ->> 'ttl_ms')
+                WHEN NOT queen.kv_is_int_v1(e.op -> 'expect') THEN
+                    format('kv_apply_v1: operation %s: expect must be an integer or null', e.idx)
+                WHEN jsonb_typeof(e.op -> 'if_absent') NOT IN ('boolean', 'null') THEN
+                    format('kv_apply_v1: operation %s: if_absent must be a boolean', e.idx)
+                WHEN (e.op ->> 'if_absent')::BOOLEAN AND (e.op ->> 'expect')::NUMERIC <> 0 THEN
+                    format('kv_apply_v1: operation %s: if_absent contradicts expect %s', e.idx, e.op ->> 'expect')
+                END
+            WHEN e.kind = 'incr' THEN CASE
+                WHEN NOT queen.kv_is_int_v1(e.op -> 'by') THEN
+                    format('kv_apply_v1: operation %s: by must be an integer', e.idx)
+                WHEN NOT (jsonb_typeof(e.op -> 'expiry') IS NULL
+                          OR jsonb_typeof(e.op -> 'expiry') = 'null'
+                          OR e.op -> 'expiry' IN ('"keep"'::JSONB, '"forever"'::JSONB)
+                          OR (jsonb_typeof(e.op -> 'expiry') = 'number' AND queen.kv_is_int_v1(e.op -> 'expiry'))) THEN
+                    format('kv_apply_v1: operation %s: expiry must be "keep", "forever" or a ttl in ms', e.idx)
+                WHEN CASE WHEN jsonb_typeof(e.op -> 'expiry') = 'number'
+                          THEN (e.op ->> 'expiry')::NUMERIC <= 0 ELSE false END THEN
+                    format('kv_apply_v1: operation %s: ttl_ms must be positive, got %s', e.idx, e.op ->> 'expiry')
+                END
+            WHEN e.kind = 'delete' AND NOT queen.kv_is_int_v1(e.op -> 'expect') THEN
+                format('kv_apply_v1: operation %s: expect must be an integer or null', e.idx)
+            END AS problem
+        FROM (
+            SELECT (x.ord - 1)::INTEGER AS idx, x.op,
+                   CASE WHEN jsonb_typeof(x.op) = 'object' AND jsonb_typeof(x.op -> 'op') = 'string'
+                        THEN x.op ->> 'op' END AS kind,
+                   CASE WHEN jsonb_typeof(x.op -> 'ns') = 'string' THEN x.op ->> 'ns' END AS ns,
+                   CASE WHEN jsonb_typeof(x.op -> 'key') = 'string' THEN x.op ->> 'key' END AS key
+            FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS x(op, ord)
+        ) e
+    ) v
+    WHERE v.problem IS NOT NULL
+    ORDER BY v.idx
+    LIMIT 1;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION '%', v_problem USING ERRCODE = '22023';
+    END IF;
 
-        IF v_kind = 'list' THEN
-            IF (v_op ? 'prefix' AND jsonb_typeof(v_op -> 'prefix') NOT IN ('string', 'null'))
-               OR (v_op ? 'after' AND jsonb_typeof(v_op -> 'after') NOT IN ('string', 'null'))
-               OR octet_length(v_op ->> 'prefix') > 1024 OR octet_length(v_op ->> 'after') > 1024 THEN
-                RAISE EXCEPTION 'kv_apply_v1: operation %: prefix and after must be strings of at most 1024 bytes, or null',
-                    v_count USING ERRCODE = '22023';
-            END IF;
-            v_limit := COALESCE(queen.kv_json_bigint_v1(v_op -> 'limit', 'KV LIST limit'), 100);
-            IF v_limit < 0 OR v_limit > 10000 THEN
-                RAISE EXCEPTION 'kv_apply_v1: operation %: limit % is out of range 0..10000', v_count, v_limit
-                    USING ERRCODE = '22023';
-            END IF;
-            l_n := l_n + 1;
-            l_idx[l_n] := v_count;
-            l_ns[l_n] := v_ns;
-            l_prefix[l_n] := v_op ->> 'prefix';
-            l_after[l_n] := v_op ->> 'after';
-            l_limit[l_n] := v_limit;
+    -- The point operations sorted by (namespace, key) COLLATE "C", then
+    -- op_index (the lock order, and the array order within a key), and the
+    -- list operations.
+    SELECT COALESCE(array_agg(e.idx ORDER BY e.ns COLLATE "C", e.key COLLATE "C", e.idx), '{}')
+    INTO o_idx
+    FROM (SELECT (x.ord - 1)::INTEGER AS idx, x.op ->> 'ns' AS ns, x.op ->> 'key' AS key
+          FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS x(op, ord)
+          WHERE x.op ->> 'op' <> 'list') e;
+    -- One sort above; the other arrays follow its permutation.
+    SELECT array_agg(p_ops -> s.idx ->> 'op' ORDER BY s.n),
+           array_agg(p_ops -> s.idx ->> 'ns' ORDER BY s.n),
+           array_agg(p_ops -> s.idx ->> 'key' ORDER BY s.n),
+           array_agg(p_ops -> s.idx ORDER BY s.n)
+    INTO o_kind, o_ns, o_key, o_op
+    FROM unnest(o_idx) WITH ORDINALITY AS s(idx, n);
+    o_n := cardinality(o_idx);
+
+    SELECT COALESCE(array_agg(e.idx ORDER BY e.idx), '{}'),
+           array_agg(e.op ->> 'ns' ORDER BY e.idx),
+           array_agg(e.op ->> 'prefix' ORDER BY e.idx),
+           array_agg(e.op ->> 'after' ORDER BY e.idx),
+           array_agg(COALESCE((e.op ->> 'limit')::NUMERIC, 100)::INTEGER ORDER BY e.idx)
+    INTO l_idx, l_ns, l_prefix, l_after, l_limit
+    FROM (SELECT (x.ord - 1)::INTEGER AS idx, x.op
+          FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS x(op, ord)) e
+    WHERE e.op ->> 'op' = 'list';
+
+    -- 2. Point operations, key by key in the lock order: walk the sorted
+    -- arrays group by group (one group = one key).
+    v_first := 1;
+    WHILE v_first <= o_n LOOP
+        v_tns := o_ns[v_first];
+        v_tkey := o_key[v_first];
+        v_last := v_first;
+        v_writes := o_kind[v_first] <> 'get';
+        WHILE v_last < o_n AND o_ns[v_last + 1] = v_tns COLLATE "C"
+                           AND o_key[v_last + 1] = v_tkey COLLATE "C" LOOP
+            v_last := v_last + 1;
+            v_writes := v_writes OR o_kind[v_last] <> 'get';
+        END LOOP;
+        -- A key only read is not locked: its gets are answered by one join
+        -- in step 3 (the same answer as here, since nothing in the batch
+        -- writes it, and no per-key statement).
+        IF NOT v_writes THEN
+            FOR v_pos IN v_first .. v_last LOOP
+                g_n := g_n + 1;
+                g_idx[g_n] := o_idx[v_pos];
+                g_ns[g_n] := v_tns;
+                g_key[g_n] := v_tkey;
+            END LOOP;
+            v_first := v_last + 1;
             CONTINUE;
         END IF;
-
-        v_key := CASE WHEN jsonb_typeof(v_op -> 'key') = 'string' THEN v_op ->> 'key' END;
-        IF v_key IS NULL OR octet_length(v_key) NOT BETWEEN 1 AND 1024 THEN
-            RAISE EXCEPTION 'invalid KV key %: expected 1 to 1024 bytes without NUL',
-                COALESCE(quote_literal(left(v_key, 64)), 'NULL') USING ERRCODE = '22023';
-        END IF;
-
-        IF v_kind = 'put' THEN
-            IF NOT v_op ? 'value' THEN
-                RAISE EXCEPTION 'kv_apply_v1: operation %: put needs a "value" (JSON null is a value)', v_count
-                    USING ERRCODE = '22023';
-            END IF;
-            -- Forever is an explicit opt-in: the member must be there.
-            IF NOT v_op ? 'ttl_ms' THEN
-                RAISE EXCEPTION 'kv_apply_v1: operation %: put needs "ttl_ms" (a positive integer, or null for forever)',
-                    v_count USING ERRCODE = '22023';
-            END IF;
-            v_ttl := queen.kv_json_bigint_v1(v_op -> 'ttl_ms', 'KV PUT ttl_ms');
-            IF v_ttl IS NOT NULL AND v_ttl <= 0 THEN
-                RAISE EXCEPTION 'kv_apply_v1: operation %: ttl_ms must be positive, got %', v_count, v_ttl
-                    USING ERRCODE = '22023';
-            END IF;
-            v_expect := queen.kv_json_bigint_v1(v_op -> 'expect', 'KV PUT expect');
-            IF v_op ? 'if_absent' AND jsonb_typeof(v_op -> 'if_absent') NOT IN ('boolean', 'null') THEN
-                RAISE EXCEPTION 'kv_apply_v1: operation %: if_absent must be a boolean', v_count
-                    USING ERRCODE = '22023';
-            END IF;
-            IF COALESCE((v_op ->> 'if_absent')::BOOLEAN, false) AND v_expect <> 0 THEN
-                RAISE EXCEPTION 'kv_apply_v1: operation %: if_absent contradicts expect %', v_count, v_expect
-                    USING ERRCODE = '22023';
-            END IF;
-        ELSIF v_kind = 'incr' THEN
-            PERFORM queen.kv_json_bigint_v1(v_op -> 'by', 'KV INCR by');
-            v_expiry := v_op -> 'expiry';
-            IF NOT (v_expiry IS NULL OR jsonb_typeof(v_expiry) = 'null'
-                    OR v_expiry IN ('"keep"'::JSONB, '"forever"'::JSONB)) THEN
-                v_ttl := queen.kv_json_bigint_v1(v_expiry, 'KV INCR expiry (keep, forever or ttl_ms)');
-                IF v_ttl <= 0 THEN
-                    RAISE EXCEPTION 'kv_apply_v1: operation %: ttl_ms must be positive, got %', v_count, v_ttl
-                        USING ERRCODE = '22023';
-                END IF;
-            END IF;
-        ELSIF v_kind = 'delete' THEN
-            PERFORM queen.kv_json_bigint_v1(v_op -> 'expect', 'KV DELETE expect');
-        END IF;
-
-        o_n := o_n + 1;
-        o_idx[o_n] := v_count;
-        o_kind[o_n] := v_kind;
-        o_ns[o_n] := v_ns;
-        o_key[o_n] := v_key;
-        o_op[o_n] := v_op;
-    END LOOP;
-
-    -- 2. Point operations, key by key in the lock order.
-    FOR v_target IN
-        SELECT t.ns, t.key, bool_or(t.kind <> 'get') AS writes
-        FROM unnest(o_ns, o_key, o_kind) AS t(ns, key, kind)
-        GROUP BY t.ns, t.key
-        ORDER BY t.ns COLLATE "C", t.key COLLATE "C"
-    LOOP
-        v_writes := v_target.writes;
         r_mark := r_n;
         LOOP
             r_n := r_mark;   -- a retry discards the key's simulated results
-            IF v_writes THEN
-                SELECT k.value, k.version, k.expires_at, k.created_at INTO v_row
-                FROM queen.kv k
-                WHERE k.tenant_id = p_tenant AND k.namespace = v_target.ns AND k.key = v_target.key
-                FOR UPDATE;
-            ELSE
-                SELECT k.value, k.version, k.expires_at, k.created_at INTO v_row
-                FROM queen.kv k
-                WHERE k.tenant_id = p_tenant AND k.namespace = v_target.ns AND k.key = v_target.key;
-            END IF;
+            SELECT k.value, k.version, k.expires_at, k.created_at INTO v_row
+            FROM queen.kv k
+            WHERE k.tenant_id = p_tenant AND k.namespace = v_tns AND k.key = v_tkey
+            FOR UPDATE;
             v_phys := FOUND;
             v_live := v_phys AND queen.kv_live_v1(v_row.expires_at, v_now);
             IF v_live THEN
@@ -421,19 +440,15 @@ BEGIN
             END IF;
             v_dirty := false;
 
-            FOR v_keyop IN
-                SELECT t.idx, t.kind, t.op
-                FROM unnest(o_idx, o_ns, o_key, o_kind, o_op) AS t(idx, ns, key, kind, op)
-                WHERE t.ns = v_target.ns AND t.key COLLATE "C" = v_target.key
-                ORDER BY t.idx
-            LOOP
-                v_op := v_keyop.op;
+            FOR v_pos IN v_first .. v_last LOOP
+                v_op := o_op[v_pos];
+                v_kind := o_kind[v_pos];
                 v_cur := queen.kv_ver_v1(CASE WHEN v_live THEN v_version END, v_expires, v_now);
-                IF v_keyop.kind = 'get' THEN
+                IF v_kind = 'get' THEN
                     CONTINUE WHEN NOT v_live;
                     v_ok := true;
-                ELSIF v_keyop.kind = 'put' THEN
-                    v_expect := queen.kv_json_bigint_v1(v_op -> 'expect', 'KV PUT expect');
+                ELSIF v_kind = 'put' THEN
+                    v_expect := (v_op ->> 'expect')::NUMERIC::BIGINT;
                     IF COALESCE((v_op ->> 'if_absent')::BOOLEAN, false) THEN
                         v_expect := 0;
                     END IF;
@@ -445,22 +460,26 @@ BEGIN
                         v_live := true;
                         v_value := v_op -> 'value';
                         v_version := nextval('queen.kv_version_seq');
-                        v_ttl := queen.kv_json_bigint_v1(v_op -> 'ttl_ms', 'KV PUT ttl_ms');
+                        v_ttl := (v_op ->> 'ttl_ms')::NUMERIC::BIGINT;
                         v_expires := CASE WHEN v_ttl IS NOT NULL THEN v_now + v_ttl * INTERVAL '1 millisecond' END;
                         v_dirty := true;
                     END IF;
-                ELSIF v_keyop.kind = 'incr' THEN
-                    v_by := COALESCE(queen.kv_json_bigint_v1(v_op -> 'by', 'KV INCR by'), 1);
+                ELSIF v_kind = 'incr' THEN
+                    v_by := COALESCE((v_op ->> 'by')::NUMERIC::BIGINT, 1);
                     v_expiry := COALESCE(v_op -> 'expiry', '"keep"'::JSONB);
                     IF jsonb_typeof(v_expiry) = 'null' THEN
                         v_expiry := '"keep"'::JSONB;
                     END IF;
                     IF v_live THEN
-                        v_value := to_jsonb(queen.kv_json_bigint_v1(v_value,
-                                       format('KV INCR of %s/%s: the stored value', v_target.ns, v_target.key)) + v_by);
+                        IF jsonb_typeof(v_value) <> 'number' OR NOT queen.kv_is_int_v1(v_value) THEN
+                            RAISE EXCEPTION 'KV INCR of %/%: the stored value % is not an integer', v_tns, v_tkey, left(v_value::TEXT, 64)
+                                USING ERRCODE = '22023';
+                        END IF;
+                        -- bigint overflow raises 22003 here.
+                        v_value := to_jsonb(v_value::NUMERIC::BIGINT + v_by);
                     ELSE
                         IF v_expiry = '"keep"'::JSONB THEN
-                            RAISE EXCEPTION 'KV INCR of %/% creates the key: it needs TTL or FOREVER', v_target.ns, v_target.key
+                            RAISE EXCEPTION 'KV INCR of %/% creates the key: it needs TTL or FOREVER', v_tns, v_tkey
                                 USING ERRCODE = '22023';
                         END IF;
                         v_live := true;
@@ -470,13 +489,13 @@ BEGIN
                     IF v_expiry = '"forever"'::JSONB THEN
                         v_expires := NULL;
                     ELSIF jsonb_typeof(v_expiry) = 'number' THEN
-                        v_expires := v_now + queen.kv_json_bigint_v1(v_expiry, 'KV INCR expiry') * INTERVAL '1 millisecond';
+                        v_expires := v_now + (v_expiry #>> '{}')::NUMERIC::BIGINT * INTERVAL '1 millisecond';
                     END IF;
                     v_version := nextval('queen.kv_version_seq');
                     v_ok := true;
                     v_dirty := true;
                 ELSE  -- delete
-                    v_expect := queen.kv_json_bigint_v1(v_op -> 'expect', 'KV DELETE expect');
+                    v_expect := (v_op ->> 'expect')::NUMERIC::BIGINT;
                     v_ok := v_live AND (v_expect IS NULL OR v_expect = v_cur);
                     IF v_ok THEN
                         v_live := false;
@@ -488,9 +507,9 @@ BEGIN
                     END IF;
                 END IF;
                 r_n := r_n + 1;
-                r_idx[r_n] := v_keyop.idx;
-                r_ns[r_n] := v_target.ns;
-                r_key[r_n] := v_target.key;
+                r_idx[r_n] := o_idx[v_pos];
+                r_ns[r_n] := v_tns;
+                r_key[r_n] := v_tkey;
                 r_applied[r_n] := v_ok;
                 r_value[r_n] := CASE WHEN v_live THEN v_value END;
                 r_version[r_n] := CASE WHEN v_live THEN v_version ELSE 0 END;
@@ -503,15 +522,15 @@ BEGIN
                 UPDATE queen.kv k
                 SET value = v_value, version = v_version, expires_at = v_expires,
                     created_at = v_created, updated_at = v_now
-                WHERE k.tenant_id = p_tenant AND k.namespace = v_target.ns AND k.key = v_target.key;
+                WHERE k.tenant_id = p_tenant AND k.namespace = v_tns AND k.key = v_tkey;
                 EXIT;
             ELSIF v_phys THEN
                 DELETE FROM queen.kv k
-                WHERE k.tenant_id = p_tenant AND k.namespace = v_target.ns AND k.key = v_target.key;
+                WHERE k.tenant_id = p_tenant AND k.namespace = v_tns AND k.key = v_tkey;
                 EXIT;
             ELSIF v_live THEN
                 INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
-                VALUES (p_tenant, v_target.ns, v_target.key, v_value, v_version, v_expires, v_created, v_now)
+                VALUES (p_tenant, v_tns, v_tkey, v_value, v_version, v_expires, v_created, v_now)
                 ON CONFLICT (tenant_id, namespace, key) DO NOTHING;
                 -- Not inserted: a concurrent writer created the key first
                 -- (we waited for it). Re-read it locked and re-run.
@@ -520,6 +539,7 @@ BEGIN
                 EXIT;   -- created and deleted within the batch: nothing to write
             END IF;
         END LOOP;
+        v_first := v_last + 1;
     END LOOP;
 
     -- 3. Results in op_index order; lists last-evaluated, in key order.
@@ -531,6 +551,12 @@ BEGIN
         FROM unnest(r_idx[1:r_n], r_ns[1:r_n], r_key[1:r_n], r_applied[1:r_n],
                     r_value[1:r_n], r_version[1:r_n], r_expires[1:r_n])
              AS r(idx, ns, key, applied, value, version, expires_at)
+        UNION ALL
+        SELECT g.idx, k.namespace::TEXT, k.key::TEXT, true, k.value, k.version, k.expires_at
+        FROM unnest(g_idx[1:g_n], g_ns[1:g_n], g_key[1:g_n]) AS g(idx, ns, key)
+        JOIN queen.kv k
+          ON k.tenant_id = p_tenant AND k.namespace = g.ns AND k.key = g.key
+        WHERE queen.kv_live_v1(k.expires_at, v_now)
         UNION ALL
         SELECT l.idx, m.namespace::TEXT, m.key::TEXT, true, m.value, m.version, m.expires_at
         FROM unnest(l_idx, l_ns, l_prefix, l_after, l_limit) AS l(idx, ns, prefix, after, lim)

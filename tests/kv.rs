@@ -319,15 +319,18 @@ async fn kv_queue_and_ack_commit_or_roll_back_together() {
     let proxy = Proxy::start("kv_atomic").await;
     let client = proxy.connect().await;
     rows(&client, "PUSH INTO orders VALUES ('{\"id\":17}')").await;
+    // The consumer holds the message; its effect, idempotency marker and
+    // acknowledgement then commit together, KV first (the lock order).
+    let popped = rows(&client, "POP FROM orders").await;
+    assert_eq!(popped.len(), 1);
+    let receipt = col(&popped[0], "receipt").unwrap();
     for finish in ["ROLLBACK", "COMMIT"] {
         client.batch_execute("BEGIN").await.unwrap();
-        let popped = rows(&client, "POP FROM orders").await;
-        assert_eq!(popped.len(), 1, "{finish}");
         let marker = rows(&client, "KV PUT dedup 'order-17' 'true' FOREVER IF ABSENT").await;
-        assert_eq!(col(&marker[0], "applied").as_deref(), Some("t"));
+        assert_eq!(col(&marker[0], "applied").as_deref(), Some("t"), "{finish}");
         rows(&client, "PUSH INTO shipped VALUES ('{\"id\":17}')").await;
-        let receipt = col(&popped[0], "receipt").unwrap();
-        rows(&client, &format!("ACK '{receipt}'")).await;
+        let acked = rows(&client, &format!("ACK '{receipt}'")).await;
+        assert_eq!(col(&acked[0], "status").as_deref(), Some("acked"), "{finish}");
         client.batch_execute(finish).await.unwrap();
         let marker = rows(&client, "KV GET dedup 'order-17'").await;
         let shipped = rows(&client, "SHOW QUEUES")
@@ -340,11 +343,8 @@ async fn kv_queue_and_ack_commit_or_roll_back_together() {
             .find(|r| col(r, "group").as_deref() == Some("__QUEUE_MODE__"))
             .and_then(|r| col(r, "lag"));
         if finish == "ROLLBACK" {
-            assert!(
-                marker.is_empty() && !shipped,
-                "rollback left something behind"
-            );
-            assert_ne!(lag.as_deref(), Some("0"), "the ack was rolled back");
+            assert!(marker.is_empty() && !shipped, "rollback left something behind");
+            assert_eq!(lag.as_deref(), Some("1"), "the ack was rolled back");
         } else {
             assert_eq!(marker.len(), 1);
             assert!(shipped);
@@ -427,4 +427,27 @@ async fn timers_fire_once_on_time_and_cancel() {
         .await
         .is_empty());
     assert!(rows(&client, "SHOW SCHEDULES").await.is_empty());
+}
+
+#[tokio::test]
+async fn kv_writes_after_queue_statements_in_a_block_are_refused() {
+    let proxy = Proxy::start("kv_lock_order").await;
+    let client = proxy.connect().await;
+    rows(&client, "PUSH INTO lo VALUES ('1')").await;
+    client.batch_execute("BEGIN").await.unwrap();
+    rows(&client, "KV GET s k").await;
+    rows(&client, "POP FROM lo").await;
+    // Reads stay allowed; writes and timers would invert the lock order.
+    rows(&client, "KV GET s k").await;
+    assert_eq!(code(&client, "KV PUT s k '1' FOREVER").await, "25000");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    for late in ["SCHEDULE INTO lo KEY t AFTER 60 VALUES ('1')", "KV INCR s n FOREVER"] {
+        client.batch_execute("BEGIN").await.unwrap();
+        rows(&client, "POP FROM lo").await;
+        assert_eq!(code(&client, late).await, "25000", "{late}");
+        client.batch_execute("ROLLBACK").await.unwrap();
+    }
+    // Outside a block every statement is its own transaction: no order.
+    rows(&client, "POP FROM lo").await;
+    rows(&client, "KV PUT s k '1' FOREVER").await;
 }

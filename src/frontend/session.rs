@@ -115,6 +115,10 @@ pub struct Session {
     forwarded_since_sync: bool,
     /// Queues pushed to in the current transaction, woken when it ends.
     pushed: Vec<String>,
+    /// A queue statement ran in the current transaction block: it holds
+    /// queue, partition or consumer locks, and the seeds' global lock order
+    /// forbids taking KV or timer locks after those.
+    queue_locks_held: bool,
     /// The statement being run is a whole simple query of its own: the
     /// engine's calls end with Sync, saving a round trip (see
     /// `BackendConn::call`).
@@ -155,6 +159,7 @@ impl Session {
             forwarded_since_sync: false,
             pushed: Vec::new(),
             autosync: false,
+            queue_locks_held: false,
             pending: VecDeque::new(),
             skip_until_sync: false,
             status: b'I',
@@ -710,6 +715,22 @@ impl Session {
         if !self.ensure_backend().await? {
             return Ok(false);
         }
+        let in_block = self.backend.as_ref().is_some_and(|c| c.status != b'I');
+        if !in_block {
+            self.queue_locks_held = false;
+        }
+        if self.queue_locks_held && takes_kv_or_timer_locks(stmt) {
+            let mut err = ErrorFields::error(
+                "25000",
+                "KV writes and timer statements must come before queue statements in a transaction block",
+            );
+            err.hint = Some(
+                "queenwire takes locks in one global order (KV, timers, then queues) so that transactions never deadlock; move this statement up"
+                    .into(),
+            );
+            self.fail_statement(err).await?;
+            return Ok(false);
+        }
         let result = match stmt.as_ref() {
             Statement::Pop(pop) => {
                 match queues::plan_pop(pop, &crate::engine::values::Params(params)) {
@@ -730,6 +751,9 @@ impl Session {
         // The statement's work is in the backend's current transaction: a
         // later POP of this pipeline must not end it early to park.
         self.forwarded_since_sync = true;
+        if in_block && takes_queue_locks(stmt) {
+            self.queue_locks_held = true;
+        }
         match result {
             Ok(outcome) => {
                 self.send_rows(stmt.columns(), &outcome, result_formats, describe);
@@ -1269,6 +1293,33 @@ const FAIL_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal
         tokio_postgres::types::Type::TEXT,
     ],
 };
+
+/// KV writes and timer statements lock `queen.kv` / `queen.log_timers` rows.
+fn takes_kv_or_timer_locks(stmt: &Statement) -> bool {
+    use crate::rewrite::dialect::kv::KvStatement;
+    matches!(
+        stmt,
+        Statement::Kv(KvStatement::Put(_) | KvStatement::Incr(_) | KvStatement::Delete(_))
+            | Statement::Schedule(_)
+            | Statement::CancelSchedule(_)
+    )
+}
+
+/// Statements that lock queue, partition or consumer rows.
+fn takes_queue_locks(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::Push(_)
+            | Statement::Pop(_)
+            | Statement::Ack(_)
+            | Statement::Renew(_)
+            | Statement::CreateQueue(_)
+            | Statement::AlterQueue(_)
+            | Statement::DropQueue(_)
+            | Statement::SeekGroup(_)
+            | Statement::DropGroup(_)
+    )
+}
 
 fn row_description(columns: &[Column], formats: &[i16]) -> Message {
     let fields: Vec<FieldDescription<'_>> = columns

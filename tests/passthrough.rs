@@ -595,3 +595,34 @@ async fn dialect_and_plain_statements_share_one_extended_pipeline() {
         .get(0);
     assert_eq!(n, 2);
 }
+
+#[tokio::test]
+async fn startup_settings_and_options_apply_as_postgresql_applies_them() {
+    let proxy = Proxy::start("startup_options").await;
+    let mut cfg = proxy.client_config();
+    cfg.options("-c search_path=pg_catalog,public --statement-timeout=5s");
+    let client = common::proxy::connect(&cfg).await;
+    let row = client
+        .query_one(
+            "SELECT current_schemas(false)::text, current_setting('statement_timeout')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "{pg_catalog,public}");
+    assert_eq!(row.get::<_, String>(1), "5s");
+    // A list given as a startup parameter stays a list.
+    let mut raw_cfg = proxy.client_config();
+    raw_cfg.options("-c search_path=information_schema,public");
+    let other = common::proxy::connect(&raw_cfg).await;
+    let schemas: String = other
+        .query_one("SELECT current_schemas(false)::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(schemas, "{information_schema,public}");
+    // A bad option is refused at login, as PostgreSQL does.
+    let mut bad = proxy.client_config();
+    bad.options("-c no_such_setting_here=1");
+    assert!(bad.connect(tokio_postgres::NoTls).await.is_err());
+}

@@ -128,8 +128,8 @@ pub struct BackendConn {
     pub key: BackendKey,
     /// Values the backend reported with ParameterStatus.
     pub reported: HashMap<String, String>,
-    /// Session parameters this connection was SET to on behalf of clients,
-    /// as (name → SQL value text).
+    /// Session parameters this connection was set to on behalf of clients
+    /// (name → value).
     pub applied: BTreeMap<String, String>,
     /// Proxy-global prepared statement names present on this connection.
     pub prepared: HashSet<Arc<str>>,
@@ -353,8 +353,8 @@ impl BackendConn {
         }
     }
 
-    /// Brings the connection's session parameters to `desired` (name → SQL
-    /// value text) with one round trip, or none when they already match.
+    /// Brings the connection's session parameters to `desired` (name →
+    /// value) with one round trip, or none when they already match.
     pub async fn sync_parameters(
         &mut self,
         desired: &BTreeMap<String, String>,
@@ -362,11 +362,22 @@ impl BackendConn {
         if &self.applied == desired {
             return Ok(());
         }
-        let mut sql = String::new();
+        // set_config parses the value as a configuration file would, so a
+        // list such as search_path = 'queen,public' stays a list (a quoted
+        // SET would make it one schema named "queen,public").
+        let mut sets = Vec::new();
         for (name, value) in desired {
             if self.applied.get(name) != Some(value) {
-                sql.push_str(&format!("SET {} = {};", quote_ident(name), value));
+                sets.push(format!(
+                    "pg_catalog.set_config({}, {}, false)",
+                    quote_literal(name),
+                    quote_literal(value)
+                ));
             }
+        }
+        let mut sql = String::new();
+        if !sets.is_empty() {
+            sql.push_str(&format!("SELECT {};", sets.join(", ")));
         }
         for name in self.applied.keys() {
             if !desired.contains_key(name) {

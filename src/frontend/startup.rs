@@ -4,7 +4,6 @@
 use super::client::Client;
 use super::session::{backend_error_fields, Session};
 use super::{SessionHandle, Shared};
-use crate::backend::conn::quote_literal;
 use crate::protocol::{self, read_startup_packet, BodyReader, ErrorFields};
 use bytes::BufMut;
 use std::collections::BTreeMap;
@@ -20,7 +19,7 @@ const PROTOCOL_3: i32 = 3 << 16;
 const MAX_STARTUP_PACKET: usize = 10_000;
 
 /// Startup parameters that are not session settings.
-const NOT_SETTINGS: &[&str] = &["user", "database", "options", "replication"];
+const NOT_SETTINGS: &[&str] = &["user", "database", "replication"];
 
 /// What the client asked for in its startup packet.
 struct Startup {
@@ -115,12 +114,7 @@ pub async fn startup(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(Ses
     let handle = Arc::new(SessionHandle::default());
     shared.registry.register(id as i32, secret, handle.clone());
 
-    let settings = startup
-        .settings
-        .iter()
-        .map(|(k, v)| (k.clone(), quote_literal(v)))
-        .collect();
-    let mut session = Session::new(id, shared.clone(), client, handle, settings);
+    let mut session = Session::new(id, shared.clone(), client, handle, startup.settings);
     match session.backend_parameters().await {
         Ok(params) => {
             for (name, value) in params {
@@ -163,6 +157,10 @@ fn read_parameters(r: &mut BodyReader<'_>, minor: i32) -> Result<Startup, String
         let value = r.cstr().map_err(|e| e.to_string())?;
         if name == "user" {
             user = Some(value.to_string());
+        } else if name == "options" {
+            for (k, v) in command_line_options(value)? {
+                settings.insert(k, v);
+            }
         } else if name.starts_with("_pq_.") {
             unsupported_options.push(name.to_string());
         } else if !NOT_SETTINGS.contains(&name) {
@@ -184,6 +182,57 @@ fn read_parameters(r: &mut BodyReader<'_>, minor: i32) -> Result<Startup, String
     })
 }
 
+/// The `-c name=value` and `--name=value` settings of the `options`
+/// startup parameter (libpq's PGOPTIONS): words split on unescaped spaces,
+/// `\` escaping the next character.
+fn command_line_options(options: &str) -> Result<Vec<(String, String)>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(next) = chars.next() {
+                    word.push(next);
+                }
+            }
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let mut settings = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(w) = words.next() {
+        let setting = if w == "-c" {
+            words.next().ok_or("-c without a setting in options")?
+        } else if let Some(rest) = w.strip_prefix("-c").or_else(|| w.strip_prefix("--")) {
+            rest.to_string()
+        } else {
+            return Err(format!("unsupported command-line option \"{w}\" in options: only -c name=value is accepted"));
+        };
+        let (name, value) = setting.split_once('=').ok_or_else(|| {
+            format!("invalid setting \"{setting}\" in options: expected name=value")
+        })?;
+        let name = name.replace('-', "_");
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            || name.is_empty()
+        {
+            return Err(format!("invalid setting name \"{name}\" in options"));
+        }
+        settings.push((name, value.to_string()));
+    }
+    Ok(settings)
+}
+
 async fn refuse(stream: &mut TcpStream, err: ErrorFields) {
     let mut buf = bytes::BytesMut::new();
     err.to_message().encode(&mut buf);
@@ -195,4 +244,30 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_carry_settings_like_libpq() {
+        assert_eq!(
+            command_line_options(
+                "-c search_path=queen,public --statement-timeout=5s -cwork_mem=64MB"
+            )
+            .unwrap(),
+            vec![
+                ("search_path".to_string(), "queen,public".to_string()),
+                ("statement_timeout".to_string(), "5s".to_string()),
+                ("work_mem".to_string(), "64MB".to_string()),
+            ]
+        );
+        assert_eq!(
+            command_line_options("-c application_name=a\\ b").unwrap(),
+            vec![("application_name".to_string(), "a b".to_string())]
+        );
+        assert!(command_line_options("-d 5").is_err());
+        assert!(command_line_options("-c nonsense").is_err());
+    }
 }

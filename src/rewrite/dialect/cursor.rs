@@ -174,6 +174,14 @@ impl<'a> Cursor<'a> {
         expected: &str,
         check: impl Fn(&str) -> Result<()>,
     ) -> Result<Name> {
+        self.decorated(|c| c.bare_name_with(expected, check))
+    }
+
+    fn bare_name_with(
+        &mut self,
+        expected: &str,
+        check: impl Fn(&str) -> Result<()>,
+    ) -> Result<Name> {
         let token = self.peek().clone();
         let text = match &token.kind {
             TokenKind::Word(word) => (*word).to_string(),
@@ -198,6 +206,10 @@ impl<'a> Cursor<'a> {
 
     /// A `'string literal'` or `$n`, taken as written.
     pub fn text_value(&mut self, expected: &str) -> Result<Value<String>> {
+        self.decorated(|c| c.bare_text_value(expected))
+    }
+
+    fn bare_text_value(&mut self, expected: &str) -> Result<Value<String>> {
         let token = self.peek().clone();
         let value = match token.kind {
             TokenKind::String(text) => Value::Literal(text),
@@ -246,6 +258,77 @@ impl<'a> Cursor<'a> {
 
     /// A typed scalar: a literal converted by `convert`, or `$n`.
     fn scalar<T>(
+        &mut self,
+        expected: &str,
+        convert: impl Fn(&str) -> Result<T>,
+    ) -> Result<Value<T>> {
+        self.decorated(|c| c.bare_scalar(expected, convert))
+    }
+
+    /// A value as drivers that interpolate parameters themselves write it:
+    /// in parentheses and/or with a cast (`('q')`, `'{}'::jsonb`,
+    /// `('0'::int4)`, `$1::text`). PostgreSQL accepts these forms, so the
+    /// dialect does too; the cast names no conversion of ours and is
+    /// skipped (the engine checks the value for what it stands for).
+    fn decorated<T>(&mut self, inner: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let mut opened = 0;
+        while self.peek().kind == TokenKind::LeftParen {
+            self.advance();
+            opened += 1;
+        }
+        let value = inner(self)?;
+        self.skip_casts();
+        for _ in 0..opened {
+            self.expect(&TokenKind::RightParen, "')'")?;
+            self.skip_casts();
+        }
+        Ok(value)
+    }
+
+    /// `::type`, where type may be several words (`timestamp with time
+    /// zone`, `character varying`, `double precision`) and end in `[]`.
+    fn skip_casts(&mut self) {
+        loop {
+            let is_cast = self.peek().kind == TokenKind::Symbol(':')
+                && self.peek_ahead(1).kind == TokenKind::Symbol(':');
+            let TokenKind::Word(type_name) = self.peek_ahead(2).kind else {
+                return;
+            };
+            if !is_cast {
+                return;
+            }
+            for _ in 0..3 {
+                self.advance();
+            }
+            let type_name = type_name.to_ascii_lowercase();
+            let follow: &[&[&str]] = match type_name.as_str() {
+                "timestamp" | "time" => &[&["with", "time", "zone"], &["without", "time", "zone"]],
+                "character" | "char" | "bit" => &[&["varying"]],
+                "double" => &[&["precision"]],
+                _ => &[],
+            };
+            for words in follow {
+                let matches = words
+                    .iter()
+                    .enumerate()
+                    .all(|(i, w)| self.peek_ahead(i).is_keyword(w));
+                if matches {
+                    for _ in 0..words.len() {
+                        self.advance();
+                    }
+                    break;
+                }
+            }
+            if self.peek().kind == TokenKind::Symbol('[')
+                && self.peek_ahead(1).kind == TokenKind::Symbol(']')
+            {
+                self.advance();
+                self.advance();
+            }
+        }
+    }
+
+    fn bare_scalar<T>(
         &mut self,
         expected: &str,
         convert: impl Fn(&str) -> Result<T>,

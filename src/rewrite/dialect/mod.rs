@@ -647,3 +647,45 @@ mod tests {
         assert_eq!(statement.param_types(), vec![oid::TEXT]);
     }
 }
+
+#[cfg(test)]
+mod driver_forms {
+    use super::*;
+
+    fn ok(sql: &str) -> Statement {
+        match parse(sql) {
+            Some(Ok(s)) => s,
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn values_in_parentheses_and_with_casts_parse_as_postgresql_reads_them() {
+        let Statement::Push(p) =
+            ok(r#"PUSH INTO ('q') VALUES (('{"n": 1}')), ('{"cast": true}'::jsonb)"#)
+        else {
+            panic!()
+        };
+        assert_eq!(p.queue, Value::Literal("q".into()));
+        assert_eq!(
+            p.rows[1].payload,
+            Value::Literal(r#"{"cast": true}"#.into())
+        );
+        let Statement::Pop(pop) =
+            ok("POP FROM ('q') GROUP ('g') LIMIT ('5'::int4) WAIT ('1'::text)::interval")
+        else {
+            panic!()
+        };
+        assert_eq!(pop.limit, Value::Literal(5));
+        ok("POP FROM q GROUP g SUBSCRIBE FROM '2000-01-01T00:00:00+00:00'::timestamptz");
+        ok("POP FROM q SUBSCRIBE FROM '2000-01-01 00:00'::timestamp with time zone LIMIT 2");
+        ok("ACK $1::text, ($2::character varying)");
+        ok("KV PUT s k '[1]'::jsonb TTL ('5'::int8) EXPECT ('3'::bigint)");
+        let err = match parse("POP FROM ('q') LIMIT ('0'::int4)") {
+            Some(Err(e)) => e,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(err.sqlstate, "22023");
+        assert!(matches!(parse("POP FROM ('q' LIMIT 1"), Some(Err(e)) if e.sqlstate == "42601"));
+    }
+}

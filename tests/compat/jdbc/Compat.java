@@ -140,7 +140,7 @@ public class Compat {
     }
 
     /** The checks every driver runs, for one connection configuration. */
-    static void driverChecks(String mode, String extra, boolean unspecified) {
+    static void driverChecks(String mode, String extra, boolean unspecified, boolean extended) {
         final String p = mode + "_";
         final String q = "compat_jdbc_" + mode;
         final Connection[] box = new Connection[1];
@@ -251,7 +251,7 @@ public class Compat {
             }
         });
 
-        check(p + "describe_before_execute", () -> {
+        if (extended) check(p + "describe_before_execute", () -> {
             // getMetaData() on a PreparedStatement that has not run: a Describe.
             try (PreparedStatement ps = c.prepareStatement("POP FROM ? LIMIT ?")) {
                 expectColumns(ps.getMetaData(), POP_COLUMNS, "POP columns");
@@ -352,7 +352,7 @@ public class Compat {
                      "queue_depth after commit (before: " + before + ")");
         }, p + "tx_rollback");
 
-        check(p + "fetch_size_portal", () -> {
+        if (extended) check(p + "fetch_size_portal", () -> {
             // Fetch size needs autocommit off: pgjdbc then runs a named portal and
             // fetches 3 rows per Execute (PortalSuspended in between).
             c.setAutoCommit(false);
@@ -476,6 +476,99 @@ public class Compat {
                 expect(n > 0, "rows");
             }
         });
+        check("multi_statement_execute", () -> {
+            // pgjdbc splits the text at ';' and sends each statement in its own
+            // Parse/Bind/Execute, all before one Sync.
+            try (Statement s = c.createStatement()) {
+                s.execute("CREATE QUEUE compat_jdbc_multi");
+                boolean isRs = s.execute("PUSH INTO compat_jdbc_multi VALUES ('{\"m\": 1}'); SELECT 5; "
+                        + "POP FROM compat_jdbc_multi LIMIT 3");
+                List<String> firsts = new ArrayList<>();
+                for (int i = 0; i < 10; i++) {
+                    if (isRs) {
+                        try (ResultSet rs = s.getResultSet()) {
+                            while (rs.next()) firsts.add(rs.getMetaData().getColumnName(1));
+                        }
+                    } else if (s.getUpdateCount() == -1) {
+                        break;
+                    }
+                    isRs = s.getMoreResults();
+                }
+                expectEq(firsts, Arrays.asList("message_id", "?column?", "receipt"), "result sets");
+            }
+        });
+        check("autosave_always_tx", () -> {
+            // autosave=always: pgjdbc wraps each statement of a transaction in
+            // SAVEPOINT PGJDBC_AUTOSAVE (sent in the same pipeline) and rolls back to
+            // it after an error, so the transaction goes on.
+            try (Connection c2 = connect("autosave=always");
+                 Statement s = c2.createStatement()) {
+                s.execute("PUSH INTO compat_jdbc_autosave VALUES ('{\"a\": 1}')");
+                c2.setAutoCommit(false);
+                String receipt;
+                try (ResultSet rs = s.executeQuery("POP FROM compat_jdbc_autosave")) {
+                    expect(rs.next(), "POP row");
+                    receipt = rs.getString(1);
+                }
+                try {
+                    s.executeQuery("POP FROM compat_jdbc_autosave LIMIT 0").close();
+                    throw new CheckFailed("no exception for LIMIT 0");
+                } catch (SQLException e) {
+                    expectEq(e.getSQLState(), "22023", "SQLState");
+                }
+                s.execute("PUSH INTO compat_jdbc_autosave VALUES ('{\"a\": 2}')");
+                try (ResultSet rs = s.executeQuery("ACK '" + receipt + "'")) {
+                    expect(rs.next() && rs.getString(2).equals("acked"), "acked");
+                }
+                c2.commit();
+                c2.setAutoCommit(true);
+                try (ResultSet rs = s.executeQuery("POP FROM compat_jdbc_autosave LIMIT 5")) {
+                    expect(rs.next(), "second message");
+                    expectEq(rs.getString("payload"), "{\"a\": 2}", "payload after commit");
+                    expect(!rs.next(), "one message");
+                }
+            }
+        });
+        check("query_timeout_cancels_pop_wait", () -> {
+            // setQueryTimeout: pgjdbc sends a CancelRequest when the timer fires.
+            try (Statement s = c.createStatement()) {
+                s.execute("CREATE QUEUE compat_jdbc_wait");
+                s.setQueryTimeout(1);
+                long t0 = System.nanoTime();
+                try {
+                    s.executeQuery("POP FROM compat_jdbc_wait WAIT '20s'").close();
+                    throw new CheckFailed("POP WAIT was not cancelled");
+                } catch (SQLException e) {
+                    expectEq(e.getSQLState(), "57014", "SQLState");
+                }
+                expect(System.nanoTime() - t0 < 10_000_000_000L, "cancelled within 10 s");
+                s.setQueryTimeout(0);
+                try (ResultSet rs = s.executeQuery("SELECT 1")) {
+                    expect(rs.next() && rs.getInt(1) == 1, "usable after the cancel");
+                }
+            }
+        });
+        check("copy_manager_out_of_view", () -> {
+            org.postgresql.copy.CopyManager cm = c.unwrap(org.postgresql.PGConnection.class).getCopyAPI();
+            try (Statement s = c.createStatement()) {
+                s.execute("PUSH INTO compat_jdbc_copy VALUES ('1'), ('2')");
+            }
+            java.io.StringWriter w = new java.io.StringWriter();
+            long n = cm.copyOut("COPY (SELECT queue, messages FROM queen.queue_depth "
+                    + "WHERE queue = 'compat_jdbc_copy') TO STDOUT WITH (FORMAT csv)", w);
+            expectEq(n, 1L, "rows copied");
+            expectEq(w.toString(), "compat_jdbc_copy,2\n", "COPY output");
+        });
+        check("current_schema_property", () -> {
+            // currentSchema is sent as the search_path startup parameter; pgjdbc
+            // documents it as one schema or several separated by commas.
+            try (Connection c2 = connect("currentSchema=queen,public");
+                 Statement s = c2.createStatement();
+                 ResultSet rs = s.executeQuery("SELECT current_schemas(false)::text")) {
+                expect(rs.next(), "a row");
+                expectEq(rs.getString(1), "{queen,public}", "current_schemas(false)");
+            }
+        });
         try { c.close(); } catch (SQLException ignored) { }
     }
 
@@ -484,13 +577,15 @@ public class Compat {
         port = Integer.parseInt(args[1]);
         Class.forName("org.postgresql.Driver");
         // Default prepareThreshold (5), JSON bound with setObject(..., Types.OTHER).
-        driverChecks("default", "", false);
+        driverChecks("default", "", false, true);
         // prepareThreshold=1: named server-side statements from the first execution;
         // stringtype=unspecified: setString is sent untyped, queenwire's Describe says jsonb.
-        driverChecks("pt1", "prepareThreshold=1&stringtype=unspecified", true);
+        driverChecks("pt1", "prepareThreshold=1&stringtype=unspecified", true, true);
         // preferQueryMode=simple: pgjdbc inlines the parameters and sends simple Query
-        // messages (setString with stringtype=unspecified inlines a plain literal).
-        driverChecks("simple", "preferQueryMode=simple&stringtype=unspecified", true);
+        // messages. pgjdbc 42.5.5 writes each value parenthesised, with a cast for
+        // typed values: PUSH INTO ('q') VALUES (('{"n": 1}')), POP FROM ('q') LIMIT ('10'::int4).
+        // No Describe and no portals in this mode, so those two checks are left out.
+        driverChecks("simple", "preferQueryMode=simple&stringtype=unspecified", true, false);
         metadataChecks();
         System.exit(0);
     }

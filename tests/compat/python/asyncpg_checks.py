@@ -8,7 +8,7 @@ import uuid
 import asyncpg
 
 from compatlib import (ACK_COLUMNS, DB, HOST, POP_COLUMNS, PORT, PUSH_COLUMNS, USER,
-                       CheckFailed, Reporter, describe_exception, expect, expect_eq, one_line)
+                       CheckFailed, Reporter, describe_exception, expect, expect_eq)
 
 r = Reporter("asyncpg")
 Q = "compat_asyncpg"
@@ -222,6 +222,64 @@ async def main():
         await conn.fetch("ACK $1", rows[0]["receipt"])
 
     await a.check("binary_timestamptz_param", binary_timestamp_param)
+
+    async def pool_reuse():
+        # A pool resets each connection on release (asyncpg's reset query:
+        # advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL) before reusing it.
+        pool = await asyncpg.create_pool(host=HOST, port=PORT, user=USER, database=DB, ssl=False,
+                                         min_size=1, max_size=1, timeout=10)
+        try:
+            async with pool.acquire() as c:
+                await c.execute(f"CREATE QUEUE {Q}_pool")
+                await c.fetch("PUSH INTO $1 VALUES ($2)", Q + "_pool", json.dumps({"pool": 1}))
+            async with pool.acquire() as c:
+                row = await c.fetchrow("POP FROM $1", Q + "_pool")
+                expect_eq(json.loads(row["payload"]), {"pool": 1}, "payload")
+            async with pool.acquire() as c:
+                expect_eq(await c.fetchval("ACK $1", row["receipt"], column=1), "acked", "ACK")
+        finally:
+            await pool.close()
+
+    await a.check("pool_reset_reuse", pool_reuse)
+
+    async def timeout_cancel():
+        # A query timeout makes asyncpg send a CancelRequest for the waiting POP.
+        await conn.execute(f"CREATE QUEUE {Q}_wait")
+        try:
+            await conn.fetch("POP FROM $1 WAIT '20s'", Q + "_wait", timeout=0.5)
+            raise CheckFailed("no timeout")
+        except asyncio.TimeoutError:
+            pass
+        expect_eq(await conn.fetchval("SELECT 1"), 1, "usable after the cancel")
+
+    await a.check("timeout_cancels_pop_wait", timeout_cancel)
+
+    async def copy_out():
+        chunks = []
+
+        async def sink(b):
+            chunks.append(b)
+
+        await conn.execute(f"CREATE QUEUE {Q}_copy")
+        await conn.fetch("PUSH INTO $1 VALUES ($2), ($3), ($4)", Q + "_copy", "1", "2", "3")
+        await conn.copy_from_query("SELECT queue, messages FROM queen.queue_depth WHERE queue = $1",
+                                   Q + "_copy", output=sink, format="csv")
+        expect_eq(b"".join(chunks), f"{Q}_copy,3\n".encode(), "COPY output")
+
+    await a.check("copy_from_view", copy_out)
+
+    async def server_settings():
+        # server_settings are sent as startup parameters; search_path is a list.
+        c2 = await connect(server_settings={"search_path": "queen,public",
+                                            "application_name": "compat_asyncpg"})
+        try:
+            expect_eq(await c2.fetchval("SELECT current_schemas(false)"), ["queen", "public"],
+                      "current_schemas(false)")
+            expect_eq(await c2.fetchval("SHOW application_name"), "compat_asyncpg", "application_name")
+        finally:
+            await c2.close()
+
+    await a.check("server_settings_search_path", server_settings)
 
     await conn.close()
 

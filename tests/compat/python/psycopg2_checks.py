@@ -164,4 +164,18 @@ def multi_statement():
 
 
 r.check("multi_statement_query", multi_statement)
+
+
+def subscribe_from_datetime():
+    # psycopg2 inlines a datetime with its cast: SUBSCRIBE FROM '2000-01-01T00:00:00+00:00'::timestamptz
+    import datetime
+    q(f"CREATE QUEUE {Q}_sub")
+    q("PUSH INTO %s VALUES (%s)", (Q + "_sub", json.dumps({"t": 1})))
+    since = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+    rows = q("POP FROM %s GROUP g1 SUBSCRIBE FROM %s", (Q + "_sub", since)).fetchall()
+    expect_eq([x[5] for x in rows], [{"t": 1}], "payloads")
+    q("ACK %s", (rows[0][0],))
+
+
+r.check("subscribe_from_datetime_param", subscribe_from_datetime)
 conn.close()

@@ -285,4 +285,52 @@ def client_cursor():
 
 r.check("client_side_cursor", client_cursor)
 
+
+def client_cursor_jsonb():
+    # ClientCursor inlines a Jsonb value with its cast: VALUES ('{"a": 1}'::jsonb).
+    cur = psycopg.ClientCursor(conn)
+    cur.execute("PUSH INTO %s VALUES (%s)", (Q, Jsonb({"cast": True})))
+    expect_eq(cur.fetchone()[5], "queued", "status")
+    cur.execute("POP FROM %s", (Q,))
+    row = cur.fetchone()
+    expect_eq(row[5], {"cast": True}, "payload")
+    cur.execute("ACK %s", (row[0],))
+
+
+r.check("client_side_cursor_jsonb", client_cursor_jsonb)
+
+
+
+def cancel_waiting_pop():
+    # conn.cancel() sends a CancelRequest on a new connection; a waiting POP
+    # ends with 57014 and the session goes on.
+    import threading
+    conn.execute(f"CREATE QUEUE {Q}_wait")
+    timer = threading.Timer(0.5, conn.cancel)
+    timer.start()
+    try:
+        conn.execute("POP FROM %s WAIT '20s'", (Q + "_wait",))
+        raise CheckFailed("POP WAIT was not cancelled")
+    except psycopg.errors.QueryCanceled as e:
+        expect_eq(e.sqlstate, "57014", "sqlstate")
+    finally:
+        timer.cancel()
+    expect_eq(conn.execute("SELECT 1").fetchone(), (1,), "usable after the cancel")
+
+
+r.check("cancel_waiting_pop", cancel_waiting_pop)
+
+
+def options_startup_parameter():
+    # libpq's "options" startup parameter (PGOPTIONS), the documented way to give
+    # a session settings at connect time (SQLAlchemy's recipe for search_path too).
+    with connect(autocommit=True, options="-c search_path=queen,public -c application_name=compat_opts") as c2:
+        expect_eq(c2.execute("SELECT current_schemas(false)").fetchone()[0], ["queen", "public"],
+                  "current_schemas(false)")
+        expect_eq(c2.execute("SHOW application_name").fetchone()[0], "compat_opts", "application_name")
+        expect(c2.execute("SELECT count(*) FROM queue_depth").fetchone()[0] >= 1, "unqualified view")
+
+
+r.check("options_startup_parameter", options_startup_parameter)
+
 conn.close()

@@ -15,3 +15,4 @@ pub mod frontend;
 pub mod protocol;
 pub mod rewrite;
 pub mod server;
+pub mod users;

@@ -1,13 +1,55 @@
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use queenwire::server::{Backend, Config, Server};
+use queenwire::users::{Passthrough, User, Users, Verifier};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// queenwire: Queen's message queues and key/value store as SQL, over the
 /// PostgreSQL wire protocol. Serves until SIGINT or SIGTERM.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Manage the users file (SCRAM-SHA-256 verifiers, never passwords).
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum UserAction {
+    /// Adds a user or replaces its password, tenant and policy. The password
+    /// is read from a prompt, or as one line of standard input when that is
+    /// not a terminal.
+    Add {
+        name: String,
+        #[arg(long)]
+        file: PathBuf,
+        /// The tenant (UUID) the user acts in.
+        #[arg(long, default_value = "00000000-0000-0000-0000-000000000001")]
+        tenant: uuid::Uuid,
+        /// What plain SQL the user may run: none, read_only or full.
+        #[arg(long, default_value = "none")]
+        passthrough: String,
+    },
+    /// Lists the users of a users file.
+    List {
+        #[arg(long)]
+        file: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
     /// Address to listen on for PostgreSQL clients.
     #[arg(long, env = "QUEENWIRE_LISTEN", default_value = "127.0.0.1:6543")]
     listen: String,
@@ -24,10 +66,10 @@ struct Cli {
     /// Log level: error, warn, info, debug or trace (or a tracing filter).
     #[arg(long, env = "QUEENWIRE_LOG_LEVEL", default_value = "info")]
     log_level: String,
-    /// Password every client must give (cleartext password authentication).
-    /// Absent: clients are trusted.
-    #[arg(long, env = "QUEENWIRE_PASSWORD", hide_env_values = true)]
-    password: Option<String>,
+    /// Users file (TOML, SCRAM-SHA-256 verifiers; see `queenwire user add`).
+    /// Absent: only loopback clients, trusted, and only a loopback --listen.
+    #[arg(long, env = "QUEENWIRE_USERS")]
+    users: Option<PathBuf>,
     /// Largest message a client may send, in bytes.
     #[arg(long, env = "QUEENWIRE_MAX_MESSAGE_SIZE", default_value_t = 64 * 1024 * 1024)]
     max_message_size: usize,
@@ -38,10 +80,49 @@ struct Cli {
     /// At run time, SIGUSR1 pauses it and SIGUSR2 resumes it.
     #[arg(long, env = "QUEENWIRE_KV_PAUSED")]
     kv_paused: bool,
+    /// Most client connections at once; more are refused with 53300.
+    #[arg(long, env = "QUEENWIRE_MAX_CONNECTIONS", default_value_t = 1000)]
+    max_connections: usize,
+    /// Seconds a client has to finish startup and authentication before its
+    /// socket is closed.
+    #[arg(long, env = "QUEENWIRE_STARTUP_TIMEOUT", default_value_t = 10)]
+    startup_timeout: u64,
+    /// Seconds a client may stay idle inside a transaction block before it
+    /// is disconnected (25P03) and its transaction rolled back; 0 = never.
+    #[arg(
+        long,
+        env = "QUEENWIRE_IDLE_IN_TRANSACTION_TIMEOUT",
+        default_value_t = 600
+    )]
+    idle_in_transaction_timeout: u64,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::User { action }) = cli.command {
+        return match manage_users(action) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("queenwire: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let cli = cli.serve;
+    let users = match &cli.users {
+        Some(path) => match Users::load(path) {
+            Ok(u) if u.users.is_empty() => {
+                eprintln!("queenwire: users file {} has no users", path.display());
+                return ExitCode::FAILURE;
+            }
+            Ok(u) => Some(Arc::new(u)),
+            Err(e) => {
+                eprintln!("queenwire: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
@@ -62,11 +143,15 @@ fn main() -> ExitCode {
         listen: cli.listen,
         backend,
         pool_size: cli.pool_size.max(1),
-        password: cli.password,
+        users,
         apply_schema: std::env::var("QUEEN_APPLY_SCHEMA").map_or(true, |v| v != "0"),
         max_message_size: cli.max_message_size,
         max_payload: cli.max_payload,
         kv_paused: cli.kv_paused,
+        max_connections: cli.max_connections.max(1),
+        startup_timeout: std::time::Duration::from_secs(cli.startup_timeout.max(1)),
+        idle_in_transaction_timeout: (cli.idle_in_transaction_timeout > 0)
+            .then(|| std::time::Duration::from_secs(cli.idle_in_transaction_timeout)),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -78,6 +163,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let auth = match &config.users {
+        Some(users) => format!("{} users, SCRAM-SHA-256", users.users.len()),
+        None => "no users file: loopback clients only, trusted".to_string(),
+    };
     runtime.block_on(async move {
         let server = match Server::start(config).await {
             Ok(s) => s,
@@ -87,7 +176,7 @@ fn main() -> ExitCode {
             }
         };
         tracing::info!(
-            "queenwire listening on {}, backend: {}",
+            "queenwire listening on {}, backend: {}, clients: {auth}",
             server.local_addr,
             server.backend_description
         );
@@ -101,6 +190,100 @@ fn main() -> ExitCode {
         server.shutdown().await;
         ExitCode::SUCCESS
     })
+}
+
+fn manage_users(action: UserAction) -> Result<(), String> {
+    match action {
+        UserAction::Add {
+            name,
+            file,
+            tenant,
+            passthrough,
+        } => {
+            let passthrough = Passthrough::parse(&passthrough)
+                .ok_or("--passthrough must be none, read_only or full")?;
+            if name.is_empty() || name.len() > 63 || name.contains('\0') {
+                return Err("a user name is 1 to 63 bytes without NUL".into());
+            }
+            let password = read_password()?;
+            let mut users = Users::load(&file).map_err(|e| e.to_string())?;
+            users.users.insert(
+                name.clone(),
+                User {
+                    name: name.clone(),
+                    tenant,
+                    passthrough,
+                    verifier: Verifier::new(&password),
+                },
+            );
+            users.save(&file).map_err(|e| e.to_string())?;
+            eprintln!("queenwire: user {name} saved in {}", file.display());
+            Ok(())
+        }
+        UserAction::List { file } => {
+            let users = Users::load(&file).map_err(|e| e.to_string())?;
+            for u in users.users.values() {
+                println!(
+                    "{}\ttenant={}\tpassthrough={}",
+                    u.name,
+                    u.tenant,
+                    u.passthrough.as_str()
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A password from a prompt without echo, or one line of standard input.
+fn read_password() -> Result<String, String> {
+    use std::io::BufRead;
+    let tty = unsafe { libc::isatty(0) } == 1;
+    let mut line = String::new();
+    if tty {
+        eprint!("Password: ");
+        let echo = EchoOff::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        drop(echo);
+        eprintln!();
+    } else {
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+    }
+    let password = line.trim_end_matches(['\n', '\r']).to_string();
+    if password.is_empty() {
+        return Err("empty password".into());
+    }
+    Ok(password)
+}
+
+/// Turns terminal echo off until dropped.
+struct EchoOff(Option<libc::termios>);
+
+impl EchoOff {
+    fn new() -> EchoOff {
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(0, &mut t) } != 0 {
+            return EchoOff(None);
+        }
+        let saved = t;
+        t.c_lflag &= !libc::ECHO;
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) };
+        EchoOff(Some(saved))
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        if let Some(t) = self.0 {
+            unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) };
+        }
+    }
 }
 
 /// Waits for SIGINT or SIGTERM; SIGUSR1 / SIGUSR2 pause / resume the KV

@@ -27,8 +27,9 @@ pub struct Config {
     pub backend: Backend,
     /// Backend connections in the pool.
     pub pool_size: usize,
-    /// Cleartext password clients must give; `None` = trust.
-    pub password: Option<String>,
+    /// The users file (SCRAM-SHA-256 verifiers, tenants, passthrough
+    /// policies). `None`: only loopback clients, trusted.
+    pub users: Option<Arc<crate::users::Users>>,
     /// Apply `sql/` at boot (`QUEEN_APPLY_SCHEMA=0` turns it off).
     pub apply_schema: bool,
     /// Largest message a client may send, in bytes.
@@ -37,6 +38,13 @@ pub struct Config {
     pub max_payload: usize,
     /// Start with the KV surface paused.
     pub kv_paused: bool,
+    /// Most client connections at once (more get 53300).
+    pub max_connections: usize,
+    /// Time a client has to finish startup and authentication.
+    pub startup_timeout: std::time::Duration,
+    /// Idle time inside a transaction block after which the client is
+    /// disconnected and its transaction rolled back (`None`: never).
+    pub idle_in_transaction_timeout: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -55,11 +63,14 @@ impl Default for Config {
                 data_dir: PathBuf::from("queenwire-data"),
             },
             pool_size: 16,
-            password: None,
+            users: None,
             apply_schema: true,
             max_message_size: 64 * 1024 * 1024,
             max_payload: 1024 * 1024,
             kv_paused: false,
+            max_connections: 1000,
+            startup_timeout: std::time::Duration::from_secs(10),
+            idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
         }
     }
 }
@@ -76,6 +87,8 @@ pub enum StartError {
     Schema(#[from] SchemaError),
     #[error("cannot listen on {0}: {1}")]
     Listen(String, std::io::Error),
+    #[error("refusing to listen on {0} without a users file: without one, clients are trusted, so queenwire listens on loopback only (give --users, see `queenwire user add`)")]
+    Insecure(String),
     #[error("embedded PostgreSQL launcher: {0}")]
     Join(#[from] tokio::task::JoinError),
 }
@@ -151,6 +164,14 @@ impl Server {
         let listener = TcpListener::bind(&config.listen)
             .await
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+        if config.users.is_none() {
+            let addr = listener
+                .local_addr()
+                .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+            if !addr.ip().is_loopback() {
+                return Err(StartError::Insecure(config.listen.clone()));
+            }
+        }
         let local_addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
@@ -169,7 +190,11 @@ impl Server {
         });
         let shared = Arc::new(Shared::new(
             FrontendConfig {
-                password: config.password.clone(),
+                users: config.users.clone(),
+                max_connections: config.max_connections,
+                startup_timeout: config.startup_timeout,
+                idle_in_transaction_timeout: config.idle_in_transaction_timeout,
+                decoy_secret: (0..32).map(|_| rand::random::<u8>()).collect(),
                 max_message_size: config.max_message_size,
             },
             pool.clone(),

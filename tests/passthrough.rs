@@ -520,10 +520,25 @@ async fn startup_reports_the_backends_parameter_statuses() {
 }
 
 #[tokio::test]
-async fn a_configured_password_is_required() {
-    let proxy = Proxy::start_with("password", |c| c.password = Some("s3cret".into())).await;
+async fn scram_users_log_in_and_everyone_else_gets_28p01() {
+    use queenwire::users::{Passthrough, User, Users, Verifier};
+    let mut users = Users::default();
+    for (name, policy) in [("alice", Passthrough::Full), ("bob", Passthrough::None)] {
+        users.users.insert(
+            name.into(),
+            User {
+                name: name.into(),
+                tenant: queenwire::engine::DEFAULT_TENANT,
+                passthrough: policy,
+                verifier: Verifier::new("s3cret"),
+            },
+        );
+    }
+    let users = std::sync::Arc::new(users);
+    let proxy = Proxy::start_with("scram", |c| c.users = Some(users.clone())).await;
     let mut cfg = proxy.client_config();
-    // The client has none to give: the login cannot complete.
+    cfg.user("alice");
+    // No password to give: the login cannot complete.
     assert!(cfg.connect(tokio_postgres::NoTls).await.is_err());
     cfg.password("wrong");
     let err = cfg
@@ -532,9 +547,36 @@ async fn a_configured_password_is_required() {
         .err()
         .expect("wrong password refused");
     assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{err}");
+    // An unknown user gets the very same answer.
+    let mut ghost = proxy.client_config();
+    ghost.user("ghost").password("s3cret");
+    let err = ghost
+        .connect(tokio_postgres::NoTls)
+        .await
+        .err()
+        .expect("unknown user refused");
+    assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{err}");
     cfg.password("s3cret");
     let client = common::proxy::connect(&cfg).await;
     client.query_one("SELECT 1", &[]).await.unwrap();
+    // bob's policy is none: queue statements only.
+    let mut bob = proxy.client_config();
+    bob.user("bob").password("s3cret");
+    let bob = common::proxy::connect(&bob).await;
+    let err = bob.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"));
+    bob.simple_query("PUSH INTO bobs VALUES ('1')")
+        .await
+        .unwrap();
+    // psql, too.
+    let (ok, out, err) = proxy
+        .psql_env(
+            &["-U", "alice", "-At", "-c", "SELECT 7"],
+            &[("PGPASSWORD", "s3cret")],
+        )
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "7\n");
 }
 
 #[tokio::test]

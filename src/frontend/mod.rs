@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod params;
+pub mod scram;
 pub mod session;
 pub mod startup;
 
@@ -17,8 +18,18 @@ use tokio::sync::watch;
 /// Frontend settings.
 #[derive(Debug, Clone)]
 pub struct FrontendConfig {
-    /// Cleartext password every client must give; `None` = trust.
-    pub password: Option<String>,
+    /// Users allowed in (SCRAM-SHA-256). `None`: no users file — loopback
+    /// clients only, trusted, in the default tenant.
+    pub users: Option<Arc<crate::users::Users>>,
+    /// Key of the decoy verifiers shown for unknown users.
+    pub decoy_secret: Vec<u8>,
+    /// Most client connections at once; more are refused with 53300.
+    pub max_connections: usize,
+    /// A client must finish startup and authentication within this.
+    pub startup_timeout: std::time::Duration,
+    /// A client idle this long inside a transaction block is disconnected
+    /// and its transaction rolled back (`None`: never).
+    pub idle_in_transaction_timeout: Option<std::time::Duration>,
     /// Largest message a client may send.
     pub max_message_size: usize,
 }
@@ -141,20 +152,56 @@ impl StatementNames {
     }
 }
 
+struct ActiveGuard(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A FATAL error to a client that is not let in, then the close.
+async fn refuse(stream: &mut tokio::net::TcpStream, code: &str, message: &str) {
+    use tokio::io::AsyncWriteExt;
+    let mut buf = bytes::BytesMut::new();
+    crate::protocol::ErrorFields::fatal(code, message)
+        .to_message()
+        .encode(&mut buf);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.write_all(&buf)).await;
+}
+
 /// Accepts clients until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
+                Ok((mut stream, peer)) => {
                     let _ = stream.set_nodelay(true);
+                    if shared.config.users.is_none() && !peer.ip().is_loopback() {
+                        refuse(&mut stream, "28000", "no users file: queenwire accepts loopback connections only").await;
+                        continue;
+                    }
+                    if active.load(Ordering::SeqCst) >= shared.config.max_connections {
+                        refuse(&mut stream, "53300", "sorry, too many clients already").await;
+                        continue;
+                    }
+                    active.fetch_add(1, Ordering::SeqCst);
+                    let count = ActiveGuard(active.clone());
                     let shared = shared.clone();
                     tokio::spawn(async move {
-                        let Some((session, secret)) = startup::startup(&shared, stream).await else {
+                        let _count = count;
+                        // A silent or slow client cannot hold a slot forever.
+                        let started = tokio::time::timeout(
+                            shared.config.startup_timeout,
+                            startup::startup(&shared, stream),
+                        )
+                        .await;
+                        let Ok(Some((session, secret))) = started else {
                             return;
                         };
                         let id = session.id;

@@ -12,7 +12,7 @@ use super::params::{bind_params_as_text, result_format};
 use super::{client::Client, SessionHandle, Shared};
 use crate::backend::{pool, BackendError, PooledConn};
 use crate::engine::values::Cell;
-use crate::engine::{queues, ExecError, Outcome, DEFAULT_TENANT};
+use crate::engine::{queues, ExecError, Outcome};
 use crate::protocol::{self, frontend, ErrorFields, FieldDescription, FrameError, Message};
 use crate::rewrite::dialect::{Column, Statement};
 use crate::rewrite::{self, Command, SessionEffect};
@@ -96,6 +96,10 @@ const WAIT_POLL_MAX: Duration = Duration::from_secs(2);
 
 pub struct Session {
     pub id: u64,
+    /// The tenant every dialect statement acts in.
+    tenant: uuid::Uuid,
+    /// What plain SQL this user may pass through.
+    passthrough: crate::users::Passthrough,
     shared: Arc<Shared>,
     client: Client,
     handle: Arc<SessionHandle>,
@@ -142,9 +146,12 @@ impl Session {
         client: Client,
         handle: Arc<SessionHandle>,
         desired: BTreeMap<String, String>,
+        identity: super::startup::Identity,
     ) -> Session {
         Session {
             id,
+            tenant: identity.tenant,
+            passthrough: identity.passthrough,
             shared,
             client,
             handle,
@@ -208,7 +215,28 @@ impl Session {
 
     async fn serve(&mut self) -> Result<(), End> {
         loop {
-            let msg = match self.client.read(self.shared.config.max_message_size).await {
+            let idle_limit = self
+                .shared
+                .config
+                .idle_in_transaction_timeout
+                .filter(|_| self.backend.as_ref().is_some_and(|c| c.status != b'I'));
+            let read = self.client.read(self.shared.config.max_message_size);
+            let next = match idle_limit {
+                None => read.await,
+                Some(limit) => match tokio::time::timeout(limit, read).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let err = ErrorFields::fatal(
+                            "25P03",
+                            "terminating connection due to idle-in-transaction timeout",
+                        );
+                        self.client.send(&err.to_message());
+                        let _ = self.client.flush().await;
+                        return Err(End::Fatal(err.message));
+                    }
+                },
+            };
+            let msg = match next {
                 Ok(m) => m,
                 Err(FrameError::TooLarge(len, max)) => {
                     // The rest of the message cannot be skipped safely: say
@@ -518,6 +546,14 @@ impl Session {
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
         let commands = rewrite::classify_script(sql);
+        if self.passthrough == crate::users::Passthrough::None
+            && commands
+                .iter()
+                .any(|(_, c)| matches!(c, Command::Passthrough(_)))
+        {
+            self.local_error(passthrough_refused());
+            return self.finish_simple_query().await;
+        }
         let all_plain = commands
             .iter()
             .all(|(_, c)| matches!(c, Command::Passthrough(_)));
@@ -745,7 +781,7 @@ impl Session {
                     return Ok(false);
                 };
                 conn.autosync = autosync;
-                engine.execute(conn, stmt, params, DEFAULT_TENANT).await
+                engine.execute(conn, stmt, params, self.tenant).await
             }
         };
         // The statement's work is in the backend's current transaction: a
@@ -806,7 +842,7 @@ impl Session {
                 return Ok(false);
             }
         };
-        match engine.fuser.push(prep, DEFAULT_TENANT).await {
+        match engine.fuser.push(prep, self.tenant).await {
             Ok(prep) => {
                 let rows = prep.rows();
                 let outcome = Outcome {
@@ -837,7 +873,7 @@ impl Session {
     async fn pop(&mut self, plan: &queues::PopPlan) -> Result<Result<Outcome, ExecError>, End> {
         let engine = self.shared.engine.clone();
         let deadline = plan.wait.map(|w| Instant::now() + w);
-        let key = crate::engine::wake::queue_key(DEFAULT_TENANT, &plan.queue);
+        let key = crate::engine::wake::queue_key(self.tenant, &plan.queue);
         let notify = engine.announcer.waiters.notify_for(&key);
         let mut poll = WAIT_POLL_FIRST;
         loop {
@@ -858,7 +894,7 @@ impl Session {
                 ))));
             };
             conn.autosync = autosync;
-            let rows = match queues::pop_once(conn, plan, &engine.receipts, DEFAULT_TENANT).await {
+            let rows = match queues::pop_once(conn, plan, &engine.receipts, self.tenant).await {
                 Ok(rows) => rows,
                 Err(e) => return Ok(Err(e)),
             };
@@ -958,6 +994,10 @@ impl Session {
         let query: Arc<str> = Arc::from(p.query);
         let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
         let effect = match rewrite::classify(p.query) {
+            Command::Passthrough(_) if self.passthrough == crate::users::Passthrough::None => {
+                self.local_error(passthrough_refused());
+                return Ok(());
+            }
             Command::Passthrough(effect) => effect,
             Command::Dialect(stmt) => {
                 let prepared = Prepared {
@@ -1293,6 +1333,14 @@ const FAIL_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal
         tokio_postgres::types::Type::TEXT,
     ],
 };
+
+/// A user whose policy is `none` may run dialect statements only.
+fn passthrough_refused() -> ErrorFields {
+    ErrorFields::error(
+        "42501",
+        "plain SQL is not allowed for this user (passthrough policy none): only queenwire statements",
+    )
+}
 
 /// KV writes and timer statements lock `queen.kv` / `queen.log_timers` rows.
 fn takes_kv_or_timer_locks(stmt: &Statement) -> bool {

@@ -3,8 +3,9 @@
 
 use super::client::Client;
 use super::session::{backend_error_fields, Session};
-use super::{SessionHandle, Shared};
+use super::{scram, SessionHandle, Shared};
 use crate::protocol::{self, read_startup_packet, BodyReader, ErrorFields};
+use crate::users::{Passthrough, Users};
 use bytes::BufMut;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -85,28 +86,29 @@ pub async fn startup(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(Ses
         }));
     }
 
-    if let Some(expected) = &shared.config.password {
-        client.send(&protocol::authentication(3, &[]));
-        client.flush().await.ok()?;
-        let msg = client.read(MAX_STARTUP_PACKET).await.ok()?;
-        let given = if msg.tag == b'p' {
-            msg.reader().cstr().ok().map(str::to_string)
-        } else {
-            None
-        };
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), expected.as_bytes())) {
-            let err = ErrorFields::fatal(
-                "28P01",
-                format!(
-                    "password authentication failed for user \"{}\"",
-                    startup.user
-                ),
-            );
-            client.send(&err.to_message());
-            let _ = client.flush().await;
-            return None;
-        }
-    }
+    let identity = match &shared.config.users {
+        Some(users) => match authenticate(shared, users, &mut client, &startup.user).await {
+            Some(identity) => identity,
+            None => {
+                let err = ErrorFields::fatal(
+                    "28P01",
+                    format!(
+                        "password authentication failed for user \"{}\"",
+                        startup.user
+                    ),
+                );
+                client.send(&err.to_message());
+                let _ = client.flush().await;
+                return None;
+            }
+        },
+        // No users file: loopback clients only (checked at accept), trusted,
+        // in the default tenant.
+        None => Identity {
+            tenant: crate::engine::DEFAULT_TENANT,
+            passthrough: Passthrough::Full,
+        },
+    };
     client.send(&protocol::authentication(0, &[]));
 
     let id = shared.next_session_id();
@@ -114,7 +116,14 @@ pub async fn startup(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(Ses
     let handle = Arc::new(SessionHandle::default());
     shared.registry.register(id as i32, secret, handle.clone());
 
-    let mut session = Session::new(id, shared.clone(), client, handle, startup.settings);
+    let mut session = Session::new(
+        id,
+        shared.clone(),
+        client,
+        handle,
+        startup.settings,
+        identity,
+    );
     match session.backend_parameters().await {
         Ok(params) => {
             for (name, value) in params {
@@ -239,11 +248,56 @@ async fn refuse(stream: &mut TcpStream, err: ErrorFields) {
     let _ = stream.write_all(&buf).await;
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Who a session acts for.
+#[derive(Debug, Clone, Copy)]
+pub struct Identity {
+    pub tenant: uuid::Uuid,
+    pub passthrough: Passthrough,
+}
+
+/// SCRAM-SHA-256 against the users file. `None` for any failure: the
+/// client learns nothing but 28P01, whether or not the user exists.
+async fn authenticate(
+    shared: &Arc<Shared>,
+    users: &Users,
+    client: &mut Client,
+    user: &str,
+) -> Option<Identity> {
+    let known = users.users.get(user);
+    let mut mechanisms = Vec::new();
+    mechanisms.extend_from_slice(scram::MECHANISM.as_bytes());
+    mechanisms.extend_from_slice(&[0, 0]);
+    client.send(&protocol::authentication(10, &mechanisms));
+    client.flush().await.ok()?;
+
+    let msg = client.read(MAX_STARTUP_PACKET).await.ok()?;
+    if msg.tag != b'p' {
+        return None;
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let mut r = msg.reader();
+    if r.cstr().ok()? != scram::MECHANISM {
+        return None;
+    }
+    let len = r.i32().ok()?;
+    let first = std::str::from_utf8(r.bytes(usize::try_from(len).ok()?).ok()?).ok()?;
+    let decoy = scram::decoy_verifier(user, &shared.config.decoy_secret);
+    let (exchange, server_first) =
+        scram::Exchange::start(known.map(|u| u.verifier.clone()), decoy, first).ok()?;
+    client.send(&protocol::authentication(11, server_first.as_bytes()));
+    client.flush().await.ok()?;
+
+    let msg = client.read(MAX_STARTUP_PACKET).await.ok()?;
+    if msg.tag != b'p' {
+        return None;
+    }
+    let client_final = std::str::from_utf8(&msg.body).ok()?;
+    let server_final = exchange.finish(client_final).ok()?;
+    client.send(&protocol::authentication(12, server_final.as_bytes()));
+    let u = known?;
+    Some(Identity {
+        tenant: u.tenant,
+        passthrough: u.passthrough,
+    })
 }
 
 #[cfg(test)]

@@ -66,8 +66,18 @@ impl Proxy {
     /// (success, stdout, stderr). psql runs on a blocking thread: the proxy
     /// serves it from this test's runtime.
     pub async fn psql(&self, args: &[&str]) -> (bool, String, String) {
+        self.psql_env(args, &[]).await
+    }
+
+    /// `psql` with extra environment variables; a `-U` in `args` wins over
+    /// the default user.
+    pub async fn psql_env(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
         let port = self.addr.port().to_string();
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let out = tokio::task::spawn_blocking(move || {
             Command::new("psql")
                 .args([
@@ -83,6 +93,7 @@ impl Proxy {
                 ])
                 .args(&args)
                 .env_remove("PGPASSWORD")
+                .envs(env)
                 .output()
                 .expect("psql runs")
         })

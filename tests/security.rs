@@ -1,0 +1,189 @@
+//! The front door: users file tooling, loopback-only without one, and the
+//! limits that keep a client from holding what others need.
+
+mod common;
+
+use common::proxy::Proxy;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[test]
+fn user_add_writes_verifiers_and_user_list_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("users.toml");
+    for (name, policy) in [("alice", "full"), ("bob", "read_only")] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_queenwire"))
+            .args([
+                "user",
+                "add",
+                name,
+                "--file",
+                file.to_str().unwrap(),
+                "--passthrough",
+                policy,
+            ])
+            .args(["--tenant", "0f5c1a2b-0000-4000-8000-000000000001"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(b"correct horse\n")
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("SCRAM-SHA-256$4096:"), "{text}");
+    assert!(
+        !text.contains("correct horse"),
+        "the password itself must not be stored"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_queenwire"))
+        .args(["user", "list", "--file", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed.contains("alice\ttenant=0f5c1a2b-0000-4000-8000-000000000001\tpassthrough=full"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("bob\t") && listed.contains("passthrough=read_only"),
+        "{listed}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_queenwire"))
+        .args([
+            "user",
+            "add",
+            "x",
+            "--file",
+            file.to_str().unwrap(),
+            "--passthrough",
+            "everything",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}
+
+#[tokio::test]
+async fn without_a_users_file_queenwire_listens_on_loopback_only() {
+    let db = common::cluster::fresh_database("no_users_wildcard");
+    let config = queenwire::server::Config {
+        listen: "0.0.0.0:0".into(),
+        backend: queenwire::server::Backend::External(Box::new(db)),
+        ..queenwire::server::Config::default()
+    };
+    let err = queenwire::server::Server::start(config)
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("without a users file"), "{err}");
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_get_53300() {
+    let proxy = Proxy::start_with("max_conns", |c| c.max_connections = 2).await;
+    let a = proxy.connect().await;
+    let b = proxy.connect().await;
+    let err = proxy
+        .client_config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .err()
+        .expect("third refused");
+    assert_eq!(err.code().map(|c| c.code()), Some("53300"), "{err}");
+    drop(a);
+    // The slot comes back once a client leaves.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if proxy
+            .client_config()
+            .connect(tokio_postgres::NoTls)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slot never freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.simple_query("SELECT 1").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_silent_client_is_closed_after_the_startup_timeout() {
+    let proxy = Proxy::start_with("startup_timeout", |c| {
+        c.startup_timeout = Duration::from_millis(500)
+    })
+    .await;
+    let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    // Half a startup packet, then silence: the same.
+    let mut half = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    half.write_all(&[0, 0, 0, 40, 0, 3]).await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), half.read(&mut buf))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    proxy
+        .connect()
+        .await
+        .simple_query("SELECT 1")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn idle_in_transaction_clients_are_disconnected_and_rolled_back() {
+    let proxy = Proxy::start_with("idle_tx", |c| {
+        c.idle_in_transaction_timeout = Some(Duration::from_millis(700))
+    })
+    .await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("CREATE TABLE t (x int)")
+        .await
+        .unwrap();
+    let client = proxy.connect().await;
+    client
+        .batch_execute("BEGIN; INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let err = client.simple_query("COMMIT").await.unwrap_err();
+    assert!(
+        err.is_closed() || err.code().map(|c| c.code()) == Some("25P03"),
+        "{err}"
+    );
+    let n: i64 = direct
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    // Idle outside a transaction is fine.
+    let idle = proxy.connect().await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    idle.simple_query("SELECT 1").await.unwrap();
+}

@@ -77,7 +77,9 @@ pub async fn read_message<R: AsyncRead + Unpin>(
                 let body = buf.split_to(len - 4).freeze();
                 return Ok(Message { tag, body });
             }
-            buf.reserve(len + 1 - buf.len());
+            // Grow with the data, not with the claimed length: a header that
+            // announces a huge message must not allocate it up front.
+            buf.reserve((len + 1 - buf.len()).min(1 << 20));
         }
         if reader.read_buf(buf).await? == 0 {
             if buf.is_empty() {

@@ -330,7 +330,11 @@ async fn kv_queue_and_ack_commit_or_roll_back_together() {
         assert_eq!(col(&marker[0], "applied").as_deref(), Some("t"), "{finish}");
         rows(&client, "PUSH INTO shipped VALUES ('{\"id\":17}')").await;
         let acked = rows(&client, &format!("ACK '{receipt}'")).await;
-        assert_eq!(col(&acked[0], "status").as_deref(), Some("acked"), "{finish}");
+        assert_eq!(
+            col(&acked[0], "status").as_deref(),
+            Some("acked"),
+            "{finish}"
+        );
         client.batch_execute(finish).await.unwrap();
         let marker = rows(&client, "KV GET dedup 'order-17'").await;
         let shipped = rows(&client, "SHOW QUEUES")
@@ -343,7 +347,10 @@ async fn kv_queue_and_ack_commit_or_roll_back_together() {
             .find(|r| col(r, "group").as_deref() == Some("__QUEUE_MODE__"))
             .and_then(|r| col(r, "lag"));
         if finish == "ROLLBACK" {
-            assert!(marker.is_empty() && !shipped, "rollback left something behind");
+            assert!(
+                marker.is_empty() && !shipped,
+                "rollback left something behind"
+            );
             assert_eq!(lag.as_deref(), Some("1"), "the ack was rolled back");
         } else {
             assert_eq!(marker.len(), 1);
@@ -441,7 +448,10 @@ async fn kv_writes_after_queue_statements_in_a_block_are_refused() {
     rows(&client, "KV GET s k").await;
     assert_eq!(code(&client, "KV PUT s k '1' FOREVER").await, "25000");
     client.batch_execute("ROLLBACK").await.unwrap();
-    for late in ["SCHEDULE INTO lo KEY t AFTER 60 VALUES ('1')", "KV INCR s n FOREVER"] {
+    for late in [
+        "SCHEDULE INTO lo KEY t AFTER 60 VALUES ('1')",
+        "KV INCR s n FOREVER",
+    ] {
         client.batch_execute("BEGIN").await.unwrap();
         rows(&client, "POP FROM lo").await;
         assert_eq!(code(&client, late).await, "25000", "{late}");

@@ -668,3 +668,47 @@ async fn startup_settings_and_options_apply_as_postgresql_applies_them() {
     bad.options("-c no_such_setting_here=1");
     assert!(bad.connect(tokio_postgres::NoTls).await.is_err());
 }
+
+#[tokio::test]
+async fn deallocate_from_the_client_leaves_the_proxy_consistent() {
+    let proxy = Proxy::start_with("deallocate", |c| c.pool_size = 2).await;
+    let client = proxy.connect().await;
+    client.simple_query("KV PUT d k '1' FOREVER").await.unwrap();
+    let stmt = client.prepare("SELECT $1::int4 * 2").await.unwrap();
+    assert_eq!(
+        client
+            .query_one(&stmt, &[&21i32])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        42
+    );
+    // DEALLOCATE ALL wipes every statement on the backend connection, the
+    // proxy's own included: they are prepared again where needed.
+    client.batch_execute("DEALLOCATE ALL").await.unwrap();
+    assert_eq!(client.simple_query("KV GET d k").await.unwrap().len(), 3);
+    let again = client.prepare("SELECT $1::int4 * 2").await.unwrap();
+    assert_eq!(
+        client
+            .query_one(&again, &[&4i32])
+            .await
+            .unwrap()
+            .get::<_, i32>(0),
+        8
+    );
+    // DEALLOCATE of one client statement by name.
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(&[frontend::build_parse("mine", "SELECT 5", &[]), sync()])
+        .await;
+    assert!(raw.read_until_ready().await.errors.is_empty());
+    let r = raw.simple("DEALLOCATE mine").await;
+    assert_eq!(r.completions, vec!["DEALLOCATE"]);
+    raw.send(&[bind_text("", "mine", &[]), execute("", 0), sync()])
+        .await;
+    let r = raw.read_until_ready().await;
+    assert_eq!(r.errors[0].code, "26000");
+    client.query_one("SELECT 1", &[]).await.unwrap();
+    // Other sessions are unaffected.
+    let other = proxy.connect().await;
+    other.simple_query("KV GET d k").await.unwrap();
+}

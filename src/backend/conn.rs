@@ -287,6 +287,16 @@ impl BackendConn {
         })
     }
 
+    /// After a client's `DEALLOCATE ALL` / `DISCARD ALL`: nothing the proxy
+    /// prepared here survives, so it will be prepared again; and the
+    /// connection goes out of the pool afterwards, its state unknown.
+    pub fn forget_prepared(&mut self) {
+        self.prepared.clear();
+        self.internal_prepared.clear();
+        self.unnamed_owner = None;
+        self.broken = true;
+    }
+
     pub fn note_parameter_status(&mut self, msg: &Message) {
         let mut r = msg.reader();
         if let (Ok(name), Ok(value)) = (r.cstr(), r.cstr()) {

@@ -557,6 +557,17 @@ impl Session {
         let all_plain = commands
             .iter()
             .all(|(_, c)| matches!(c, Command::Passthrough(_)));
+        // The client's own statement name: the backend knows it under
+        // another, so the proxy forgets it and answers.
+        if let [(range, Command::Passthrough(_))] = commands.as_slice() {
+            if let Some(name) = rewrite::passthrough::deallocated_name(&sql[range.clone()]) {
+                if self.statements.remove(&name).is_some() {
+                    self.reply_local(protocol::command_complete("DEALLOCATE"));
+                    self.reply_local(protocol::ready_for_query(self.status));
+                    return Ok(self.client.flush().await?);
+                }
+            }
+        }
         if all_plain {
             // Forwarded whole, so PostgreSQL's implicit transaction over a
             // multi-statement message holds.
@@ -568,6 +579,12 @@ impl Session {
             }
             if pins {
                 self.pinned = true;
+            }
+            if commands
+                .iter()
+                .any(|(_, c)| matches!(c, Command::Passthrough(SessionEffect::ForgetsPrepared)))
+            {
+                self.forget_prepared();
             }
             self.forward(msg, Expect::Query);
             self.drain().await?;
@@ -601,8 +618,10 @@ impl Session {
                     if !self.ensure_backend().await? {
                         break;
                     }
-                    if *effect == SessionEffect::Pins {
-                        self.pinned = true;
+                    match effect {
+                        SessionEffect::Pins => self.pinned = true,
+                        SessionEffect::ForgetsPrepared => self.forget_prepared(),
+                        SessionEffect::None => {}
                     }
                     self.run_plain_statement(&sql[range.clone()]).await?
                 }
@@ -708,6 +727,15 @@ impl Session {
                 Ok(())
             }
             Err(e) => Err(self.backend_lost(e).await),
+        }
+    }
+
+    /// The client deallocates every statement: so does the proxy, on the
+    /// connection and in the session.
+    fn forget_prepared(&mut self) {
+        self.statements.clear();
+        if let Some(conn) = self.backend.as_mut() {
+            conn.forget_prepared();
         }
     }
 
@@ -1259,8 +1287,10 @@ impl Session {
             self.missing_portal(portal);
             return Ok(());
         }
-        if self.portal_effects.get(portal) == Some(&SessionEffect::Pins) {
-            self.pinned = true;
+        match self.portal_effects.get(portal) {
+            Some(SessionEffect::Pins) => self.pinned = true,
+            Some(SessionEffect::ForgetsPrepared) => self.forget_prepared(),
+            _ => {}
         }
         self.forward(msg, Expect::Execute);
         Ok(())

@@ -13,6 +13,42 @@ pub enum SessionEffect {
     /// locks, WITH HOLD cursors, …): the session keeps its backend
     /// connection until it ends.
     Pins,
+    /// `DEALLOCATE ALL` / `DISCARD ALL|PLANS`: every prepared statement on
+    /// the connection goes, the proxy's own included, so the connection's
+    /// bookkeeping must be dropped with them.
+    ForgetsPrepared,
+}
+
+/// `DEALLOCATE [PREPARE] name` of one statement: the client's name, which
+/// the backend does not know (statements live there under proxy-global
+/// names), so the proxy answers it.
+pub fn deallocated_name(sql: &str) -> Option<String> {
+    let toks = super::split::tokens(sql);
+    let mut words = toks
+        .iter()
+        .filter(|t| t.kind != super::split::TokenKind::Semicolon);
+    let first = words.next()?;
+    if !sql[first.range.clone()].eq_ignore_ascii_case("DEALLOCATE") {
+        return None;
+    }
+    let mut next = words.next()?;
+    if sql[next.range.clone()].eq_ignore_ascii_case("PREPARE") {
+        next = words.next()?;
+    }
+    if words.next().is_some() {
+        return None;
+    }
+    let text = &sql[next.range.clone()];
+    if text.eq_ignore_ascii_case("ALL") {
+        return None;
+    }
+    Some(match next.kind {
+        super::split::TokenKind::Quoted if text.starts_with('"') => {
+            text[1..text.len() - 1].replace("\"\"", "\"")
+        }
+        super::split::TokenKind::Word => text.to_lowercase(),
+        _ => return None,
+    })
 }
 
 /// Functions whose effect outlives the transaction.
@@ -28,6 +64,11 @@ const PINNING_FUNCTIONS: &[&str] = &[
 pub fn session_effect(sql: &str) -> SessionEffect {
     let words: Vec<&str> = words(sql).collect();
     let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
+    let forgets = (is(0, "DEALLOCATE") && (is(1, "ALL") || (is(1, "PREPARE") && is(2, "ALL"))))
+        || (is(0, "DISCARD") && (is(1, "ALL") || is(1, "PLANS")));
+    if forgets {
+        return SessionEffect::ForgetsPrepared;
+    }
     let pins = match words.first() {
         None => false,
         // SET LOCAL and SET TRANSACTION end with the transaction.
@@ -75,6 +116,29 @@ mod tests {
         ] {
             assert_eq!(session_effect(sql), SessionEffect::None, "{sql}");
         }
+    }
+
+    #[test]
+    fn deallocation_is_recognised() {
+        assert_eq!(
+            session_effect("DEALLOCATE ALL"),
+            SessionEffect::ForgetsPrepared
+        );
+        assert_eq!(
+            session_effect("deallocate prepare all"),
+            SessionEffect::ForgetsPrepared
+        );
+        assert_eq!(
+            session_effect("DISCARD ALL"),
+            SessionEffect::ForgetsPrepared
+        );
+        assert_eq!(deallocated_name("DEALLOCATE _pg3_0"), Some("_pg3_0".into()));
+        assert_eq!(
+            deallocated_name("DEALLOCATE PREPARE \"S 1\";"),
+            Some("S 1".into())
+        );
+        assert_eq!(deallocated_name("DEALLOCATE ALL"), None);
+        assert_eq!(deallocated_name("SELECT 1"), None);
     }
 
     #[test]

@@ -434,6 +434,10 @@ async fn timers_fire_once_on_time_and_cancel() {
         .await
         .is_empty());
     assert!(rows(&client, "SHOW SCHEDULES").await.is_empty());
+    // DROP QUEUE takes its unfired timers with it.
+    rows(&client, "SCHEDULE INTO doomed KEY d AFTER 60 VALUES ('1')").await;
+    client.batch_execute("DROP QUEUE doomed").await.unwrap();
+    assert!(rows(&client, "SHOW SCHEDULES").await.is_empty());
 }
 
 #[tokio::test]

@@ -8,6 +8,8 @@
 -- (the engine decides between DROP QUEUE IF EXISTS and 42704).
 -- Locks, in order (every row the cascade deletes is already held, so the
 -- cascade acquires nothing out of order):
+--  -1. log_timers: the queue's unfired timers, deleted first (the global
+--      order puts timer rows before every queue lock);
 --   0. advisory: the queue key EXCLUSIVE: waits for the pushes, acks,
 --      renewals, seeks and group drops in flight on the queue and holds off
 --      new ones (pops skip the queue meanwhile), so no writer holding the
@@ -38,6 +40,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- The queue's unfired timers go with it. Timer rows come before every
+    -- queue lock in the global order, so they are taken first; a fire
+    -- holding one of them finishes before this continues. (log_timers is
+    -- created by 025, after this file: plpgsql resolves it at run time.)
+    DELETE FROM queen.log_timers t
+    WHERE t.tenant_id = p_tenant AND t.queue_name = p_queue;
     PERFORM pg_advisory_xact_lock(queen.log_queue_lock_key_v1(v_queue_id));
     PERFORM 1 FROM queen.queues q WHERE q.id = v_queue_id FOR UPDATE;
     IF NOT FOUND THEN

@@ -27,6 +27,8 @@ impl managed::Manager for Manager {
         if conn.broken || conn.status != b'I' || conn.has_unflushed() {
             return Err(RecycleError::message("connection not clean"));
         }
+        // Each borrower chooses how its calls end.
+        conn.autosync = false;
         Ok(())
     }
 }

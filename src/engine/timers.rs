@@ -168,6 +168,9 @@ async fn fire_due(pool: &Pool, announcer: &Announcer) -> Result<usize, ExecError
 }
 
 async fn fire_on(conn: &mut BackendConn) -> Result<(usize, Vec<String>), ExecError> {
+    // Claim, push and delete are one transaction: the claimed rows stay
+    // locked until the commit, which is what makes a fire exactly once.
+    conn.autosync = false;
     let rows = conn.call(&CLAIM_CALL, &[&FIRE_BATCH]).await?;
     if rows.is_empty() {
         return Ok((0, Vec::new()));

@@ -934,3 +934,36 @@ async fn concurrent_single_pushes_keep_offsets_dense_and_unique() {
         .get(0);
     assert!(segments <= 300, "{segments} segments for 300 pushes");
 }
+
+#[tokio::test]
+async fn messages_pending_past_max_wait_time_go_to_the_dlq() {
+    let proxy = Proxy::start("max_wait").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE slow WITH (max_wait_time_seconds = 1)")
+        .await
+        .unwrap();
+    rows(
+        &client,
+        "PUSH INTO slow VALUES ('{\"n\":0}'), ('{\"n\":1}'), ('{\"n\":2}')",
+    )
+    .await;
+    let first = rows(&client, "POP FROM slow GROUP g").await;
+    ack_all(&client, &[col(&first[0], "receipt")]).await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // The elected queenwire runs this step every few seconds; run it now.
+    let direct = proxy.connect_direct().await;
+    direct
+        .query_one("SELECT queen.log_expire_pending_v1(100)", &[])
+        .await
+        .unwrap();
+    let dlq = rows(&client, "SHOW DLQ FROM slow").await;
+    let mut offsets: Vec<String> = dlq.iter().map(|r| col(r, "offset")).collect();
+    offsets.sort();
+    assert_eq!(offsets, vec!["1", "2"]);
+    assert!(dlq
+        .iter()
+        .all(|r| col(r, "reason") == "max_wait_time exceeded" && col(r, "group") == "g"));
+    assert!(dlq.iter().any(|r| col(r, "payload") == "{\"n\":2}"));
+    assert!(rows(&client, "POP FROM slow GROUP g").await.is_empty());
+}

@@ -1,6 +1,7 @@
 //! Background work on a connection of its own: the KV quota poll (every
-//! queenwire, read-only) and the KV sweeper (one queenwire at a time,
-//! elected per cycle through `queen.maintenance_leases`).
+//! queenwire, read-only), and, in one queenwire at a time (elected per
+//! cycle through `queen.maintenance_leases`), the KV sweeper and the
+//! max_wait_time_seconds expiry of pending messages to the DLQ.
 
 use super::kv::{KvState, Quota};
 use std::collections::HashMap;
@@ -17,6 +18,9 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 const PRUNE_BATCH: i32 = 1000;
 /// Shards of `queen.kv` (fixed at 64 by the table's generated column).
 const SHARDS: i32 = 64;
+/// Messages expired per statement, and statements per cycle.
+const EXPIRE_BATCH: i32 = 1000;
+const EXPIRE_ROUNDS: usize = 10;
 /// Usage is recomputed every this many sweeps.
 const ROLLUP_EVERY: u32 = 6;
 
@@ -42,6 +46,9 @@ pub async fn run(config: tokio_postgres::Config, kv: Arc<KvState>) {
                 tracing::warn!("KV quota poll: {e}");
                 tokio::time::sleep(QUOTA_POLL).await;
                 break;
+            }
+            if let Err(e) = expire_pending(&client, &holder).await {
+                tracing::warn!("expiring pending messages: {e}");
             }
             match sweep(&client, &holder, sweeps.is_multiple_of(ROLLUP_EVERY)).await {
                 Ok(true) => sweeps += 1,
@@ -81,6 +88,35 @@ async fn poll_quotas(
         );
     }
     kv.set_quotas(quotas);
+    Ok(())
+}
+
+/// Messages pending past their queue's max_wait_time_seconds go to the
+/// DLQ, in bounded steps, by the elected queenwire.
+async fn expire_pending(
+    client: &tokio_postgres::Client,
+    holder: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let lease_ms = (SWEEP_INTERVAL * 3).as_millis() as i64;
+    let elected: bool = client
+        .query_one(
+            "SELECT queen.maintenance_try_lease_v1('log_expire', $1, $2)",
+            &[&holder, &lease_ms],
+        )
+        .await?
+        .get(0);
+    if !elected {
+        return Ok(());
+    }
+    for _ in 0..EXPIRE_ROUNDS {
+        let moved: i32 = client
+            .query_one("SELECT queen.log_expire_pending_v1($1)", &[&EXPIRE_BATCH])
+            .await?
+            .get(0);
+        if moved < EXPIRE_BATCH {
+            break;
+        }
+    }
     Ok(())
 }
 

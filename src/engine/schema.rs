@@ -25,6 +25,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("003_log_push.sql"),
     procedure!("004_log_pop.sql"),
     procedure!("005_log_ack.sql"),
+    procedure!("006_log_maintenance.sql"),
     procedure!("010_log_admin.sql"),
     procedure!("011_log_stats.sql"),
     procedure!("012_configure.sql"),

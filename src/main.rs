@@ -80,6 +80,15 @@ struct ServeArgs {
     /// At run time, SIGUSR1 pauses it and SIGUSR2 resumes it.
     #[arg(long, env = "QUEENWIRE_KV_PAUSED")]
     kv_paused: bool,
+    /// PEM certificate (chain) for TLS with clients (with --tls-key).
+    #[arg(long, env = "QUEENWIRE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "QUEENWIRE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Refuse clients that do not use TLS.
+    #[arg(long, env = "QUEENWIRE_REQUIRE_TLS", requires = "tls_cert")]
+    require_tls: bool,
     /// Most client connections at once; more are refused with 53300.
     #[arg(long, env = "QUEENWIRE_MAX_CONNECTIONS", default_value_t = 1000)]
     max_connections: usize,
@@ -148,6 +157,11 @@ fn main() -> ExitCode {
         max_message_size: cli.max_message_size,
         max_payload: cli.max_payload,
         kv_paused: cli.kv_paused,
+        tls: match (cli.tls_cert, cli.tls_key) {
+            (Some(cert), Some(key)) => Some(queenwire::server::TlsFiles { cert, key }),
+            _ => None,
+        },
+        require_tls: cli.require_tls,
         max_connections: cli.max_connections.max(1),
         startup_timeout: std::time::Duration::from_secs(cli.startup_timeout.max(1)),
         idle_in_transaction_timeout: (cli.idle_in_transaction_timeout > 0)

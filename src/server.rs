@@ -38,6 +38,10 @@ pub struct Config {
     pub max_payload: usize,
     /// Start with the KV surface paused.
     pub kv_paused: bool,
+    /// Certificate and key for TLS with clients.
+    pub tls: Option<TlsFiles>,
+    /// Refuse plaintext logins.
+    pub require_tls: bool,
     /// Most client connections at once (more get 53300).
     pub max_connections: usize,
     /// Time a client has to finish startup and authentication.
@@ -68,6 +72,8 @@ impl Default for Config {
             max_message_size: 64 * 1024 * 1024,
             max_payload: 1024 * 1024,
             kv_paused: false,
+            tls: None,
+            require_tls: false,
             max_connections: 1000,
             startup_timeout: std::time::Duration::from_secs(10),
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
@@ -75,8 +81,45 @@ impl Default for Config {
     }
 }
 
+/// PEM files of the server certificate (chain) and its private key.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls;
+    let bad = |what: &str, e: &dyn std::fmt::Display| StartError::Tls(format!("{what}: {e}"));
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| bad(&files.cert.display().to_string(), &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(&files.cert.display().to_string(), &e))?;
+    if certs.is_empty() {
+        return Err(StartError::Tls(format!(
+            "{}: no certificate",
+            files.cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| bad(&files.key.display().to_string(), &e))?;
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad("TLS versions", &e))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| bad("certificate and key", &e))?;
+    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error("TLS: {0}")]
+    Tls(String),
     #[error(transparent)]
     Embedded(#[from] EmbeddedError),
     #[error("backend: {0}")]
@@ -191,6 +234,11 @@ impl Server {
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 users: config.users.clone(),
+                tls: match &config.tls {
+                    Some(files) => Some(tls_acceptor(files)?),
+                    None => None,
+                },
+                require_tls: config.require_tls,
                 max_connections: config.max_connections,
                 startup_timeout: config.startup_timeout,
                 idle_in_transaction_timeout: config.idle_in_transaction_timeout,

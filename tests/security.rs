@@ -187,3 +187,66 @@ async fn idle_in_transaction_clients_are_disconnected_and_rolled_back() {
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     idle.simple_query("SELECT 1").await.unwrap();
 }
+
+/// A self-signed certificate for 127.0.0.1, made with the openssl CLI.
+fn self_signed(dir: &std::path::Path) -> queenwire::server::TlsFiles {
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .args([
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ])
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    queenwire::server::TlsFiles { cert, key }
+}
+
+#[tokio::test]
+async fn tls_is_offered_and_can_be_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = self_signed(dir.path());
+    let proxy = Proxy::start_with("tls", |c| {
+        c.tls = Some(files.clone());
+        c.require_tls = true;
+    })
+    .await;
+    // psql with sslmode=require gets in over TLS…
+    let (ok, out, err) = proxy
+        .psql_env(
+            &["-At", "-c", "SELECT 'tls works'"],
+            &[("PGSSLMODE", "require")],
+        )
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "tls works\n");
+    // …and its session really is encrypted (psql's \conninfo says so).
+    let (ok, out, _) = proxy
+        .psql_env(&["-c", "\\conninfo"], &[("PGSSLMODE", "require")])
+        .await;
+    assert!(ok && out.contains("SSL connection"), "{out}");
+    // A plaintext login is refused.
+    let (ok, _, err) = proxy
+        .psql_env(&["-c", "SELECT 1"], &[("PGSSLMODE", "disable")])
+        .await;
+    assert!(!ok);
+    assert!(err.contains("requires TLS"), "{err}");
+}

@@ -1,27 +1,78 @@
-//! The client's socket: buffered reads of framed messages, buffered writes.
+//! The client's socket (plain TCP or TLS): buffered reads of framed
+//! messages, buffered writes.
 
 use crate::protocol::{read_message, FrameError, Message};
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+/// A client connection, before or after the TLS handshake.
+pub enum ClientStream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl ClientStream {
+    pub fn is_tls(&self) -> bool {
+        matches!(self, ClientStream::Tls(_))
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_write(cx, data),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 pub struct Client {
-    stream: TcpStream,
+    stream: ClientStream,
     read_buf: BytesMut,
     write_buf: BytesMut,
 }
 
 impl Client {
-    pub fn new(stream: TcpStream) -> Client {
+    pub fn new(stream: ClientStream) -> Client {
         Client {
             stream,
             read_buf: BytesMut::with_capacity(8192),
             write_buf: BytesMut::with_capacity(8192),
         }
-    }
-
-    pub fn stream_mut(&mut self) -> &mut TcpStream {
-        &mut self.stream
     }
 
     pub async fn read(&mut self, max_len: usize) -> Result<Message, FrameError> {
@@ -45,6 +96,8 @@ impl Client {
             let r = self.stream.write_all(&self.write_buf).await;
             self.write_buf.clear();
             r?;
+            // TLS buffers a record until flushed.
+            self.stream.flush().await?;
         }
         Ok(())
     }

@@ -16,13 +16,17 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Frontend settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FrontendConfig {
     /// Users allowed in (SCRAM-SHA-256). `None`: no users file — loopback
     /// clients only, trusted, in the default tenant.
     pub users: Option<Arc<crate::users::Users>>,
     /// Key of the decoy verifiers shown for unknown users.
     pub decoy_secret: Vec<u8>,
+    /// TLS for clients that ask (`sslmode=prefer|require`); `None`: declined.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Plaintext logins are refused.
+    pub require_tls: bool,
     /// Most client connections at once; more are refused with 53300.
     pub max_connections: usize,
     /// A client must finish startup and authentication within this.

@@ -1,7 +1,7 @@
 //! The startup phase: SSL/GSS negotiation refusals, cancel requests,
 //! protocol version, authentication, parameter statuses.
 
-use super::client::Client;
+use super::client::{Client, ClientStream};
 use super::session::{backend_error_fields, Session};
 use super::{scram, SessionHandle, Shared};
 use crate::protocol::{self, read_startup_packet, BodyReader, ErrorFields};
@@ -33,7 +33,8 @@ struct Startup {
 /// Runs the startup phase. `None` when the connection ends here (a cancel
 /// request, a refused login, a vanished client). Otherwise the session and
 /// the secret of its cancel key.
-pub async fn startup(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(Session, i32)> {
+pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<(Session, i32)> {
+    let mut stream = ClientStream::Plain(tcp);
     let startup = loop {
         let packet = match read_startup_packet(&mut stream, MAX_STARTUP_PACKET).await {
             Ok(p) => p,
@@ -45,14 +46,37 @@ pub async fn startup(shared: &Arc<Shared>, mut stream: TcpStream) -> Option<(Ses
         let mut r = BodyReader::from_slice(&packet);
         let Ok(code) = r.i32() else { return None };
         match code {
-            SSL_REQUEST | GSSENC_REQUEST => {
-                // No TLS yet: the client falls back to plaintext or gives up.
-                stream.write_all(b"N").await.ok()?;
-            }
+            SSL_REQUEST => match (&shared.config.tls, stream) {
+                (Some(acceptor), ClientStream::Plain(mut tcp)) => {
+                    tcp.write_all(b"S").await.ok()?;
+                    match acceptor.accept(tcp).await {
+                        Ok(tls) => stream = ClientStream::Tls(Box::new(tls)),
+                        Err(e) => {
+                            tracing::debug!("TLS handshake failed: {e}");
+                            return None;
+                        }
+                    }
+                }
+                // No TLS configured, or a second request: decline; the
+                // client goes on in plaintext or gives up.
+                (_, mut other) => {
+                    other.write_all(b"N").await.ok()?;
+                    stream = other;
+                }
+            },
+            GSSENC_REQUEST => stream.write_all(b"N").await.ok()?,
             CANCEL_REQUEST => {
                 if let (Ok(pid), Ok(secret)) = (r.i32(), r.i32()) {
                     shared.registry.cancel(pid, secret, &shared.target).await;
                 }
+                return None;
+            }
+            code if code >> 16 == 3 && shared.config.require_tls && !stream.is_tls() => {
+                let err = ErrorFields::fatal(
+                    "28000",
+                    "queenwire requires TLS: connect with sslmode=require",
+                );
+                refuse(&mut stream, err).await;
                 return None;
             }
             code if code >> 16 == 3 => match read_parameters(&mut r, code & 0xffff) {
@@ -242,10 +266,11 @@ fn command_line_options(options: &str) -> Result<Vec<(String, String)>, String> 
     Ok(settings)
 }
 
-async fn refuse(stream: &mut TcpStream, err: ErrorFields) {
+async fn refuse(stream: &mut ClientStream, err: ErrorFields) {
     let mut buf = bytes::BytesMut::new();
     err.to_message().encode(&mut buf);
     let _ = stream.write_all(&buf).await;
+    let _ = stream.flush().await;
 }
 
 /// Who a session acts for.

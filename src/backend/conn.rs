@@ -593,6 +593,9 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// A string literal that means the same whatever the session's
+/// standard_conforming_strings (a client may have turned it off): an
+/// E'' literal, with backslashes and quotes escaped.
 pub fn quote_literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
+    format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
 }

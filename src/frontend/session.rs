@@ -1175,10 +1175,14 @@ impl Session {
             return Ok(());
         };
         if let Some(stmt) = prepared.dialect {
+            let described = stmt.param_types();
             let types: Vec<u32> = (0..b.params.len())
                 .map(|i| match prepared.param_types.get(i) {
                     Some(&t) if t != 0 => t,
-                    _ => stmt.param_type(i + 1),
+                    _ => described
+                        .get(i)
+                        .copied()
+                        .unwrap_or(crate::rewrite::dialect::oid::TEXT),
                 })
                 .collect();
             match bind_params_as_text(&b.params, &b.param_formats, &types) {
@@ -1226,11 +1230,16 @@ impl Session {
                 return Ok(());
             };
             if let Some(stmt) = &prepared.dialect {
-                let count = stmt.param_count().max(prepared.param_types.len());
+                // Worked out once: a statement may name $65535.
+                let described = stmt.param_types();
+                let count = described.len().max(prepared.param_types.len());
                 let types: Vec<u32> = (0..count)
                     .map(|i| match prepared.param_types.get(i) {
                         Some(&t) if t != 0 => t,
-                        _ => stmt.param_type(i + 1),
+                        _ => described
+                            .get(i)
+                            .copied()
+                            .unwrap_or(crate::rewrite::dialect::oid::TEXT),
                     })
                     .collect();
                 self.reply_local(protocol::parameter_description(&types));

@@ -31,13 +31,18 @@ pub fn classify(sql: &str) -> Command {
 /// Classifies every statement of a simple-query message. Error positions
 /// are made relative to the whole message.
 pub fn classify_script(sql: &str) -> Vec<(std::ops::Range<usize>, Command)> {
+    // Character offsets are counted incrementally: a script of many
+    // statements must cost time in proportion to its length.
+    let mut counted_bytes = 0;
+    let mut counted_chars = 0;
     split::split_statements(sql)
         .into_iter()
         .map(|r| {
             let mut c = classify(&sql[r.clone()]);
             if let Command::Invalid(e) = &mut c {
-                let offset = sql[..r.start].chars().count();
-                e.position = e.position.map(|p| p + offset);
+                counted_chars += sql[counted_bytes..r.start].chars().count();
+                counted_bytes = r.start;
+                e.position = e.position.map(|p| p + counted_chars);
             }
             (r, c)
         })

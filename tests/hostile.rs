@@ -926,6 +926,48 @@ fn bind_with_ten_thousand_parameters() {
     });
 }
 
+/// Describe of a dialect statement whose highest parameter is `$n`: a
+/// 40-byte pipeline. The parameter types are worked out once, not once per
+/// parameter (`$65535` is the most the grammar takes).
+#[test]
+fn describe_of_a_statement_with_a_high_parameter_number() {
+    hostile("hostile_high_param", 4, |addr, _| async move {
+        let bystander = Bystander::start(addr).await;
+        let n = std::env::var("QW_HOSTILE_PARAM_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000u32);
+        let mut raw = Raw::started(addr).await;
+        let started = Instant::now();
+        raw.send(&wire(&[
+            parse_msg("", &format!("POP FROM hq GROUP ${n}"), &[]),
+            frontend::build_target(b'D', b'S', ""),
+            sync_msg(),
+        ]))
+        .await;
+        let heard = raw.until_ready().await;
+        let took = started.elapsed();
+        assert!(
+            heard.ready(),
+            "no answer within {ANSWER_WITHIN:?}: {heard:?}"
+        );
+        let description = heard
+            .messages
+            .iter()
+            .find(|m| m.tag == b't')
+            .expect("ParameterDescription");
+        assert_eq!(
+            u16::from_be_bytes([description.body[0], description.body[1]]) as u32,
+            n
+        );
+        assert!(
+            took < Duration::from_secs(1),
+            "Describe of a statement with ${n} took {took:?}"
+        );
+        bystander.finish().await;
+    });
+}
+
 /// Binds whose counts claim more than the message carries.
 #[test]
 fn bind_claiming_more_parameters_than_it_carries() {

@@ -51,8 +51,16 @@ pub enum FrameError {
 }
 
 /// Frames and compresses messages into one blob.
-pub fn encode(frames: &[Frame]) -> Result<Vec<u8>, FrameError> {
-    let mut raw = Vec::with_capacity(frames.iter().map(|f| 40 + f.payload.len()).sum());
+pub fn encode<'a>(
+    frames: impl IntoIterator<Item = &'a Frame> + Clone,
+) -> Result<Vec<u8>, FrameError> {
+    let mut raw = Vec::with_capacity(
+        frames
+            .clone()
+            .into_iter()
+            .map(|f| 40 + f.payload.len())
+            .sum(),
+    );
     for f in frames {
         let body_len =
             16 + 8 + 2 + opt_len(&f.transaction_id) + 2 + opt_len(&f.trace_id) + f.payload.len();

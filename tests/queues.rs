@@ -967,3 +967,67 @@ async fn messages_pending_past_max_wait_time_go_to_the_dlq() {
     assert!(dlq.iter().any(|r| col(r, "payload") == "{\"n\":2}"));
     assert!(rows(&client, "POP FROM slow GROUP g").await.is_empty());
 }
+
+#[tokio::test]
+async fn delayed_processing_and_window_buffer_hold_messages_back() {
+    let proxy = Proxy::start("delays").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE QUEUE later WITH (delayed_processing = 1); CREATE QUEUE debounced WITH (window_buffer = 1)",
+        )
+        .await
+        .unwrap();
+    rows(&client, "PUSH INTO later VALUES ('1')").await;
+    assert!(
+        rows(&client, "POP FROM later").await.is_empty(),
+        "delivered before it was 1 s old"
+    );
+    let started = Instant::now();
+    let got = rows(&client, "POP FROM later WAIT 5").await;
+    assert_eq!(got.len(), 1);
+    assert!(started.elapsed() < Duration::from_secs(4));
+
+    // window_buffer: a partition is invisible until its newest message is
+    // that old, so a burst is delivered together.
+    rows(&client, "PUSH INTO debounced VALUES ('1')").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    rows(&client, "PUSH INTO debounced VALUES ('2')").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        rows(&client, "POP FROM debounced LIMIT 10")
+            .await
+            .is_empty(),
+        "the window was still open"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(rows(&client, "POP FROM debounced LIMIT 10").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_busy_queue_serves_every_partition() {
+    let proxy = Proxy::start("fairness").await;
+    let client = proxy.connect().await;
+    let values: Vec<String> = (0..10)
+        .flat_map(|p| (0..20).map(move |n| format!("('{n}', 'p{p}')")))
+        .collect();
+    rows(
+        &client,
+        &format!(
+            "PUSH INTO busy (payload, partition) VALUES {}",
+            values.join(",")
+        ),
+    )
+    .await;
+    // Ten single-partition claims in queue mode, acked at once: each
+    // partition is served once before any is served twice.
+    let mut served = Vec::new();
+    for _ in 0..10 {
+        let got = rows(&client, "POP FROM busy LIMIT 1").await;
+        served.push(col(&got[0], "partition"));
+        ack_all(&client, &[col(&got[0], "receipt")]).await;
+    }
+    served.sort();
+    served.dedup();
+    assert_eq!(served.len(), 10, "{served:?}");
+}

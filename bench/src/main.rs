@@ -1,1 +1,1249 @@
-fn main() {}
+//! queenwire-bench: queenwire against pgmq, plain INSERT and its own
+//! procedures called directly, on one PostgreSQL, in one run, as ratios.
+//!
+//!     cargo run --release -p queenwire-bench -- [--quick]
+//!
+//! See docs/benchmarks.md for what each workload does and the latest
+//! figures. Traffic goes only to 127.0.0.1 and the cluster's Unix socket;
+//! every loop is bounded in time and count.
+
+mod ops;
+mod payload;
+mod pgtypes;
+mod procfs;
+mod runner;
+mod setup;
+
+use ops::{Op, SeqProducer, Worker};
+use payload::Payloads;
+use runner::{median, percentile, run_slice, Cpu, Probes, Slice, SliceSpec};
+use setup::BoxError;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_postgres::{Client, Config};
+
+const USAGE: &str = "\
+usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
+                       [--pool-size N] [--only W1,W2] [--systems S1,S2]
+                       [--prefill-cap N] [--queenwire PATH] [--keep]
+
+  --quick        C=8 only, 3 rounds of 1 s (under 3 minutes)
+  --rounds N     rounds per cell, interleaved across systems (default 5; quick 3)
+  --secs S       seconds per slice (default 1.5; quick 1)
+  --concurrency  client connections per cell (default 1,8,32; quick 8)
+  --pool-size N  queenwire's backend pool (default 16, queenwire's default)
+  --only         workloads: push1,push100,popack1,popack100,autoack1,
+                 autoack100,e2e,fanout,select1
+  --systems      run only these systems (queenwire, pgmq, INSERT, direct;
+                 a prefix: queenwire covers queenwire 1000p), e.g. to profile
+  --prefill-cap  most messages queued before one consume slice (default 400000)
+  --queenwire    the queenwire binary (default: built next to this one)
+  --keep         keep the data directory (/tmp/qwbench-PID)";
+
+const WORKLOADS: &[&str] = &[
+    "push1",
+    "push100",
+    "popack1",
+    "popack100",
+    "autoack1",
+    "autoack100",
+    "e2e",
+    "fanout",
+    "select1",
+];
+/// Partitions of the many-partition consume queue.
+const MANY_PARTITIONS: usize = 1000;
+/// End-to-end workload: offered rate, producers, consumers, partitions.
+const E2E_RATE: u64 = 200;
+const E2E_PRODUCERS: usize = 4;
+const E2E_CONSUMERS: usize = 4;
+const E2E_PARTITIONS: usize = 8;
+/// Fan-out workload: groups and partitions.
+const FANOUT_GROUPS: usize = 5;
+const FANOUT_PARTITIONS: usize = 16;
+/// Prefill sizes are clamped to this many messages per slice.
+const PREFILL_CAP: u64 = 400_000;
+
+#[derive(Debug, Clone)]
+struct Args {
+    quick: bool,
+    rounds: usize,
+    secs: f64,
+    concurrency: Vec<usize>,
+    pool_size: usize,
+    only: Option<Vec<String>>,
+    systems: Option<Vec<String>>,
+    prefill_cap: u64,
+    queenwire: Option<PathBuf>,
+    keep: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        quick: false,
+        rounds: 5,
+        secs: 1.5,
+        concurrency: vec![1, 8, 32],
+        pool_size: 16,
+        only: None,
+        systems: None,
+        prefill_cap: PREFILL_CAP,
+        queenwire: None,
+        keep: false,
+    };
+    let (mut secs, mut conc, mut rounds) = (None, None, None::<usize>);
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--rounds" => {
+                rounds = Some(
+                    value("--rounds")?
+                        .parse()
+                        .map_err(|e| format!("--rounds: {e}"))?,
+                )
+            }
+            "--secs" => {
+                secs = Some(
+                    value("--secs")?
+                        .parse::<f64>()
+                        .map_err(|e| format!("--secs: {e}"))?,
+                )
+            }
+            "--concurrency" => {
+                conc = Some(
+                    value("--concurrency")?
+                        .split(',')
+                        .map(|s| {
+                            s.trim()
+                                .parse::<usize>()
+                                .map_err(|e| format!("--concurrency: {e}"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+            }
+            "--pool-size" => {
+                a.pool_size = value("--pool-size")?
+                    .parse()
+                    .map_err(|e| format!("--pool-size: {e}"))?
+            }
+            "--prefill-cap" => {
+                a.prefill_cap = value("--prefill-cap")?
+                    .parse()
+                    .map_err(|e| format!("--prefill-cap: {e}"))?
+            }
+            "--systems" => {
+                a.systems = Some(
+                    value("--systems")?
+                        .split(',')
+                        .map(|s| s.trim().to_string())
+                        .collect(),
+                )
+            }
+            "--only" => {
+                let list: Vec<String> = value("--only")?
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect();
+                if let Some(bad) = list.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+                    return Err(format!("unknown workload {bad}"));
+                }
+                a.only = Some(list);
+            }
+            "--queenwire" => a.queenwire = Some(PathBuf::from(value("--queenwire")?)),
+            "--keep" => a.keep = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.quick {
+        a.rounds = 3;
+        a.secs = 1.0;
+        a.concurrency = vec![8];
+    }
+    if let Some(s) = secs {
+        a.secs = s;
+    }
+    if let Some(r) = rounds {
+        a.rounds = r;
+    }
+    if let Some(c) = conc {
+        a.concurrency = c;
+    }
+    if a.rounds == 0
+        || a.rounds > 20
+        || !(0.1..=60.0).contains(&a.secs)
+        || a.concurrency.is_empty()
+        || a.concurrency.iter().any(|&c| c == 0 || c > 256)
+        || a.pool_size == 0
+    {
+        return Err("rounds 1-20, secs 0.1-60, concurrency 1-256, pool size >= 1".into());
+    }
+    Ok(a)
+}
+
+/// One (workload, system, concurrency) and its rounds.
+struct Cell {
+    workload: String,
+    system: String,
+    c: usize,
+    slices: Vec<Slice>,
+    /// Extra text for the notes column.
+    note: String,
+}
+
+impl Cell {
+    fn rates(&self) -> Vec<f64> {
+        self.slices
+            .iter()
+            .filter(|s| s.error.is_none())
+            .map(Slice::rate)
+            .collect()
+    }
+
+    fn median_rate(&self) -> Option<f64> {
+        let mut r = self.rates();
+        (!r.is_empty()).then(|| median(&mut r))
+    }
+}
+
+struct Bench {
+    args: Args,
+    proxy_cfg: Config,
+    direct_cfg: Config,
+    qw_admin: Client,
+    pg_admin: Client,
+    payloads: Arc<Payloads>,
+    probes: Probes,
+    cells: Vec<Cell>,
+    /// Messages waiting in each consume queue.
+    levels: HashMap<String, u64>,
+    /// Last measured rate of a (workload, system, c): sizes the next prefill.
+    estimates: HashMap<(String, String, usize), f64>,
+    serial: usize,
+    started: Instant,
+}
+
+fn duration(secs: f64) -> Duration {
+    Duration::from_secs_f64(secs)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("queenwire-bench: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("queenwire-bench: runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("queenwire-bench: {}", setup::describe(&*e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Kills what we started if the whole run overstays its limit.
+fn watchdog(limit: Duration, pids: Arc<(AtomicU64, AtomicU64)>) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("queenwire-bench: the run exceeded {limit:?}; stopping");
+        let (proxy, postmaster) = (
+            pids.0.load(Ordering::Relaxed),
+            pids.1.load(Ordering::Relaxed),
+        );
+        // SAFETY: signals to the processes this run started.
+        unsafe {
+            if proxy > 0 {
+                libc::kill(proxy as i32, libc::SIGKILL);
+            }
+            if postmaster > 0 {
+                libc::kill(postmaster as i32, libc::SIGINT);
+            }
+        }
+        std::thread::sleep(Duration::from_secs(5));
+        std::process::exit(3);
+    });
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let started = Instant::now();
+    let pids = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    watchdog(
+        if args.quick {
+            Duration::from_secs(600)
+        } else {
+            Duration::from_secs(2700)
+        },
+        pids.clone(),
+    );
+    let binary = setup::queenwire_binary(args.queenwire.as_deref())?;
+    eprintln!("bench: starting PostgreSQL (fresh data directory)");
+    let cluster = setup::start_cluster().await?;
+    pids.1.store(u64::from(cluster.pg.pid()), Ordering::Relaxed);
+    let result = async {
+        let direct_cfg = cluster.pg.client_config();
+        let pg_admin = setup::connect(&direct_cfg).await?;
+        eprintln!("bench: installing pgmq's SQL (pgmq crate 0.33.7, install-sql-embedded)");
+        let pgmq_version = setup::install_pgmq(&cluster).await?;
+        setup::create_insert_table(&pg_admin).await?;
+        eprintln!(
+            "bench: starting {} --pool-size {}",
+            binary.display(),
+            args.pool_size
+        );
+        let proxy =
+            setup::start_proxy(&binary, &cluster.conninfo(), args.pool_size, &cluster.dir).await?;
+        pids.0.store(u64::from(proxy.pid), Ordering::Relaxed);
+        let proxy_cfg = proxy.client_config();
+        let qw_admin = setup::connect(&proxy_cfg).await?;
+        let mut bench = Bench {
+            args: args.clone(),
+            proxy_cfg,
+            direct_cfg,
+            qw_admin,
+            pg_admin,
+            payloads: Arc::new(Payloads::new(4096)),
+            probes: Probes {
+                postmaster: cluster.pg.pid(),
+                proxy: proxy.pid,
+            },
+            cells: Vec::new(),
+            levels: HashMap::new(),
+            estimates: HashMap::new(),
+            serial: 0,
+            started,
+        };
+        // A signal ends the measuring, not the cleanup: the partial report is
+        // printed and both servers are stopped below.
+        let outcome = tokio::select! {
+            r = bench.run_all() => r,
+            s = interrupted() => Err(format!("interrupted by {s}; partial results").into()),
+        };
+        let rss = proxy.peak_rss_mb();
+        proxy.stop().await;
+        let header = Header {
+            machine: procfs::machine(),
+            pg_version: cluster.version.clone(),
+            pgmq_version,
+            args: args.clone(),
+            elapsed: started.elapsed(),
+        };
+        print_report(&bench.cells, rss, &header);
+        outcome
+    }
+    .await;
+    cluster.stop(args.keep);
+    result
+}
+
+/// The first of SIGINT, SIGTERM or SIGHUP.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
+    }
+}
+
+struct Header {
+    machine: String,
+    pg_version: String,
+    pgmq_version: String,
+    args: Args,
+    elapsed: Duration,
+}
+
+impl Bench {
+    /// `--systems`: labels starting with one of the given words.
+    fn runs(&self, system: &str) -> bool {
+        self.args
+            .systems
+            .as_ref()
+            .is_none_or(|l| l.iter().any(|x| system.starts_with(x.as_str())))
+    }
+
+    fn wants(&self, w: &str) -> bool {
+        self.args
+            .only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|x| x == w))
+    }
+
+    fn next_name(&mut self, prefix: &str) -> String {
+        self.serial += 1;
+        format!("{prefix}_{}", self.serial)
+    }
+
+    fn cell(&mut self, workload: &str, system: &str, c: usize) -> &mut Cell {
+        let i = match self
+            .cells
+            .iter()
+            .position(|x| x.workload == workload && x.system == system && x.c == c)
+        {
+            Some(i) => i,
+            None => {
+                self.cells.push(Cell {
+                    workload: workload.into(),
+                    system: system.into(),
+                    c,
+                    slices: Vec::new(),
+                    note: String::new(),
+                });
+                self.cells.len() - 1
+            }
+        };
+        &mut self.cells[i]
+    }
+
+    fn record(&mut self, workload: &str, system: &str, c: usize, round: usize, slice: Slice) {
+        let rate = slice.rate();
+        match &slice.error {
+            Some(e) => eprintln!(
+                "bench: {workload:<10} C={c:<2} round {} {system:<16} ERROR {e}",
+                round + 1
+            ),
+            None => eprintln!(
+                "bench: {workload:<10} C={c:<2} round {} {system:<16} {rate:>9.0} msg/s  ({} msgs in {:.2} s) [{:.0} s]",
+                round + 1,
+                slice.msgs,
+                slice.elapsed.as_secs_f64(),
+                self.started.elapsed().as_secs_f64()
+            ),
+        }
+        if slice.error.is_none() && slice.msgs > 0 {
+            self.estimates
+                .insert((workload.into(), system.into(), c), rate);
+        }
+        self.cell(workload, system, c).slices.push(slice);
+    }
+
+    async fn run_all(&mut self) -> Result<(), BoxError> {
+        let concurrency = self.args.concurrency.clone();
+        for batch in [1usize, 100] {
+            let w = format!("push{batch}");
+            if self.wants(&w) {
+                for &c in &concurrency {
+                    self.push_workload(&w, batch, c).await?;
+                }
+            }
+        }
+        if ["popack1", "popack100", "autoack1", "autoack100"]
+            .iter()
+            .any(|w| self.wants(w))
+        {
+            self.setup_consume_queues().await?;
+            for (w, limit, auto) in [
+                ("popack1", 1, false),
+                ("popack100", 100, false),
+                ("autoack1", 1, true),
+                ("autoack100", 100, true),
+            ] {
+                if self.wants(w) {
+                    for &c in &concurrency {
+                        self.consume_workload(w, limit, auto, c).await?;
+                    }
+                }
+            }
+        }
+        if self.wants("e2e") {
+            for round in 0..self.args.rounds {
+                for queenwire in [true, false] {
+                    if !self.runs(if queenwire { "queenwire" } else { "pgmq" }) {
+                        continue;
+                    }
+                    self.e2e(queenwire, round).await?;
+                }
+            }
+        }
+        if self.wants("fanout") {
+            let per_group: Vec<usize> = if self.args.quick { vec![1] } else { vec![1, 4] };
+            for k in per_group {
+                if !self.runs("queenwire") {
+                    break;
+                }
+                for round in 0..self.args.rounds {
+                    self.fanout(k, round).await?;
+                }
+            }
+        }
+        if self.wants("select1") {
+            for &c in &concurrency {
+                for round in 0..self.args.rounds {
+                    for (system, cfg) in [
+                        ("queenwire", self.proxy_cfg.clone()),
+                        ("direct", self.direct_cfg.clone()),
+                    ] {
+                        if !self.runs(system) {
+                            continue;
+                        }
+                        let slice = run_slice(
+                            SliceSpec {
+                                cfg: &cfg,
+                                ops: vec![Op::Select1; c],
+                                duration: duration(self.args.secs),
+                                budget: None,
+                                warmup: true,
+                                label: format!("select1 C={c} {system}"),
+                            },
+                            &self.payloads,
+                            self.probes,
+                        )
+                        .await;
+                        self.record("select1", system, c, round, slice);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- push ------------------------------------------------------------
+
+    async fn push_workload(&mut self, w: &str, batch: usize, c: usize) -> Result<(), BoxError> {
+        for round in 0..self.args.rounds {
+            for system in ["queenwire", "pgmq", "INSERT", "direct"] {
+                if !self.runs(system) {
+                    continue;
+                }
+                let queue = self.next_name("push");
+                let (cfg, op) = match system {
+                    "queenwire" => {
+                        self.qw_admin
+                            .simple_query(&format!("CREATE QUEUE {queue}"))
+                            .await?;
+                        (
+                            self.proxy_cfg.clone(),
+                            Op::QwPush {
+                                queue: queue.clone(),
+                                batch,
+                                partitions: None,
+                            },
+                        )
+                    }
+                    "pgmq" => {
+                        self.pg_admin
+                            .execute("SELECT pgmq.create($1)", &[&queue])
+                            .await?;
+                        (
+                            self.direct_cfg.clone(),
+                            Op::PgmqSend {
+                                queue: queue.clone(),
+                                batch,
+                            },
+                        )
+                    }
+                    "INSERT" => (self.direct_cfg.clone(), Op::Insert { batch }),
+                    _ => {
+                        self.qw_admin
+                            .simple_query(&format!("CREATE QUEUE {queue}"))
+                            .await?;
+                        (
+                            self.direct_cfg.clone(),
+                            Op::DirectPush {
+                                queue: queue.clone(),
+                                batch,
+                            },
+                        )
+                    }
+                };
+                let slice = run_slice(
+                    SliceSpec {
+                        cfg: &cfg,
+                        ops: vec![op; c],
+                        duration: duration(self.args.secs),
+                        budget: None,
+                        warmup: true,
+                        label: format!("{w} C={c} {system}"),
+                    },
+                    &self.payloads,
+                    self.probes,
+                )
+                .await;
+                // Clean up so every slice starts from the same state.
+                match system {
+                    "queenwire" | "direct" => {
+                        self.qw_admin
+                            .simple_query(&format!("DROP QUEUE {queue}"))
+                            .await?;
+                    }
+                    "pgmq" => {
+                        self.pg_admin
+                            .execute("SELECT pgmq.drop_queue($1)", &[&queue])
+                            .await?;
+                    }
+                    _ => {
+                        self.pg_admin.batch_execute("TRUNCATE bench_insert").await?;
+                    }
+                }
+                self.record(w, system, c, round, slice);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- consume ---------------------------------------------------------
+
+    async fn setup_consume_queues(&mut self) -> Result<(), BoxError> {
+        self.qw_admin.simple_query("CREATE QUEUE cons_p1").await?;
+        self.qw_admin
+            .simple_query("CREATE QUEUE cons_p1000")
+            .await?;
+        self.pg_admin
+            .execute("SELECT pgmq.create('cons')", &[])
+            .await?;
+        for k in ["qw:cons_p1", "qw:cons_p1000", "pgmq:cons"] {
+            self.levels.insert(k.into(), 0);
+        }
+        Ok(())
+    }
+
+    /// Pushes `n` (rounded up to 100s) more messages into a consume queue,
+    /// 100 per statement (one segment per statement for queenwire).
+    async fn prefill(&mut self, key: &str, n: u64) -> Result<(), BoxError> {
+        let (cfg, op) = match key {
+            "qw:cons_p1" => (
+                self.proxy_cfg.clone(),
+                Op::QwPush {
+                    queue: "cons_p1".into(),
+                    batch: 100,
+                    partitions: None,
+                },
+            ),
+            "qw:cons_p1000" => (
+                self.proxy_cfg.clone(),
+                Op::QwPush {
+                    queue: "cons_p1000".into(),
+                    batch: 100,
+                    partitions: Some(MANY_PARTITIONS),
+                },
+            ),
+            "pgmq:cons" => (
+                self.direct_cfg.clone(),
+                Op::PgmqSend {
+                    queue: "cons".into(),
+                    batch: 100,
+                },
+            ),
+            other => {
+                let (cfg, op) = self.prefill_other(other)?;
+                (cfg, op)
+            }
+        };
+        let slice = run_slice(
+            SliceSpec {
+                cfg: &cfg,
+                ops: vec![op; 4],
+                duration: Duration::from_secs(120),
+                budget: Some(n),
+                warmup: false,
+                label: String::new(),
+            },
+            &self.payloads,
+            self.probes,
+        )
+        .await;
+        if let Some(e) = slice.error {
+            return Err(format!("prefill of {key}: {e}").into());
+        }
+        *self.levels.entry(key.into()).or_insert(0) += slice.msgs;
+        Ok(())
+    }
+
+    fn prefill_other(&self, key: &str) -> Result<(Config, Op), BoxError> {
+        // "fan:<queue>": a fan-out queue of FANOUT_PARTITIONS partitions.
+        let queue = key
+            .strip_prefix("fan:")
+            .ok_or_else(|| format!("unknown queue {key}"))?;
+        Ok((
+            self.proxy_cfg.clone(),
+            Op::QwPush {
+                queue: queue.into(),
+                batch: 100,
+                partitions: Some(FANOUT_PARTITIONS),
+            },
+        ))
+    }
+
+    fn estimate(&self, w: &str, system: &str, c: usize, default: f64) -> f64 {
+        self.estimates
+            .get(&(w.into(), system.into(), c))
+            .copied()
+            .unwrap_or(default)
+    }
+
+    async fn consume_workload(
+        &mut self,
+        w: &str,
+        limit: usize,
+        auto_ack: bool,
+        c: usize,
+    ) -> Result<(), BoxError> {
+        let secs = self.args.secs;
+        for round in 0..self.args.rounds {
+            for (system, key) in [
+                ("queenwire 1p", "qw:cons_p1"),
+                ("queenwire 1000p", "qw:cons_p1000"),
+                ("pgmq", "pgmq:cons"),
+            ] {
+                if !self.runs(system) {
+                    continue;
+                }
+                let default = if limit == 1 { 6_000.0 } else { 60_000.0 };
+                let want = ((self.estimate(w, system, c, default) * secs * 2.0) as u64)
+                    .clamp(2_000, self.args.prefill_cap);
+                let level = self.levels[key];
+                if level < want {
+                    self.prefill(key, want - level).await?;
+                }
+                let level = self.levels[key];
+                let (cfg, op) = match system {
+                    "pgmq" if auto_ack => (
+                        self.direct_cfg.clone(),
+                        Op::PgmqPop {
+                            queue: "cons".into(),
+                            limit,
+                        },
+                    ),
+                    "pgmq" => (
+                        self.direct_cfg.clone(),
+                        Op::PgmqReadDelete {
+                            queue: "cons".into(),
+                            limit,
+                        },
+                    ),
+                    _ => (
+                        self.proxy_cfg.clone(),
+                        Op::QwPop {
+                            queue: key.trim_start_matches("qw:").into(),
+                            limit,
+                            auto_ack,
+                            group: None,
+                            wait: None,
+                        },
+                    ),
+                };
+                let slice = run_slice(
+                    SliceSpec {
+                        cfg: &cfg,
+                        ops: vec![op; c],
+                        duration: duration(secs),
+                        budget: Some(level),
+                        warmup: false,
+                        label: format!("{w} C={c} {system}"),
+                    },
+                    &self.payloads,
+                    self.probes,
+                )
+                .await;
+                let left = level.saturating_sub(slice.msgs);
+                self.levels.insert(key.into(), left);
+                if slice.error.is_none() && slice.msgs >= level {
+                    let note = "drained: prefill too small".to_string();
+                    self.cell(w, system, c).note = note;
+                }
+                self.record(w, system, c, round, slice);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- fan-out -----------------------------------------------------------
+
+    async fn fanout(&mut self, per_group: usize, round: usize) -> Result<(), BoxError> {
+        let c = FANOUT_GROUPS * per_group;
+        let w = "fanout";
+        let system = "queenwire";
+        let queue = self.next_name("fan");
+        self.qw_admin
+            .simple_query(&format!("CREATE QUEUE {queue}"))
+            .await?;
+        let total = ((self.estimate(w, system, c, 40_000.0) * self.args.secs * 2.0) as u64)
+            .clamp(2_000, self.args.prefill_cap);
+        let key = format!("fan:{queue}");
+        self.prefill(&key, (total / FANOUT_GROUPS as u64).max(1_000))
+            .await?;
+        let stored = self.levels[&key];
+        let ops: Vec<Op> = (0..c)
+            .map(|i| Op::QwPop {
+                queue: queue.clone(),
+                limit: 100,
+                auto_ack: false,
+                group: Some(format!("g{}", i % FANOUT_GROUPS)),
+                wait: None,
+            })
+            .collect();
+        let cfg = self.proxy_cfg.clone();
+        let slice = run_slice(
+            SliceSpec {
+                cfg: &cfg,
+                ops,
+                duration: duration(self.args.secs),
+                budget: Some(stored * FANOUT_GROUPS as u64),
+                warmup: false,
+                label: format!("{w} C={c} {system}"),
+            },
+            &self.payloads,
+            self.probes,
+        )
+        .await;
+        self.qw_admin
+            .simple_query(&format!("DROP QUEUE {queue}"))
+            .await?;
+        self.levels.remove(&key);
+        self.cell(w, system, c).note = format!("{FANOUT_GROUPS} groups × {per_group} consumers, {FANOUT_PARTITIONS} partitions; deliveries/s");
+        self.record(w, system, c, round, slice);
+        Ok(())
+    }
+
+    // ---- end-to-end latency ----------------------------------------------
+
+    async fn e2e(&mut self, queenwire: bool, round: usize) -> Result<(), BoxError> {
+        let w = "e2e";
+        let system = if queenwire { "queenwire" } else { "pgmq" };
+        let queue = self.next_name("e2e");
+        let total = (E2E_RATE as f64 * self.args.secs.max(1.0)) as u64;
+        let (cfg, consumer_op) = if queenwire {
+            self.qw_admin
+                .simple_query(&format!("CREATE QUEUE {queue}"))
+                .await?;
+            (
+                self.proxy_cfg.clone(),
+                Op::QwPop {
+                    queue: queue.clone(),
+                    limit: 100,
+                    auto_ack: false,
+                    group: None,
+                    wait: Some("1s"),
+                },
+            )
+        } else {
+            self.pg_admin
+                .execute("SELECT pgmq.create($1)", &[&queue])
+                .await?;
+            (
+                self.direct_cfg.clone(),
+                Op::PgmqReadPoll {
+                    queue: queue.clone(),
+                    limit: 100,
+                },
+            )
+        };
+        let slice = e2e_slice(
+            &cfg,
+            queenwire,
+            &queue,
+            consumer_op,
+            total,
+            &self.payloads,
+            self.probes,
+        )
+        .await;
+        if queenwire {
+            self.qw_admin
+                .simple_query(&format!("DROP QUEUE {queue}"))
+                .await?;
+        } else {
+            self.pg_admin
+                .execute("SELECT pgmq.drop_queue($1)", &[&queue])
+                .await?;
+        }
+        let note = if queenwire {
+            format!("{E2E_RATE} msg/s offered by {E2E_PRODUCERS} producers (1 per PUSH); {E2E_CONSUMERS} consumers in POP … LIMIT 100 WAIT 1s + ACK; {E2E_PARTITIONS} partitions; latency = push commit → delivery")
+        } else {
+            format!("same offer via pgmq.send; {E2E_CONSUMERS} consumers in pgmq.read_with_poll(…, 100, 1 s, poll 10 ms) + delete")
+        };
+        self.cell(w, system, E2E_CONSUMERS).note = note;
+        self.record(w, system, E2E_CONSUMERS, round, slice);
+        Ok(())
+    }
+}
+
+/// Producers offer `total` messages at E2E_RATE; consumers long-poll. The
+/// latency of a message is its delivery instant minus the instant its
+/// producer saw the push commit (0 when delivery came first).
+async fn e2e_slice(
+    cfg: &Config,
+    queenwire: bool,
+    queue: &str,
+    consumer_op: Op,
+    total: u64,
+    payloads: &Arc<Payloads>,
+    probes: Probes,
+) -> Slice {
+    let mut slice = Slice::default();
+    let result: Result<(), BoxError> = async {
+        let committed: Arc<Vec<AtomicU64>> =
+            Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
+        let delivered: Arc<Vec<AtomicU64>> =
+            Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
+        let mut consumers = Vec::new();
+        for i in 0..E2E_CONSUMERS {
+            consumers.push(Worker::new(cfg, consumer_op.clone(), payloads.clone(), i).await?);
+        }
+        let mut producers = Vec::new();
+        for _ in 0..E2E_PRODUCERS {
+            producers.push(SeqProducer::new(cfg, queenwire, queue, E2E_PARTITIONS).await?);
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let base = Instant::now();
+        let cpu0 = probes.sample();
+        let since = move |t: Instant| (t - base).as_nanos() as u64 + 1;
+        let mut tasks = tokio::task::JoinSet::new();
+        for mut w in consumers {
+            let (stop, delivered) = (stop.clone(), delivered.clone());
+            tasks.spawn(async move {
+                let mut seqs = Vec::new();
+                let hard_stop = base
+                    + Duration::from_secs_f64(total as f64 / E2E_RATE as f64)
+                    + Duration::from_secs(10);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < hard_stop {
+                    seqs.clear();
+                    match tokio::time::timeout(runner::OP_TIMEOUT, w.run_once(Some(&mut seqs)))
+                        .await
+                    {
+                        Ok(Ok(_)) => {
+                            let now = since(Instant::now());
+                            for &s in &seqs {
+                                if let Some(slot) = delivered.get(s as usize) {
+                                    let _ = slot.compare_exchange(
+                                        0,
+                                        now,
+                                        Ordering::Relaxed,
+                                        Ordering::Relaxed,
+                                    );
+                                }
+                            }
+                        }
+                        Ok(Err(e)) => return Err(setup::describe(&*e)),
+                        Err(_) => return Err("a consumer request timed out".to_string()),
+                    }
+                }
+                Ok(())
+            });
+        }
+        let next = Arc::new(AtomicU64::new(0));
+        let mut producing = tokio::task::JoinSet::new();
+        for mut p in producers {
+            let (next, committed) = (next.clone(), committed.clone());
+            producing.spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= total {
+                        return Ok::<(), String>(());
+                    }
+                    let due = base + Duration::from_secs_f64(i as f64 / E2E_RATE as f64);
+                    tokio::time::sleep_until(due.into()).await;
+                    tokio::time::timeout(runner::OP_TIMEOUT, p.push(i))
+                        .await
+                        .map_err(|_| "a push timed out".to_string())?
+                        .map_err(|e| setup::describe(&*e))?;
+                    committed[i as usize].store(since(Instant::now()), Ordering::Relaxed);
+                }
+            });
+        }
+        let mut error = None;
+        while let Some(r) = producing.join_next().await {
+            if let Ok(Err(e)) | Err(e) = r.map_err(|e| e.to_string()) {
+                error.get_or_insert(e);
+            }
+        }
+        // Let the consumers catch up (bounded), then stop them.
+        let grace = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < grace && delivered.iter().any(|d| d.load(Ordering::Relaxed) == 0) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let end = Instant::now();
+        stop.store(true, Ordering::Relaxed);
+        while let Some(r) = tasks.join_next().await {
+            if let Ok(Err(e)) | Err(e) = r.map_err(|e| e.to_string()) {
+                error.get_or_insert(e);
+            }
+        }
+        slice.cpu = probes.sample() - cpu0;
+        slice.elapsed = end - base;
+        let mut missing = 0;
+        for i in 0..total as usize {
+            let d = delivered[i].load(Ordering::Relaxed);
+            let c = committed[i].load(Ordering::Relaxed);
+            if d == 0 || c == 0 {
+                missing += 1;
+                continue;
+            }
+            slice.msgs += 1;
+            slice
+                .lat_us
+                .push((d.saturating_sub(c) / 1000).min(u32::MAX as u64) as u32);
+        }
+        slice.ops = slice.msgs;
+        if let Some(e) = error {
+            return Err(e.into());
+        }
+        if missing > 0 {
+            return Err(format!("{missing} of {total} messages not delivered within 5 s").into());
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        slice.error = Some(e.to_string());
+    }
+    slice
+}
+
+// ---- report ---------------------------------------------------------------
+
+fn fmt_rate(r: f64) -> String {
+    let r = r.round() as u64;
+    let s = r.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+fn fmt_ms(us: Option<f64>) -> String {
+    us.map_or("–".into(), |u| format!("{:.2}", u / 1000.0))
+}
+
+fn per_msg(cpu_us: u64, msgs: u64) -> String {
+    if msgs == 0 {
+        "–".into()
+    } else {
+        format!("{:.0}", cpu_us as f64 / msgs as f64)
+    }
+}
+
+fn print_report(cells: &[Cell], rss: Option<f64>, h: &Header) {
+    println!("## queenwire-bench");
+    println!();
+    println!(
+        "{}; PostgreSQL {} (embedded, fresh data directory, synchronous_commit=on); pgmq {} (SQL from the pgmq crate 0.33.7); queenwire --pool-size {}; {} round(s) × {:.1} s per cell, systems interleaved; run took {:.0} s.",
+        h.machine, h.pg_version, h.pgmq_version, h.args.pool_size, h.args.rounds, h.args.secs, h.elapsed.as_secs_f64()
+    );
+    println!();
+    println!("| workload | system | C | msgs/s (median) | spread | p50 ms | p99 ms | CPU µs/msg: postgres | proxy | client | notes |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for cell in cells {
+        let rates = cell.rates();
+        let errors: Vec<&str> = cell
+            .slices
+            .iter()
+            .filter_map(|s| s.error.as_deref())
+            .collect();
+        let (med, spread) = if rates.is_empty() {
+            ("error".to_string(), "–".to_string())
+        } else {
+            let m = median(&mut rates.clone());
+            let (lo, hi) = rates
+                .iter()
+                .fold((f64::MAX, 0f64), |(l, h), &r| (l.min(r), h.max(r)));
+            (
+                fmt_rate(m),
+                if m > 0.0 {
+                    format!("±{:.0}%", (hi - lo) / m * 50.0)
+                } else {
+                    "–".into()
+                },
+            )
+        };
+        let mut lat: Vec<u32> = cell
+            .slices
+            .iter()
+            .filter(|s| s.error.is_none())
+            .flat_map(|s| s.lat_us.iter().copied())
+            .collect();
+        lat.sort_unstable();
+        let ok: Vec<&Slice> = cell.slices.iter().filter(|s| s.error.is_none()).collect();
+        let msgs: u64 = ok.iter().map(|s| s.msgs).sum();
+        let cpu = ok.iter().fold(Cpu::default(), |a, s| Cpu {
+            postgres: a.postgres + s.cpu.postgres,
+            proxy: a.proxy + s.cpu.proxy,
+            client: a.client + s.cpu.client,
+        });
+        let uses_proxy = cell.system.starts_with("queenwire");
+        let mut note = cell.note.clone();
+        if !errors.is_empty() {
+            if !note.is_empty() {
+                note.push_str("; ");
+            }
+            note.push_str(&format!(
+                "{} round(s) failed: {}",
+                errors.len(),
+                errors[0].replace('|', "/")
+            ));
+        }
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            cell.workload,
+            cell.system,
+            cell.c,
+            med,
+            spread,
+            fmt_ms(percentile(&lat, 0.50)),
+            fmt_ms(percentile(&lat, 0.99)),
+            per_msg(cpu.postgres, msgs),
+            if uses_proxy {
+                per_msg(cpu.proxy, msgs)
+            } else {
+                "–".into()
+            },
+            per_msg(cpu.client, msgs),
+            note
+        );
+    }
+    println!();
+    println!("spread: (max − min) / 2 / median over the rounds. CPU: /proc times of the cluster's processes, the queenwire process and this load generator over the timed part, per message moved (per request for select1).");
+    println!();
+
+    let c = if h.args.concurrency.contains(&8) {
+        8
+    } else {
+        *h.args.concurrency.iter().max().unwrap_or(&8)
+    };
+    let rate_at = |w: &str, s: &str, c: usize| {
+        cells
+            .iter()
+            .find(|x| x.workload == w && x.system == s && x.c == c)
+            .and_then(Cell::median_rate)
+    };
+    let rate = |w: &str, s: &str| rate_at(w, s, c);
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "n/a".into(),
+    };
+    let e2e = |s: &str, p: f64| {
+        cells
+            .iter()
+            .find(|x| x.workload == "e2e" && x.system == s)
+            .map(|x| {
+                let mut l: Vec<u32> = x
+                    .slices
+                    .iter()
+                    .filter(|s| s.error.is_none())
+                    .flat_map(|s| s.lat_us.iter().copied())
+                    .collect();
+                l.sort_unstable();
+                percentile(&l, p).map_or("n/a".into(), |v| format!("{:.1}", v / 1000.0))
+            })
+            .unwrap_or_else(|| "n/a".into())
+    };
+    let pairs = [
+        (
+            "push100_vs_pgmq",
+            ratio(rate("push100", "queenwire"), rate("push100", "pgmq")),
+        ),
+        (
+            "push100_vs_insert",
+            ratio(rate("push100", "queenwire"), rate("push100", "INSERT")),
+        ),
+        (
+            "push1_vs_pgmq",
+            ratio(rate("push1", "queenwire"), rate("push1", "pgmq")),
+        ),
+        (
+            "push1_vs_insert",
+            ratio(rate("push1", "queenwire"), rate("push1", "INSERT")),
+        ),
+        (
+            "popack100_vs_pgmq",
+            ratio(
+                rate("popack100", "queenwire 1000p"),
+                rate("popack100", "pgmq"),
+            ),
+        ),
+        (
+            "popack100_1p_vs_pgmq",
+            ratio(rate("popack100", "queenwire 1p"), rate("popack100", "pgmq")),
+        ),
+        (
+            "popack1_vs_pgmq",
+            ratio(rate("popack1", "queenwire 1000p"), rate("popack1", "pgmq")),
+        ),
+        (
+            "autoack100_vs_pgmq_pop",
+            ratio(
+                rate("autoack100", "queenwire 1000p"),
+                rate("autoack100", "pgmq"),
+            ),
+        ),
+        (
+            "autoack1_vs_pgmq_pop",
+            ratio(
+                rate("autoack1", "queenwire 1000p"),
+                rate("autoack1", "pgmq"),
+            ),
+        ),
+        (
+            "overhead_vs_direct",
+            ratio(rate("push100", "queenwire"), rate("push100", "direct")),
+        ),
+        (
+            "overhead1_vs_direct",
+            ratio(rate("push1", "queenwire"), rate("push1", "direct")),
+        ),
+        (
+            "select1_vs_direct",
+            ratio(rate("select1", "queenwire"), rate("select1", "direct")),
+        ),
+        (
+            "overhead_c1_vs_direct",
+            ratio(
+                rate_at("push100", "queenwire", 1),
+                rate_at("push100", "direct", 1),
+            ),
+        ),
+        (
+            "select1_c1_vs_direct",
+            ratio(
+                rate_at("select1", "queenwire", 1),
+                rate_at("select1", "direct", 1),
+            ),
+        ),
+        ("e2e_p50_ms", e2e("queenwire", 0.5)),
+        ("e2e_p99_ms", e2e("queenwire", 0.99)),
+        ("pgmq_e2e_p50_ms", e2e("pgmq", 0.5)),
+        ("pgmq_e2e_p99_ms", e2e("pgmq", 0.99)),
+        (
+            "queenwire_peak_rss_mb",
+            rss.map_or("n/a".into(), |r| format!("{r:.1}")),
+        ),
+    ];
+    let line: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("ratios (C={c}): see above; the line below is the machine-readable summary.");
+    println!();
+    println!("ratios: {}", line.join(" "));
+}

@@ -1,0 +1,510 @@
+//! One client connection doing one kind of request, over and over: the
+//! unit every workload is made of. Every system gets the same client
+//! (tokio-postgres, extended protocol, statements prepared once per
+//! connection, binary parameters) and the same payloads.
+
+use crate::payload::{payload, seq_of, Payloads};
+use crate::pgtypes::{Json, JsonText};
+use crate::setup::{connect, BoxError};
+use queenwire::engine::frame::{self, Frame};
+use queenwire::engine::values::{now_micros, system_time};
+use queenwire::engine::DEFAULT_TENANT;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Config, Row, Statement};
+use uuid::Uuid;
+
+/// The call queenwire's engine makes for a PUSH (src/engine/queues.rs,
+/// `PUSH_CALL`), made here directly on PostgreSQL.
+const DIRECT_PUSH_SQL: &str = "SELECT msg_index, status, \"offset\", message_id FROM queen.log_push_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+const DIRECT_PUSH_TYPES: &[Type] = &[
+    Type::TEXT,
+    Type::TEXT_ARRAY,
+    Type::INT4_ARRAY,
+    Type::BYTEA_ARRAY,
+    Type::INT8_ARRAY,
+    Type::UUID_ARRAY,
+    Type::TIMESTAMPTZ_ARRAY,
+    Type::TIMESTAMPTZ_ARRAY,
+    Type::UUID,
+];
+
+/// pgmq's visibility timeout for read (seconds): longer than any slice.
+const PGMQ_VT: i32 = 120;
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// `PUSH INTO q [PARTITION p] VALUES ($1), …` through queenwire.
+    QwPush {
+        queue: String,
+        batch: usize,
+        /// Partitions cycled through, one statement each (None: Default).
+        partitions: Option<usize>,
+    },
+    /// `pgmq.send` (batch 1) or `pgmq.send_batch`.
+    PgmqSend { queue: String, batch: usize },
+    /// `INSERT INTO bench_insert (payload) VALUES ($1), … RETURNING id`.
+    Insert { batch: usize },
+    /// `queen.log_push_v1` called directly, framed here as the engine does.
+    DirectPush { queue: String, batch: usize },
+    /// `POP FROM q [GROUP g] LIMIT n [WAIT w] [AUTO ACK]`, then `ACK` of
+    /// every receipt unless auto ack.
+    QwPop {
+        queue: String,
+        limit: usize,
+        auto_ack: bool,
+        group: Option<String>,
+        wait: Option<&'static str>,
+    },
+    /// `BEGIN; pgmq.read(q, vt, n); pgmq.delete(q, ids); COMMIT`.
+    PgmqReadDelete { queue: String, limit: usize },
+    /// `pgmq.read_with_poll(q, vt, n, 1 s, 10 ms)`, then `pgmq.delete`.
+    PgmqReadPoll { queue: String, limit: usize },
+    /// `pgmq.pop(q, n)`.
+    PgmqPop { queue: String, limit: usize },
+    /// `SELECT 1`.
+    Select1,
+}
+
+pub struct Worker {
+    pub client: Client,
+    op: Op,
+    stmts: Vec<Statement>,
+    acks: HashMap<usize, Statement>,
+    payloads: Arc<Payloads>,
+    cursor: usize,
+    partition_cursor: usize,
+}
+
+fn values_list(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("(${i})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn refs<T: ToSql + Sync>(v: &[T]) -> Vec<&(dyn ToSql + Sync)> {
+    v.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+pub fn partition_name(i: usize) -> String {
+    format!("p{i:04}")
+}
+
+impl Worker {
+    pub async fn new(
+        cfg: &Config,
+        op: Op,
+        payloads: Arc<Payloads>,
+        seed: usize,
+    ) -> Result<Worker, BoxError> {
+        let client = connect(cfg).await?;
+        let mut stmts = Vec::new();
+        match &op {
+            Op::QwPush {
+                queue,
+                batch,
+                partitions,
+            } => {
+                let part = if partitions.is_some() {
+                    " PARTITION $1"
+                } else {
+                    ""
+                };
+                let first = usize::from(partitions.is_some());
+                let values = (1..=*batch)
+                    .map(|i| format!("(${})", i + first))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                stmts.push(
+                    client
+                        .prepare(&format!("PUSH INTO {queue}{part} VALUES {values}"))
+                        .await?,
+                );
+            }
+            Op::PgmqSend { batch, .. } => {
+                stmts.push(if *batch == 1 {
+                    client
+                        .prepare_typed(
+                            "SELECT * FROM pgmq.send($1, $2)",
+                            &[Type::TEXT, Type::JSONB],
+                        )
+                        .await?
+                } else {
+                    client
+                        .prepare_typed(
+                            "SELECT * FROM pgmq.send_batch($1, $2)",
+                            &[Type::TEXT, Type::JSONB_ARRAY],
+                        )
+                        .await?
+                });
+            }
+            Op::Insert { batch } => {
+                stmts.push(
+                    client
+                        .prepare(&format!(
+                            "INSERT INTO bench_insert (payload) VALUES {} RETURNING id",
+                            values_list(*batch)
+                        ))
+                        .await?,
+                );
+            }
+            Op::DirectPush { .. } => {
+                stmts.push(
+                    client
+                        .prepare_typed(DIRECT_PUSH_SQL, DIRECT_PUSH_TYPES)
+                        .await?,
+                );
+            }
+            Op::QwPop {
+                queue,
+                limit,
+                auto_ack,
+                group,
+                wait,
+            } => {
+                let mut sql = format!("POP FROM {queue}");
+                if let Some(g) = group {
+                    sql.push_str(&format!(" GROUP {g}"));
+                }
+                sql.push_str(&format!(" LIMIT {limit}"));
+                if let Some(w) = wait {
+                    sql.push_str(&format!(" WAIT {w}"));
+                }
+                if *auto_ack {
+                    sql.push_str(" AUTO ACK");
+                }
+                stmts.push(client.prepare(&sql).await?);
+            }
+            Op::PgmqReadDelete { .. } => {
+                stmts.push(
+                    client
+                        .prepare_typed(
+                            "SELECT * FROM pgmq.read($1, $2, $3)",
+                            &[Type::TEXT, Type::INT4, Type::INT4],
+                        )
+                        .await?,
+                );
+                stmts.push(
+                    client
+                        .prepare_typed(
+                            "SELECT * FROM pgmq.delete($1, $2)",
+                            &[Type::TEXT, Type::INT8_ARRAY],
+                        )
+                        .await?,
+                );
+            }
+            Op::PgmqReadPoll { .. } => {
+                stmts.push(
+                    client
+                        .prepare_typed(
+                            "SELECT * FROM pgmq.read_with_poll($1, $2, $3, $4, $5)",
+                            &[Type::TEXT, Type::INT4, Type::INT4, Type::INT4, Type::INT4],
+                        )
+                        .await?,
+                );
+                stmts.push(
+                    client
+                        .prepare_typed(
+                            "SELECT * FROM pgmq.delete($1, $2)",
+                            &[Type::TEXT, Type::INT8_ARRAY],
+                        )
+                        .await?,
+                );
+            }
+            Op::PgmqPop { .. } => {
+                stmts.push(
+                    client
+                        .prepare_typed("SELECT * FROM pgmq.pop($1, $2)", &[Type::TEXT, Type::INT4])
+                        .await?,
+                );
+            }
+            Op::Select1 => stmts.push(client.prepare("SELECT 1").await?),
+        }
+        Ok(Worker {
+            client,
+            op,
+            stmts,
+            acks: HashMap::new(),
+            payloads,
+            cursor: seed.wrapping_mul(7919),
+            partition_cursor: seed,
+        })
+    }
+
+    /// The positions of the next `n` payloads in the pool.
+    fn advance(&mut self, n: usize) -> usize {
+        let start = self.cursor;
+        self.cursor = self.cursor.wrapping_add(n);
+        start
+    }
+
+    /// One request (or transaction). Returns the messages it moved; 0 means
+    /// there was nothing to consume. `seqs`, when given, receives the
+    /// sequence numbers of consumed payloads.
+    pub async fn run_once(&mut self, seqs: Option<&mut Vec<u64>>) -> Result<u64, BoxError> {
+        let op = self.op.clone();
+        match op {
+            Op::QwPush {
+                batch, partitions, ..
+            } => {
+                let part = partitions.map(|p| {
+                    self.partition_cursor = (self.partition_cursor + 1) % p;
+                    partition_name(self.partition_cursor)
+                });
+                let stmt = self.stmts[0].clone();
+                let pool = self.payloads.clone();
+                let start = self.advance(batch);
+                let payloads: Vec<Json> = (0..batch)
+                    .map(|i| Json(pool.get(start.wrapping_add(i))))
+                    .collect();
+                let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(batch + 1);
+                if let Some(p) = &part {
+                    params.push(p);
+                }
+                params.extend(payloads.iter().map(|p| p as &(dyn ToSql + Sync)));
+                let n = self.client.execute(&stmt, &params).await?;
+                check_count("PUSH", n, batch)
+            }
+            Op::PgmqSend { queue, batch } => {
+                let stmt = self.stmts[0].clone();
+                let pool = self.payloads.clone();
+                let start = self.advance(batch);
+                let payloads: Vec<Json> = (0..batch)
+                    .map(|i| Json(pool.get(start.wrapping_add(i))))
+                    .collect();
+                let n = if batch == 1 {
+                    self.client.execute(&stmt, &[&queue, &payloads[0]]).await?
+                } else {
+                    self.client.execute(&stmt, &[&queue, &payloads]).await?
+                };
+                check_count("pgmq send", n, batch)
+            }
+            Op::Insert { batch } => {
+                let stmt = self.stmts[0].clone();
+                let pool = self.payloads.clone();
+                let start = self.advance(batch);
+                let payloads: Vec<Json> = (0..batch)
+                    .map(|i| Json(pool.get(start.wrapping_add(i))))
+                    .collect();
+                let n = self.client.execute(&stmt, &refs(&payloads)).await?;
+                check_count("INSERT", n, batch)
+            }
+            Op::DirectPush { queue, batch } => {
+                let stmt = self.stmts[0].clone();
+                let now = now_micros();
+                let start = self.advance(batch);
+                let frames: Vec<Frame> = (0..batch)
+                    .map(|i| Frame {
+                        message_id: Uuid::now_v7(),
+                        created_at_micros: now,
+                        transaction_id: None,
+                        trace_id: None,
+                        payload: self.payloads.get(start.wrapping_add(i)).to_string(),
+                    })
+                    .collect();
+                let blob = frame::encode(&frames)?;
+                let names = vec!["Default"];
+                let counts = vec![batch as i32];
+                let blobs = vec![blob];
+                let hashes: Vec<Option<i64>> = vec![None; batch];
+                let ids: Vec<Uuid> = frames.iter().map(|f| f.message_id).collect();
+                let times = vec![system_time(now)];
+                let n = self
+                    .client
+                    .execute(
+                        &stmt,
+                        &[
+                            &queue,
+                            &names,
+                            &counts,
+                            &blobs,
+                            &hashes,
+                            &ids,
+                            &times,
+                            &times,
+                            &DEFAULT_TENANT,
+                        ],
+                    )
+                    .await?;
+                check_count("log_push_v1", n, batch)
+            }
+            Op::QwPop { auto_ack, .. } => {
+                let stmt = self.stmts[0].clone();
+                let rows = self.client.query(&stmt, &[]).await?;
+                if rows.is_empty() {
+                    return Ok(0);
+                }
+                consume_payloads(&rows, "payload", seqs)?;
+                if !auto_ack {
+                    let receipts: Vec<&str> = rows
+                        .iter()
+                        .map(|r| r.try_get::<_, &str>("receipt"))
+                        .collect::<Result<_, _>>()?;
+                    let ack = self.ack_statement(receipts.len()).await?;
+                    let acked = self.client.query(&ack, &refs(&receipts)).await?;
+                    let ok = acked
+                        .iter()
+                        .filter(|r| r.try_get::<_, &str>(1).ok() == Some("acked"))
+                        .count();
+                    if ok != rows.len() {
+                        return Err(format!("ACK: {ok} of {} acked", rows.len()).into());
+                    }
+                }
+                Ok(rows.len() as u64)
+            }
+            Op::PgmqReadDelete { queue, limit } => {
+                let (read, delete) = (self.stmts[0].clone(), self.stmts[1].clone());
+                let tx = self.client.transaction().await?;
+                let rows = tx
+                    .query(&read, &[&queue, &PGMQ_VT, &(limit as i32)])
+                    .await?;
+                if rows.is_empty() {
+                    tx.commit().await?;
+                    return Ok(0);
+                }
+                consume_payloads(&rows, "message", seqs)?;
+                let ids: Vec<i64> = rows
+                    .iter()
+                    .map(|r| r.try_get::<_, i64>("msg_id"))
+                    .collect::<Result<_, _>>()?;
+                let deleted = tx.execute(&delete, &[&queue, &ids]).await?;
+                tx.commit().await?;
+                check_count("pgmq delete", deleted, ids.len())
+            }
+            Op::PgmqReadPoll { queue, limit } => {
+                let (read, delete) = (self.stmts[0].clone(), self.stmts[1].clone());
+                let rows = self
+                    .client
+                    .query(&read, &[&queue, &PGMQ_VT, &(limit as i32), &1i32, &10i32])
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(0);
+                }
+                consume_payloads(&rows, "message", seqs)?;
+                let ids: Vec<i64> = rows
+                    .iter()
+                    .map(|r| r.try_get::<_, i64>("msg_id"))
+                    .collect::<Result<_, _>>()?;
+                let deleted = self.client.execute(&delete, &[&queue, &ids]).await?;
+                check_count("pgmq delete", deleted, ids.len())
+            }
+            Op::PgmqPop { queue, limit } => {
+                let stmt = self.stmts[0].clone();
+                let rows = self.client.query(&stmt, &[&queue, &(limit as i32)]).await?;
+                consume_payloads(&rows, "message", seqs)?;
+                Ok(rows.len() as u64)
+            }
+            Op::Select1 => {
+                let stmt = self.stmts[0].clone();
+                let rows = self.client.query(&stmt, &[]).await?;
+                check_count("SELECT 1", rows.len() as u64, 1)
+            }
+        }
+    }
+
+    async fn ack_statement(&mut self, n: usize) -> Result<Statement, BoxError> {
+        if let Some(s) = self.acks.get(&n) {
+            return Ok(s.clone());
+        }
+        let list = (1..=n)
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let stmt = self.client.prepare(&format!("ACK {list}")).await?;
+        self.acks.insert(n, stmt.clone());
+        Ok(stmt)
+    }
+}
+
+fn check_count(what: &str, got: u64, want: usize) -> Result<u64, BoxError> {
+    if got == want as u64 {
+        Ok(got)
+    } else {
+        Err(format!("{what}: {got} rows, expected {want}").into())
+    }
+}
+
+/// Reads every payload (as a consumer would) and notes its sequence number
+/// when asked.
+fn consume_payloads(
+    rows: &[Row],
+    column: &str,
+    seqs: Option<&mut Vec<u64>>,
+) -> Result<(), BoxError> {
+    match seqs {
+        Some(out) => {
+            for r in rows {
+                let p: JsonText = r.try_get(column)?;
+                if let Some(s) = seq_of(p.0) {
+                    out.push(s);
+                }
+            }
+        }
+        None => {
+            for r in rows {
+                let p: JsonText = r.try_get(column)?;
+                if p.0.is_empty() {
+                    return Err("empty payload".into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pushes message `seq` (payload carrying it) for the end-to-end workload:
+/// `PUSH INTO q PARTITION $1 VALUES ($2)` or `pgmq.send`.
+pub struct SeqProducer {
+    client: Client,
+    stmt: Statement,
+    queenwire: bool,
+    queue: String,
+    partitions: usize,
+}
+
+impl SeqProducer {
+    pub async fn new(
+        cfg: &Config,
+        queenwire: bool,
+        queue: &str,
+        partitions: usize,
+    ) -> Result<SeqProducer, BoxError> {
+        let client = connect(cfg).await?;
+        let stmt = if queenwire {
+            client
+                .prepare(&format!("PUSH INTO {queue} PARTITION $1 VALUES ($2)"))
+                .await?
+        } else {
+            client
+                .prepare_typed(
+                    "SELECT * FROM pgmq.send($1, $2)",
+                    &[Type::TEXT, Type::JSONB],
+                )
+                .await?
+        };
+        Ok(SeqProducer {
+            client,
+            stmt,
+            queenwire,
+            queue: queue.to_string(),
+            partitions,
+        })
+    }
+
+    pub async fn push(&mut self, seq: u64) -> Result<(), BoxError> {
+        let body = payload(seq);
+        let n = if self.queenwire {
+            let part = partition_name(seq as usize % self.partitions);
+            self.client
+                .execute(&self.stmt, &[&part, &Json(&body)])
+                .await?
+        } else {
+            self.client
+                .execute(&self.stmt, &[&self.queue, &Json(&body)])
+                .await?
+        };
+        check_count("push", n, 1).map(|_| ())
+    }
+}

@@ -29,6 +29,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 /// The longest one round trip of the bystander may take while hostile
 /// clients are at work.
 const BYSTANDER_STALL: Duration = Duration::from_secs(3);
+/// The password of every user in the SCRAM scenario's users file; sent
+/// only when asked for.
+const PASSWORD: &str = "hostile pw";
 /// A whole test, past which it fails rather than hangs.
 const TEST_LIMIT: Duration = Duration::from_secs(120);
 
@@ -73,14 +76,14 @@ struct Target {
 }
 
 impl Target {
-    fn start(name: &str, pool_size: usize) -> Target {
+    fn start(name: &str, adjust: impl FnOnce(&mut queenwire::server::Config)) -> Target {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("queenwire")
             .enable_all()
             .build()
             .expect("server runtime");
-        let proxy = runtime.block_on(Proxy::start_with(name, |c| c.pool_size = pool_size));
+        let proxy = runtime.block_on(Proxy::start_with(name, adjust));
         let addr = proxy.addr;
         Target {
             proxy: Some(proxy),
@@ -115,8 +118,16 @@ where
     F: FnOnce(SocketAddr, tokio_postgres::Config) -> Fut,
     Fut: Future<Output = ()>,
 {
+    hostile_with(name, |c| c.pool_size = pool_size, body)
+}
+
+fn hostile_with<F, Fut>(name: &str, adjust: impl FnOnce(&mut queenwire::server::Config), body: F)
+where
+    F: FnOnce(SocketAddr, tokio_postgres::Config) -> Fut,
+    Fut: Future<Output = ()>,
+{
     record_panics();
-    let target = Target::start(name, pool_size);
+    let target = Target::start(name, adjust);
     let addr = target.addr;
     let direct = target.direct();
     let clients = tokio::runtime::Builder::new_multi_thread()
@@ -143,6 +154,7 @@ fn client_config(addr: SocketAddr, user: &str) -> tokio_postgres::Config {
     cfg.host("127.0.0.1")
         .port(addr.port())
         .user(user)
+        .password(PASSWORD)
         .dbname("anything")
         .connect_timeout(ANSWER_WITHIN);
     cfg
@@ -1140,13 +1152,19 @@ fn half_a_message_then_sleep() {
 /// milliseconds. Classifying it must take time in proportion to its length.
 #[test]
 fn script_of_many_invalid_dialect_statements_is_classified_in_linear_time() {
+    // The best of three, so a busy machine does not decide.
     let time = |n: usize| {
         let sql = "POP;".repeat(n);
-        let started = Instant::now();
-        let commands = rewrite::classify_script(&sql);
-        assert_eq!(commands.len(), n);
-        assert!(matches!(commands[n - 1].1, Command::Invalid(_)));
-        started.elapsed()
+        (0..3)
+            .map(|_| {
+                let started = Instant::now();
+                let commands = rewrite::classify_script(&sql);
+                assert_eq!(commands.len(), n);
+                assert!(matches!(commands[n - 1].1, Command::Invalid(_)));
+                started.elapsed()
+            })
+            .min()
+            .unwrap_or_default()
     };
     let small = time(20_000).max(Duration::from_millis(1));
     let large = time(160_000);
@@ -1273,4 +1291,143 @@ fn startup_parameters_are_values_not_sql() {
             assert_eq!(shown.rows(), vec![vec![Some(payload.to_string())]]);
         }
     });
+}
+
+// ---------------------------------------------------------------------------
+// Authentication
+// ---------------------------------------------------------------------------
+
+/// Garbage in place of each SCRAM message, for a known and an unknown user:
+/// 28P01 or a close, never AuthenticationOk, never a session.
+#[test]
+fn garbage_during_scram_authentication() {
+    let mut text = String::new();
+    for name in ["alice", "bystander", "after"] {
+        text.push_str(&format!(
+            "[users.{name}]\ntenant = \"0f5c1a2b-0000-4000-8000-000000000001\"\npassthrough = \"full\"\nscram = \"{}\"\n",
+            queenwire::users::Verifier::new(PASSWORD).encode()
+        ));
+    }
+    let users = Arc::new(queenwire::users::Users::parse(&text).expect("users file"));
+    hostile_with(
+        "hostile_scram",
+        |c| {
+            c.pool_size = 4;
+            c.users = Some(users);
+        },
+        |addr, _| async move {
+            let bystander = Bystander::start(addr).await;
+            let sasl_initial = |mechanism: &str, len: i32, data: &[u8]| {
+                protocol::build(b'p', |b| {
+                    cstr(b, mechanism);
+                    b.put_i32(len);
+                    b.put_slice(data);
+                })
+            };
+            let first = b"n,,n=,r=hostileclientnonce";
+            let good_first = sasl_initial("SCRAM-SHA-256", first.len() as i32, first);
+            let mut rng = Rng(0x5C4A_3);
+            // (what, messages after AuthenticationSASL; None = hang up)
+            let mut cases: Vec<(String, Vec<u8>)> = vec![
+                (
+                    "SCRAM-SHA-1".into(),
+                    wire(&[sasl_initial("SCRAM-SHA-1", 3, b"n,,")]),
+                ),
+                (
+                    "no mechanism".into(),
+                    wire(&[Message::new(b'p', b"".to_vec())]),
+                ),
+                (
+                    "negative length".into(),
+                    wire(&[sasl_initial("SCRAM-SHA-256", -1, first)]),
+                ),
+                (
+                    "2 GB length".into(),
+                    wire(&[sasl_initial("SCRAM-SHA-256", i32::MAX, first)]),
+                ),
+                (
+                    "not UTF-8".into(),
+                    wire(&[sasl_initial("SCRAM-SHA-256", 4, b"n,,\xff")]),
+                ),
+                (
+                    "channel binding demanded".into(),
+                    wire(&[sasl_initial(
+                        "SCRAM-SHA-256",
+                        24,
+                        b"p=tls-server-end-point,,",
+                    )]),
+                ),
+                (
+                    "empty nonce".into(),
+                    wire(&[sasl_initial("SCRAM-SHA-256", 8, b"n,,n=,r=")]),
+                ),
+                (
+                    "a query instead".into(),
+                    wire(&[frontend::build_query("SELECT 1")]),
+                ),
+                ("over 10,000 bytes".into(), {
+                    let big = vec![b'r'; 20_000];
+                    wire(&[sasl_initial("SCRAM-SHA-256", big.len() as i32, &big)])
+                }),
+                ("final: wrong nonce".into(), {
+                    let mut w = wire(&[good_first.clone()]);
+                    w.extend(wire(&[Message::new(
+                        b'p',
+                        b"c=biws,r=wrong,p=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".to_vec(),
+                    )]));
+                    w
+                }),
+                ("final: empty".into(), {
+                    let mut w = wire(&[good_first.clone()]);
+                    w.extend(wire(&[Message::new(b'p', Vec::new())]));
+                    w
+                }),
+                ("final: a query".into(), {
+                    let mut w = wire(&[good_first.clone()]);
+                    w.extend(wire(&[frontend::build_query("SELECT 1")]));
+                    w
+                }),
+                ("final: hang up".into(), wire(&[good_first.clone()])),
+            ];
+            for i in 0..12 {
+                let n = rng.below(120);
+                let mut w = wire(&[good_first.clone()]);
+                w.extend(wire(&[Message::new(b'p', rng.bytes(n))]));
+                cases.push((format!("final: random {i}"), w));
+                let n = 1 + rng.below(60);
+                cases.push((format!("first: random {i}"), rng.bytes(n)));
+            }
+            for user in ["alice", "mallory"] {
+                for (what, bytes) in &cases {
+                    let what = format!("{user}, {what}");
+                    let mut raw = Raw::tcp(addr).await;
+                    raw.send(&startup_packet(&[("user", user), ("database", "x")]))
+                        .await;
+                    raw.send(bytes).await;
+                    raw.shutdown_write().await;
+                    let heard = raw.until_closed().await;
+                    assert_error_or_close(&heard, &what);
+                    assert!(heard.closed, "{what}: not closed: {heard:?}");
+                    let asked = heard.messages.first().is_some_and(|m| {
+                        m.tag == b'R' && m.body.len() >= 4 && m.body[..4] == [0, 0, 0, 10]
+                    });
+                    assert!(asked, "{what}: no AuthenticationSASL first: {heard:?}");
+                    let authenticated = heard
+                        .messages
+                        .iter()
+                        .any(|m| m.tag == b'R' && m.body.len() >= 4 && m.body[..4] == [0, 0, 0, 0]);
+                    assert!(
+                        !authenticated && !heard.ready(),
+                        "{what}: garbage was let in: {heard:?}"
+                    );
+                    assert!(
+                        heard.codes().iter().all(|c| c == "28P01" || c == "08P01"),
+                        "{what}: {:?}",
+                        heard.codes()
+                    );
+                }
+            }
+            bystander.finish().await;
+        },
+    );
 }

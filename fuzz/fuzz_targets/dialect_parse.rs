@@ -1,0 +1,62 @@
+//! Arbitrary UTF-8 through the dialect parser and the script classifier:
+//! no panic, no hang, and the few invariants the frontend relies on.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use queenwire::rewrite::{self, dialect, Command};
+
+fuzz_target!(|sql: &str| {
+    let chars = sql.chars().count();
+
+    if let Some(result) = dialect::parse(sql) {
+        match result {
+            Ok(stmt) => {
+                // What Describe and CommandComplete ask of a statement.
+                let types = stmt.param_types();
+                assert_eq!(stmt.param_count(), types.len());
+                assert!(types.len() <= 65_535, "more than 65535 parameters");
+                let _ = stmt.param_type(0);
+                let _ = stmt.param_type(types.len() + 1);
+                let _ = stmt.columns();
+                let _ = stmt.command_tag(usize::MAX);
+            }
+            Err(e) => {
+                // PostgreSQL's P field: 1-based, at most one past the end.
+                if let Some(p) = e.position {
+                    assert!(p >= 1 && p <= chars + 1, "position {p} in {chars} chars");
+                }
+                let _ = queenwire::engine::values::parse_error(e);
+            }
+        }
+    }
+
+    // A simple-query message: the session slices `sql` by these ranges.
+    let mut last_end = 0;
+    for (range, command) in rewrite::classify_script(sql) {
+        assert!(range.start >= last_end && range.start <= range.end && range.end <= sql.len());
+        assert!(sql.is_char_boundary(range.start) && sql.is_char_boundary(range.end));
+        last_end = range.end;
+        if let Command::Invalid(e) = command {
+            if let Some(p) = e.position {
+                assert!(
+                    p >= 1 && p <= chars + 1,
+                    "script position {p} in {chars} chars"
+                );
+            }
+        }
+    }
+
+    // The validators the engine applies to bound parameters take the same
+    // text a client can send.
+    let _ = dialect::validate_json(sql);
+    let _ = dialect::parse_duration(sql);
+    let _ = dialect::validate_name("queue", sql);
+    let _ = dialect::validate_namespace(sql);
+    let _ = dialect::validate_kv_key(sql);
+    let _ = dialect::validate_kv_bound("prefix", sql);
+    let _ = dialect::parse_integer(sql);
+    let _ = dialect::parse_count("LIMIT", sql);
+    let _ = dialect::parse_bool(sql);
+    // ACK/RENEW receipts are client text too (a forgery cannot pass the MAC).
+    let _ = queenwire::engine::receipt::ReceiptKey::new(vec![7; 32]).decode(sql);
+});

@@ -371,10 +371,8 @@ pub mod frontend {
         let mut r = msg.reader();
         let name = r.cstr()?;
         let query = r.cstr()?;
-        let n = r.i16()?;
-        if n < 0 {
-            return Err(Malformed("negative parameter count"));
-        }
+        // Counts are unsigned 16-bit, as PostgreSQL reads them.
+        let n = r.i16()? as u16;
         let mut param_types = Vec::with_capacity(n as usize);
         for _ in 0..n {
             param_types.push(r.i32()? as u32);
@@ -413,31 +411,24 @@ pub mod frontend {
         let portal = r.cstr()?;
         let statement = r.cstr()?;
         let after_statement = r.position();
-        let nf = r.i16()?;
-        if nf < 0 {
-            return Err(Malformed("negative format count"));
-        }
+        let nf = r.i16()? as u16;
         let mut param_formats = Vec::with_capacity(nf as usize);
         for _ in 0..nf {
             param_formats.push(r.i16()?);
         }
-        let np = r.i16()?;
-        if np < 0 {
-            return Err(Malformed("negative parameter count"));
-        }
+        let np = r.i16()? as u16;
         let mut params = Vec::with_capacity(np as usize);
         for _ in 0..np {
             let len = r.i32()?;
-            if len < 0 {
+            if len == -1 {
                 params.push(None);
+            } else if len < -1 {
+                return Err(Malformed("invalid parameter length"));
             } else {
                 params.push(Some(r.bytes(len as usize)?));
             }
         }
-        let nr = r.i16()?;
-        if nr < 0 {
-            return Err(Malformed("negative result format count"));
-        }
+        let nr = r.i16()? as u16;
         let mut result_formats = Vec::with_capacity(nr as usize);
         for _ in 0..nr {
             result_formats.push(r.i16()?);

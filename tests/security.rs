@@ -250,3 +250,99 @@ async fn tls_is_offered_and_can_be_required() {
     assert!(!ok);
     assert!(err.contains("requires TLS"), "{err}");
 }
+
+#[tokio::test]
+async fn tenants_see_and_touch_only_their_own_objects() {
+    use queenwire::users::{Passthrough, User, Users, Verifier};
+    use uuid::Uuid;
+    let mut users = Users::default();
+    for (name, tenant) in [("a", Uuid::from_u128(0xa)), ("b", Uuid::from_u128(0xb))] {
+        users.users.insert(
+            name.into(),
+            User {
+                name: name.into(),
+                tenant,
+                passthrough: Passthrough::None,
+                verifier: Verifier::new("pw"),
+            },
+        );
+    }
+    let users = std::sync::Arc::new(users);
+    let proxy = Proxy::start_with("tenant_matrix", |c| c.users = Some(users.clone())).await;
+    let login = |name: &'static str| {
+        let mut cfg = proxy.client_config();
+        cfg.user(name).password("pw");
+        cfg
+    };
+    let a = common::proxy::connect(&login("a")).await;
+    let b = common::proxy::connect(&login("b")).await;
+    use common::sql::rows;
+
+    // Tenant a's objects.
+    a.batch_execute("CREATE QUEUE shared_name WITH (retry_limit = 1)")
+        .await
+        .unwrap();
+    rows(&a, "PUSH INTO shared_name VALUES ('{\"owner\":\"a\"}')").await;
+    let held = rows(&a, "POP FROM shared_name GROUP g LEASE 60").await;
+    let receipt = held[0]["receipt"].clone().unwrap();
+    rows(
+        &a,
+        "PUSH INTO shared_name VALUES ('{\"owner\":\"a\",\"n\":2}')",
+    )
+    .await;
+    rows(&a, "KV PUT secrets k '\"a-only\"' FOREVER").await;
+    rows(&a, "SCHEDULE INTO shared_name KEY t AFTER 600 VALUES ('1')").await;
+
+    // Tenant b sees none of it…
+    assert!(rows(&b, "SHOW QUEUES").await.is_empty());
+    assert!(rows(&b, "SHOW GROUPS").await.is_empty());
+    assert!(rows(&b, "SHOW SCHEDULES").await.is_empty());
+    assert!(rows(&b, "KV GET secrets k").await.is_empty());
+    assert!(rows(&b, "KV LIST secrets").await.is_empty());
+    assert!(rows(&b, "POP FROM shared_name LIMIT 10").await.is_empty());
+    let err = b
+        .simple_query("SHOW PARTITIONS FROM shared_name")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42704"));
+    let err = b
+        .simple_query("SHOW DLQ FROM shared_name")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42704"));
+    // …and cannot act on it, even holding a's receipt.
+    let acked = rows(&b, &format!("ACK '{receipt}'")).await;
+    assert_eq!(acked[0]["status"].as_deref(), Some("stale"));
+    let failed = rows(&b, &format!("ACK '{receipt}' FAILED")).await;
+    assert_eq!(failed[0]["status"].as_deref(), Some("stale"));
+    let renewed = rows(&b, &format!("RENEW '{receipt}'")).await;
+    assert_eq!(renewed[0]["lease_expires_at"], None);
+    let cancelled = rows(&b, "CANCEL SCHEDULE t ON shared_name").await;
+    assert_eq!(cancelled[0]["applied"].as_deref(), Some("f"));
+    assert!(b
+        .simple_query("SEEK GROUP g ON shared_name TO BEGINNING")
+        .await
+        .is_err());
+    let err = b.simple_query("DROP QUEUE shared_name").await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42704"));
+    let err = b
+        .simple_query("ALTER QUEUE shared_name SET (retry_limit = 9)")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42704"));
+    // b's own queue of the same name is its own.
+    rows(&b, "PUSH INTO shared_name VALUES ('{\"owner\":\"b\"}')").await;
+    let mine = rows(&b, "POP FROM shared_name LIMIT 10").await;
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0]["payload"].as_deref(), Some("{\"owner\":\"b\"}"));
+    let put = rows(&b, "KV PUT secrets k '\"b\"' FOREVER IF ABSENT").await;
+    assert_eq!(put[0]["applied"].as_deref(), Some("t"));
+
+    // a's world is untouched.
+    let still = rows(&a, &format!("ACK '{receipt}'")).await;
+    assert_eq!(still[0]["status"].as_deref(), Some("acked"));
+    let kv = rows(&a, "KV GET secrets k").await;
+    assert_eq!(kv[0]["value"].as_deref(), Some("\"a-only\""));
+    assert_eq!(rows(&a, "SHOW SCHEDULES").await.len(), 1);
+    assert_eq!(rows(&a, "POP FROM shared_name LIMIT 10").await.len(), 2);
+}

@@ -106,6 +106,11 @@ CREATE OR REPLACE FUNCTION queen.log_push_one_v1(
     p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
 ) RETURNS BIGINT
 LANGUAGE plpgsql
+-- Generic plans: the statements' plans do not depend on the array values,
+-- and re-planning them per call cost 14 % of PostgreSQL's CPU on push100.
+-- Measured 2026-11-30 (2 cores, quick bench, C=8): push100 305k -> 399k
+-- msg/s, push1 8.3k -> 8.9k msg/s.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now    TIMESTAMPTZ := clock_timestamp();
@@ -219,6 +224,11 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
 ) RETURNS TABLE (msg_index INTEGER, status TEXT, partition_name TEXT, "offset" BIGINT, message_id UUID)
 LANGUAGE plpgsql
+-- Generic plans: the statements' plans do not depend on the array values,
+-- and re-planning them per call cost 14 % of PostgreSQL's CPU on push100.
+-- Measured 2026-11-30 (2 cores, quick bench, C=8): push100 305k -> 399k
+-- msg/s, push1 8.3k -> 8.9k msg/s.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

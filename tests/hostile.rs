@@ -1326,7 +1326,7 @@ fn garbage_during_scram_authentication() {
             };
             let first = b"n,,n=,r=hostileclientnonce";
             let good_first = sasl_initial("SCRAM-SHA-256", first.len() as i32, first);
-            let mut rng = Rng(0x5C4A_3);
+            let mut rng = Rng(0x0005_C4A3);
             // (what, messages after AuthenticationSASL; None = hang up)
             let mut cases: Vec<(String, Vec<u8>)> = vec![
                 (
@@ -1370,7 +1370,7 @@ fn garbage_during_scram_authentication() {
                     wire(&[sasl_initial("SCRAM-SHA-256", big.len() as i32, &big)])
                 }),
                 ("final: wrong nonce".into(), {
-                    let mut w = wire(&[good_first.clone()]);
+                    let mut w = wire(std::slice::from_ref(&good_first));
                     w.extend(wire(&[Message::new(
                         b'p',
                         b"c=biws,r=wrong,p=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".to_vec(),
@@ -1378,20 +1378,23 @@ fn garbage_during_scram_authentication() {
                     w
                 }),
                 ("final: empty".into(), {
-                    let mut w = wire(&[good_first.clone()]);
+                    let mut w = wire(std::slice::from_ref(&good_first));
                     w.extend(wire(&[Message::new(b'p', Vec::new())]));
                     w
                 }),
                 ("final: a query".into(), {
-                    let mut w = wire(&[good_first.clone()]);
+                    let mut w = wire(std::slice::from_ref(&good_first));
                     w.extend(wire(&[frontend::build_query("SELECT 1")]));
                     w
                 }),
-                ("final: hang up".into(), wire(&[good_first.clone()])),
+                (
+                    "final: hang up".into(),
+                    wire(std::slice::from_ref(&good_first)),
+                ),
             ];
             for i in 0..12 {
                 let n = rng.below(120);
-                let mut w = wire(&[good_first.clone()]);
+                let mut w = wire(std::slice::from_ref(&good_first));
                 w.extend(wire(&[Message::new(b'p', rng.bytes(n))]));
                 cases.push((format!("final: random {i}"), w));
                 let n = 1 + rng.below(60);

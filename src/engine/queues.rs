@@ -4,7 +4,7 @@
 
 use super::frame::{self, Frame};
 use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
-use super::values::{json_string, now_micros, parse_error, Cell, Params};
+use super::values::{json_string, now_micros, parse_error, row_cells, Cell, Params};
 use super::ExecError;
 use crate::backend::conn::{Internal, RawRow};
 use crate::backend::BackendConn;
@@ -14,6 +14,7 @@ use crate::rewrite::dialect::options::{OptionValue, QueueSetting};
 use crate::rewrite::dialect::pop::{Pop, SubscribeFrom};
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::queue_admin::SeekTarget;
+use crate::rewrite::dialect::show;
 use crate::rewrite::dialect::{QueueOption, Value};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -835,16 +836,7 @@ pub async fn show_queues(
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn.call(&SHOW_QUEUES_CALL, &[&tenant]).await?;
     rows.iter()
-        .map(|r| {
-            Ok(vec![
-                Cell::Text(get(r, 0, &Type::TEXT)?),
-                Cell::Int8(get(r, 1, &Type::INT8)?),
-                Cell::Int8(get(r, 2, &Type::INT8)?),
-                Cell::Int8(get(r, 3, &Type::INT8)?),
-                Cell::Int8(get(r, 4, &Type::INT8)?),
-                Cell::timestamp(get(r, 5, &Type::TIMESTAMPTZ)?),
-            ])
-        })
+        .map(|r| row_cells(r, show::QUEUES_COLUMNS).map_err(ExecError::Backend))
         .collect()
 }
 
@@ -855,14 +847,7 @@ pub async fn show_partitions(
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn.call(&SHOW_PARTITIONS_CALL, &[&queue, &tenant]).await?;
     rows.iter()
-        .map(|r| {
-            Ok(vec![
-                Cell::Text(get(r, 0, &Type::TEXT)?),
-                Cell::Int8(get(r, 1, &Type::INT8)?),
-                Cell::Int8(get(r, 2, &Type::INT8)?),
-                Cell::timestamp(get(r, 3, &Type::TIMESTAMPTZ)?),
-            ])
-        })
+        .map(|r| row_cells(r, show::PARTITIONS_COLUMNS).map_err(ExecError::Backend))
         .collect()
 }
 
@@ -873,16 +858,7 @@ pub async fn show_groups(
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn.call(&SHOW_GROUPS_CALL, &[&queue, &tenant]).await?;
     rows.iter()
-        .map(|r| {
-            Ok(vec![
-                Cell::Text(get(r, 0, &Type::TEXT)?),
-                Cell::Text(get(r, 1, &Type::TEXT)?),
-                Cell::Int8(get(r, 2, &Type::INT8)?),
-                Cell::Int8(get(r, 3, &Type::INT8)?),
-                Cell::timestamp(get(r, 4, &Type::TIMESTAMPTZ)?),
-                Cell::Int8(get(r, 5, &Type::INT8)?),
-            ])
-        })
+        .map(|r| row_cells(r, show::GROUPS_COLUMNS).map_err(ExecError::Backend))
         .collect()
 }
 

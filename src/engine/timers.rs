@@ -6,7 +6,7 @@
 //! partition lock, as the global lock order requires.
 
 use super::queues::{write_pushes, PreparedPush, DEFAULT_PARTITION};
-use super::values::{Cell, Params};
+use super::values::{row_cells, Cell, Params};
 use super::wake::{queue_key, Announcer};
 use super::ExecError;
 use crate::backend::conn::Internal;
@@ -113,12 +113,7 @@ pub async fn list(
     let rows = conn.call(&LIST_CALL, &[&queue, &tenant]).await?;
     rows.iter()
         .map(|r| {
-            Ok(vec![
-                Cell::opt_text(r.get(0, &Type::TEXT)?),
-                Cell::opt_text(r.get(1, &Type::TEXT)?),
-                Cell::opt_text(r.get(2, &Type::TEXT)?),
-                Cell::timestamp(r.get(3, &Type::TIMESTAMPTZ)?),
-            ])
+            row_cells(r, crate::rewrite::dialect::timer::SHOW_COLUMNS).map_err(ExecError::Backend)
         })
         .collect()
 }

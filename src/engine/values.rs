@@ -138,6 +138,39 @@ pub fn json_string(s: &str) -> String {
     out
 }
 
+/// A row of a `queen.*` reader whose columns are, in order, the
+/// statement's result columns: each cell decoded by the column's type.
+pub fn row_cells(
+    row: &crate::backend::conn::RawRow,
+    columns: &[dialect::Column],
+) -> Result<Vec<Cell>, crate::backend::BackendError> {
+    use dialect::oid;
+    use tokio_postgres::types::Type;
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            Ok(match c.type_oid {
+                oid::INT8 => row
+                    .get::<Option<i64>>(i, &Type::INT8)?
+                    .map_or(Cell::Null, Cell::Int8),
+                oid::INT4 => row
+                    .get::<Option<i32>>(i, &Type::INT4)?
+                    .map_or(Cell::Null, Cell::Int4),
+                oid::BOOL => row
+                    .get::<Option<bool>>(i, &Type::BOOL)?
+                    .map_or(Cell::Null, Cell::Bool),
+                oid::UUID => row
+                    .get::<Option<uuid::Uuid>>(i, &Type::UUID)?
+                    .map_or(Cell::Null, Cell::Uuid),
+                oid::TIMESTAMPTZ => Cell::timestamp(row.get(i, &Type::TIMESTAMPTZ)?),
+                oid::JSONB => row.jsonb(i)?.map_or(Cell::Null, Cell::Jsonb),
+                _ => Cell::opt_text(row.get(i, &Type::TEXT)?),
+            })
+        })
+        .collect()
+}
+
 /// The bound parameters of one execution, as text (`None` = NULL).
 pub struct Params<'a>(pub &'a [Option<String>]);
 

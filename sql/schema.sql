@@ -143,3 +143,82 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = p_code, MESSAGE = p_message;
 END;
 $$;
+
+-- ---------------------------------------------------------------------------
+-- Tenancy enforced by PostgreSQL (see 034_privileges.sql and
+-- docs/security.md)
+-- ---------------------------------------------------------------------------
+
+-- The backend login roles that act for one tenant. queenwire runs a user's
+-- plain SQL (and the dialect statements inside the user's own transaction
+-- blocks) on connections logged in as the tenant's role, so `session_user`
+-- names the tenant there, and no SET can change it (SET ROLE only reaches
+-- roles the session user is a member of, and a tenant role is a member of
+-- queen_client alone).
+CREATE TABLE IF NOT EXISTS queen.tenant_roles (
+    role_name  NAME PRIMARY KEY,
+    tenant_id  UUID NOT NULL,
+    read_only  BOOLEAN NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- The guard every tenant-facing queen.* function runs first. Those functions
+-- are SECURITY DEFINER, so inside them current_user is the schema owner and
+-- session_user is the role that logged in:
+--   the owner itself, or a role mapped to no tenant that is a member of
+--   queen_engine (queenwire's own connections): any tenant, the proxy
+--   vouches for it;
+--   a tenant role: only its own tenant, else 42501;
+--   anything else: 42501.
+-- STABLE, so in a LANGUAGE sql body it is a one-time filter evaluated before
+-- any row is read. Reads queen.tenant_roles by primary key; no locks.
+CREATE OR REPLACE FUNCTION queen.tenant_guard_v1(p_tenant UUID)
+RETURNS BOOLEAN
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_tenant UUID;
+BEGIN
+    IF session_user = current_user THEN
+        RETURN true;
+    END IF;
+    SELECT r.tenant_id INTO v_tenant FROM queen.tenant_roles r WHERE r.role_name = session_user;
+    IF FOUND THEN
+        IF v_tenant = p_tenant THEN
+            RETURN true;
+        END IF;
+        RAISE EXCEPTION 'role % acts for another tenant', session_user
+            USING ERRCODE = '42501';
+    END IF;
+    IF to_regrole('queen_engine') IS NOT NULL
+       AND pg_has_role(session_user, 'queen_engine', 'MEMBER') THEN
+        RETURN true;
+    END IF;
+    RAISE EXCEPTION 'role % is not a queenwire tenant role', session_user
+        USING ERRCODE = '42501';
+END;
+$$;
+
+-- Whether the session's login role may see rows of p_tenant: the filter of
+-- the queen views (011). The owner and queenwire's engine role see every
+-- tenant, a tenant role its own, any other role none. Never raises. SECURITY
+-- DEFINER (034), so current_user is the owner even when a view calls it.
+-- No locks.
+CREATE OR REPLACE FUNCTION queen.tenant_visible_v1(p_tenant UUID)
+RETURNS BOOLEAN
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_tenant UUID;
+BEGIN
+    IF session_user = current_user THEN
+        RETURN true;
+    END IF;
+    SELECT r.tenant_id INTO v_tenant FROM queen.tenant_roles r WHERE r.role_name = session_user;
+    IF FOUND THEN
+        RETURN v_tenant = p_tenant;
+    END IF;
+    RETURN to_regrole('queen_engine') IS NOT NULL
+       AND pg_has_role(session_user, 'queen_engine', 'MEMBER');
+END;
+$$;

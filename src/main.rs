@@ -238,10 +238,11 @@ fn manage_users(action: UserAction) -> Result<(), String> {
             let users = Users::load(&file).map_err(|e| e.to_string())?;
             for u in users.users.values() {
                 println!(
-                    "{}\ttenant={}\tpassthrough={}",
+                    "{}\ttenant={}\tpassthrough={}\tbackend_role={}",
                     u.name,
                     u.tenant,
-                    u.passthrough.as_str()
+                    u.passthrough.as_str(),
+                    u.backend_role().as_deref().unwrap_or("-")
                 );
             }
             Ok(())

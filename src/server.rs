@@ -9,6 +9,7 @@ use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
 use crate::engine::{maintenance, timers, wake, Engine};
 use crate::frontend::{self, FrontendConfig, Shared};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -116,8 +117,76 @@ fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartErro
     Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
 }
 
+/// The backend login role of every (tenant, read-only) pair the users file
+/// needs for plain SQL, made (or refreshed) with
+/// `queen.tenant_role_ensure_v1`, each with a pool of its own. The roles log
+/// in with queenwire's own backend password (PostgreSQL keeps a SCRAM
+/// verifier of it); users with passthrough `none` need no role.
+async fn tenant_role_pools(
+    client: &tokio_postgres::Client,
+    users: &crate::users::Users,
+    target: &BackendTarget,
+    pool_size: usize,
+) -> Result<HashMap<(uuid::Uuid, bool), pool::Pool>, StartError> {
+    use crate::users::Passthrough;
+    let mut needed: Vec<(uuid::Uuid, bool)> = users
+        .users
+        .values()
+        .filter_map(|u| match u.passthrough {
+            Passthrough::None => None,
+            Passthrough::ReadOnly => Some((u.tenant, true)),
+            Passthrough::Full => Some((u.tenant, false)),
+        })
+        .collect();
+    needed.sort();
+    needed.dedup();
+    let verifier = target
+        .password
+        .as_ref()
+        .map(|p| crate::users::Verifier::new(&String::from_utf8_lossy(p)).encode());
+    let mut pools = HashMap::new();
+    for (tenant, read_only) in needed {
+        // Two brokers booting at once may collide on the shared catalogs
+        // (a role is cluster-wide): try again a few times.
+        let mut attempt = 0;
+        let role: String = loop {
+            match client
+                .query_one(
+                    "SELECT queen.tenant_role_ensure_v1($1, $2, $3)::TEXT",
+                    &[&tenant, &read_only, &verifier],
+                )
+                .await
+            {
+                Ok(row) => break row.get(0),
+                Err(e) if attempt >= 4 => {
+                    return Err(StartError::TenantRoles(format!(
+                        "cannot make the backend role of tenant {tenant}: {}",
+                        e.as_db_error()
+                            .map_or(e.to_string(), |d| d.message().to_string())
+                    )))
+                }
+                Err(_) => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                }
+            }
+        };
+        let role_target = Arc::new(BackendTarget {
+            user: role,
+            ..target.clone()
+        });
+        pools.insert(
+            (tenant, read_only),
+            pool::build_pool(role_target, pool_size)?,
+        );
+    }
+    Ok(pools)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error("tenant roles: {0} (the schema owner needs CREATEROLE, and queenwire's backend role membership in queen_engine; see docs/security.md)")]
+    TenantRoles(String),
     #[error("TLS: {0}")]
     Tls(String),
     #[error(transparent)]
@@ -199,10 +268,14 @@ impl Server {
             .query_one("SELECT queen.receipt_secret_v1($1)", &[&candidate])
             .await?
             .get(0);
+        let target = Arc::new(BackendTarget::from_config(&client_config)?);
+        let role_pools = match &config.users {
+            Some(users) => tenant_role_pools(&client, users, &target, config.pool_size).await?,
+            None => HashMap::new(),
+        };
         drop(client);
         let _ = conn_task.await;
 
-        let target = Arc::new(BackendTarget::from_config(&client_config)?);
         let pool = pool::build_pool(target.clone(), config.pool_size)?;
         let listener = TcpListener::bind(&config.listen)
             .await
@@ -246,6 +319,7 @@ impl Server {
                 max_message_size: config.max_message_size,
             },
             pool.clone(),
+            role_pools,
             target,
             engine.clone(),
         ));

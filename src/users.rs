@@ -64,6 +64,20 @@ pub struct User {
     pub verifier: Verifier,
 }
 
+impl User {
+    /// The PostgreSQL role this user's plain SQL runs as, as
+    /// `queen.tenant_role_ensure_v1` names it; `None` for passthrough
+    /// `none` (no plain SQL at all).
+    pub fn backend_role(&self) -> Option<String> {
+        let hex = self.tenant.simple();
+        match self.passthrough {
+            Passthrough::None => None,
+            Passthrough::ReadOnly => Some(format!("queen_t_{hex}_ro")),
+            Passthrough::Full => Some(format!("queen_t_{hex}")),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum UsersError {
     #[error("users file {0}: {1}")]

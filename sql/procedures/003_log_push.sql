@@ -248,6 +248,7 @@ DECLARE
     v_pid       BIGINT;
     v_attempt   INTEGER;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NULL OR v_segments = 0 THEN
         RAISE EXCEPTION 'log_push_v1: a queue name and at least one segment are required'
             USING ERRCODE = '22023';

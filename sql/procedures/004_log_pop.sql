@@ -141,6 +141,7 @@ DECLARE
     o_to          BIGINT[] := '{}';
     o_base        BIGINT[] := '{}';
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NULL OR p_limit IS NULL OR p_limit < 1
        OR p_max_partitions IS NULL OR p_max_partitions < 1
        OR p_lease_ms <= 0 THEN

@@ -147,6 +147,7 @@ DECLARE
     v_any_retry BOOLEAN;
     v_i         INTEGER;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF cardinality(p_offsets) IS DISTINCT FROM v_n
        OR cardinality(p_groups) IS DISTINCT FROM v_n
        OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n THEN
@@ -288,6 +289,7 @@ DECLARE
     r_token   UUID[] := '{}';
     r_expires TIMESTAMPTZ[] := '{}';
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF cardinality(p_groups) IS DISTINCT FROM v_n
        OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n THEN
         RAISE EXCEPTION 'log_renew_v1: partition ids, groups and lease tokens must be parallel arrays'

@@ -75,6 +75,7 @@ DECLARE
     v_pid      BIGINT;
     v_cursor   BIGINT;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_target IS NULL OR p_target NOT IN ('beginning', 'end', 'timestamp')
        OR (p_target = 'timestamp' AND p_at IS NULL) THEN
         RAISE EXCEPTION 'seek target must be beginning, end or timestamp (with a time)'
@@ -159,6 +160,7 @@ DECLARE
     v_row      RECORD;
     v_pids     BIGINT[] := '{}';
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
@@ -224,6 +226,7 @@ AS $$
 DECLARE
     v_queue_id UUID;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'limit must be at least 1' USING ERRCODE = '22023';
     END IF;
@@ -273,7 +276,7 @@ AS $$
             WHERE p.queue_id = q.id),
            q.created_at
     FROM queen.queues q
-    WHERE q.tenant_id = p_tenant
+    WHERE queen.tenant_guard_v1(p_tenant) AND q.tenant_id = p_tenant
     ORDER BY q.name
 $$;
 
@@ -296,6 +299,7 @@ AS $$
 DECLARE
     v_queue_id UUID;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
@@ -336,6 +340,7 @@ LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue) THEN
         RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';

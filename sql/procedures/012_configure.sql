@@ -40,6 +40,7 @@ DECLARE
     v_text    TEXT;
     v_id      UUID;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NULL OR p_mode IS NULL
        OR p_mode NOT IN ('create', 'create_if_not_exists', 'alter') THEN
         RAISE EXCEPTION 'configure_queue_v1: needs a queue and a mode of create, create_if_not_exists or alter'

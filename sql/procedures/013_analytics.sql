@@ -35,6 +35,7 @@ DECLARE
     v_pids     BIGINT[] := '{}';
     v_row      RECORD;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     SELECT q.id INTO v_queue_id FROM queen.queues q
     WHERE q.tenant_id = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN

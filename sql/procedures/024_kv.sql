@@ -283,6 +283,7 @@ DECLARE
     v_cur      BIGINT;
     v_expiry   JSONB;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_tenant IS NULL THEN
         RAISE EXCEPTION 'kv_apply_v1: a tenant is required' USING ERRCODE = '22023';
     END IF;

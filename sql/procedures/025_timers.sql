@@ -70,6 +70,7 @@ AS $$
 DECLARE
     v_fire_at TIMESTAMPTZ;
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_tenant IS NULL OR p_queue IS NULL OR p_queue = '' OR p_key IS NULL OR p_key = ''
        OR p_partition = '' OR p_payload IS NULL OR p_fire_at IS NULL THEN
         RAISE EXCEPTION 'timer_schedule_v1: a tenant, a queue, a key, a payload and a fire time are required (partition NULL = Default)'
@@ -116,6 +117,7 @@ CREATE OR REPLACE FUNCTION queen.timer_cancel_v1(
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
     DELETE FROM queen.log_timers t
     WHERE t.tenant_id = p_tenant AND t.queue_name = p_queue AND t.timer_key = p_key;
     RETURN FOUND;
@@ -132,7 +134,8 @@ LANGUAGE sql STABLE
 AS $$
     SELECT t.queue_name::TEXT, t.timer_key::TEXT, t.partition_name::TEXT, t.fire_at
     FROM queen.log_timers t
-    WHERE t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue_name = p_queue)
+    WHERE queen.tenant_guard_v1(p_tenant)
+      AND t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue_name = p_queue)
     ORDER BY t.queue_name COLLATE "C", t.timer_key COLLATE "C"
 $$;
 

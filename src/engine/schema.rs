@@ -35,6 +35,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("026_kv_sweep.sql"),
     procedure!("027_kv_quota.sql"),
     procedure!("029_maintenance_leases.sql"),
+    procedure!("034_privileges.sql"),
 ];
 
 /// The oldest PostgreSQL the schema supports (NULLS NOT DISTINCT needs 15).

@@ -42,6 +42,9 @@ pub struct FrontendConfig {
 pub struct Shared {
     pub config: FrontendConfig,
     pub pool: Pool,
+    /// Pools logged in as the tenants' backend roles, by (tenant,
+    /// read-only): plain SQL of users with a passthrough policy runs there.
+    pub role_pools: HashMap<(uuid::Uuid, bool), Pool>,
     pub target: Arc<BackendTarget>,
     pub registry: CancelRegistry,
     pub statement_names: StatementNames,
@@ -53,12 +56,14 @@ impl Shared {
     pub fn new(
         config: FrontendConfig,
         pool: Pool,
+        role_pools: HashMap<(uuid::Uuid, bool), Pool>,
         target: Arc<BackendTarget>,
         engine: Arc<Engine>,
     ) -> Shared {
         Shared {
             config,
             pool,
+            role_pools,
             target,
             engine,
             registry: CancelRegistry::default(),

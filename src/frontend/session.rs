@@ -100,6 +100,10 @@ pub struct Session {
     tenant: uuid::Uuid,
     /// What plain SQL this user may pass through.
     passthrough: crate::users::Passthrough,
+    /// Connections logged in as the user's tenant role, for plain SQL and
+    /// everything inside the user's transactions; `None` (no users file):
+    /// the engine's pool.
+    role_pool: Option<crate::backend::Pool>,
     shared: Arc<Shared>,
     client: Client,
     handle: Arc<SessionHandle>,
@@ -148,10 +152,24 @@ impl Session {
         desired: BTreeMap<String, String>,
         identity: super::startup::Identity,
     ) -> Session {
+        use crate::users::Passthrough;
+        let role_pool = match identity.passthrough {
+            Passthrough::None => None,
+            Passthrough::ReadOnly => shared.role_pools.get(&(identity.tenant, true)).cloned(),
+            Passthrough::Full => shared.role_pools.get(&(identity.tenant, false)).cloned(),
+        };
+        // A user from the users file never runs plain SQL as the engine's
+        // own role: without a tenant role, no plain SQL at all.
+        let passthrough = if shared.config.users.is_some() && role_pool.is_none() {
+            Passthrough::None
+        } else {
+            identity.passthrough
+        };
         Session {
             id,
             tenant: identity.tenant,
-            passthrough: identity.passthrough,
+            passthrough,
+            role_pool,
             shared,
             client,
             handle,
@@ -180,7 +198,7 @@ impl Session {
     /// Acquires a backend connection (if the session holds none) with the
     /// session's parameters applied, and returns its parameter statuses.
     pub async fn backend_parameters(&mut self) -> Result<Vec<(String, String)>, BackendError> {
-        self.acquire().await?;
+        self.acquire(false).await?;
         let conn = self.conn_mut()?;
         let mut params: Vec<(String, String)> = conn
             .reported
@@ -310,11 +328,18 @@ impl Session {
 
     // ----- backend connection -----
 
-    async fn acquire(&mut self) -> Result<(), BackendError> {
+    /// Takes a connection for the next statement, unless one is held: for a
+    /// dialect statement from the engine's pool (the tenant is a parameter
+    /// queenwire vouches for), for plain SQL from the user's role pool.
+    async fn acquire(&mut self, dialect: bool) -> Result<(), BackendError> {
         if self.backend.is_some() {
             return Ok(());
         }
-        let mut conn = self.shared.pool.get().await.map_err(|e| match e {
+        let pool = match &self.role_pool {
+            Some(p) if !dialect => p,
+            _ => &self.shared.pool,
+        };
+        let mut conn = pool.get().await.map_err(|e| match e {
             deadpool::managed::PoolError::Backend(b) => b,
             other => BackendError::Protocol(other.to_string()),
         })?;
@@ -335,7 +360,11 @@ impl Session {
 
     /// Acquires a backend connection, telling the client if none can be had.
     async fn ensure_backend(&mut self) -> Result<bool, End> {
-        match self.acquire().await {
+        self.ensure_backend_for(false).await
+    }
+
+    async fn ensure_backend_for(&mut self, dialect: bool) -> Result<bool, End> {
+        match self.acquire(dialect).await {
             Ok(()) => Ok(true),
             Err(e) => {
                 self.local_error(backend_error_fields(&e));
@@ -776,7 +805,53 @@ impl Session {
                     .await;
             }
         }
-        if !self.ensure_backend().await? {
+        // A user of the users file: outside its transactions, a dialect
+        // statement runs on a connection of the engine's pool, committed
+        // before it is answered, and that connection goes back at once. So
+        // no plain SQL of the user can ever run on an engine connection
+        // (the two never share one), and a read-only role's pinned session
+        // can still POP and ACK. Inside the user's transaction (a block, or
+        // a pipeline's implicit one) it runs there, as the user's role,
+        // through the guarded entry points.
+        let own_transaction = self.forwarded_since_sync
+            || !self.pending.is_empty()
+            || self.backend.as_ref().is_some_and(|c| c.status != b'I');
+        if self.role_pool.is_none() || own_transaction {
+            return self
+                .run_dialect_on_backend(stmt, params, result_formats, describe)
+                .await;
+        }
+        let held = self.backend.take();
+        let autosync = std::mem::replace(&mut self.autosync, true);
+        // The pin belongs to the held connection; the engine one goes back
+        // to the pool even while a POP … WAIT waits.
+        let pinned = std::mem::replace(&mut self.pinned, false);
+        let ran = self
+            .run_dialect_on_backend(stmt, params, result_formats, describe)
+            .await;
+        self.autosync = autosync;
+        self.pinned = pinned;
+        if let Some(engine_conn) = self.backend.take() {
+            // Committed (its call ended with Sync): clean, or closed.
+            pool::release(engine_conn);
+        }
+        self.forwarded_since_sync = false;
+        self.handle.set_backend(held.as_ref().map(|c| c.key));
+        self.backend = held;
+        if ran.is_ok() {
+            self.announce_pushes();
+        }
+        ran
+    }
+
+    async fn run_dialect_on_backend(
+        &mut self,
+        stmt: &Arc<Statement>,
+        params: &[Option<String>],
+        result_formats: &[i16],
+        describe: bool,
+    ) -> Result<bool, End> {
+        if !self.ensure_backend_for(true).await? {
             return Ok(false);
         }
         let in_block = self.backend.as_ref().is_some_and(|c| c.status != b'I');
@@ -908,7 +983,7 @@ impl Session {
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            if !self.ensure_backend().await? {
+            if !self.ensure_backend_for(true).await? {
                 return Ok(Err(ExecError::Statement(ErrorFields::error(
                     "08006",
                     "no backend connection for POP",

@@ -1,0 +1,144 @@
+-- 034_privileges: who may call what, enforced by PostgreSQL. Applied last,
+-- after every function exists (CREATE OR REPLACE FUNCTION resets SECURITY
+-- DEFINER and its settings; this file puts them back at every boot). Not one
+-- of the seed's 001-033: the seed's catalogue names no roles, so this file
+-- is queenwire's own, numbered after the seed's range.
+--
+-- The model (docs/security.md):
+--   queen_engine  NOLOGIN. queenwire's own backend role is a member (the
+--                 embedded superuser is implicitly). EXECUTE on every entry
+--                 point; the tenant is a parameter it vouches for.
+--   queen_client  NOLOGIN. Every tenant role is a member. USAGE on the
+--                 schema, EXECUTE on the tenant-facing entry points (each
+--                 runs queen.tenant_guard_v1 first: a tenant role only acts
+--                 for its own tenant), SELECT on the views (filtered by
+--                 queen.tenant_visible_v1). No privilege on any queen table
+--                 or sequence: `DELETE FROM queen.log_segments` is 42501.
+--   queen_t_<tenant hex>[_ro]
+--                 LOGIN, one per tenant and policy, made by
+--                 queen.tenant_role_ensure_v1 and listed in
+--                 queen.tenant_roles. The _ro role starts every transaction
+--                 read-only (default_transaction_read_only) and is granted
+--                 nothing to write.
+-- Entry points are SECURITY DEFINER with a fixed search_path (pg_temp last,
+-- so a caller's temporary table cannot stand in for a queen table). Pure
+-- helpers stay SECURITY INVOKER, so LANGUAGE sql helpers still inline.
+-- Locks: catalog rows of the functions and roles named; nothing in queen.
+
+-- Creates (or refreshes) the login role acting for one tenant, maps it in
+-- queen.tenant_roles, and returns its name. p_password is what the role
+-- logs in with (queenwire passes a SCRAM verifier of its own backend
+-- password, never the password itself), NULL for none (trust or peer
+-- setups). Needs an owner with CREATEROLE; engine only.
+-- Locks: the queen.tenant_roles row of the role.
+CREATE OR REPLACE FUNCTION queen.tenant_role_ensure_v1(
+    p_tenant    UUID,
+    p_read_only BOOLEAN,
+    p_password  TEXT
+) RETURNS NAME
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_role NAME := 'queen_t_' || replace(p_tenant::TEXT, '-', '')
+                   || CASE WHEN p_read_only THEN '_ro' ELSE '' END;
+BEGIN
+    -- Shared catalogs are written only when something changes, so brokers
+    -- booting at once (on one or several databases) rarely collide; a
+    -- collision is an error the caller retries.
+    IF to_regrole(v_role) IS NULL THEN
+        BEGIN
+            EXECUTE format('CREATE ROLE %I LOGIN INHERIT NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS', v_role);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    IF NOT pg_has_role(v_role, 'queen_client', 'MEMBER') THEN
+        EXECUTE format('GRANT queen_client TO %I', v_role);
+    END IF;
+    IF p_password IS NOT NULL THEN
+        EXECUTE format('ALTER ROLE %I PASSWORD %L', v_role, p_password);
+    END IF;
+    IF p_read_only AND NOT EXISTS (
+        SELECT 1 FROM pg_db_role_setting s
+        WHERE s.setrole = to_regrole(v_role) AND s.setdatabase = 0
+          AND 'default_transaction_read_only=on' = ANY (s.setconfig)) THEN
+        EXECUTE format('ALTER ROLE %I SET default_transaction_read_only = on', v_role);
+    END IF;
+    INSERT INTO queen.tenant_roles (role_name, tenant_id, read_only)
+    VALUES (v_role, p_tenant, p_read_only)
+    ON CONFLICT (role_name) DO UPDATE
+        SET tenant_id = EXCLUDED.tenant_id, read_only = EXCLUDED.read_only;
+    RETURN v_role;
+END;
+$$;
+
+-- The two group roles. Roles are cluster-wide: a second database with its
+-- own queen schema shares them. An owner without CREATEROLE cannot make
+-- them: the boot goes on with a warning, and queenwire then refuses a users
+-- file that needs tenant roles.
+DO $$
+DECLARE
+    v_role TEXT;
+BEGIN
+    FOREACH v_role IN ARRAY ARRAY['queen_engine', 'queen_client'] LOOP
+        IF to_regrole(v_role) IS NULL THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL; -- another database's boot made it just now
+            END;
+        END IF;
+    END LOOP;
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE WARNING 'queenwire: cannot create roles queen_engine and queen_client (%); tenant isolation by PostgreSQL is unavailable', SQLERRM;
+END
+$$;
+
+-- Nothing in queen is anyone's by default.
+REVOKE ALL ON ALL TABLES IN SCHEMA queen FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA queen FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA queen FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA queen REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+
+-- Entry points: SECURITY DEFINER, fixed search_path; EXECUTE by role.
+DO $$
+DECLARE
+    v_client TEXT[] := ARRAY[
+        'log_push_v1', 'log_pop_v1', 'log_ack_v1', 'log_renew_v1',
+        'log_seek_group_v1', 'log_drop_group_v1', 'get_dlq_messages_v1',
+        'log_show_queues_v1', 'log_show_partitions_v1', 'log_show_groups_v1',
+        'configure_queue_v1', 'delete_queue_v1', 'kv_apply_v1',
+        'timer_schedule_v1', 'timer_cancel_v1', 'timer_list_v1',
+        'tenant_visible_v1'];
+    v_engine TEXT[] := ARRAY[
+        'receipt_secret_v1', 'log_expire_pending_v1', 'maintenance_try_lease_v1',
+        'kv_prune_shard_v1', 'kv_usage_rollup_v1', 'kv_quota_poll_v1',
+        'timer_claim_due_v1', 'timer_delete_fired_v1', 'tenant_role_ensure_v1'];
+    v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL
+                       AND to_regrole('queen_client') IS NOT NULL;
+    v_fn REGPROCEDURE;
+    v_name TEXT;
+BEGIN
+    FOR v_fn, v_name IN
+        SELECT p.oid::REGPROCEDURE, p.proname::TEXT
+        FROM pg_proc p
+        WHERE p.pronamespace = 'queen'::REGNAMESPACE
+          AND p.proname = ANY (v_client || v_engine)
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, queen, pg_temp', v_fn);
+        IF v_roles THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO queen_engine', v_fn);
+            IF v_name = ANY (v_client) THEN
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO queen_client', v_fn);
+            END IF;
+        END IF;
+    END LOOP;
+    IF v_roles THEN
+        -- raise_v1 touches nothing: invoker rights are enough.
+        GRANT EXECUTE ON FUNCTION queen.raise_v1(TEXT, TEXT) TO queen_client, queen_engine;
+        GRANT USAGE ON SCHEMA queen TO queen_client, queen_engine;
+        GRANT SELECT ON queen.queue_depth, queen.group_lag, queen.dlq_counts, queen.throughput
+            TO queen_client, queen_engine;
+    END IF;
+END
+$$;

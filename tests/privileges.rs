@@ -409,3 +409,54 @@ async fn dialect_statements_of_a_role_session_commit_before_they_are_answered() 
         );
     }
 }
+
+#[tokio::test]
+async fn a_full_users_transaction_over_the_extended_protocol_commits_or_rolls_back_whole() {
+    let proxy = Proxy::start_with("role_txn_ext", |c| c.users = Some(users())).await;
+    let direct = proxy.connect_direct().await;
+    let role_full = role_of(&direct, TENANT_A, false).await;
+    direct
+        .batch_execute(&format!(
+            "CREATE TABLE done (id INT PRIMARY KEY);
+             GRANT SELECT, INSERT ON done TO {role_full};"
+        ))
+        .await
+        .unwrap();
+    let mut client = login(&proxy, "full_a").await;
+    rows(
+        &client,
+        "PUSH INTO jobs VALUES ('{\"id\":1}'), ('{\"id\":2}')",
+    )
+    .await;
+    for commit in [false, true] {
+        let txn = client.transaction().await.unwrap();
+        let popped = txn
+            .query("POP FROM jobs LIMIT 1 LEASE 60", &[])
+            .await
+            .unwrap();
+        assert_eq!(popped.len(), 1);
+        let receipt: String = popped[0].get("receipt");
+        txn.execute("INSERT INTO done VALUES ($1)", &[&(commit as i32)])
+            .await
+            .unwrap();
+        let acked = txn.query("ACK $1", &[&receipt]).await.unwrap();
+        assert_eq!(acked[0].get::<_, String>("status"), "acked");
+        if commit {
+            txn.commit().await.unwrap();
+        } else {
+            txn.rollback().await.unwrap();
+        }
+    }
+    // The rolled-back transaction left neither its row nor its ACK: the
+    // first message came back (its lease was rolled back too).
+    let ids: Vec<i32> = direct
+        .query("SELECT id FROM done", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [1]);
+    let left = rows(&client, "POP FROM jobs LIMIT 10").await;
+    assert_eq!(left.len(), 1, "{left:?}");
+}

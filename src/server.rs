@@ -291,7 +291,7 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
-        let waiters = Arc::new(wake::Waiters::default());
+        let waiters = Arc::new(wake::Waiters::new(&secret));
         let (announcer, announcements) = wake::Announcer::new(waiters.clone());
         let kv = Arc::new(KvState::default());
         kv.set_paused(config.kv_paused);

@@ -460,3 +460,49 @@ async fn a_full_users_transaction_over_the_extended_protocol_commits_or_rolls_ba
     let left = rows(&client, "POP FROM jobs LIMIT 10").await;
     assert_eq!(left.len(), 1, "{left:?}");
 }
+
+#[tokio::test]
+async fn wake_up_notifications_name_no_tenant_and_no_queue() {
+    use futures::StreamExt;
+    let proxy = Proxy::start_with("wake_digest", |c| c.users = Some(users())).await;
+    // A tenant role listening on queenwire's channel, straight on the
+    // database (through the proxy it could do the same on a pinned session).
+    let direct = proxy.connect_direct().await;
+    let role_a = role_of(&direct, TENANT_A, false).await;
+    let mut cfg = proxy.direct.clone();
+    cfg.user(&role_a);
+    let (listener, mut connection) = cfg.connect(tokio_postgres::NoTls).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    listener
+        .batch_execute("LISTEN queenwire_push")
+        .await
+        .unwrap();
+    let b = login(&proxy, "full_b").await;
+    rows(&b, "PUSH INTO secret_queue_name VALUES ('{}')").await;
+    let payload = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a wake-up notification within 10 s")
+        .unwrap();
+    assert!(!payload.contains("secret_queue_name"), "{payload}");
+    assert!(!payload.contains(&TENANT_B.to_string()), "{payload}");
+    assert_eq!(payload.len(), 32, "{payload}");
+    // A waiting POP of b is still woken across the digest.
+    let b2 = login(&proxy, "full_b").await;
+    rows(&b2, "POP FROM secret_queue_name LIMIT 1 AUTO ACK").await;
+    let started = std::time::Instant::now();
+    let waiting =
+        tokio::spawn(async move { rows(&b2, "POP FROM secret_queue_name LIMIT 1 WAIT 20").await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    rows(&b, "PUSH INTO secret_queue_name VALUES ('{\"n\":2}')").await;
+    let got = waiting.await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -8,6 +8,11 @@
 //! push transaction ever takes PostgreSQL's NOTIFY commit lock. Each process
 //! LISTENs on the channel and wakes its own waiters. A slow backoff poll in
 //! the waiter is the safety net for a lost notification.
+//!
+//! Any role may LISTEN on any channel, tenants' roles included, so the
+//! payload never names a queue: it is a digest of (tenant, queue) keyed by
+//! the database's shared secret, which every queenwire on the database
+//! computes alike and no tenant can.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,23 +26,52 @@ pub fn queue_key(tenant: Uuid, queue: &str) -> String {
     format!("{tenant}:{queue}")
 }
 
-#[derive(Default)]
 pub struct Waiters {
+    /// Keyed by the digest of the queue key (what travels in a NOTIFY).
     queues: Mutex<HashMap<String, Arc<Notify>>>,
+    digest_key: [u8; 32],
 }
 
 impl Waiters {
+    /// `secret`: the database's shared secret (the receipt secret), from
+    /// which the digest key is derived.
+    pub fn new(secret: &[u8]) -> Waiters {
+        Waiters {
+            queues: Mutex::new(HashMap::new()),
+            digest_key: crate::users::hmac(secret, b"queenwire wake-up digest"),
+        }
+    }
+
+    /// The NOTIFY payload of a queue key: 128 bits of HMAC-SHA256, in hex.
+    pub fn digest(&self, key: &str) -> String {
+        use std::fmt::Write;
+        let mac = crate::users::hmac(&self.digest_key, key.as_bytes());
+        mac[..16]
+            .iter()
+            .fold(String::with_capacity(32), |mut s, b| {
+                let _ = write!(s, "{b:02x}");
+                s
+            })
+    }
+
     /// The Notify of one queue (created on first use).
     pub fn notify_for(&self, key: &str) -> Arc<Notify> {
+        let digest = self.digest(key);
         let mut map = match self.queues.lock() {
             Ok(m) => m,
             Err(p) => p.into_inner(),
         };
-        map.entry(key.to_string()).or_default().clone()
+        map.entry(digest).or_default().clone()
     }
 
     /// Wakes every POP now waiting on the queue.
     pub fn wake(&self, key: &str) {
+        self.wake_digest(&self.digest(key));
+    }
+
+    /// Wakes the waiters of the queue whose digest arrived in a NOTIFY.
+    pub fn wake_digest(&self, digest: &str) {
+        let key = digest;
         let notify = {
             let map = match self.queues.lock() {
                 Ok(m) => m,
@@ -79,8 +113,9 @@ impl Announcer {
     }
 
     pub fn pushed(&self, key: &str) {
-        self.waiters.wake(key);
-        let _ = self.remote.send(key.to_string());
+        let digest = self.waiters.digest(key);
+        self.waiters.wake_digest(&digest);
+        let _ = self.remote.send(digest);
     }
 }
 
@@ -109,7 +144,7 @@ pub async fn run(
             while let Some(msg) = messages.next().await {
                 match msg {
                     Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
-                        listen_waiters.wake(n.payload())
+                        listen_waiters.wake_digest(n.payload())
                     }
                     Ok(_) => {}
                     Err(_) => break,

@@ -1434,3 +1434,60 @@ fn garbage_during_scram_authentication() {
         },
     );
 }
+
+/// Distinct statements, each prepared and closed by the client, do not pile
+/// up on a backend connection: past the limit the idle connection
+/// deallocates them.
+#[test]
+fn prepared_statements_on_a_backend_connection_are_bounded() {
+    hostile("prepared_bounded", 1, |addr, _| async move {
+        let client = connect(addr, "preparer").await;
+        for i in 0..1500 {
+            let stmt = client
+                .prepare(&format!("SELECT {i}::int AS n"))
+                .await
+                .expect("prepare");
+            let row = client.query_one(&stmt, &[]).await.expect("query");
+            assert_eq!(row.get::<_, i32>(0), i);
+        }
+        // The pool has one connection: this runs where all of them landed.
+        let left: i64 = client
+            .query_one("SELECT count(*) FROM pg_prepared_statements", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            left <= queenwire::backend::pool::MAX_PREPARED_PER_CONNECTION as i64 + 2,
+            "{left} statements prepared on the backend connection"
+        );
+    });
+}
+
+/// A session may not hold unbounded statement text in the proxy.
+#[test]
+fn a_session_with_too_much_prepared_text_gets_54000() {
+    hostile("prepared_text_limit", 2, |addr, _| async move {
+        let client = connect(addr, "hoarder").await;
+        let padding = "x".repeat(20 << 20);
+        let mut held = Vec::new();
+        let mut refused = None;
+        for i in 0..5 {
+            match client.prepare(&format!("SELECT {i} /* {padding} */")).await {
+                Ok(s) => held.push(s),
+                Err(e) => {
+                    refused = Some((i, e.code().map(|c| c.code().to_string())));
+                    break;
+                }
+            }
+        }
+        assert_eq!(refused, Some((3, Some("54000".to_string()))));
+        // The session goes on, and closing statements frees room.
+        held.pop();
+        let again = client
+            .prepare(&format!("SELECT 42 /* {padding} */"))
+            .await
+            .expect("room again after a Close");
+        let row = client.query_one(&again, &[]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), 42);
+    });
+}

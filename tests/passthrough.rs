@@ -712,3 +712,28 @@ async fn deallocate_from_the_client_leaves_the_proxy_consistent() {
     let other = proxy.connect().await;
     other.simple_query("KV GET d k").await.unwrap();
 }
+
+/// An unnamed statement parsed in one exchange and bound in a later one
+/// survives another session's simple query on the same backend connection
+/// in between (a simple query destroys the backend's unnamed statement, so
+/// the proxy parses it again).
+#[tokio::test]
+async fn unnamed_statement_survives_another_sessions_simple_query_in_between() {
+    let proxy = Proxy::start_with("unnamed_between", |c| c.pool_size = 1).await;
+    let mut z = Raw::connect(proxy.addr).await;
+    z.send(&[
+        frontend::build_parse("", "SELECT $1::int4 * 2", &[]),
+        sync(),
+    ])
+    .await;
+    let r = z.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let mut w = Raw::connect(proxy.addr).await;
+    let r = w.simple("SELECT 1").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    z.send(&[bind_text("", "", &[Some("21")]), execute("", 0), sync()])
+        .await;
+    let r = z.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.rows, vec![vec![Some("42".to_string())]]);
+}

@@ -297,6 +297,19 @@ impl BackendConn {
         self.broken = true;
     }
 
+    /// Bounds what clients' statements cost a backend connection: past
+    /// `max` prepared statements, an idle connection deallocates them all
+    /// (one round trip); each is prepared again where it is next used.
+    pub async fn trim_prepared(&mut self, max: usize) -> Result<(), BackendError> {
+        if self.prepared.len() + self.internal_prepared.len() <= max {
+            return Ok(());
+        }
+        self.simple_query_quiet("DEALLOCATE ALL").await?;
+        self.prepared.clear();
+        self.internal_prepared.clear();
+        Ok(())
+    }
+
     pub fn note_parameter_status(&mut self, msg: &Message) {
         let mut r = msg.reader();
         if let (Ok(name), Ok(value)) = (r.cstr(), r.cstr()) {
@@ -343,6 +356,8 @@ impl BackendConn {
     /// error is returned after ReadyForQuery. Used for the proxy's own
     /// housekeeping statements only.
     pub async fn simple_query_quiet(&mut self, sql: &str) -> Result<(), BackendError> {
+        // A simple query destroys the unnamed statement.
+        self.unnamed_owner = None;
         self.send(&protocol::frontend::build_query(sql));
         self.flush().await?;
         let mut first_error = None;

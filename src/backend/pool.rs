@@ -29,9 +29,17 @@ impl managed::Manager for Manager {
         }
         // Each borrower chooses how its calls end.
         conn.autosync = false;
+        conn.trim_prepared(MAX_PREPARED_PER_CONNECTION)
+            .await
+            .map_err(RecycleError::Backend)?;
         Ok(())
     }
 }
+
+/// Prepared statements a pooled connection keeps before it deallocates
+/// them all (clients' statements with proxy-global names accumulate on
+/// every connection their sessions land on).
+pub const MAX_PREPARED_PER_CONNECTION: usize = 1000;
 
 pub type Pool = managed::Pool<Manager>;
 pub type PooledConn = managed::Object<Manager>;

@@ -140,6 +140,9 @@ impl CancelRegistry {
 /// (text, parameter types).
 type StatementKey = (Arc<str>, Arc<[u32]>);
 
+/// Distinct (text, types) pairs the proxy remembers global names for.
+const MAX_STATEMENT_NAMES: usize = 10_000;
+
 #[derive(Default)]
 pub struct StatementNames {
     names: Mutex<HashMap<StatementKey, Arc<str>>>,
@@ -152,6 +155,12 @@ impl StatementNames {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
         };
+        // Bounded: past the limit the map starts afresh. Names are never
+        // reused, so a statement named before keeps working; the same text
+        // prepared again just gets a new name.
+        if map.len() >= MAX_STATEMENT_NAMES && !map.contains_key(&(query.clone(), types.clone())) {
+            map.clear();
+        }
         map.entry((query.clone(), types.clone()))
             .or_insert_with(|| {
                 let n = self.next.fetch_add(1, Ordering::Relaxed);

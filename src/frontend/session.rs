@@ -113,6 +113,8 @@ pub struct Session {
     /// Session parameters from the startup packet, as SQL value text.
     desired: BTreeMap<String, String>,
     statements: HashMap<String, Prepared>,
+    /// Bytes of statement text in `statements` (bounded per session).
+    statement_bytes: usize,
     unnamed: Option<Prepared>,
     unnamed_generation: u64,
     /// Session effects of the passthrough portals bound on the backend.
@@ -138,6 +140,12 @@ pub struct Session {
     /// Transaction status for the next ReadyForQuery the proxy makes itself.
     status: u8,
 }
+
+/// Named prepared statements one session may hold, and their total text:
+/// the proxy keeps them for the session's life, in memory all sessions
+/// share.
+const MAX_SESSION_STATEMENTS: usize = 10_000;
+const MAX_SESSION_STATEMENT_BYTES: usize = 64 << 20;
 
 /// Client output is flushed at protocol boundaries, or once this much is
 /// buffered.
@@ -177,6 +185,7 @@ impl Session {
             pinned: false,
             desired,
             statements: HashMap::new(),
+            statement_bytes: 0,
             unnamed: None,
             unnamed_generation: 0,
             portal_effects: HashMap::new(),
@@ -590,7 +599,7 @@ impl Session {
         // another, so the proxy forgets it and answers.
         if let [(range, Command::Passthrough(_))] = commands.as_slice() {
             if let Some(name) = rewrite::passthrough::deallocated_name(&sql[range.clone()]) {
-                if self.statements.remove(&name).is_some() {
+                if self.remove_statement(&name) {
                     self.reply_local(protocol::command_complete("DEALLOCATE"));
                     self.reply_local(protocol::ready_for_query(self.status));
                     return Ok(self.client.flush().await?);
@@ -614,6 +623,10 @@ impl Session {
                 .any(|(_, c)| matches!(c, Command::Passthrough(SessionEffect::ForgetsPrepared)))
             {
                 self.forget_prepared();
+            }
+            if let Some(conn) = self.backend.as_mut() {
+                // A simple query destroys the unnamed statement.
+                conn.unnamed_owner = None;
             }
             self.forward(msg, Expect::Query);
             self.drain().await?;
@@ -688,6 +701,7 @@ impl Session {
         let Some(conn) = self.backend.as_mut() else {
             return Ok(false);
         };
+        conn.unnamed_owner = None;
         conn.send(&frontend::build_query(sql));
         if let Err(e) = conn.flush().await {
             return Err(self.backend_lost(e).await);
@@ -763,6 +777,7 @@ impl Session {
     /// connection and in the session.
     fn forget_prepared(&mut self) {
         self.statements.clear();
+        self.statement_bytes = 0;
         if let Some(conn) = self.backend.as_mut() {
             conn.forget_prepared();
         }
@@ -1094,6 +1109,21 @@ impl Session {
             ));
             return Ok(());
         }
+        if !p.name.is_empty()
+            && (self.statements.len() >= MAX_SESSION_STATEMENTS
+                || self.statement_bytes + p.query.len() > MAX_SESSION_STATEMENT_BYTES)
+        {
+            let mut err = ErrorFields::error(
+                "54000",
+                format!(
+                    "too many prepared statements in this session (at most {MAX_SESSION_STATEMENTS}, {} MiB of text)",
+                    MAX_SESSION_STATEMENT_BYTES >> 20
+                ),
+            );
+            err.hint = Some("close statements no longer needed (Close, or DEALLOCATE)".into());
+            self.local_error(err);
+            return Ok(());
+        }
         let query: Arc<str> = Arc::from(p.query);
         let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
         let effect = match rewrite::classify(p.query) {
@@ -1114,7 +1144,7 @@ impl Session {
                     self.unnamed = Some(prepared);
                     self.unnamed_generation += 1;
                 } else {
-                    self.statements.insert(p.name.to_string(), prepared);
+                    self.insert_statement(p.name, prepared);
                 }
                 self.reply_local(protocol::empty(b'1'));
                 return Ok(());
@@ -1165,7 +1195,7 @@ impl Session {
                 global: Some(global.clone()),
                 dialect: None,
             };
-            self.statements.insert(p.name.to_string(), prepared.clone());
+            self.insert_statement(p.name, prepared.clone());
             let present = self
                 .backend
                 .as_ref()
@@ -1223,6 +1253,24 @@ impl Session {
             self.send_parse(&prepared, false);
         }
         Some((global, prepared.effect))
+    }
+
+    fn insert_statement(&mut self, name: &str, prepared: Prepared) {
+        self.statement_bytes += prepared.query.len();
+        if let Some(old) = self.statements.insert(name.to_string(), prepared) {
+            self.statement_bytes -= old.query.len();
+        }
+    }
+
+    /// Forgets the client's statement `name`; whether it existed.
+    fn remove_statement(&mut self, name: &str) -> bool {
+        match self.statements.remove(name) {
+            Some(old) => {
+                self.statement_bytes -= old.query.len();
+                true
+            }
+            None => false,
+        }
     }
 
     fn lookup(&self, name: &str) -> Option<&Prepared> {
@@ -1391,7 +1439,7 @@ impl Session {
             if name.is_empty() {
                 self.unnamed = None;
             } else {
-                self.statements.remove(name);
+                self.remove_statement(name);
             }
             self.reply_local(protocol::empty(b'3'));
         } else if self.local_portals.remove(name).is_some() || self.backend.is_none() {

@@ -737,3 +737,45 @@ async fn unnamed_statement_survives_another_sessions_simple_query_in_between() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.rows, vec![vec![Some("42".to_string())]]);
 }
+
+/// Dialect portals live in the proxy until Sync: a pipeline binding more
+/// than a session may hold gets 54000, and the session goes on.
+#[tokio::test]
+async fn too_many_open_dialect_portals_get_54000() {
+    let proxy = Proxy::start("portal_limit").await;
+    let mut raw = Raw::connect(proxy.addr).await;
+    let mut msgs = vec![frontend::build_parse(
+        "s",
+        "PUSH INTO portal_q VALUES ($1)",
+        &[],
+    )];
+    for i in 0..10_001 {
+        msgs.push(bind_text(&format!("p{i}"), "s", &[Some("{}")]));
+    }
+    msgs.push(sync());
+    raw.send(&msgs).await;
+    let r = raw.read_until_ready().await;
+    let codes: Vec<&str> = r.errors.iter().map(|e| e.code.as_str()).collect();
+    assert_eq!(codes, ["54000"]);
+    assert_eq!(r.tags.iter().filter(|t| **t == b'2').count(), 10_000);
+    // Sync ended the pipeline's transaction: the portals are gone, there is
+    // room again, and nothing was pushed.
+    raw.send(&[
+        bind_text("again", "s", &[Some("{\"n\":1}")]),
+        execute("again", 0),
+        sync(),
+    ])
+    .await;
+    let r = raw.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let client = proxy.connect().await;
+    let popped = client
+        .simple_query("POP FROM portal_q LIMIT 100")
+        .await
+        .unwrap();
+    let rows = popped
+        .iter()
+        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(rows, 1);
+}

@@ -89,6 +89,12 @@ struct LocalPortal {
     result_formats: Vec<i16>,
 }
 
+impl LocalPortal {
+    fn bytes(&self) -> usize {
+        self.params.iter().flatten().map(String::len).sum::<usize>() + 64
+    }
+}
+
 /// The first wait between two polls of a waiting POP when no wake-up came,
 /// and the longest (the safety net against a lost notification).
 const WAIT_POLL_FIRST: Duration = Duration::from_millis(250);
@@ -120,6 +126,8 @@ pub struct Session {
     /// Session effects of the passthrough portals bound on the backend.
     portal_effects: HashMap<String, SessionEffect>,
     local_portals: HashMap<String, LocalPortal>,
+    /// Parameter bytes held in `local_portals` (bounded per session).
+    portal_bytes: usize,
     /// Client messages went to the backend since the last Sync: the
     /// backend's implicit transaction holds them.
     forwarded_since_sync: bool,
@@ -146,6 +154,10 @@ pub struct Session {
 /// share.
 const MAX_SESSION_STATEMENTS: usize = 10_000;
 const MAX_SESSION_STATEMENT_BYTES: usize = 64 << 20;
+/// Open dialect portals one session may hold (they live in the proxy until
+/// Sync ends their transaction, or Close), and their parameters' size.
+const MAX_SESSION_PORTALS: usize = 10_000;
+const MAX_SESSION_PORTAL_BYTES: usize = 64 << 20;
 
 /// Client output is flushed at protocol boundaries, or once this much is
 /// buffered.
@@ -190,6 +202,7 @@ impl Session {
             unnamed_generation: 0,
             portal_effects: HashMap::new(),
             local_portals: HashMap::new(),
+            portal_bytes: 0,
             forwarded_since_sync: false,
             pushed: Vec::new(),
             autosync: false,
@@ -1262,6 +1275,17 @@ impl Session {
         }
     }
 
+    /// Forgets the dialect portal `name`; whether it existed.
+    fn remove_local_portal(&mut self, name: &str) -> bool {
+        match self.local_portals.remove(name) {
+            Some(old) => {
+                self.portal_bytes -= old.bytes();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Forgets the client's statement `name`; whether it existed.
     fn remove_statement(&mut self, name: &str) -> bool {
         match self.statements.remove(name) {
@@ -1310,21 +1334,35 @@ impl Session {
                 .collect();
             match bind_params_as_text(&b.params, &b.param_formats, &types) {
                 Ok(params) => {
-                    self.local_portals.insert(
-                        b.portal.to_string(),
-                        LocalPortal {
-                            statement: stmt,
-                            params,
-                            result_formats: b.result_formats.clone(),
-                        },
-                    );
+                    let portal = LocalPortal {
+                        statement: stmt,
+                        params,
+                        result_formats: b.result_formats.clone(),
+                    };
+                    self.remove_local_portal(b.portal);
+                    if self.local_portals.len() >= MAX_SESSION_PORTALS
+                        || self.portal_bytes + portal.bytes() > MAX_SESSION_PORTAL_BYTES
+                    {
+                        let mut err = ErrorFields::error(
+                            "54000",
+                            format!(
+                                "too many open queenwire portals in this session (at most {MAX_SESSION_PORTALS}, {} MiB of parameters)",
+                                MAX_SESSION_PORTAL_BYTES >> 20
+                            ),
+                        );
+                        err.hint = Some("send Sync, or Close portals no longer needed".into());
+                        self.local_error(err);
+                        return Ok(());
+                    }
+                    self.portal_bytes += portal.bytes();
+                    self.local_portals.insert(b.portal.to_string(), portal);
                     self.reply_local(protocol::empty(b'2'));
                 }
                 Err(e) => self.local_error(e),
             }
             return Ok(());
         }
-        self.local_portals.remove(b.portal);
+        self.remove_local_portal(b.portal);
         if !self.ensure_backend().await? {
             return Ok(());
         }
@@ -1410,7 +1448,7 @@ impl Session {
             let params = local.params.clone();
             let formats = local.result_formats.clone();
             if portal.is_empty() {
-                self.local_portals.remove(portal);
+                self.remove_local_portal(portal);
             }
             self.run_dialect(&stmt, &params, &formats, false).await?;
             return Ok(());
@@ -1442,7 +1480,7 @@ impl Session {
                 self.remove_statement(name);
             }
             self.reply_local(protocol::empty(b'3'));
-        } else if self.local_portals.remove(name).is_some() || self.backend.is_none() {
+        } else if self.remove_local_portal(name) || self.backend.is_none() {
             self.reply_local(protocol::empty(b'3'));
         } else {
             self.portal_effects.remove(name);
@@ -1471,8 +1509,11 @@ impl Session {
         self.skip_until_sync = false;
         self.forwarded_since_sync = false;
         // The unnamed portal does not outlive its transaction.
+        // Nor do the backend's portals: forget their effects.
         if self.status == b'I' {
             self.local_portals.clear();
+            self.portal_bytes = 0;
+            self.portal_effects.clear();
         }
         self.release_if_idle();
         Ok(self.client.flush().await?)

@@ -465,3 +465,56 @@ async fn kv_writes_after_queue_statements_in_a_block_are_refused() {
     rows(&client, "POP FROM lo").await;
     rows(&client, "KV PUT s k '1' FOREVER").await;
 }
+
+/// A timer whose push is refused (its queue is full) does not hold back the
+/// other due timers, of any tenant: it is postponed and tried again later.
+#[tokio::test]
+async fn a_timer_into_a_full_queue_does_not_hold_back_the_others() {
+    let proxy = Proxy::start("timer_full_queue").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE a_full WITH (max_queue_size = 1)")
+        .await
+        .unwrap();
+    rows(&client, "PUSH INTO a_full VALUES ('{\"first\":true}')").await;
+    // "a_full" sorts before "b_ok": the refused timer comes first in the
+    // claim, every time.
+    rows(
+        &client,
+        "SCHEDULE INTO a_full KEY stuck AFTER 0 VALUES ('{\"t\":1}')",
+    )
+    .await;
+    for i in 0..3 {
+        rows(
+            &client,
+            &format!("SCHEDULE INTO b_ok KEY k{i} AFTER 0 VALUES ('{{\"t\":{i}}}')"),
+        )
+        .await;
+    }
+    let started = Instant::now();
+    let mut got = 0;
+    while got < 3 && started.elapsed() < Duration::from_secs(10) {
+        got += rows(&client, "POP FROM b_ok LIMIT 10 WAIT 1 AUTO ACK")
+            .await
+            .len();
+    }
+    assert_eq!(got, 3, "the other timers were held back");
+    // The refused one waits for its retry, later than now.
+    let left = rows(&client, "SHOW SCHEDULES").await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(col(&left[0], "key").as_deref(), Some("stuck"));
+    let later: bool = proxy
+        .connect_direct()
+        .await
+        .query_one(
+            "SELECT fire_at > clock_timestamp() + interval '3 seconds' FROM queen.log_timers",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(later, "the refused timer was postponed");
+    // Nothing of it was written into the full queue.
+    let queued = rows(&client, "POP FROM a_full LIMIT 10 AUTO ACK").await;
+    assert_eq!(queued.len(), 1);
+}

@@ -207,3 +207,44 @@ BEGIN
     RETURN v_deleted;
 END
 $$;
+
+-- A fire whose push failed (the queue is full, say) moves those timers to
+-- fire again p_delay_ms from now, so that they do not come back first in
+-- every claim and hold back other tenants' due timers. Returns how many
+-- moved. Called by the engine in the fire's transaction, after a rollback to
+-- the savepoint before the failed push.
+-- Locks: log_timers rows this transaction already holds (taken again FOR
+-- UPDATE SKIP LOCKED, as timer_delete_fired_v1 does): a re-lock, never a
+-- timer wait after a queue or partition lock.
+CREATE OR REPLACE FUNCTION queen.timer_postpone_v1(
+    p_tenants  UUID[],
+    p_queues   TEXT[],
+    p_keys     TEXT[],
+    p_delay_ms BIGINT
+) RETURNS INTEGER
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_moved INTEGER;
+BEGIN
+    IF cardinality(p_tenants) IS DISTINCT FROM cardinality(p_queues)
+       OR cardinality(p_tenants) IS DISTINCT FROM cardinality(p_keys) THEN
+        RAISE EXCEPTION 'timer_postpone_v1: tenants, queues and keys must be parallel arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    WITH held AS (
+        SELECT t.tenant_id, t.queue_name, t.timer_key
+        FROM queen.log_timers t
+        JOIN unnest(p_tenants, p_queues, p_keys) AS f(tenant_id, queue_name, timer_key)
+          ON t.tenant_id = f.tenant_id AND t.queue_name = f.queue_name AND t.timer_key = f.timer_key
+        ORDER BY t.tenant_id, t.queue_name COLLATE "C", t.timer_key COLLATE "C"
+        FOR UPDATE OF t SKIP LOCKED
+    )
+    UPDATE queen.log_timers t
+    SET fire_at = clock_timestamp() + p_delay_ms * interval '1 millisecond'
+    FROM held h
+    WHERE t.tenant_id = h.tenant_id AND t.queue_name = h.queue_name AND t.timer_key = h.timer_key;
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    RETURN v_moved;
+END
+$$;

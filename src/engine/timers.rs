@@ -41,6 +41,50 @@ const CLAIM_CALL: Internal = Internal {
     param_types: &[Type::INT4],
 };
 
+const POSTPONE_CALL: Internal = Internal {
+    name: "qw_timer_postpone_v1",
+    sql: "SELECT queen.timer_postpone_v1($1, $2, $3, $4)",
+    param_types: &[
+        Type::UUID_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::INT8,
+    ],
+};
+
+const BEGIN_CALL: Internal = Internal {
+    name: "qw_begin",
+    sql: "BEGIN",
+    param_types: &[],
+};
+
+const COMMIT_CALL: Internal = Internal {
+    name: "qw_commit",
+    sql: "COMMIT",
+    param_types: &[],
+};
+
+const SAVEPOINT_CALL: Internal = Internal {
+    name: "qw_savepoint_fire",
+    sql: "SAVEPOINT qw_fire",
+    param_types: &[],
+};
+
+const ROLLBACK_TO_CALL: Internal = Internal {
+    name: "qw_rollback_to_fire",
+    sql: "ROLLBACK TO SAVEPOINT qw_fire",
+    param_types: &[],
+};
+
+const RELEASE_CALL: Internal = Internal {
+    name: "qw_release_fire",
+    sql: "RELEASE SAVEPOINT qw_fire",
+    param_types: &[],
+};
+
+/// How long a timer whose push failed waits before it is tried again.
+pub const RETRY_FAILED_FIRE: Duration = Duration::from_secs(10);
+
 const DELETE_FIRED_CALL: Internal = Internal {
     name: "qw_timer_delete_fired_v1",
     sql: "SELECT queen.timer_delete_fired_v1($1, $2, $3)",
@@ -137,14 +181,39 @@ pub async fn fire_loop(pool: Pool, announcer: Announcer) {
     }
 }
 
-/// One transaction: claim, push, delete. Returns how many fired.
+/// One transaction: claim, push, delete. Returns how many fired. When that
+/// fails (one queue of the batch refuses its push: full, say), the batch is
+/// claimed again and fired queue by queue behind savepoints; the timers of
+/// a refusing queue are postponed by [`RETRY_FAILED_FIRE`] instead of
+/// coming back first in every claim, where they would hold back everyone
+/// else's due timers.
 async fn fire_due(pool: &Pool, announcer: &Announcer) -> Result<usize, ExecError> {
+    match fire_batch(pool, announcer, false).await {
+        Err(ExecError::Backend(crate::backend::BackendError::Server(e))) => {
+            tracing::debug!("firing timers: {}; again queue by queue", e.message);
+            fire_batch(pool, announcer, true).await
+        }
+        Err(ExecError::Statement(e)) => {
+            tracing::debug!("firing timers: {}; again queue by queue", e.message);
+            fire_batch(pool, announcer, true).await
+        }
+        other => other,
+    }
+}
+
+async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result<usize, ExecError> {
     let mut conn = pool
         .get()
         .await
         .map_err(|e| ExecError::Backend(crate::backend::BackendError::Protocol(e.to_string())))?;
-    let result = fire_on(&mut conn).await;
-    let status = conn.sync().await;
+    let result = fire_on(&mut conn, careful).await;
+    let mut status = conn.sync().await;
+    if result.is_err() && matches!(status, Ok(b'T' | b'E')) {
+        status = conn
+            .simple_query_quiet("ROLLBACK")
+            .await
+            .map(|()| conn.status);
+    }
     let outcome = match (result, status) {
         (Ok(fired), Ok(b'I')) => {
             for key in &fired.1 {
@@ -162,37 +231,93 @@ async fn fire_due(pool: &Pool, announcer: &Announcer) -> Result<usize, ExecError
     outcome
 }
 
-async fn fire_on(conn: &mut BackendConn) -> Result<(usize, Vec<String>), ExecError> {
+/// Whether a push failed in PostgreSQL or in the engine's checks (the
+/// connection itself is fine), as opposed to a lost connection.
+fn push_refused(e: &ExecError) -> bool {
+    matches!(
+        e,
+        ExecError::Statement(_) | ExecError::Backend(crate::backend::BackendError::Server(_))
+    )
+}
+
+async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<String>), ExecError> {
     // Claim, push and delete are one transaction: the claimed rows stay
     // locked until the commit, which is what makes a fire exactly once.
+    // An explicit block: a failure the backend never saw (a payload the
+    // engine refuses to frame) must roll back too, not commit at Sync.
     conn.autosync = false;
+    conn.call(&BEGIN_CALL, &[]).await?;
     let rows = conn.call(&CLAIM_CALL, &[&FIRE_BATCH]).await?;
     if rows.is_empty() {
+        conn.call(&COMMIT_CALL, &[]).await?;
         return Ok((0, Vec::new()));
     }
-    let mut by_queue: BTreeMap<(Uuid, String), Vec<(String, String)>> = BTreeMap::new();
-    let (mut tenants, mut queues, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+    type Timers = Vec<(String, String, String)>; // (key, partition, payload)
+    let mut by_queue: BTreeMap<(Uuid, String), Timers> = BTreeMap::new();
     for r in &rows {
         let tenant: Uuid = r.get(0, &Type::UUID)?;
         let queue: String = r.get(1, &Type::TEXT)?;
         let key: String = r.get(2, &Type::TEXT)?;
         let partition: Option<String> = r.get(3, &Type::TEXT)?;
         let payload: String = r.get(4, &Type::TEXT)?;
-        by_queue.entry((tenant, queue.clone())).or_default().push((
+        by_queue.entry((tenant, queue)).or_default().push((
+            key,
             partition.unwrap_or_else(|| DEFAULT_PARTITION.to_string()),
             payload,
         ));
-        tenants.push(tenant);
-        queues.push(queue);
-        keys.push(key);
     }
     let mut woken = Vec::new();
-    for ((tenant, queue), messages) in by_queue {
+    let mut fired = (Vec::new(), Vec::new(), Vec::new());
+    let mut failed = (Vec::new(), Vec::new(), Vec::new());
+    for ((tenant, queue), timers) in by_queue {
+        let messages = timers
+            .iter()
+            .map(|(_, partition, payload)| (partition.clone(), payload.clone()))
+            .collect();
         let mut prep = PreparedPush::from_messages(queue.clone(), messages);
-        write_pushes(conn, &mut [&mut prep], tenant).await?;
-        woken.push(queue_key(tenant, &queue));
+        let pushed = if careful {
+            conn.call(&SAVEPOINT_CALL, &[]).await?;
+            match write_pushes(conn, &mut [&mut prep], tenant).await {
+                Ok(()) => {
+                    conn.call(&RELEASE_CALL, &[]).await?;
+                    true
+                }
+                Err(e) if push_refused(&e) => {
+                    tracing::warn!(
+                        "timers of queue {queue} not fired, retried in {RETRY_FAILED_FIRE:?}: {e:?}"
+                    );
+                    // The error made the backend skip to Sync.
+                    conn.sync().await?;
+                    conn.call(&ROLLBACK_TO_CALL, &[]).await?;
+                    false
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            write_pushes(conn, &mut [&mut prep], tenant).await?;
+            true
+        };
+        let target = if pushed {
+            woken.push(queue_key(tenant, &queue));
+            &mut fired
+        } else {
+            &mut failed
+        };
+        for (key, _, _) in timers {
+            target.0.push(tenant);
+            target.1.push(queue.clone());
+            target.2.push(key);
+        }
     }
-    conn.call(&DELETE_FIRED_CALL, &[&tenants, &queues, &keys])
-        .await?;
-    Ok((rows.len(), woken))
+    if !fired.0.is_empty() {
+        conn.call(&DELETE_FIRED_CALL, &[&fired.0, &fired.1, &fired.2])
+            .await?;
+    }
+    if !failed.0.is_empty() {
+        let delay = RETRY_FAILED_FIRE.as_millis() as i64;
+        conn.call(&POSTPONE_CALL, &[&failed.0, &failed.1, &failed.2, &delay])
+            .await?;
+    }
+    conn.call(&COMMIT_CALL, &[]).await?;
+    Ok((fired.0.len(), woken))
 }

@@ -779,3 +779,50 @@ async fn too_many_open_dialect_portals_get_54000() {
         .count();
     assert_eq!(rows, 1);
 }
+
+/// A dialect portal executed with a row limit returns its rows in parts
+/// with PortalSuspended between, as PostgreSQL's portals do (pgjdbc's
+/// fetch size, psycopg's server-side cursors), and runs its statement once.
+#[tokio::test]
+async fn dialect_portals_honour_the_execute_row_limit_and_run_once() {
+    let proxy = Proxy::start("portal_rows").await;
+    let client = proxy.connect().await;
+    let values: Vec<String> = (0..15).map(|i| format!("('{{\"n\":{i}}}')")).collect();
+    client
+        .simple_query(&format!("PUSH INTO paged VALUES {}", values.join(", ")))
+        .await
+        .unwrap();
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(&[
+        frontend::build_parse("pop10", "POP FROM paged LIMIT 10 AUTO ACK", &[]),
+        bind_text("c", "pop10", &[]),
+        execute("c", 3),
+        execute("c", 3),
+        execute("c", 10),
+        execute("c", 10),
+        sync(),
+    ])
+    .await;
+    let r = raw.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.rows.len(), 10);
+    let flow: String = r
+        .tags
+        .iter()
+        .filter(|t| matches!(t, b'D' | b's' | b'C'))
+        .map(|t| *t as char)
+        .collect();
+    assert_eq!(flow, "DDDsDDDsDDDDCC");
+    let last_two = &r.completions[r.completions.len() - 2..];
+    assert!(last_two[0].ends_with(" 4"), "{last_two:?}");
+    assert!(last_two[1].ends_with(" 0"), "{last_two:?}");
+    // The statement ran once: ten popped, five left.
+    let left = client
+        .simple_query("POP FROM paged LIMIT 100 AUTO ACK")
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(left, 5);
+}

@@ -87,6 +87,27 @@ struct LocalPortal {
     statement: Arc<Statement>,
     params: Vec<Option<String>>,
     result_formats: Vec<i16>,
+    /// Set once the statement ran: the rows an Execute with a row limit
+    /// left for the next ones (empty when all were sent), and the tag.
+    ran: Option<PortalRows>,
+}
+
+/// What a dialect portal still has to return.
+struct PortalRows {
+    rows: VecDeque<Vec<crate::engine::values::Cell>>,
+    tag: String,
+}
+
+/// A command tag with its trailing row count replaced (`SELECT 10` →
+/// `SELECT 3`), as PostgreSQL reports the rows of the last Execute of a
+/// portal fetched in parts.
+fn retag(tag: &str, rows: usize) -> String {
+    match tag.rsplit_once(' ') {
+        Some((head, count)) if count.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{head} {rows}")
+        }
+        _ => tag.to_string(),
+    }
 }
 
 impl LocalPortal {
@@ -128,6 +149,10 @@ pub struct Session {
     local_portals: HashMap<String, LocalPortal>,
     /// Parameter bytes held in `local_portals` (bounded per session).
     portal_bytes: usize,
+    /// While a dialect portal executes: the Execute's row limit (0 = all);
+    /// `send_rows` leaves what it did not send in `portal_rows`.
+    row_limit: Option<usize>,
+    portal_rows: Option<PortalRows>,
     /// Client messages went to the backend since the last Sync: the
     /// backend's implicit transaction holds them.
     forwarded_since_sync: bool,
@@ -203,6 +228,8 @@ impl Session {
             portal_effects: HashMap::new(),
             local_portals: HashMap::new(),
             portal_bytes: 0,
+            row_limit: None,
+            portal_rows: None,
             forwarded_since_sync: false,
             pushed: Vec::new(),
             autosync: false,
@@ -1076,7 +1103,31 @@ impl Session {
         if describe && !columns.is_empty() {
             self.client.send(&row_description(columns, formats));
         }
-        for row in &outcome.rows {
+        let Some(limit) = self.row_limit.take() else {
+            self.send_data_rows(&outcome.rows, formats);
+            self.client.send(&protocol::command_complete(&outcome.tag));
+            return;
+        };
+        // A portal's Execute: at most `limit` rows now, the rest later.
+        let sent = if limit == 0 {
+            outcome.rows.len()
+        } else {
+            limit.min(outcome.rows.len())
+        };
+        self.send_data_rows(&outcome.rows[..sent], formats);
+        if sent < outcome.rows.len() {
+            self.client.send(&protocol::empty(b's'));
+        } else {
+            self.client.send(&protocol::command_complete(&outcome.tag));
+        }
+        self.portal_rows = Some(PortalRows {
+            rows: outcome.rows[sent..].iter().cloned().collect(),
+            tag: outcome.tag.clone(),
+        });
+    }
+
+    fn send_data_rows(&mut self, rows: &[Vec<crate::engine::values::Cell>], formats: &[i16]) {
+        for row in rows {
             let encoded: Vec<Option<Vec<u8>>> = row
                 .iter()
                 .enumerate()
@@ -1085,7 +1136,6 @@ impl Session {
             self.client
                 .send(&protocol::data_row(encoded.iter().map(|v| v.as_deref())));
         }
-        self.client.send(&protocol::command_complete(&outcome.tag));
     }
 
     /// Reports an error the proxy found, after making the backend fail the
@@ -1338,6 +1388,7 @@ impl Session {
                         statement: stmt,
                         params,
                         result_formats: b.result_formats.clone(),
+                        ran: None,
                     };
                     self.remove_local_portal(b.portal);
                     if self.local_portals.len() >= MAX_SESSION_PORTALS
@@ -1437,20 +1488,54 @@ impl Session {
     }
 
     async fn execute(&mut self, msg: &Message) -> Result<(), End> {
-        let (portal, _max_rows) = match frontend::execute(msg) {
+        let (portal, max_rows) = match frontend::execute(msg) {
             Ok(e) => e,
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
-        if let Some(local) = self.local_portals.get(portal) {
-            // A dialect portal returns all its rows at once (no
-            // PortalSuspended): its statement ran as one call.
+        let limit = usize::try_from(max_rows).unwrap_or(0);
+        if let Some(local) = self.local_portals.get_mut(portal) {
+            if let Some(ran) = local.ran.as_mut() {
+                // The statement ran at the first Execute: later ones return
+                // what it left (none once it completed), never run it again.
+                let take = if limit == 0 {
+                    ran.rows.len()
+                } else {
+                    limit.min(ran.rows.len())
+                };
+                let batch: Vec<_> = ran.rows.drain(..take).collect();
+                let done = ran.rows.is_empty();
+                let tag = retag(&ran.tag, take);
+                let formats = local.result_formats.clone();
+                if self.skip_until_sync {
+                    return Ok(());
+                }
+                if !self.pending.is_empty() {
+                    if let Some(conn) = self.backend.as_mut() {
+                        conn.send(&protocol::empty(b'H'));
+                    }
+                    self.drain().await?;
+                }
+                self.send_data_rows(&batch, &formats);
+                if done {
+                    self.client.send(&protocol::command_complete(&tag));
+                } else {
+                    self.client.send(&protocol::empty(b's'));
+                }
+                return Ok(());
+            }
+            // The statement runs as one call; its rows go out `limit` at a
+            // time (PortalSuspended between), as PostgreSQL's would.
             let stmt = local.statement.clone();
             let params = local.params.clone();
             let formats = local.result_formats.clone();
-            if portal.is_empty() {
-                self.remove_local_portal(portal);
+            self.row_limit = Some(limit);
+            let ran = self.run_dialect(&stmt, &params, &formats, false).await;
+            self.row_limit = None;
+            let rows = self.portal_rows.take();
+            ran?;
+            if let (Some(rows), Some(local)) = (rows, self.local_portals.get_mut(portal)) {
+                local.ran = Some(rows);
             }
-            self.run_dialect(&stmt, &params, &formats, false).await?;
             return Ok(());
         }
         if self.backend.is_none() {

@@ -365,7 +365,7 @@ public class Compat {
                 }
                 expectEq(n, 10, "rows");
                 expectEq(sum, 55L, "sum");
-                // A queue statement with a fetch size: queenwire returns every row at once.
+                // A queue statement with a fetch size: its rows come 2 per Execute too.
                 s.execute("PUSH INTO " + q + " VALUES ('1'), ('2'), ('3'), ('4'), ('5')");
                 List<String> pay = new ArrayList<>();
                 List<String> rc = new ArrayList<>();

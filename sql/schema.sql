@@ -176,25 +176,11 @@ CREATE OR REPLACE FUNCTION queen.tenant_guard_v1(p_tenant UUID)
 RETURNS BOOLEAN
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_tenant UUID;
 BEGIN
-    IF session_user = current_user THEN
+    IF session_user = current_user OR queen.tenant_visible_v1(p_tenant) THEN
         RETURN true;
     END IF;
-    SELECT r.tenant_id INTO v_tenant FROM queen.tenant_roles r WHERE r.role_name = session_user;
-    IF FOUND THEN
-        IF v_tenant = p_tenant THEN
-            RETURN true;
-        END IF;
-        RAISE EXCEPTION 'role % acts for another tenant', session_user
-            USING ERRCODE = '42501';
-    END IF;
-    IF to_regrole('queen_engine') IS NOT NULL
-       AND pg_has_role(session_user, 'queen_engine', 'MEMBER') THEN
-        RETURN true;
-    END IF;
-    RAISE EXCEPTION 'role % is not a queenwire tenant role', session_user
+    RAISE EXCEPTION 'role % may not act for tenant %', session_user, p_tenant
         USING ERRCODE = '42501';
 END;
 $$;

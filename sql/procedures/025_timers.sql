@@ -169,6 +169,35 @@ BEGIN
 END
 $$;
 
+-- The timer rows named by three parallel arrays that this transaction
+-- holds (claimed by timer_claim_due_v1), locked again FOR UPDATE SKIP LOCKED
+-- in (tenant, queue, key) COLLATE "C" order: a row named by mistake that
+-- another transaction holds is skipped, never waited for. The fire's two
+-- last steps (delete, postpone) act on exactly these rows.
+-- Locks: log_timers rows already held (a re-lock, not an acquisition).
+CREATE OR REPLACE FUNCTION queen.timer_held_v1(
+    p_tenants UUID[],
+    p_queues  TEXT[],
+    p_keys    TEXT[]
+) RETURNS TABLE (tenant_id UUID, queue_name TEXT, timer_key TEXT)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF cardinality(p_tenants) IS DISTINCT FROM cardinality(p_queues)
+       OR cardinality(p_tenants) IS DISTINCT FROM cardinality(p_keys) THEN
+        RAISE EXCEPTION 'timers: tenants, queues and keys must be parallel arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    SELECT t.tenant_id, t.queue_name::TEXT, t.timer_key::TEXT
+    FROM queen.log_timers t
+    JOIN unnest(p_tenants, p_queues, p_keys) AS f(tenant_id, queue_name, timer_key)
+      ON t.tenant_id = f.tenant_id AND t.queue_name = f.queue_name AND t.timer_key = f.timer_key
+    ORDER BY t.tenant_id, t.queue_name COLLATE "C", t.timer_key COLLATE "C"
+    FOR UPDATE OF t SKIP LOCKED;
+END
+$$;
+
 -- The fire's last step: deletes the timers named by the three parallel
 -- arrays, which this transaction claimed with timer_claim_due_v1 and still
 -- holds. Returns how many were deleted (the claimed count, normally).
@@ -187,21 +216,8 @@ AS $$
 DECLARE
     v_deleted INTEGER;
 BEGIN
-    IF cardinality(p_tenants) IS DISTINCT FROM cardinality(p_queues)
-       OR cardinality(p_tenants) IS DISTINCT FROM cardinality(p_keys) THEN
-        RAISE EXCEPTION 'timer_delete_fired_v1: tenants, queues and keys must be parallel arrays'
-            USING ERRCODE = '22023';
-    END IF;
-    WITH held AS (
-        SELECT t.tenant_id, t.queue_name, t.timer_key
-        FROM queen.log_timers t
-        JOIN unnest(p_tenants, p_queues, p_keys) AS f(tenant_id, queue_name, timer_key)
-          ON t.tenant_id = f.tenant_id AND t.queue_name = f.queue_name AND t.timer_key = f.timer_key
-        ORDER BY t.tenant_id, t.queue_name COLLATE "C", t.timer_key COLLATE "C"
-        FOR UPDATE OF t SKIP LOCKED
-    )
     DELETE FROM queen.log_timers t
-    USING held h
+    USING queen.timer_held_v1(p_tenants, p_queues, p_keys) h
     WHERE t.tenant_id = h.tenant_id AND t.queue_name = h.queue_name AND t.timer_key = h.timer_key;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     RETURN v_deleted;
@@ -227,22 +243,9 @@ AS $$
 DECLARE
     v_moved INTEGER;
 BEGIN
-    IF cardinality(p_tenants) IS DISTINCT FROM cardinality(p_queues)
-       OR cardinality(p_tenants) IS DISTINCT FROM cardinality(p_keys) THEN
-        RAISE EXCEPTION 'timer_postpone_v1: tenants, queues and keys must be parallel arrays'
-            USING ERRCODE = '22023';
-    END IF;
-    WITH held AS (
-        SELECT t.tenant_id, t.queue_name, t.timer_key
-        FROM queen.log_timers t
-        JOIN unnest(p_tenants, p_queues, p_keys) AS f(tenant_id, queue_name, timer_key)
-          ON t.tenant_id = f.tenant_id AND t.queue_name = f.queue_name AND t.timer_key = f.timer_key
-        ORDER BY t.tenant_id, t.queue_name COLLATE "C", t.timer_key COLLATE "C"
-        FOR UPDATE OF t SKIP LOCKED
-    )
     UPDATE queen.log_timers t
     SET fire_at = clock_timestamp() + p_delay_ms * interval '1 millisecond'
-    FROM held h
+    FROM queen.timer_held_v1(p_tenants, p_queues, p_keys) h
     WHERE t.tenant_id = h.tenant_id AND t.queue_name = h.queue_name AND t.timer_key = h.timer_key;
     GET DIAGNOSTICS v_moved = ROW_COUNT;
     RETURN v_moved;

@@ -1176,15 +1176,13 @@ impl Session {
             && (self.statements.len() >= MAX_SESSION_STATEMENTS
                 || self.statement_bytes + p.query.len() > MAX_SESSION_STATEMENT_BYTES)
         {
-            let mut err = ErrorFields::error(
-                "54000",
-                format!(
-                    "too many prepared statements in this session (at most {MAX_SESSION_STATEMENTS}, {} MiB of text)",
-                    MAX_SESSION_STATEMENT_BYTES >> 20
-                ),
-            );
-            err.hint = Some("close statements no longer needed (Close, or DEALLOCATE)".into());
-            self.local_error(err);
+            self.local_error(session_limit(
+                "prepared statements",
+                MAX_SESSION_STATEMENTS,
+                MAX_SESSION_STATEMENT_BYTES,
+                "of text",
+                "close statements no longer needed (Close, or DEALLOCATE)",
+            ));
             return Ok(());
         }
         let query: Arc<str> = Arc::from(p.query);
@@ -1394,15 +1392,13 @@ impl Session {
                     if self.local_portals.len() >= MAX_SESSION_PORTALS
                         || self.portal_bytes + portal.bytes() > MAX_SESSION_PORTAL_BYTES
                     {
-                        let mut err = ErrorFields::error(
-                            "54000",
-                            format!(
-                                "too many open queenwire portals in this session (at most {MAX_SESSION_PORTALS}, {} MiB of parameters)",
-                                MAX_SESSION_PORTAL_BYTES >> 20
-                            ),
-                        );
-                        err.hint = Some("send Sync, or Close portals no longer needed".into());
-                        self.local_error(err);
+                        self.local_error(session_limit(
+                            "open queenwire portals",
+                            MAX_SESSION_PORTALS,
+                            MAX_SESSION_PORTAL_BYTES,
+                            "of parameters",
+                            "send Sync, or Close portals no longer needed",
+                        ));
                         return Ok(());
                     }
                     self.portal_bytes += portal.bytes();
@@ -1623,6 +1619,19 @@ const FAIL_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal
 };
 
 /// A user whose policy is `none` may run dialect statements only.
+/// `54000` for a per-session bound of the proxy's memory.
+fn session_limit(what: &str, count: usize, bytes: usize, of: &str, hint: &str) -> ErrorFields {
+    let mut err = ErrorFields::error(
+        "54000",
+        format!(
+            "too many {what} in this session (at most {count}, {} MiB {of})",
+            bytes >> 20
+        ),
+    );
+    err.hint = Some(hint.into());
+    err
+}
+
 fn passthrough_refused() -> ErrorFields {
     ErrorFields::error(
         "42501",

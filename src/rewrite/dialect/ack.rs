@@ -100,19 +100,9 @@ impl Renew {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{error, lit};
     use super::super::{parse, Statement};
     use super::*;
-
-    fn lit(text: &str) -> Value<String> {
-        Value::Literal(text.to_string())
-    }
-
-    fn error(sql: &str) -> (&'static str, Option<usize>) {
-        match parse(sql) {
-            Some(Err(err)) => (err.sqlstate, err.position),
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
 
     #[test]
     fn ack_one_or_many() {

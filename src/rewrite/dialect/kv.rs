@@ -337,23 +337,13 @@ fn parse_list(cursor: &mut Cursor<'_>) -> Result<KvList> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{error, lit};
     use super::super::{parse, Statement};
     use super::*;
-
-    fn lit(text: &str) -> Value<String> {
-        Value::Literal(text.to_string())
-    }
 
     fn kv(sql: &str) -> KvStatement {
         match parse(sql) {
             Some(Ok(Statement::Kv(kv))) => kv,
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
-
-    fn error(sql: &str) -> (&'static str, Option<usize>) {
-        match parse(sql) {
-            Some(Err(err)) => (err.sqlstate, err.position),
             other => panic!("{sql}: {other:?}"),
         }
     }

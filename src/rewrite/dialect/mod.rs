@@ -648,16 +648,36 @@ mod tests {
     }
 }
 
+/// Helpers the grammar's test modules share.
 #[cfg(test)]
-mod driver_forms {
-    use super::*;
+pub(crate) mod test_support {
+    use super::{parse, Statement, Value};
 
-    fn ok(sql: &str) -> Statement {
+    pub fn lit(text: &str) -> Value<String> {
+        Value::Literal(text.to_string())
+    }
+
+    /// The statement `sql` parses to; panics on anything else.
+    pub fn ok(sql: &str) -> Statement {
         match parse(sql) {
-            Some(Ok(s)) => s,
+            Some(Ok(statement)) => statement,
             other => panic!("{sql}: {other:?}"),
         }
     }
+
+    /// The SQLSTATE and position of the error `sql` parses to.
+    pub fn error(sql: &str) -> (&'static str, Option<usize>) {
+        match parse(sql) {
+            Some(Err(err)) => (err.sqlstate, err.position),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod driver_forms {
+    use super::test_support::ok;
+    use super::*;
 
     #[test]
     fn values_in_parentheses_and_with_casts_parse_as_postgresql_reads_them() {

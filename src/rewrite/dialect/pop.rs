@@ -162,19 +162,13 @@ fn parse_subscribe_from(cursor: &mut Cursor<'_>) -> Result<SubscribeFrom> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::error;
     use super::super::{parse, Statement};
     use super::*;
 
     fn pop(sql: &str) -> Pop {
         match parse(sql) {
             Some(Ok(Statement::Pop(pop))) => pop,
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
-
-    fn error(sql: &str) -> (&'static str, Option<usize>) {
-        match parse(sql) {
-            Some(Err(err)) => (err.sqlstate, err.position),
             other => panic!("{sql}: {other:?}"),
         }
     }

@@ -223,6 +223,7 @@ fn arity_error(cursor: &Cursor<'_>, open: &Token<'_>, expected: usize) -> ParseE
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{error, lit};
     use super::super::{parse, Statement};
     use super::*;
 
@@ -231,17 +232,6 @@ mod tests {
             Some(Ok(Statement::Push(push))) => push,
             other => panic!("{sql}: {other:?}"),
         }
-    }
-
-    fn error(sql: &str) -> (&'static str, Option<usize>) {
-        match parse(sql) {
-            Some(Err(err)) => (err.sqlstate, err.position),
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
-
-    fn lit(text: &str) -> Value<String> {
-        Value::Literal(text.to_string())
     }
 
     #[test]

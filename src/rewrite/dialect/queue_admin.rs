@@ -178,29 +178,12 @@ impl DropGroup {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{error, lit, ok};
     use std::time::Duration;
 
     use super::super::options::{OptionValue, QueueOption};
     use super::super::{parse, Statement, Value};
     use super::*;
-
-    fn lit(text: &str) -> Value<String> {
-        Value::Literal(text.to_string())
-    }
-
-    fn ok(sql: &str) -> Statement {
-        match parse(sql) {
-            Some(Ok(statement)) => statement,
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
-
-    fn error(sql: &str) -> (&'static str, Option<usize>) {
-        match parse(sql) {
-            Some(Err(err)) => (err.sqlstate, err.position),
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
 
     fn setting(option: QueueOption, value: OptionValue) -> QueueSetting {
         QueueSetting {

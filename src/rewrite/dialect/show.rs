@@ -83,26 +83,8 @@ pub(crate) fn optional_on_queue(cursor: &mut Cursor<'_>) -> Result<Option<Name>>
 
 #[cfg(test)]
 mod tests {
-    use super::super::parse as parse_sql;
+    use super::super::test_support::{error, lit, ok};
     use super::*;
-
-    fn ok(sql: &str) -> Statement {
-        match parse_sql(sql) {
-            Some(Ok(statement)) => statement,
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
-
-    fn error(sql: &str) -> (&'static str, Option<usize>) {
-        match parse_sql(sql) {
-            Some(Err(err)) => (err.sqlstate, err.position),
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
-
-    fn lit(text: &str) -> Value<String> {
-        Value::Literal(text.to_string())
-    }
 
     #[test]
     fn show_queues() {

@@ -129,26 +129,8 @@ pub(crate) fn parse_show(cursor: &mut Cursor<'_>) -> Result<Statement> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::parse;
+    use super::super::test_support::{error, lit, ok};
     use super::*;
-
-    fn lit(text: &str) -> Value<String> {
-        Value::Literal(text.to_string())
-    }
-
-    fn ok(sql: &str) -> Statement {
-        match parse(sql) {
-            Some(Ok(statement)) => statement,
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
-
-    fn error(sql: &str) -> (&'static str, Option<usize>) {
-        match parse(sql) {
-            Some(Err(err)) => (err.sqlstate, err.position),
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
 
     #[test]
     fn schedule_at_a_timestamp() {

@@ -87,27 +87,9 @@ struct LocalPortal {
     statement: Arc<Statement>,
     params: Vec<Option<String>>,
     result_formats: Vec<i16>,
-    /// Set once the statement ran: the rows an Execute with a row limit
-    /// left for the next ones (empty when all were sent), and the tag.
-    ran: Option<PortalRows>,
-}
-
-/// What a dialect portal still has to return.
-struct PortalRows {
-    rows: VecDeque<Vec<crate::engine::values::Cell>>,
-    tag: String,
-}
-
-/// A command tag with its trailing row count replaced (`SELECT 10` →
-/// `SELECT 3`), as PostgreSQL reports the rows of the last Execute of a
-/// portal fetched in parts.
-fn retag(tag: &str, rows: usize) -> String {
-    match tag.rsplit_once(' ') {
-        Some((head, count)) if count.bytes().all(|b| b.is_ascii_digit()) => {
-            format!("{head} {rows}")
-        }
-        _ => tag.to_string(),
-    }
+    /// Set once the statement ran (at the first Execute): the rows no
+    /// Execute has returned yet.
+    unreturned: Option<VecDeque<Vec<Cell>>>,
 }
 
 impl LocalPortal {
@@ -149,10 +131,10 @@ pub struct Session {
     local_portals: HashMap<String, LocalPortal>,
     /// Parameter bytes held in `local_portals` (bounded per session).
     portal_bytes: usize,
-    /// While a dialect portal executes: the Execute's row limit (0 = all);
-    /// `send_rows` leaves what it did not send in `portal_rows`.
-    row_limit: Option<usize>,
-    portal_rows: Option<PortalRows>,
+    /// While a dialect portal's statement runs, `send_rows` keeps its rows
+    /// in `portal_rows` instead of sending them.
+    capture_rows: bool,
+    portal_rows: Option<VecDeque<Vec<Cell>>>,
     /// Client messages went to the backend since the last Sync: the
     /// backend's implicit transaction holds them.
     forwarded_since_sync: bool,
@@ -228,7 +210,7 @@ impl Session {
             portal_effects: HashMap::new(),
             local_portals: HashMap::new(),
             portal_bytes: 0,
-            row_limit: None,
+            capture_rows: false,
             portal_rows: None,
             forwarded_since_sync: false,
             pushed: Vec::new(),
@@ -457,6 +439,19 @@ impl Session {
                 self.client.flush().await?;
             }
         }
+    }
+
+    /// Relays the replies the backend still owes for earlier messages of
+    /// this pipeline (asking it to flush them), so that what the proxy
+    /// answers itself comes after them, in order.
+    async fn relay_earlier_replies(&mut self) -> Result<(), End> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        if let Some(conn) = self.backend.as_mut() {
+            conn.send(&protocol::empty(b'H'));
+        }
+        self.drain().await
     }
 
     async fn backend_lost(&mut self, e: BackendError) -> End {
@@ -844,12 +839,7 @@ impl Session {
         describe: bool,
     ) -> Result<bool, End> {
         // Earlier replies of this pipeline go first.
-        if !self.pending.is_empty() {
-            if let Some(conn) = self.backend.as_mut() {
-                conn.send(&protocol::empty(b'H'));
-            }
-            self.drain().await?;
-        }
+        self.relay_earlier_replies().await?;
         if self.skip_until_sync {
             return Ok(false);
         }
@@ -950,8 +940,9 @@ impl Session {
         }
         match result {
             Ok(outcome) => {
-                self.send_rows(stmt.columns(), &outcome, result_formats, describe);
-                if let Some(key) = outcome.pushed {
+                let Outcome { rows, tag, pushed } = outcome;
+                self.send_rows(stmt.columns(), rows, &tag, result_formats, describe);
+                if let Some(key) = pushed {
                     if !self.pushed.contains(&key) {
                         self.pushed.push(key);
                     }
@@ -1003,12 +994,8 @@ impl Session {
         match engine.fuser.push(prep, self.tenant).await {
             Ok(prep) => {
                 let rows = prep.rows();
-                let outcome = Outcome {
-                    tag: stmt.command_tag(rows.len()),
-                    rows,
-                    pushed: None,
-                };
-                self.send_rows(stmt.columns(), &outcome, result_formats, describe);
+                let tag = stmt.command_tag(rows.len());
+                self.send_rows(stmt.columns(), rows, &tag, result_formats, describe);
                 Ok(true)
             }
             Err(ExecError::Statement(fields))
@@ -1096,37 +1083,57 @@ impl Session {
     fn send_rows(
         &mut self,
         columns: &[Column],
-        outcome: &Outcome,
+        rows: Vec<Vec<Cell>>,
+        tag: &str,
         formats: &[i16],
         describe: bool,
     ) {
         if describe && !columns.is_empty() {
             self.client.send(&row_description(columns, formats));
         }
-        let Some(limit) = self.row_limit.take() else {
-            self.send_data_rows(&outcome.rows, formats);
-            self.client.send(&protocol::command_complete(&outcome.tag));
+        if self.capture_rows {
+            // A portal's: its Executes send them (`send_portal_part`).
+            self.portal_rows = Some(rows.into());
             return;
-        };
-        // A portal's Execute: at most `limit` rows now, the rest later.
-        let sent = if limit == 0 {
-            outcome.rows.len()
-        } else {
-            limit.min(outcome.rows.len())
-        };
-        self.send_data_rows(&outcome.rows[..sent], formats);
-        if sent < outcome.rows.len() {
-            self.client.send(&protocol::empty(b's'));
-        } else {
-            self.client.send(&protocol::command_complete(&outcome.tag));
         }
-        self.portal_rows = Some(PortalRows {
-            rows: outcome.rows[sent..].iter().cloned().collect(),
-            tag: outcome.tag.clone(),
-        });
+        self.send_data_rows(rows.iter(), formats);
+        self.client.send(&protocol::command_complete(tag));
     }
 
-    fn send_data_rows(&mut self, rows: &[Vec<crate::engine::values::Cell>], formats: &[i16]) {
+    /// One Execute of a dialect portal whose statement ran: at most `limit`
+    /// rows (0 = all) of those not yet returned, then PortalSuspended while
+    /// some are left, else CommandComplete counting this Execute's rows, as
+    /// a PostgreSQL portal answers.
+    async fn send_portal_part(&mut self, portal: &str, limit: usize) -> Result<(), End> {
+        if self.skip_until_sync {
+            return Ok(());
+        }
+        self.relay_earlier_replies().await?;
+        let Some(local) = self.local_portals.get_mut(portal) else {
+            return Ok(());
+        };
+        let Some(rows) = local.unreturned.as_mut() else {
+            return Ok(());
+        };
+        let take = if limit == 0 {
+            rows.len()
+        } else {
+            limit.min(rows.len())
+        };
+        let batch: Vec<Vec<Cell>> = rows.drain(..take).collect();
+        let done = rows.is_empty();
+        let tag = local.statement.command_tag(take);
+        let formats = local.result_formats.clone();
+        self.send_data_rows(batch.iter(), &formats);
+        if done {
+            self.client.send(&protocol::command_complete(&tag));
+        } else {
+            self.client.send(&protocol::empty(b's'));
+        }
+        Ok(())
+    }
+
+    fn send_data_rows<'r>(&mut self, rows: impl Iterator<Item = &'r Vec<Cell>>, formats: &[i16]) {
         for row in rows {
             let encoded: Vec<Option<Vec<u8>>> = row
                 .iter()
@@ -1211,12 +1218,7 @@ impl Session {
                 return Ok(());
             }
             Command::Invalid(e) => {
-                if !self.pending.is_empty() {
-                    if let Some(conn) = self.backend.as_mut() {
-                        conn.send(&protocol::empty(b'H'));
-                    }
-                    self.drain().await?;
-                }
+                self.relay_earlier_replies().await?;
                 if !self.skip_until_sync {
                     self.fail_statement(crate::engine::values::parse_error(e))
                         .await?;
@@ -1386,7 +1388,7 @@ impl Session {
                         statement: stmt,
                         params,
                         result_formats: b.result_formats.clone(),
-                        ran: None,
+                        unreturned: None,
                     };
                     self.remove_local_portal(b.portal);
                     if self.local_portals.len() >= MAX_SESSION_PORTALS
@@ -1489,50 +1491,26 @@ impl Session {
             Err(e) => return Err(self.protocol_violation(e.to_string()).await),
         };
         let limit = usize::try_from(max_rows).unwrap_or(0);
-        if let Some(local) = self.local_portals.get_mut(portal) {
-            if let Some(ran) = local.ran.as_mut() {
-                // The statement ran at the first Execute: later ones return
-                // what it left (none once it completed), never run it again.
-                let take = if limit == 0 {
-                    ran.rows.len()
-                } else {
-                    limit.min(ran.rows.len())
-                };
-                let batch: Vec<_> = ran.rows.drain(..take).collect();
-                let done = ran.rows.is_empty();
-                let tag = retag(&ran.tag, take);
+        if let Some(local) = self.local_portals.get(portal) {
+            if local.unreturned.is_none() {
+                // The statement runs once, at the first Execute, as one call;
+                // its rows go out `limit` at a time, and a completed portal
+                // returns none (it never runs again).
+                let stmt = local.statement.clone();
+                let params = local.params.clone();
                 let formats = local.result_formats.clone();
-                if self.skip_until_sync {
+                self.capture_rows = true;
+                let ran = self.run_dialect(&stmt, &params, &formats, false).await;
+                self.capture_rows = false;
+                let rows = self.portal_rows.take();
+                if !ran? {
                     return Ok(());
                 }
-                if !self.pending.is_empty() {
-                    if let Some(conn) = self.backend.as_mut() {
-                        conn.send(&protocol::empty(b'H'));
-                    }
-                    self.drain().await?;
+                if let (Some(rows), Some(local)) = (rows, self.local_portals.get_mut(portal)) {
+                    local.unreturned = Some(rows);
                 }
-                self.send_data_rows(&batch, &formats);
-                if done {
-                    self.client.send(&protocol::command_complete(&tag));
-                } else {
-                    self.client.send(&protocol::empty(b's'));
-                }
-                return Ok(());
             }
-            // The statement runs as one call; its rows go out `limit` at a
-            // time (PortalSuspended between), as PostgreSQL's would.
-            let stmt = local.statement.clone();
-            let params = local.params.clone();
-            let formats = local.result_formats.clone();
-            self.row_limit = Some(limit);
-            let ran = self.run_dialect(&stmt, &params, &formats, false).await;
-            self.row_limit = None;
-            let rows = self.portal_rows.take();
-            ran?;
-            if let (Some(rows), Some(local)) = (rows, self.local_portals.get_mut(portal)) {
-                local.ran = Some(rows);
-            }
-            return Ok(());
+            return self.send_portal_part(portal, limit).await;
         }
         if self.backend.is_none() {
             self.missing_portal(portal);
@@ -1571,12 +1549,7 @@ impl Session {
     }
 
     async fn flush_request(&mut self) -> Result<(), End> {
-        if !self.pending.is_empty() {
-            if let Some(conn) = self.backend.as_mut() {
-                conn.send(&protocol::empty(b'H'));
-            }
-            self.drain().await?;
-        }
+        self.relay_earlier_replies().await?;
         Ok(self.client.flush().await?)
     }
 

@@ -27,6 +27,18 @@ use values::{Cell, Params};
 /// The default tenant of a proxy user until users carry their own.
 pub const DEFAULT_TENANT: Uuid = Uuid::from_u128(1);
 
+/// Raises an error in the backend with the given SQLSTATE and message: the
+/// backend's current transaction then fails exactly as for an error of its
+/// own (`queen.raise_v1`).
+pub const RAISE_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal {
+    name: "qw_raise_v1",
+    sql: "SELECT queen.raise_v1($1, $2)",
+    param_types: &[
+        tokio_postgres::types::Type::TEXT,
+        tokio_postgres::types::Type::TEXT,
+    ],
+};
+
 /// Why a statement failed.
 #[derive(Debug)]
 pub enum ExecError {

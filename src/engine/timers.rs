@@ -207,6 +207,19 @@ async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result
         .await
         .map_err(|e| ExecError::Backend(crate::backend::BackendError::Protocol(e.to_string())))?;
     let result = fire_on(&mut conn, careful).await;
+    if let Err(e) = &result {
+        if !matches!(
+            e,
+            ExecError::Backend(crate::backend::BackendError::Server(_))
+        ) {
+            // The backend saw no error (the engine refused something): make
+            // the transaction fail, so that Sync rolls it back rather than
+            // committing a claim whose timers were not all fired.
+            let _ = conn
+                .call(&super::RAISE_CALL, &[&"XX000", &"timer fire abandoned"])
+                .await;
+        }
+    }
     let mut status = conn.sync().await;
     if result.is_err() && matches!(status, Ok(b'T' | b'E')) {
         status = conn
@@ -243,13 +256,18 @@ fn push_refused(e: &ExecError) -> bool {
 async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<String>), ExecError> {
     // Claim, push and delete are one transaction: the claimed rows stay
     // locked until the commit, which is what makes a fire exactly once.
-    // An explicit block: a failure the backend never saw (a payload the
-    // engine refuses to frame) must roll back too, not commit at Sync.
+    // The careful fire needs savepoints, so an explicit block; the usual
+    // one is the implicit transaction its Sync ends (two round trips fewer
+    // on every poll).
     conn.autosync = false;
-    conn.call(&BEGIN_CALL, &[]).await?;
+    if careful {
+        conn.call(&BEGIN_CALL, &[]).await?;
+    }
     let rows = conn.call(&CLAIM_CALL, &[&FIRE_BATCH]).await?;
     if rows.is_empty() {
-        conn.call(&COMMIT_CALL, &[]).await?;
+        if careful {
+            conn.call(&COMMIT_CALL, &[]).await?;
+        }
         return Ok((0, Vec::new()));
     }
     type Timers = Vec<(String, String, String)>; // (key, partition, payload)
@@ -318,6 +336,8 @@ async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<St
         conn.call(&POSTPONE_CALL, &[&failed.0, &failed.1, &failed.2, &delay])
             .await?;
     }
-    conn.call(&COMMIT_CALL, &[]).await?;
+    if careful {
+        conn.call(&COMMIT_CALL, &[]).await?;
+    }
     Ok((fired.0.len(), woken))
 }

@@ -1154,7 +1154,7 @@ impl Session {
         if let Some(conn) = self.backend.as_mut() {
             conn.autosync = autosync;
             match conn
-                .call(&FAIL_CALL, &[&fields.code, &fields.message])
+                .call(&crate::engine::RAISE_CALL, &[&fields.code, &fields.message])
                 .await
             {
                 Ok(_) | Err(BackendError::Server(_)) => {}
@@ -1581,17 +1581,6 @@ impl Session {
     }
 }
 
-/// Raises an error in the backend with the given SQLSTATE and message.
-const FAIL_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal {
-    name: "qw_raise_v1",
-    sql: "SELECT queen.raise_v1($1, $2)",
-    param_types: &[
-        tokio_postgres::types::Type::TEXT,
-        tokio_postgres::types::Type::TEXT,
-    ],
-};
-
-/// A user whose policy is `none` may run dialect statements only.
 /// `54000` for a per-session bound of the proxy's memory.
 fn session_limit(what: &str, count: usize, bytes: usize, of: &str, hint: &str) -> ErrorFields {
     let mut err = ErrorFields::error(
@@ -1605,6 +1594,7 @@ fn session_limit(what: &str, count: usize, bytes: usize, of: &str, hint: &str) -
     err
 }
 
+/// A user whose policy is `none` may run dialect statements only.
 fn passthrough_refused() -> ErrorFields {
     ErrorFields::error(
         "42501",

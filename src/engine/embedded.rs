@@ -426,11 +426,17 @@ pub fn find_server_binaries() -> Result<PathBuf, EmbeddedError> {
     find_newest_binaries().map(|binaries| binaries.bin_dir)
 }
 
-fn find_newest_binaries() -> Result<ServerBinaries, EmbeddedError> {
-    let found: Vec<ServerBinaries> = candidate_bin_dirs()
+/// Every candidate directory that holds working server binaries, in
+/// search order.
+fn installed_binaries() -> Vec<ServerBinaries> {
+    candidate_bin_dirs()
         .into_iter()
         .filter_map(|bin_dir| probe_binaries(&bin_dir))
-        .collect();
+        .collect()
+}
+
+fn find_newest_binaries() -> Result<ServerBinaries, EmbeddedError> {
+    let found = installed_binaries();
     match found
         .iter()
         .find(|binaries| binaries.major >= MIN_MAJOR_VERSION)
@@ -444,10 +450,7 @@ fn find_binaries_for_cluster(
     cluster_major: u32,
     pgdata: &Path,
 ) -> Result<ServerBinaries, EmbeddedError> {
-    let found: Vec<ServerBinaries> = candidate_bin_dirs()
-        .into_iter()
-        .filter_map(|bin_dir| probe_binaries(&bin_dir))
-        .collect();
+    let found = installed_binaries();
     match found
         .iter()
         .find(|binaries| binaries.major == cluster_major)

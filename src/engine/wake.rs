@@ -64,20 +64,15 @@ impl Waiters {
         map.entry(digest).or_default().clone()
     }
 
-    /// Wakes every POP now waiting on the queue.
-    pub fn wake(&self, key: &str) {
-        self.wake_digest(&self.digest(key));
-    }
-
-    /// Wakes the waiters of the queue whose digest arrived in a NOTIFY.
+    /// Wakes every POP now waiting on the queue with this digest (from
+    /// this process's pushes, or from a NOTIFY).
     pub fn wake_digest(&self, digest: &str) {
-        let key = digest;
         let notify = {
             let map = match self.queues.lock() {
                 Ok(m) => m,
                 Err(p) => p.into_inner(),
             };
-            map.get(key).cloned()
+            map.get(digest).cloned()
         };
         if let Some(n) = notify {
             n.notify_waiters();

@@ -13,6 +13,7 @@ mod common;
 
 use bytes::{BufMut, BytesMut};
 use common::proxy::Proxy;
+use queenwire::protocol::tags::Target as Describes;
 use queenwire::protocol::{self, frontend, read_message, ErrorFields, Message};
 use queenwire::rewrite::{self, dialect, Command};
 use std::future::Future;
@@ -509,10 +510,10 @@ fn sample_messages() -> Vec<Message> {
         frontend::build_query("SELECT 1; SHOW QUEUES"),
         parse_msg("s1", "SELECT $1::int4", &[23]),
         bind_msg("s1", &[Some(&7i32.to_be_bytes())], &[1]),
-        frontend::build_target(b'D', b'S', "s1"),
-        frontend::build_target(b'D', b'P', ""),
+        frontend::build_describe(Describes::Statement, "s1"),
+        frontend::build_describe(Describes::Portal, ""),
         execute_msg(),
-        frontend::build_target(b'C', b'S', "s1"),
+        frontend::build_close(Describes::Statement, "s1"),
         parse_msg("", "PUSH INTO hq VALUES ($1)", &[3802]),
         bind_msg("", &[Some(b"\x01{\"n\": 1}")], &[1]),
         sync_msg(),
@@ -953,7 +954,7 @@ fn describe_of_a_statement_with_a_high_parameter_number() {
         let started = Instant::now();
         raw.send(&wire(&[
             parse_msg("", &format!("POP FROM hq GROUP ${n}"), &[]),
-            frontend::build_target(b'D', b'S', ""),
+            frontend::build_describe(Describes::Statement, ""),
             sync_msg(),
         ]))
         .await;

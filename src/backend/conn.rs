@@ -5,7 +5,7 @@
 //! small helpers at the bottom. tokio-postgres cannot serve here: it
 //! re-encodes every message and always asks for binary results.
 
-use crate::protocol::{self, read_message, ErrorFields, FrameError, Message};
+use crate::protocol::{self, read_message, ErrorFields, FrameError, Message, TxStatus};
 use bytes::{BufMut, BytesMut};
 use postgres_protocol::authentication::{md5_hash, sasl};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -140,7 +140,7 @@ pub struct BackendConn {
     /// the connection sets it for its own use.
     pub autosync: bool,
     /// Transaction status from the last ReadyForQuery.
-    pub status: u8,
+    pub status: TxStatus,
     /// Set when the connection may hold state the pool cannot vouch for
     /// (protocol confusion, session state): it is then closed, not reused.
     pub broken: bool,
@@ -161,7 +161,7 @@ impl BackendConn {
             unnamed_owner: None,
             internal_prepared: HashSet::new(),
             autosync: false,
-            status: b'I',
+            status: TxStatus::Idle,
             broken: false,
         };
         conn.startup(target).await?;
@@ -268,7 +268,7 @@ impl BackendConn {
                 b'E' => return Err(BackendError::Server(ErrorFields::parse(&msg.body))),
                 b'N' => {}
                 b'Z' => {
-                    self.status = msg.body.first().copied().unwrap_or(b'I');
+                    self.status = TxStatus::from_ready_body(&msg.body);
                     return Ok(());
                 }
                 other => {
@@ -367,7 +367,7 @@ impl BackendConn {
                 b'E' if first_error.is_none() => first_error = Some(ErrorFields::parse(&msg.body)),
                 b'S' => self.note_parameter_status(&msg),
                 b'Z' => {
-                    self.status = msg.body.first().copied().unwrap_or(b'I');
+                    self.status = TxStatus::from_ready_body(&msg.body);
                     return match first_error {
                         Some(e) => Err(BackendError::Server(e)),
                         None => Ok(()),
@@ -568,7 +568,7 @@ impl BackendConn {
                 }
                 b'E' => error = Some(ErrorFields::parse(&msg.body)),
                 b'Z' if autosync => {
-                    self.status = msg.body.first().copied().unwrap_or(b'I');
+                    self.status = TxStatus::from_ready_body(&msg.body);
                     return match error {
                         Some(e) => Err(BackendError::Server(e)),
                         None => Ok(rows),
@@ -587,7 +587,7 @@ impl BackendConn {
 
     /// Ends the current extended-protocol exchange: Sync, then everything up
     /// to ReadyForQuery; returns the transaction status.
-    pub async fn sync(&mut self) -> Result<u8, BackendError> {
+    pub async fn sync(&mut self) -> Result<TxStatus, BackendError> {
         self.send(&protocol::empty(b'S'));
         self.flush().await?;
         loop {
@@ -595,7 +595,7 @@ impl BackendConn {
             match msg.tag {
                 b'S' => self.note_parameter_status(&msg),
                 b'Z' => {
-                    self.status = msg.body.first().copied().unwrap_or(b'I');
+                    self.status = TxStatus::from_ready_body(&msg.body);
                     return Ok(self.status);
                 }
                 _ => {}

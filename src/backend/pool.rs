@@ -24,7 +24,7 @@ impl managed::Manager for Manager {
     }
 
     async fn recycle(&self, conn: &mut BackendConn, _: &Metrics) -> RecycleResult<BackendError> {
-        if conn.broken || conn.status != b'I' || conn.has_unflushed() {
+        if conn.broken || conn.status.in_transaction() || conn.has_unflushed() {
             return Err(RecycleError::message("connection not clean"));
         }
         // Each borrower chooses how its calls end.
@@ -58,9 +58,22 @@ pub fn build_pool(target: Arc<BackendTarget>, size: usize) -> Result<Pool, Backe
 
 /// Returns a connection to the pool if it is clean, else closes it.
 pub fn release(conn: PooledConn) {
-    if conn.broken || conn.status != b'I' || conn.has_unflushed() {
+    if conn.broken || conn.status.in_transaction() || conn.has_unflushed() {
         drop(managed::Object::take(conn));
     } else {
         drop(conn);
     }
+}
+
+/// Closes a connection whose state the pool cannot vouch for.
+pub fn discard(conn: PooledConn) {
+    drop(managed::Object::take(conn));
+}
+
+/// A connection from `pool`.
+pub async fn checkout(pool: &Pool) -> Result<PooledConn, BackendError> {
+    pool.get().await.map_err(|e| match e {
+        managed::PoolError::Backend(b) => b,
+        other => BackendError::Protocol(other.to_string()),
+    })
 }

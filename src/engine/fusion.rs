@@ -81,7 +81,7 @@ impl Fuser {
             tokio::spawn(async move { fuser.write_loop(lane, tenant).await });
         }
         rx.await.unwrap_or_else(|_| {
-            Err(ExecError::Backend(BackendError::Protocol(
+            Err(ExecError::Lost(BackendError::Protocol(
                 "the push writer stopped".into(),
             )))
         })
@@ -107,9 +107,7 @@ impl Fuser {
             Ok(c) => c,
             Err(e) => {
                 for (_, reply) in jobs {
-                    let _ = reply.send(Err(ExecError::Backend(BackendError::Protocol(
-                        e.to_string(),
-                    ))));
+                    let _ = reply.send(Err(ExecError::Lost(BackendError::Protocol(e.to_string()))));
                 }
                 return;
             }
@@ -123,7 +121,7 @@ impl Fuser {
             write_pushes(&mut conn, &mut refs, tenant).await
         };
         match together {
-            Ok(()) if conn.status == b'I' => {
+            Ok(()) if conn.status == crate::protocol::TxStatus::Idle => {
                 for (prep, reply) in preps.into_iter().zip(replies) {
                     let _ = reply.send(Ok(prep));
                 }
@@ -132,7 +130,7 @@ impl Fuser {
                 conn.broken = true;
                 fail_all(replies, "the push transaction did not commit");
             }
-            Err(e @ (ExecError::Statement(_) | ExecError::Backend(BackendError::Server(_)))) => {
+            Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) => {
                 if preps.len() == 1 {
                     // A lone statement's error is its own.
                     if let Some(reply) = replies.into_iter().next() {
@@ -160,7 +158,7 @@ impl Fuser {
 
 fn fail_all(replies: Vec<Reply>, why: &str) {
     for reply in replies {
-        let _ = reply.send(Err(ExecError::Backend(BackendError::Protocol(
+        let _ = reply.send(Err(ExecError::Lost(BackendError::Protocol(
             why.to_string(),
         ))));
     }

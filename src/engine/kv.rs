@@ -209,21 +209,21 @@ pub async fn execute(
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     if state.paused() {
-        return Err(ExecError::Statement(ErrorFields::error(
+        return Err(ExecError::Refused(ErrorFields::error(
             "55000",
             "the KV surface is paused by the operator",
         )));
     }
     if is_write(stmt) {
         if let Some(why) = state.over_quota(tenant) {
-            return Err(ExecError::Statement(ErrorFields::error("54000", why)));
+            return Err(ExecError::Refused(ErrorFields::error("54000", why)));
         }
     }
     let (ops, bytes) = operations(stmt, params, max_value)?;
     let rows = conn.call(&APPLY_CALL, &[&ops, &tenant]).await?;
     state.note_write(tenant, bytes);
     let get = |r: &RawRow, i: usize, ty: &Type| -> Result<Option<String>, ExecError> {
-        r.get::<Option<String>>(i, ty).map_err(ExecError::Backend)
+        r.get::<Option<String>>(i, ty).map_err(ExecError::from)
     };
     let mut out = Vec::with_capacity(rows.len());
     for r in &rows {

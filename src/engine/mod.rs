@@ -4,16 +4,23 @@
 //! embedded cluster. Knows nothing of the client's wire.
 
 pub mod embedded;
+mod execute;
 pub mod frame;
 pub mod fusion;
 pub mod kv;
+pub mod lend;
+pub mod lock_order;
 pub mod maintenance;
 pub mod queues;
 pub mod receipt;
 pub mod schema;
 pub mod timers;
 pub mod values;
+mod wait;
 pub mod wake;
+
+pub use execute::StatementError;
+pub use lend::{CallEnd, Lender, TxnView};
 
 use crate::backend::{BackendConn, BackendError};
 use crate::protocol::ErrorFields;
@@ -39,35 +46,42 @@ pub const RAISE_CALL: crate::backend::conn::Internal = crate::backend::conn::Int
     ],
 };
 
-/// Why a statement failed.
+/// Why a statement failed, inside the engine.
 #[derive(Debug)]
 pub enum ExecError {
     /// Found by the proxy before or instead of a backend call: the backend
-    /// has not seen an error, the caller must make it fail the statement.
-    Statement(ErrorFields),
-    /// From the backend: an ErrorResponse (the backend now skips to Sync) or
-    /// a lost connection.
-    Backend(BackendError),
+    /// has not failed the statement. Never leaves the engine:
+    /// [`Engine::execute`] fails the statement in the backend first and
+    /// reports it as [`StatementError::Failed`].
+    Refused(ErrorFields),
+    /// The backend failed the statement (ErrorResponse): it now skips to
+    /// the next Sync.
+    Failed(ErrorFields),
+    /// The backend connection broke.
+    Lost(BackendError),
 }
 
 impl std::fmt::Display for ExecError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ExecError::Statement(e) => write!(f, "{} ({})", e.message, e.code),
-            ExecError::Backend(e) => write!(f, "{e}"),
+            ExecError::Refused(e) | ExecError::Failed(e) => write!(f, "{} ({})", e.message, e.code),
+            ExecError::Lost(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl From<ErrorFields> for ExecError {
     fn from(e: ErrorFields) -> Self {
-        ExecError::Statement(e)
+        ExecError::Refused(e)
     }
 }
 
 impl From<BackendError> for ExecError {
     fn from(e: BackendError) -> Self {
-        ExecError::Backend(e)
+        match e {
+            BackendError::Server(fields) => ExecError::Failed(fields),
+            other => ExecError::Lost(other),
+        }
     }
 }
 
@@ -91,9 +105,9 @@ pub struct Engine {
 
 impl Engine {
     /// Runs one dialect statement on `conn`, inside whatever transaction
-    /// the connection is in. POP runs a single attempt here; waiting is the
-    /// session's job (it must not hold the connection while it waits).
-    pub async fn execute(
+    /// the connection is in; POP makes a single attempt. Only
+    /// [`Engine::execute`] calls it.
+    async fn run_statement(
         &self,
         conn: &mut BackendConn,
         stmt: &Statement,
@@ -134,7 +148,7 @@ impl Engine {
             Statement::DropQueue(d) => {
                 let queue = params.name(&d.queue, "queue")?;
                 if !queues::drop_queue(conn, &queue, tenant).await? && !d.if_exists {
-                    return Err(ExecError::Statement(ErrorFields::error(
+                    return Err(ExecError::Refused(ErrorFields::error(
                         "42704",
                         format!("queue \"{queue}\" does not exist"),
                     )));

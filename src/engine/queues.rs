@@ -169,7 +169,7 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     idx: usize,
     ty: &Type,
 ) -> Result<T, ExecError> {
-    row.get(idx, ty).map_err(ExecError::Backend)
+    row.get(idx, ty).map_err(ExecError::from)
 }
 
 struct PushItem {
@@ -417,7 +417,7 @@ pub async fn write_pushes(
                 flat.push((s, it.input_index));
             }
             let blob = frame::encode(frames.iter().copied())
-                .map_err(|e| ExecError::Statement(ErrorFields::error("54000", e.to_string())))?;
+                .map_err(|e| ExecError::Refused(ErrorFields::error("54000", e.to_string())))?;
             names.push(name.clone());
             counts.push(frames.len() as i32);
             blobs.push(blob);
@@ -442,7 +442,7 @@ pub async fn write_pushes(
             let offset: Option<i64> = get(row, 2, &Type::INT8)?;
             let message_id: Option<Uuid> = get(row, 3, &Type::UUID)?;
             let Some(&at) = usize::try_from(msg_index).ok().and_then(|i| flat.get(i)) else {
-                return Err(ExecError::Backend(crate::backend::BackendError::Protocol(
+                return Err(ExecError::Lost(crate::backend::BackendError::Protocol(
                     format!("log_push_v1 returned an unknown index {msg_index}"),
                 )));
             };
@@ -588,7 +588,7 @@ pub async fn pop_once(
             continue;
         }
         let frames = frame::decode_range(blob, (first - base) as usize, (to - first + 1) as usize)
-            .map_err(|e| ExecError::Statement(ErrorFields::error("XX001", e.to_string())))?;
+            .map_err(|e| ExecError::Refused(ErrorFields::error("XX001", e.to_string())))?;
         for (i, f) in frames.into_iter().enumerate() {
             let offset = first + i as i64;
             let receipt = lease_token.map(|token| {
@@ -836,7 +836,7 @@ pub async fn show_queues(
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn.call(&SHOW_QUEUES_CALL, &[&tenant]).await?;
     rows.iter()
-        .map(|r| row_cells(r, show::QUEUES_COLUMNS).map_err(ExecError::Backend))
+        .map(|r| row_cells(r, show::QUEUES_COLUMNS).map_err(ExecError::from))
         .collect()
 }
 
@@ -847,7 +847,7 @@ pub async fn show_partitions(
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn.call(&SHOW_PARTITIONS_CALL, &[&queue, &tenant]).await?;
     rows.iter()
-        .map(|r| row_cells(r, show::PARTITIONS_COLUMNS).map_err(ExecError::Backend))
+        .map(|r| row_cells(r, show::PARTITIONS_COLUMNS).map_err(ExecError::from))
         .collect()
 }
 
@@ -858,7 +858,7 @@ pub async fn show_groups(
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn.call(&SHOW_GROUPS_CALL, &[&queue, &tenant]).await?;
     rows.iter()
-        .map(|r| row_cells(r, show::GROUPS_COLUMNS).map_err(ExecError::Backend))
+        .map(|r| row_cells(r, show::GROUPS_COLUMNS).map_err(ExecError::from))
         .collect()
 }
 

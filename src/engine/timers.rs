@@ -157,7 +157,7 @@ pub async fn list(
     let rows = conn.call(&LIST_CALL, &[&queue, &tenant]).await?;
     rows.iter()
         .map(|r| {
-            row_cells(r, crate::rewrite::dialect::timer::SHOW_COLUMNS).map_err(ExecError::Backend)
+            row_cells(r, crate::rewrite::dialect::timer::SHOW_COLUMNS).map_err(ExecError::from)
         })
         .collect()
 }
@@ -189,11 +189,11 @@ pub async fn fire_loop(pool: Pool, announcer: Announcer) {
 /// else's due timers.
 async fn fire_due(pool: &Pool, announcer: &Announcer) -> Result<usize, ExecError> {
     match fire_batch(pool, announcer, false).await {
-        Err(ExecError::Backend(crate::backend::BackendError::Server(e))) => {
+        Err(ExecError::Failed(e)) => {
             tracing::debug!("firing timers: {}; again queue by queue", e.message);
             fire_batch(pool, announcer, true).await
         }
-        Err(ExecError::Statement(e)) => {
+        Err(ExecError::Refused(e)) => {
             tracing::debug!("firing timers: {}; again queue by queue", e.message);
             fire_batch(pool, announcer, true).await
         }
@@ -205,13 +205,10 @@ async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result
     let mut conn = pool
         .get()
         .await
-        .map_err(|e| ExecError::Backend(crate::backend::BackendError::Protocol(e.to_string())))?;
+        .map_err(|e| ExecError::Lost(crate::backend::BackendError::Protocol(e.to_string())))?;
     let result = fire_on(&mut conn, careful).await;
     if let Err(e) = &result {
-        if !matches!(
-            e,
-            ExecError::Backend(crate::backend::BackendError::Server(_))
-        ) {
+        if !matches!(e, ExecError::Failed(_)) {
             // The backend saw no error (the engine refused something): make
             // the transaction fail, so that Sync rolls it back rather than
             // committing a claim whose timers were not all fired.
@@ -221,24 +218,24 @@ async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result
         }
     }
     let mut status = conn.sync().await;
-    if result.is_err() && matches!(status, Ok(b'T' | b'E')) {
+    if result.is_err() && matches!(status, Ok(s) if s.in_transaction()) {
         status = conn
             .simple_query_quiet("ROLLBACK")
             .await
             .map(|()| conn.status);
     }
     let outcome = match (result, status) {
-        (Ok(fired), Ok(b'I')) => {
+        (Ok(fired), Ok(crate::protocol::TxStatus::Idle)) => {
             for key in &fired.1 {
                 announcer.pushed(key);
             }
             Ok(fired.0)
         }
-        (Ok(_), Ok(_)) => Err(ExecError::Backend(crate::backend::BackendError::Protocol(
+        (Ok(_), Ok(_)) => Err(ExecError::Lost(crate::backend::BackendError::Protocol(
             "timer transaction did not commit".into(),
         ))),
         (Err(e), _) => Err(e),
-        (_, Err(e)) => Err(ExecError::Backend(e)),
+        (_, Err(e)) => Err(ExecError::Lost(e)),
     };
     pool::release(conn);
     outcome
@@ -247,10 +244,7 @@ async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result
 /// Whether a push failed in PostgreSQL or in the engine's checks (the
 /// connection itself is fine), as opposed to a lost connection.
 fn push_refused(e: &ExecError) -> bool {
-    matches!(
-        e,
-        ExecError::Statement(_) | ExecError::Backend(crate::backend::BackendError::Server(_))
-    )
+    matches!(e, ExecError::Refused(_) | ExecError::Failed(_))
 }
 
 async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<String>), ExecError> {

@@ -2,6 +2,7 @@
 //! requests. Knows nothing of queues.
 
 pub mod client;
+pub mod errors;
 pub mod params;
 pub mod scram;
 pub mod session;
@@ -82,7 +83,7 @@ impl Shared {
 pub struct SessionHandle {
     backend: Mutex<Option<BackendKey>>,
     /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
-    pub cancel: tokio::sync::Notify,
+    pub cancel: Arc<tokio::sync::Notify>,
 }
 
 impl SessionHandle {
@@ -219,11 +220,18 @@ pub async fn serve(
                             startup::startup(&shared, stream),
                         )
                         .await;
-                        let Ok(Some((session, secret))) = started else {
+                        let Ok(Some(started)) = started else {
                             return;
                         };
-                        let id = session.id;
-                        let end = session.run().await;
+                        let id = shared.next_session_id();
+                        let secret: i32 = rand::random();
+                        let handle = Arc::new(SessionHandle::default());
+                        shared.registry.register(id as i32, secret, handle.clone());
+                        let mut session = session::Session::new(id, shared.clone(), started, handle);
+                        let end = match session.greet(secret).await {
+                            Ok(()) => session.run().await,
+                            Err(end) => end,
+                        };
                         shared.registry.unregister(id as i32, secret);
                         tracing::debug!(session = id, %peer, ?end, "session ended");
                     });

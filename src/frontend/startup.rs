@@ -2,20 +2,15 @@
 //! protocol version, authentication, parameter statuses.
 
 use super::client::{Client, ClientStream};
-use super::session::{backend_error_fields, Session};
-use super::{scram, SessionHandle, Shared};
+use super::{scram, Shared};
+use crate::protocol::tags::{auth, frontend as tag, startup as code};
 use crate::protocol::{self, read_startup_packet, BodyReader, ErrorFields};
 use crate::users::{Passthrough, Users};
-use bytes::BufMut;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-const SSL_REQUEST: i32 = 80877103;
-const GSSENC_REQUEST: i32 = 80877104;
-const CANCEL_REQUEST: i32 = 80877102;
-const PROTOCOL_3: i32 = 3 << 16;
 /// Startup packets are small; PostgreSQL itself caps them at 10,000 bytes.
 const MAX_STARTUP_PACKET: usize = 10_000;
 
@@ -30,10 +25,18 @@ struct Startup {
     minor: i32,
 }
 
+/// A client that completed startup and authentication.
+pub struct Started {
+    pub client: Client,
+    pub identity: Identity,
+    /// Session parameters from the startup packet, as SQL value text.
+    pub settings: BTreeMap<String, String>,
+    pub user: String,
+}
+
 /// Runs the startup phase. `None` when the connection ends here (a cancel
-/// request, a refused login, a vanished client). Otherwise the session and
-/// the secret of its cancel key.
-pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<(Session, i32)> {
+/// request, a refused login, a vanished client).
+pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
     let mut stream = ClientStream::Plain(tcp);
     let startup = loop {
         let packet = match read_startup_packet(&mut stream, MAX_STARTUP_PACKET).await {
@@ -46,9 +49,9 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<(Session, i
         let mut r = BodyReader::from_slice(&packet);
         let Ok(code) = r.i32() else { return None };
         match code {
-            SSL_REQUEST => match (&shared.config.tls, stream) {
+            code::SSL_REQUEST => match (&shared.config.tls, stream) {
                 (Some(acceptor), ClientStream::Plain(mut tcp)) => {
-                    tcp.write_all(b"S").await.ok()?;
+                    tcp.write_all(code::ACCEPT).await.ok()?;
                     match acceptor.accept(tcp).await {
                         Ok(tls) => stream = ClientStream::Tls(Box::new(tls)),
                         Err(e) => {
@@ -60,12 +63,12 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<(Session, i
                 // No TLS configured, or a second request: decline; the
                 // client goes on in plaintext or gives up.
                 (_, mut other) => {
-                    other.write_all(b"N").await.ok()?;
+                    other.write_all(code::DECLINE).await.ok()?;
                     stream = other;
                 }
             },
-            GSSENC_REQUEST => stream.write_all(b"N").await.ok()?,
-            CANCEL_REQUEST => {
+            code::GSSENC_REQUEST => stream.write_all(code::DECLINE).await.ok()?,
+            code::CANCEL_REQUEST => {
                 if let (Ok(pid), Ok(secret)) = (r.i32(), r.i32()) {
                     shared.registry.cancel(pid, secret, &shared.target).await;
                 }
@@ -100,14 +103,10 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<(Session, i
 
     let mut client = Client::new(stream);
     if startup.minor > 0 || !startup.unsupported_options.is_empty() {
-        client.send(&protocol::build(b'v', |b| {
-            b.put_i32(PROTOCOL_3);
-            b.put_i32(startup.unsupported_options.len() as i32);
-            for o in &startup.unsupported_options {
-                b.put_slice(o.as_bytes());
-                b.put_u8(0);
-            }
-        }));
+        client.send(&protocol::negotiate_protocol_version(
+            code::PROTOCOL_3,
+            &startup.unsupported_options,
+        ));
     }
 
     let identity = match &shared.config.users {
@@ -133,49 +132,14 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<(Session, i
             passthrough: Passthrough::Full,
         },
     };
-    client.send(&protocol::authentication(0, &[]));
-
-    let id = shared.next_session_id();
-    let secret: i32 = rand::random();
-    let handle = Arc::new(SessionHandle::default());
-    shared.registry.register(id as i32, secret, handle.clone());
-
-    let mut session = Session::new(
-        id,
-        shared.clone(),
+    client.send(&protocol::authentication(auth::OK, &[]));
+    tracing::debug!(user = %startup.user, "client authenticated");
+    Some(Started {
         client,
-        handle,
-        startup.settings,
         identity,
-    );
-    match session.backend_parameters().await {
-        Ok(params) => {
-            for (name, value) in params {
-                session
-                    .client_mut()
-                    .send(&protocol::parameter_status(&name, &value));
-            }
-        }
-        Err(e) => {
-            let mut err = backend_error_fields(&e);
-            err.severity = "FATAL";
-            session.client_mut().send(&err.to_message());
-            let _ = session.client_mut().flush().await;
-            shared.registry.unregister(id as i32, secret);
-            return None;
-        }
-    }
-    session.release_if_idle();
-    session
-        .client_mut()
-        .send(&protocol::backend_key_data(id as i32, secret));
-    session.client_mut().send(&protocol::ready_for_query(b'I'));
-    if session.client_mut().flush().await.is_err() {
-        shared.registry.unregister(id as i32, secret);
-        return None;
-    }
-    tracing::debug!(session = id, user = %startup.user, "session started");
-    Some((session, secret))
+        settings: startup.settings,
+        user: startup.user,
+    })
 }
 
 fn read_parameters(r: &mut BodyReader<'_>, minor: i32) -> Result<Startup, String> {
@@ -292,11 +256,11 @@ async fn authenticate(
     let mut mechanisms = Vec::new();
     mechanisms.extend_from_slice(scram::MECHANISM.as_bytes());
     mechanisms.extend_from_slice(&[0, 0]);
-    client.send(&protocol::authentication(10, &mechanisms));
+    client.send(&protocol::authentication(auth::SASL, &mechanisms));
     client.flush().await.ok()?;
 
     let msg = client.read(MAX_STARTUP_PACKET).await.ok()?;
-    if msg.tag != b'p' {
+    if msg.tag != tag::PASSWORD {
         return None;
     }
     let mut r = msg.reader();
@@ -308,16 +272,22 @@ async fn authenticate(
     let decoy = scram::decoy_verifier(user, &shared.config.decoy_secret);
     let (exchange, server_first) =
         scram::Exchange::start(known.map(|u| u.verifier.clone()), decoy, first).ok()?;
-    client.send(&protocol::authentication(11, server_first.as_bytes()));
+    client.send(&protocol::authentication(
+        auth::SASL_CONTINUE,
+        server_first.as_bytes(),
+    ));
     client.flush().await.ok()?;
 
     let msg = client.read(MAX_STARTUP_PACKET).await.ok()?;
-    if msg.tag != b'p' {
+    if msg.tag != tag::PASSWORD {
         return None;
     }
     let client_final = std::str::from_utf8(&msg.body).ok()?;
     let server_final = exchange.finish(client_final).ok()?;
-    client.send(&protocol::authentication(12, server_final.as_bytes()));
+    client.send(&protocol::authentication(
+        auth::SASL_FINAL,
+        server_final.as_bytes(),
+    ));
     let u = known?;
     Some(Identity {
         tenant: u.tenant,

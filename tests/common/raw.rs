@@ -2,7 +2,7 @@
 //! parameters, pipelines with an error in the middle, ReadyForQuery status.
 
 use bytes::{BufMut, BytesMut};
-use queenwire::protocol::{self, frontend, read_message, ErrorFields, Message};
+use queenwire::protocol::{frontend, read_message, ErrorFields, Message};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -98,36 +98,13 @@ impl Raw {
 }
 
 pub fn bind_text(portal: &str, statement: &str, params: &[Option<&str>]) -> Message {
-    protocol::build(b'B', |b| {
-        put_cstr(b, portal);
-        put_cstr(b, statement);
-        b.put_i16(0);
-        b.put_i16(params.len() as i16);
-        for p in params {
-            match p {
-                None => b.put_i32(-1),
-                Some(v) => {
-                    b.put_i32(v.len() as i32);
-                    b.put_slice(v.as_bytes());
-                }
-            }
-        }
-        b.put_i16(0);
-    })
+    frontend::build_bind_text(portal, statement, params)
 }
 
 pub fn execute(portal: &str, max_rows: i32) -> Message {
-    protocol::build(b'E', |b| {
-        put_cstr(b, portal);
-        b.put_i32(max_rows);
-    })
+    frontend::build_execute(portal, max_rows)
 }
 
 pub fn sync() -> Message {
-    protocol::empty(b'S')
-}
-
-fn put_cstr(b: &mut BytesMut, s: &str) {
-    b.put_slice(s.as_bytes());
-    b.put_u8(0);
+    frontend::sync()
 }

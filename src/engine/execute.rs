@@ -1,0 +1,129 @@
+//! The one dispatch of dialect statements: the fusion decision, the lock
+//! order, POP's waiting, and the duty to fail a refused statement in the
+//! backend, so a client's transaction block aborts exactly as for an error
+//! of PostgreSQL's own.
+
+use super::lend::{CallEnd, Lender};
+use super::values::Params;
+use super::{queues, Engine, ExecError, Outcome, RAISE_CALL};
+use crate::backend::{BackendConn, BackendError};
+use crate::protocol::ErrorFields;
+use crate::rewrite::dialect::push::Push;
+use crate::rewrite::dialect::Statement;
+use uuid::Uuid;
+
+/// Why a statement failed, as the session reports it.
+#[derive(Debug)]
+pub enum StatementError {
+    /// The backend's transaction knows the statement failed (it answered
+    /// with an error, was made to, or the session had no transaction on a
+    /// backend): report it and skip to the next Sync.
+    Failed(ErrorFields),
+    /// No backend connection could be had for it: nothing was sent.
+    Unavailable(BackendError),
+    /// The session's backend connection broke.
+    Lost(BackendError),
+}
+
+impl Engine {
+    /// Runs one dialect statement for a session, on the connection it lends
+    /// (or none: a PUSH outside any transaction may be fused with other
+    /// sessions' pushes).
+    pub async fn execute<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        params: &[Option<String>],
+        tenant: Uuid,
+    ) -> Result<Outcome, StatementError> {
+        if let Statement::Push(push) = stmt {
+            if lender.view().detached() {
+                return self.fused_push(stmt, push, params, tenant).await;
+            }
+        }
+        let end = lender.call_end();
+        if let Err(e) = lender.connection().await {
+            return Err(StatementError::Unavailable(e));
+        }
+        let in_block = lender.view().status.in_transaction();
+        if let Err(refusal) = lender.lock_order().check(stmt, in_block) {
+            return Err(self.refuse(lender, refusal).await);
+        }
+        let result = match stmt {
+            Statement::Pop(pop) => self.pop(lender, pop, params, tenant).await,
+            _ => match lender.connection().await {
+                Ok(conn) => {
+                    conn.autosync = end == CallEnd::Sync;
+                    self.run_statement(conn, stmt, params, tenant).await
+                }
+                Err(e) => Err(ExecError::Lost(e)),
+            },
+        };
+        lender.lock_order().ran(stmt, in_block);
+        match result {
+            Ok(outcome) => Ok(outcome),
+            Err(ExecError::Refused(refusal)) => Err(self.refuse(lender, refusal).await),
+            Err(ExecError::Failed(fields)) => Err(StatementError::Failed(fields)),
+            Err(ExecError::Lost(e)) => Err(StatementError::Lost(e)),
+        }
+    }
+
+    /// Fails a statement the proxy refused in the backend as well, when
+    /// the session holds a connection: its transaction then fails exactly
+    /// as for an error of PostgreSQL's own. Without one there is no
+    /// transaction to fail.
+    pub async fn refuse<L: Lender>(&self, lender: &mut L, refusal: ErrorFields) -> StatementError {
+        let end = lender.call_end();
+        if let Some(conn) = lender.held() {
+            if let Err(e) = raise(conn, end, &refusal).await {
+                return StatementError::Lost(e);
+            }
+        }
+        StatementError::Failed(refusal)
+    }
+
+    /// A PUSH with nothing of the session's on a backend: written with the
+    /// other sessions' pushes to the same queue, in one call and one commit.
+    async fn fused_push(
+        &self,
+        stmt: &Statement,
+        push: &Push,
+        params: &[Option<String>],
+        tenant: Uuid,
+    ) -> Result<Outcome, StatementError> {
+        let prep = queues::prepare_push(push, &Params(params), &self.limits)
+            .map_err(StatementError::Failed)?;
+        match self.fuser.push(prep, tenant).await {
+            Ok(prep) => {
+                let rows = prep.rows();
+                Ok(Outcome {
+                    tag: stmt.command_tag(rows.len()),
+                    rows,
+                    // The fused writer woke the queue's waiters itself.
+                    pushed: None,
+                })
+            }
+            Err(ExecError::Refused(fields) | ExecError::Failed(fields)) => {
+                Err(StatementError::Failed(fields))
+            }
+            // The writer's connection failed, not this session's.
+            Err(ExecError::Lost(e)) => Err(StatementError::Unavailable(e)),
+        }
+    }
+}
+
+/// `queen.raise_v1` on `conn`: the backend fails its current statement.
+async fn raise(
+    conn: &mut BackendConn,
+    end: CallEnd,
+    refusal: &ErrorFields,
+) -> Result<(), BackendError> {
+    conn.autosync = end == CallEnd::Sync;
+    match conn
+        .call(&RAISE_CALL, &[&refusal.code, &refusal.message])
+        .await
+    {
+        Ok(_) | Err(BackendError::Server(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,107 @@
+//! The global lock order of seed 000, as it applies to a client's
+//! transaction block: KV rows, then timer rows, then queue, partition and
+//! consumer rows. A block that took queue locks and then asks for KV or
+//! timer locks could deadlock against one that takes them in order, so the
+//! statement is refused (25000) before it takes any.
+
+use crate::protocol::ErrorFields;
+use crate::rewrite::dialect::kv::KvStatement;
+use crate::rewrite::dialect::Statement;
+
+/// What the current transaction block has locked so far.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LockOrder {
+    queue_locks_held: bool,
+}
+
+impl LockOrder {
+    /// Before `stmt` runs: refuses it when it breaks the order. Outside a
+    /// block every statement is a transaction of its own and nothing is
+    /// held across statements.
+    pub fn check(&mut self, stmt: &Statement, in_block: bool) -> Result<(), ErrorFields> {
+        if !in_block {
+            self.queue_locks_held = false;
+        }
+        if self.queue_locks_held && takes_kv_or_timer_locks(stmt) {
+            let mut err = ErrorFields::error(
+                "25000",
+                "KV writes and timer statements must come before queue statements in a transaction block",
+            );
+            err.hint = Some(
+                "queenwire takes locks in one global order (KV, timers, then queues) so that transactions never deadlock; move this statement up"
+                    .into(),
+            );
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// After `stmt` ran inside a block.
+    pub fn ran(&mut self, stmt: &Statement, in_block: bool) {
+        if in_block && takes_queue_locks(stmt) {
+            self.queue_locks_held = true;
+        }
+    }
+}
+
+/// KV writes and timer statements lock `queen.kv` / `queen.log_timers` rows.
+fn takes_kv_or_timer_locks(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::Kv(KvStatement::Put(_) | KvStatement::Incr(_) | KvStatement::Delete(_))
+            | Statement::Schedule(_)
+            | Statement::CancelSchedule(_)
+    )
+}
+
+/// Statements that lock queue, partition or consumer rows.
+fn takes_queue_locks(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::Push(_)
+            | Statement::Pop(_)
+            | Statement::Ack(_)
+            | Statement::Renew(_)
+            | Statement::CreateQueue(_)
+            | Statement::AlterQueue(_)
+            | Statement::DropQueue(_)
+            | Statement::SeekGroup(_)
+            | Statement::DropGroup(_)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rewrite::{classify, Command};
+
+    fn stmt(sql: &str) -> Statement {
+        match classify(sql) {
+            Command::Dialect(s) => (*s).clone(),
+            _ => panic!("not a dialect statement: {sql}"),
+        }
+    }
+
+    #[test]
+    fn kv_after_a_queue_statement_in_a_block_is_refused() {
+        let mut order = LockOrder::default();
+        let push = stmt("PUSH INTO q VALUES ('{}')");
+        let put = stmt("KV PUT ns k '1' FOREVER");
+        order.check(&put, true).unwrap();
+        order.ran(&put, true);
+        order.check(&push, true).unwrap();
+        order.ran(&push, true);
+        assert_eq!(order.check(&put, true).unwrap_err().code, "25000");
+    }
+
+    #[test]
+    fn a_new_transaction_starts_with_nothing_held() {
+        let mut order = LockOrder::default();
+        let push = stmt("PUSH INTO q VALUES ('{}')");
+        let put = stmt("KV PUT ns k '1' FOREVER");
+        order.ran(&push, true);
+        order.check(&put, false).unwrap();
+        order.ran(&push, false);
+        order.check(&put, true).unwrap();
+    }
+}

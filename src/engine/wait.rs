@@ -1,0 +1,76 @@
+//! POP … WAIT: a POP that finds nothing waits for messages up to its WAIT,
+//! parked without a backend connection when nothing of the session's holds
+//! one, woken by a push to the queue (from this or another queenwire, see
+//! `wake.rs`), by a slow poll as the safety net against a lost
+//! notification, or by the client's cancel request.
+
+use super::lend::Lender;
+use super::values::Params;
+use super::{queues, wake, Engine, ExecError, Outcome};
+use crate::protocol::ErrorFields;
+use crate::rewrite::dialect::pop::Pop;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// The first wait between two polls when no wake-up came, and the longest.
+const WAIT_POLL_FIRST: Duration = Duration::from_millis(250);
+const WAIT_POLL_MAX: Duration = Duration::from_secs(2);
+
+impl Engine {
+    pub(super) async fn pop<L: Lender>(
+        &self,
+        lender: &mut L,
+        pop: &Pop,
+        params: &[Option<String>],
+        tenant: Uuid,
+    ) -> Result<Outcome, ExecError> {
+        let plan = queues::plan_pop(pop, &Params(params))?;
+        let deadline = plan.wait.map(|w| Instant::now() + w);
+        let notify = self
+            .announcer
+            .waiters
+            .notify_for(&wake::queue_key(tenant, &plan.queue));
+        let mut poll = WAIT_POLL_FIRST;
+        loop {
+            // Registered before the attempt, so a push that lands between
+            // the attempt and the wait still wakes it.
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let end = lender.call_end();
+            let conn = lender.connection().await.map_err(|e| {
+                ExecError::Refused(ErrorFields::error(
+                    "08006",
+                    format!("no backend connection for POP: {e}"),
+                ))
+            })?;
+            conn.autosync = end == super::CallEnd::Sync;
+            let rows = queues::pop_once(conn, &plan, &self.receipts, tenant).await?;
+            let remaining = deadline
+                .map(|d| d.saturating_duration_since(Instant::now()))
+                .unwrap_or_default();
+            if !rows.is_empty() || remaining.is_zero() {
+                return Ok(Outcome {
+                    tag: format!("SELECT {}", rows.len()),
+                    rows,
+                    pushed: None,
+                });
+            }
+            lender.park().await?;
+            let cancel = lender.cancel_signal();
+            let cancelled = cancel.notified();
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep(poll.min(remaining)) => {
+                    poll = (poll * 2).min(WAIT_POLL_MAX);
+                }
+                _ = cancelled => {
+                    return Err(ExecError::Refused(ErrorFields::error(
+                        "57014",
+                        "canceling statement due to user request",
+                    )));
+                }
+            }
+        }
+    }
+}

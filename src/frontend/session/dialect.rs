@@ -1,0 +1,199 @@
+//! Running a dialect statement: the engine executes it on a connection the
+//! session lends (`engine::Lender`); the session decides which connection
+//! that is and sends the rows.
+
+use super::lease::{For, Lease};
+use super::{rows, End, Session, Txn};
+use crate::backend::{BackendConn, BackendError};
+use crate::engine::lock_order::LockOrder;
+use crate::engine::values::Cell;
+use crate::engine::{CallEnd, Lender, Outcome, StatementError, TxnView};
+use crate::frontend::errors::statement_error;
+use crate::frontend::SessionHandle;
+use crate::protocol::{self, ErrorFields};
+use crate::rewrite::dialect::Statement;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// The session's connection, lent to the engine for one statement.
+struct Lent<'s> {
+    lease: &'s mut Lease,
+    txn: &'s mut Txn,
+    handle: &'s SessionHandle,
+    /// Replies of this pipeline are still owed to the client.
+    replies_owed: bool,
+    end: CallEnd,
+}
+
+impl Lender for Lent<'_> {
+    async fn connection(&mut self) -> Result<&mut BackendConn, BackendError> {
+        self.lease.acquire(For::Dialect).await
+    }
+
+    fn held(&mut self) -> Option<&mut BackendConn> {
+        self.lease.conn_mut()
+    }
+
+    fn view(&self) -> TxnView {
+        TxnView {
+            status: self.lease.status(),
+            pipeline_open: self.txn.forwarded_since_sync || self.replies_owed,
+            pinned: self.lease.pinned(),
+        }
+    }
+
+    fn call_end(&self) -> CallEnd {
+        self.end
+    }
+
+    async fn park(&mut self) -> Result<(), BackendError> {
+        if !self.view().detached() {
+            return Ok(());
+        }
+        if self.end == CallEnd::Flush {
+            // End the proxy's own implicit transaction first.
+            if let Some(conn) = self.lease.conn_mut() {
+                conn.sync().await?;
+                self.txn.forwarded_since_sync = false;
+            }
+        }
+        self.lease.release_if_idle(self.replies_owed);
+        Ok(())
+    }
+
+    fn cancel_signal(&self) -> Arc<Notify> {
+        self.handle.cancel.clone()
+    }
+
+    fn lock_order(&mut self) -> &mut LockOrder {
+        &mut self.txn.locks
+    }
+}
+
+impl Session {
+    /// Runs one dialect statement; `end` says how its calls end when it is
+    /// a transaction of its own. `None` when it failed: the error has been
+    /// sent and the backend has failed the statement too, so a transaction
+    /// block around it is aborted exactly as for plain SQL.
+    pub(super) async fn run_dialect(
+        &mut self,
+        stmt: &Arc<Statement>,
+        params: &[Option<String>],
+        end: CallEnd,
+    ) -> Result<Option<Outcome>, End> {
+        // Earlier replies of this pipeline go first.
+        self.relay_earlier_replies().await?;
+        if self.replies.skipping() {
+            return Ok(None);
+        }
+        // A user of the users file: outside its transactions, a dialect
+        // statement runs on a connection of the engine's pool, committed
+        // before it is answered, and that connection goes back at once. So
+        // no plain SQL of the user can ever run on an engine connection
+        // (the two never share one), and a read-only role's pinned session
+        // can still POP and ACK. Inside the user's transaction (a block, or
+        // a pipeline's implicit one) it runs there, as the user's role,
+        // through the guarded entry points.
+        let own_transaction = self.txn.forwarded_since_sync
+            || self.replies.owed()
+            || self.lease.status().in_transaction();
+        if !self.lease.has_role_pool() || own_transaction {
+            return self.run_on_session_connection(stmt, params, end).await;
+        }
+        let aside = self.lease.set_aside();
+        let ran = self
+            .run_on_session_connection(stmt, params, CallEnd::Sync)
+            .await;
+        self.lease.restore(aside);
+        self.txn.forwarded_since_sync = false;
+        if ran.is_ok() {
+            self.transaction_ended();
+        }
+        ran
+    }
+
+    async fn run_on_session_connection(
+        &mut self,
+        stmt: &Arc<Statement>,
+        params: &[Option<String>],
+        end: CallEnd,
+    ) -> Result<Option<Outcome>, End> {
+        let engine = self.shared.engine.clone();
+        let mut lent = Lent {
+            lease: &mut self.lease,
+            txn: &mut self.txn,
+            handle: &self.handle,
+            replies_owed: self.replies.owed(),
+            end,
+        };
+        let fused = matches!(stmt.as_ref(), Statement::Push(_)) && lent.view().detached();
+        let result = engine.execute(&mut lent, stmt, params, self.tenant).await;
+        // The statement's work is in the backend's current transaction: a
+        // later POP of this pipeline must not end it early to park.
+        if !fused {
+            self.txn.forwarded_since_sync = true;
+        }
+        match result {
+            Ok(outcome) => {
+                if let Some(key) = &outcome.pushed {
+                    if !self.txn.pushed.contains(key) {
+                        self.txn.pushed.push(key.clone());
+                    }
+                }
+                Ok(Some(outcome))
+            }
+            Err(StatementError::Lost(e)) => Err(self.backend_lost(e).await),
+            Err(e) => {
+                if let Some(fields) = statement_error(&e) {
+                    self.local_error(fields);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Reports an error the proxy found (a statement it cannot parse),
+    /// after making the backend fail the statement as well.
+    pub(super) async fn refuse(&mut self, refusal: ErrorFields, end: CallEnd) -> Result<(), End> {
+        let engine = self.shared.engine.clone();
+        let mut lent = Lent {
+            lease: &mut self.lease,
+            txn: &mut self.txn,
+            handle: &self.handle,
+            replies_owed: self.replies.owed(),
+            end,
+        };
+        match engine.refuse(&mut lent, refusal).await {
+            StatementError::Lost(e) => Err(self.backend_lost(e).await),
+            other => {
+                if let Some(fields) = statement_error(&other) {
+                    self.local_error(fields);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends a statement's rows (with a RowDescription first when
+    /// `describe`) and its CommandComplete.
+    pub(super) fn send_outcome(
+        &mut self,
+        stmt: &Statement,
+        outcome: Outcome,
+        formats: &[i16],
+        describe: bool,
+    ) {
+        if describe && !stmt.columns().is_empty() {
+            self.client
+                .send(&rows::row_description(stmt.columns(), formats));
+        }
+        self.send_rows(&outcome.rows, formats);
+        self.client.send(&protocol::command_complete(&outcome.tag));
+    }
+
+    pub(super) fn send_rows(&mut self, rows: &[Vec<Cell>], formats: &[i16]) {
+        for row in rows::data_rows(rows.iter(), formats) {
+            self.client.send(&row);
+        }
+    }
+}

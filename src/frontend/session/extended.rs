@@ -1,0 +1,346 @@
+//! The extended query protocol: Parse, Bind, Describe, Execute, Close,
+//! Flush, Sync. Plain statements go to the backend under proxy-global
+//! names (parsed again on a connection that lacks them); dialect
+//! statements and their portals are served by the proxy.
+
+use super::lease::For;
+use super::portals::LocalPortal;
+use super::prepared::Prepared;
+use super::replies::Expect;
+use super::{canned, rows, End, Session};
+use crate::engine::CallEnd;
+use crate::frontend::params::bind_params_as_text;
+use crate::protocol::tags::Target;
+use crate::protocol::{self, frontend, Message, TxStatus};
+use crate::rewrite::{self, Command, SessionEffect};
+use crate::users::Passthrough;
+use std::sync::Arc;
+
+impl Session {
+    pub(super) async fn parse(&mut self, msg: &Message) -> Result<(), End> {
+        let p = match frontend::parse(msg) {
+            Ok(p) => p,
+            Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
+        };
+        if let Err(e) = self.statements.admit(p.name, p.query) {
+            self.local_error(e);
+            return Ok(());
+        }
+        let query: Arc<str> = Arc::from(p.query);
+        let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
+        let effect = match rewrite::classify(p.query) {
+            Command::Passthrough(_) if self.passthrough == Passthrough::None => {
+                self.local_error(canned::passthrough_refused());
+                return Ok(());
+            }
+            Command::Passthrough(effect) => effect,
+            Command::Dialect(stmt) => {
+                let prepared = Prepared {
+                    query,
+                    param_types,
+                    effect: SessionEffect::None,
+                    global: None,
+                    dialect: Some(stmt),
+                };
+                self.statements.insert(p.name, prepared);
+                self.reply_local(protocol::parse_complete());
+                return Ok(());
+            }
+            Command::Invalid(e) => {
+                self.relay_earlier_replies().await?;
+                if !self.replies.skipping() {
+                    let refusal = crate::engine::values::parse_error(e);
+                    self.refuse(refusal, CallEnd::Flush).await?;
+                }
+                return Ok(());
+            }
+        };
+        if !self.ensure_backend(For::Client).await {
+            return Ok(());
+        }
+        if p.name.is_empty() {
+            let generation = self.statements.insert(
+                "",
+                Prepared {
+                    query,
+                    param_types,
+                    effect,
+                    global: None,
+                    dialect: None,
+                },
+            );
+            if let Some(conn) = self.lease.conn_mut() {
+                conn.unnamed_owner = Some((self.id, generation));
+            }
+            self.forward(
+                msg,
+                Expect::Parse {
+                    forward: true,
+                    registers: None,
+                },
+            );
+        } else {
+            let global = self.shared.statement_names.name_for(&query, &param_types);
+            let prepared = Prepared {
+                query,
+                param_types,
+                effect,
+                global: Some(global.clone()),
+                dialect: None,
+            };
+            self.statements.insert(p.name, prepared.clone());
+            if self.backend_has(&global) {
+                self.reply_local(protocol::parse_complete());
+            } else {
+                self.send_parse(&prepared, true);
+            }
+        }
+        Ok(())
+    }
+
+    fn backend_has(&self, global: &str) -> bool {
+        self.lease
+            .conn()
+            .is_some_and(|c| c.prepared.contains(global))
+    }
+
+    /// Parses `prepared` under its global name on the held connection.
+    fn send_parse(&mut self, prepared: &Prepared, forward: bool) {
+        let name: &str = prepared.global.as_deref().unwrap_or("");
+        let msg = frontend::build_parse(name, &prepared.query, &prepared.param_types);
+        if let (Some(conn), Some(global)) = (self.lease.conn_mut(), &prepared.global) {
+            conn.prepared.insert(global.clone());
+        }
+        self.forward(
+            &msg,
+            Expect::Parse {
+                forward,
+                registers: prepared.global.clone(),
+            },
+        );
+    }
+
+    /// Makes sure the held connection knows the client's statement `name`,
+    /// re-parsing it there if it was prepared on another connection; returns
+    /// the name to use on the backend.
+    fn ensure_statement(&mut self, name: &str) -> Option<(Arc<str>, SessionEffect)> {
+        let prepared = self.statements.get(name)?.clone();
+        if name.is_empty() {
+            let owner = (self.id, self.statements.unnamed_generation());
+            if self.lease.conn().and_then(|c| c.unnamed_owner) != Some(owner) {
+                self.send_parse(&prepared, false);
+                if let Some(conn) = self.lease.conn_mut() {
+                    conn.unnamed_owner = Some(owner);
+                }
+            }
+            return Some((Arc::from(""), prepared.effect));
+        }
+        let global = prepared.global.clone()?;
+        if !self.backend_has(&global) {
+            self.send_parse(&prepared, false);
+        }
+        Some((global, prepared.effect))
+    }
+
+    pub(super) async fn bind(&mut self, msg: &Message) -> Result<(), End> {
+        let b = match frontend::bind(msg) {
+            Ok(b) => b,
+            Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
+        };
+        let Some(prepared) = self.statements.get(b.statement).cloned() else {
+            self.local_error(canned::missing_statement(b.statement));
+            return Ok(());
+        };
+        if let Some(stmt) = &prepared.dialect {
+            let types = prepared.dialect_param_types(stmt, b.params.len());
+            match bind_params_as_text(&b.params, &b.param_formats, &types) {
+                Ok(params) => {
+                    let portal = LocalPortal {
+                        statement: stmt.clone(),
+                        params,
+                        result_formats: b.result_formats.clone(),
+                        unreturned: None,
+                    };
+                    match self.portals.bind_local(b.portal, portal) {
+                        Ok(()) => self.reply_local(protocol::bind_complete()),
+                        Err(e) => self.local_error(e),
+                    }
+                }
+                Err(e) => self.local_error(e),
+            }
+            return Ok(());
+        }
+        self.portals.remove_local(b.portal);
+        if !self.ensure_backend(For::Client).await {
+            return Ok(());
+        }
+        let Some((backend_name, effect)) = self.ensure_statement(b.statement) else {
+            self.local_error(canned::missing_statement(b.statement));
+            return Ok(());
+        };
+        self.portals.bind_backend(b.portal, effect);
+        if *backend_name == *b.statement {
+            self.forward(msg, Expect::Bind);
+        } else {
+            let rewritten = frontend::rebind(msg, &b, &backend_name);
+            self.forward(&rewritten, Expect::Bind);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn describe(&mut self, msg: &Message) -> Result<(), End> {
+        let (kind, name) = match frontend::target(msg) {
+            Ok(t) => t,
+            Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
+        };
+        match kind {
+            Target::Statement => {
+                let Some(prepared) = self.statements.get(name).cloned() else {
+                    self.local_error(canned::missing_statement(name));
+                    return Ok(());
+                };
+                if let Some(stmt) = &prepared.dialect {
+                    // Worked out once: a statement may name $65535.
+                    let count = stmt.param_types().len().max(prepared.param_types.len());
+                    let types = prepared.dialect_param_types(stmt, count);
+                    self.reply_local(protocol::parameter_description(&types));
+                    self.reply_local(rows::describe_columns(stmt.columns(), &[]));
+                    return Ok(());
+                }
+                if !self.ensure_backend(For::Client).await {
+                    return Ok(());
+                }
+                let Some((backend_name, _)) = self.ensure_statement(name) else {
+                    self.local_error(canned::missing_statement(name));
+                    return Ok(());
+                };
+                let m = frontend::build_describe(Target::Statement, &backend_name);
+                self.forward(&m, Expect::DescribeStatement);
+            }
+            Target::Portal => {
+                if let Some(portal) = self.portals.local(name) {
+                    let reply =
+                        rows::describe_columns(portal.statement.columns(), &portal.result_formats);
+                    self.reply_local(reply);
+                } else if !self.lease.held() {
+                    self.local_error(canned::missing_portal(name));
+                } else {
+                    self.forward(msg, Expect::DescribePortal);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn execute(&mut self, msg: &Message) -> Result<(), End> {
+        let (portal, max_rows) = match frontend::execute(msg) {
+            Ok(e) => e,
+            Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
+        };
+        let limit = usize::try_from(max_rows).unwrap_or(0);
+        if let Some(local) = self.portals.local(portal) {
+            if local.unreturned.is_none() {
+                // The statement runs once, at the first Execute; its rows go
+                // out `limit` at a time, and a completed portal returns none
+                // (it never runs again).
+                let stmt = local.statement.clone();
+                let params = local.params.clone();
+                let Some(outcome) = self.run_dialect(&stmt, &params, CallEnd::Flush).await? else {
+                    return Ok(());
+                };
+                if let Some(local) = self.portals.local_mut(portal) {
+                    local.unreturned = Some(outcome.rows.into());
+                }
+            }
+            return self.send_portal_part(portal, limit).await;
+        }
+        if !self.lease.held() {
+            self.local_error(canned::missing_portal(portal));
+            return Ok(());
+        }
+        if let Some(effect) = self.portals.backend_effect(portal) {
+            self.apply_effect(effect);
+        }
+        self.forward(msg, Expect::Execute);
+        Ok(())
+    }
+
+    /// One Execute of a dialect portal whose statement ran: at most `limit`
+    /// rows (0 = all) of those not yet returned, then PortalSuspended while
+    /// some are left, else CommandComplete counting this Execute's rows, as
+    /// a PostgreSQL portal answers.
+    async fn send_portal_part(&mut self, portal: &str, limit: usize) -> Result<(), End> {
+        if self.replies.skipping() {
+            return Ok(());
+        }
+        self.relay_earlier_replies().await?;
+        let Some(local) = self.portals.local_mut(portal) else {
+            return Ok(());
+        };
+        let Some(rows) = local.unreturned.as_mut() else {
+            return Ok(());
+        };
+        let take = if limit == 0 {
+            rows.len()
+        } else {
+            limit.min(rows.len())
+        };
+        let batch: Vec<_> = rows.drain(..take).collect();
+        let done = rows.is_empty();
+        let tag = local.statement.command_tag(take);
+        let formats = local.result_formats.clone();
+        self.send_rows(&batch, &formats);
+        if done {
+            self.client.send(&protocol::command_complete(&tag));
+        } else {
+            self.client.send(&protocol::portal_suspended());
+        }
+        Ok(())
+    }
+
+    pub(super) async fn close(&mut self, msg: &Message) -> Result<(), End> {
+        let (kind, name) = match frontend::target(msg) {
+            Ok(t) => t,
+            Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
+        };
+        match kind {
+            Target::Statement => {
+                // The backend keeps the statement under its global name, for
+                // whoever prepares the same text next.
+                self.statements.remove(name);
+                self.reply_local(protocol::close_complete());
+            }
+            Target::Portal => {
+                if self.portals.remove_local(name) || !self.lease.held() {
+                    self.reply_local(protocol::close_complete());
+                } else {
+                    self.portals.close_backend(name);
+                    self.forward(msg, Expect::Close);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn flush_request(&mut self) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
+        Ok(self.client.flush().await?)
+    }
+
+    pub(super) async fn sync(&mut self) -> Result<(), End> {
+        if self.lease.held() {
+            self.forward(&frontend::sync(), Expect::Sync);
+            self.drain().await?;
+        } else {
+            self.reply_local(protocol::ready_for_query(self.lease.status()));
+        }
+        self.replies.end_skip();
+        self.txn.forwarded_since_sync = false;
+        // No portal outlives its transaction, the proxy's or the backend's.
+        if self.lease.status() == TxStatus::Idle {
+            self.portals.transaction_ended();
+        }
+        self.release_if_idle();
+        Ok(self.client.flush().await?)
+    }
+}

@@ -1,0 +1,171 @@
+//! The session's backend connection: which pool it comes from, when it is
+//! held (a transaction, an unsynced pipeline, session state that pins it)
+//! and when it goes back. The pool itself stays behind this type.
+
+use crate::backend::{pool, BackendConn, BackendError, BackendTarget, Pool, PooledConn};
+use crate::frontend::SessionHandle;
+use crate::protocol::TxStatus;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Which pool a statement's connection comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum For {
+    /// Plain SQL: the user's tenant role (the engine's pool without a users
+    /// file).
+    Client,
+    /// A dialect statement: the engine's pool (the tenant is a parameter
+    /// queenwire vouches for).
+    Dialect,
+}
+
+pub struct Lease {
+    conn: Option<PooledConn>,
+    /// Session state lives on the backend connection: keep it until the end.
+    pinned: bool,
+    /// Connections logged in as the user's tenant role; `None` (no users
+    /// file): the engine's pool serves plain SQL too.
+    role_pool: Option<Pool>,
+    engine_pool: Pool,
+    /// Session parameters from the startup packet, as SQL value text.
+    desired: BTreeMap<String, String>,
+    handle: Arc<SessionHandle>,
+}
+
+/// A connection set aside while a dialect statement runs on an engine
+/// connection (see [`Lease::set_aside`]).
+pub struct SetAside {
+    conn: Option<PooledConn>,
+    pinned: bool,
+}
+
+impl Lease {
+    pub fn new(
+        engine_pool: Pool,
+        role_pool: Option<Pool>,
+        desired: BTreeMap<String, String>,
+        handle: Arc<SessionHandle>,
+    ) -> Lease {
+        Lease {
+            conn: None,
+            pinned: false,
+            role_pool,
+            engine_pool,
+            desired,
+            handle,
+        }
+    }
+
+    /// Takes a connection unless one is held, with the session's
+    /// parameters applied.
+    pub async fn acquire(&mut self, purpose: For) -> Result<&mut BackendConn, BackendError> {
+        if self.conn.is_none() {
+            let pool = match (&self.role_pool, purpose) {
+                (Some(p), For::Client) => p,
+                _ => &self.engine_pool,
+            };
+            let mut conn = pool::checkout(pool).await?;
+            if let Err(e) = conn.sync_parameters(&self.desired).await {
+                pool::release(conn);
+                return Err(e);
+            }
+            self.handle.set_backend(Some(conn.key));
+            self.conn = Some(conn);
+        }
+        match self.conn.as_deref_mut() {
+            Some(conn) => Ok(conn),
+            None => Err(BackendError::Protocol("no backend connection held".into())),
+        }
+    }
+
+    pub fn conn(&self) -> Option<&BackendConn> {
+        self.conn.as_deref()
+    }
+
+    pub fn conn_mut(&mut self) -> Option<&mut BackendConn> {
+        self.conn.as_deref_mut()
+    }
+
+    pub fn held(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// The held connection's transaction status; Idle without one (a
+    /// connection goes back to the pool only when idle).
+    pub fn status(&self) -> TxStatus {
+        self.conn.as_ref().map_or(TxStatus::Idle, |c| c.status)
+    }
+
+    pub fn pin(&mut self) {
+        self.pinned = true;
+    }
+
+    pub fn pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// Plain SQL runs on a tenant role's pool, apart from the engine's.
+    pub fn has_role_pool(&self) -> bool {
+        self.role_pool.is_some()
+    }
+
+    /// Gives the connection back when nothing holds it: not pinned, no
+    /// replies owed, not in a transaction.
+    pub fn release_if_idle(&mut self, replies_owed: bool) {
+        if self.pinned || replies_owed || self.status().in_transaction() {
+            return;
+        }
+        if let Some(conn) = self.conn.take() {
+            self.handle.set_backend(None);
+            pool::release(conn);
+        }
+    }
+
+    /// The connection broke or its state is unknown: close it.
+    pub fn discard(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.handle.set_backend(None);
+            pool::discard(conn);
+        }
+    }
+
+    /// Sets the held connection (and its pin) aside, so that a statement
+    /// can run on a connection of the engine's pool.
+    pub fn set_aside(&mut self) -> SetAside {
+        SetAside {
+            conn: self.conn.take(),
+            pinned: std::mem::replace(&mut self.pinned, false),
+        }
+    }
+
+    /// Gives the engine connection back (its statement committed: it is
+    /// clean, or closed) and takes the set-aside connection again.
+    pub fn restore(&mut self, aside: SetAside) {
+        if let Some(engine_conn) = self.conn.take() {
+            pool::release(engine_conn);
+        }
+        self.handle.set_backend(aside.conn.as_ref().map(|c| c.key));
+        self.conn = aside.conn;
+        self.pinned = aside.pinned;
+    }
+
+    /// The client is gone: a connection in a transaction, pinned, or busy
+    /// (its query is cancelled) is closed, and PostgreSQL rolls back; an
+    /// idle one goes back to the pool.
+    pub fn finish(&mut self, busy: bool, target: &Arc<BackendTarget>) {
+        self.handle.set_backend(None);
+        let Some(conn) = self.conn.take() else { return };
+        if busy {
+            let key = conn.key;
+            let target = target.clone();
+            tokio::spawn(async move {
+                let _ = target.cancel(key).await;
+            });
+        }
+        if busy || self.pinned || conn.status.in_transaction() {
+            pool::discard(conn);
+        } else {
+            pool::release(conn);
+        }
+    }
+}

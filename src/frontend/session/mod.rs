@@ -1,0 +1,274 @@
+//! One client session after startup. The struct and its dispatch live here;
+//! each concern has a file of its own:
+//!
+//! - `replies` — what the backend and the proxy still owe the client, in
+//!   order (no I/O; one unit test per flow);
+//! - `lease` — the backend connection: which pool, when held, pinning;
+//! - `relay` — forwarding to the backend and relaying its replies;
+//! - `simple`, `extended`, `copy` — the simple and extended query
+//!   protocols and COPY FROM STDIN;
+//! - `prepared`, `portals` — the client's statements and portals;
+//! - `dialect` — running a dialect statement through the engine, which
+//!   borrows the session's connection through `engine::Lender`;
+//! - `rows`, `canned` — result rows on the wire and the proxy's own answers.
+
+mod canned;
+mod copy;
+mod dialect;
+mod extended;
+mod lease;
+mod portals;
+mod prepared;
+mod relay;
+mod replies;
+mod rows;
+mod simple;
+
+use super::client::Client;
+use super::startup::{Identity, Started};
+use super::{SessionHandle, Shared};
+use crate::engine::lock_order::LockOrder;
+use crate::protocol::tags::frontend as tag;
+use crate::protocol::{self, ErrorFields, FrameError, Message};
+use crate::users::Passthrough;
+use lease::{For, Lease};
+use portals::Portals;
+use prepared::Statements;
+use replies::Replies;
+use std::sync::Arc;
+
+/// Why a session ends.
+#[derive(Debug)]
+pub enum End {
+    /// The client said Terminate or closed its socket.
+    ClientGone,
+    /// An error that the client has been (or cannot be) told about.
+    Fatal(String),
+}
+
+impl From<FrameError> for End {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::Closed => End::ClientGone,
+            other => End::Fatal(other.to_string()),
+        }
+    }
+}
+
+impl From<std::io::Error> for End {
+    fn from(e: std::io::Error) -> Self {
+        End::Fatal(e.to_string())
+    }
+}
+
+/// The session's side of the transaction in progress.
+#[derive(Default)]
+struct Txn {
+    /// Client messages (or the engine's calls) went to the backend since
+    /// the last Sync: the backend's implicit transaction holds them.
+    forwarded_since_sync: bool,
+    /// Queues pushed to in the current transaction, woken when it ends.
+    pushed: Vec<String>,
+    locks: LockOrder,
+}
+
+/// Client output is flushed at protocol boundaries, or once this much is
+/// buffered.
+const CLIENT_FLUSH_THRESHOLD: usize = 64 * 1024;
+
+pub struct Session {
+    pub id: u64,
+    /// The tenant every dialect statement acts in.
+    tenant: uuid::Uuid,
+    /// What plain SQL this user may pass through.
+    passthrough: Passthrough,
+    shared: Arc<Shared>,
+    client: Client,
+    handle: Arc<SessionHandle>,
+    lease: Lease,
+    replies: Replies,
+    statements: Statements,
+    portals: Portals,
+    txn: Txn,
+}
+
+impl Session {
+    pub fn new(
+        id: u64,
+        shared: Arc<Shared>,
+        started: Started,
+        handle: Arc<SessionHandle>,
+    ) -> Session {
+        let Started {
+            client,
+            identity: Identity {
+                tenant,
+                passthrough,
+            },
+            settings,
+            ..
+        } = started;
+        let role_pool = match passthrough {
+            Passthrough::None => None,
+            Passthrough::ReadOnly => shared.role_pools.get(&(tenant, true)).cloned(),
+            Passthrough::Full => shared.role_pools.get(&(tenant, false)).cloned(),
+        };
+        // A user from the users file never runs plain SQL as the engine's
+        // own role: without a tenant role, no plain SQL at all.
+        let passthrough = if shared.config.users.is_some() && role_pool.is_none() {
+            Passthrough::None
+        } else {
+            passthrough
+        };
+        Session {
+            id,
+            tenant,
+            passthrough,
+            lease: Lease::new(shared.pool.clone(), role_pool, settings, handle.clone()),
+            shared,
+            client,
+            handle,
+            replies: Replies::default(),
+            statements: Statements::default(),
+            portals: Portals::default(),
+            txn: Txn::default(),
+        }
+    }
+
+    /// Greets the client: the backend's parameter statuses (from a
+    /// connection with the session's settings applied), the cancel key,
+    /// ReadyForQuery. `Err` when no backend connection could be had (the
+    /// client has been told) or the client is gone.
+    pub async fn greet(&mut self, secret: i32) -> Result<(), End> {
+        match self.lease.acquire(For::Client).await {
+            Ok(conn) => {
+                let mut params: Vec<(&String, &String)> = conn.reported.iter().collect();
+                params.sort();
+                for (name, value) in params {
+                    self.client.send(&protocol::parameter_status(name, value));
+                }
+            }
+            Err(e) => {
+                let mut err = crate::frontend::errors::backend_unavailable(&e);
+                err.severity = "FATAL";
+                return Err(self.fatal(err).await);
+            }
+        }
+        self.release_if_idle();
+        self.client
+            .send(&protocol::backend_key_data(self.id as i32, secret));
+        self.client
+            .send(&protocol::ready_for_query(self.lease.status()));
+        self.client.flush().await?;
+        Ok(())
+    }
+
+    /// Serves the session until the client leaves; then leaves the backend
+    /// connection clean or closes it.
+    pub async fn run(mut self) -> End {
+        let end = self.serve().await;
+        self.lease.finish(self.replies.owed(), &self.shared.target);
+        end.err().unwrap_or(End::ClientGone)
+    }
+
+    async fn serve(&mut self) -> Result<(), End> {
+        loop {
+            let msg = self.next_message().await?;
+            match msg.tag {
+                tag::TERMINATE => return Ok(()),
+                tag::SYNC => self.sync().await?,
+                tag::FLUSH => self.flush_request().await?,
+                tag::QUERY | tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE
+                    if self.replies.skipping() => {}
+                tag::QUERY => self.simple_query(&msg).await?,
+                tag::PARSE => self.parse(&msg).await?,
+                tag::BIND => self.bind(&msg).await?,
+                tag::DESCRIBE => self.describe(&msg).await?,
+                tag::EXECUTE => self.execute(&msg).await?,
+                tag::CLOSE => self.close(&msg).await?,
+                // Copy messages outside a COPY are ignored, as PostgreSQL does.
+                tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => {}
+                tag::FUNCTION_CALL => {
+                    self.local_error(canned::fastpath_unsupported());
+                    if !self.replies.owed() && !self.replies.skipping() {
+                        self.reply_local(protocol::ready_for_query(self.lease.status()));
+                    }
+                    self.client.flush().await?;
+                }
+                other => {
+                    let err = canned::protocol_violation(format!(
+                        "invalid frontend message type {other}"
+                    ));
+                    return Err(self.fatal(err).await);
+                }
+            }
+        }
+    }
+
+    /// The client's next message, within the idle-in-transaction limit.
+    async fn next_message(&mut self) -> Result<Message, End> {
+        let idle_limit = self
+            .shared
+            .config
+            .idle_in_transaction_timeout
+            .filter(|_| self.lease.status().in_transaction());
+        let read = self.client.read(self.shared.config.max_message_size);
+        let next = match idle_limit {
+            None => read.await,
+            Some(limit) => match tokio::time::timeout(limit, read).await {
+                Ok(r) => r,
+                Err(_) => return Err(self.fatal(canned::idle_in_transaction_timeout()).await),
+            },
+        };
+        match next {
+            Ok(m) => Ok(m),
+            Err(FrameError::TooLarge(len, max)) => {
+                Err(self.fatal(canned::message_too_large(len, max)).await)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sends a FATAL error and ends the session.
+    async fn fatal(&mut self, err: ErrorFields) -> End {
+        self.client.send(&err.to_message());
+        let _ = self.client.flush().await;
+        End::Fatal(err.message)
+    }
+
+    /// A reply the proxy makes itself, sent when its turn comes.
+    fn reply_local(&mut self, msg: Message) {
+        if let Some(now) = self.replies.local(msg) {
+            self.client.send(&now);
+        }
+    }
+
+    /// An error the proxy reports itself; the pipeline skips to Sync.
+    fn local_error(&mut self, err: ErrorFields) {
+        if let Some(now) = self.replies.local_error(err.to_message()) {
+            self.client.send(&now);
+        }
+    }
+
+    fn release_if_idle(&mut self) {
+        self.lease.release_if_idle(self.replies.owed());
+    }
+
+    /// The transaction ended (ReadyForQuery said Idle): wake the waiters of
+    /// the queues it pushed to.
+    fn transaction_ended(&mut self) {
+        for key in self.txn.pushed.drain(..) {
+            self.shared.engine.announcer.pushed(&key);
+        }
+    }
+
+    /// The backend reported `status` at the end of an exchange.
+    fn backend_ready(&mut self, status: protocol::TxStatus) {
+        if let Some(conn) = self.lease.conn_mut() {
+            conn.status = status;
+        }
+        if status == protocol::TxStatus::Idle {
+            self.transaction_ended();
+        }
+    }
+}

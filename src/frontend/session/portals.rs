@@ -1,0 +1,101 @@
+//! Portals: those bound to dialect statements live in the proxy (bounded
+//! per session); for passthrough portals the proxy remembers only the
+//! session effect of their statement, applied when they run.
+
+use super::canned;
+use crate::engine::values::Cell;
+use crate::protocol::ErrorFields;
+use crate::rewrite::dialect::Statement;
+use crate::rewrite::SessionEffect;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// Open dialect portals one session may hold (they live in the proxy until
+/// Sync ends their transaction, or Close), and their parameters' size.
+const MAX_SESSION_PORTALS: usize = 10_000;
+const MAX_SESSION_PORTAL_BYTES: usize = 64 << 20;
+
+/// A portal bound to a dialect statement.
+pub struct LocalPortal {
+    pub statement: Arc<Statement>,
+    pub params: Vec<Option<String>>,
+    pub result_formats: Vec<i16>,
+    /// Set once the statement ran (at the first Execute): the rows no
+    /// Execute has returned yet.
+    pub unreturned: Option<VecDeque<Vec<Cell>>>,
+}
+
+impl LocalPortal {
+    fn bytes(&self) -> usize {
+        self.params.iter().flatten().map(String::len).sum::<usize>() + 64
+    }
+}
+
+#[derive(Default)]
+pub struct Portals {
+    local: HashMap<String, LocalPortal>,
+    /// Parameter bytes held in `local` (bounded per session).
+    local_bytes: usize,
+    /// Session effects of the passthrough portals bound on the backend.
+    effects: HashMap<String, SessionEffect>,
+}
+
+impl Portals {
+    /// Binds dialect portal `name` (replacing one of that name).
+    pub fn bind_local(&mut self, name: &str, portal: LocalPortal) -> Result<(), ErrorFields> {
+        self.remove_local(name);
+        if self.local.len() >= MAX_SESSION_PORTALS
+            || self.local_bytes + portal.bytes() > MAX_SESSION_PORTAL_BYTES
+        {
+            return Err(canned::session_limit(
+                "open queenwire portals",
+                MAX_SESSION_PORTALS,
+                MAX_SESSION_PORTAL_BYTES,
+                "of parameters",
+                "send Sync, or Close portals no longer needed",
+            ));
+        }
+        self.local_bytes += portal.bytes();
+        self.local.insert(name.to_string(), portal);
+        Ok(())
+    }
+
+    pub fn local(&self, name: &str) -> Option<&LocalPortal> {
+        self.local.get(name)
+    }
+
+    pub fn local_mut(&mut self, name: &str) -> Option<&mut LocalPortal> {
+        self.local.get_mut(name)
+    }
+
+    /// Forgets dialect portal `name`; whether it existed.
+    pub fn remove_local(&mut self, name: &str) -> bool {
+        match self.local.remove(name) {
+            Some(old) => {
+                self.local_bytes -= old.bytes();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A passthrough portal was bound on the backend.
+    pub fn bind_backend(&mut self, name: &str, effect: SessionEffect) {
+        self.effects.insert(name.to_string(), effect);
+    }
+
+    pub fn backend_effect(&self, name: &str) -> Option<SessionEffect> {
+        self.effects.get(name).copied()
+    }
+
+    pub fn close_backend(&mut self, name: &str) {
+        self.effects.remove(name);
+    }
+
+    /// The transaction ended: no portal outlives it.
+    pub fn transaction_ended(&mut self) {
+        self.local.clear();
+        self.local_bytes = 0;
+        self.effects.clear();
+    }
+}

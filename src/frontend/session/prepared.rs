@@ -1,0 +1,133 @@
+//! The client's prepared statements, as the proxy keeps them: named ones
+//! for the session's life (bounded), the unnamed one until replaced. A
+//! plain statement has a proxy-global name on backend connections, so it
+//! can be parsed again wherever the session lands; a dialect statement
+//! lives in the proxy only.
+
+use super::canned;
+use crate::protocol::ErrorFields;
+use crate::rewrite::dialect::Statement;
+use crate::rewrite::SessionEffect;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Named prepared statements one session may hold, and their total text:
+/// the proxy keeps them for the session's life, in memory all sessions
+/// share.
+const MAX_SESSION_STATEMENTS: usize = 10_000;
+const MAX_SESSION_STATEMENT_BYTES: usize = 64 << 20;
+
+/// A statement prepared by the client.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub query: Arc<str>,
+    pub param_types: Arc<[u32]>,
+    pub effect: SessionEffect,
+    /// The proxy-global name it has on backend connections (named
+    /// statements only; the unnamed statement stays unnamed).
+    pub global: Option<Arc<str>>,
+    /// A dialect statement: served by the engine, never parsed on a backend.
+    pub dialect: Option<Arc<Statement>>,
+}
+
+impl Prepared {
+    /// Parameter types as Describe reports them: the client's where it gave
+    /// them, else the dialect grammar's, else text.
+    pub fn dialect_param_types(&self, stmt: &Statement, count: usize) -> Vec<u32> {
+        let described = stmt.param_types();
+        (0..count)
+            .map(|i| match self.param_types.get(i) {
+                Some(&t) if t != 0 => t,
+                _ => described
+                    .get(i)
+                    .copied()
+                    .unwrap_or(crate::protocol::oid::TEXT),
+            })
+            .collect()
+    }
+}
+
+#[derive(Default)]
+pub struct Statements {
+    named: HashMap<String, Prepared>,
+    /// Bytes of statement text in `named` (bounded per session).
+    named_bytes: usize,
+    unnamed: Option<Prepared>,
+    /// Bumped at every Parse of the unnamed statement: tells whether the
+    /// backend's unnamed statement is still this session's.
+    unnamed_generation: u64,
+}
+
+impl Statements {
+    /// Whether a Parse of `name` with `query` may add it.
+    pub fn admit(&self, name: &str, query: &str) -> Result<(), ErrorFields> {
+        if name.is_empty() {
+            return Ok(());
+        }
+        if self.named.contains_key(name) {
+            return Err(ErrorFields::error(
+                "42P05",
+                format!("prepared statement \"{name}\" already exists"),
+            ));
+        }
+        if self.named.len() >= MAX_SESSION_STATEMENTS
+            || self.named_bytes + query.len() > MAX_SESSION_STATEMENT_BYTES
+        {
+            return Err(canned::session_limit(
+                "prepared statements",
+                MAX_SESSION_STATEMENTS,
+                MAX_SESSION_STATEMENT_BYTES,
+                "of text",
+                "close statements no longer needed (Close, or DEALLOCATE)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stores `prepared` under `name` ("" for the unnamed statement); for
+    /// the unnamed one, returns its new generation.
+    pub fn insert(&mut self, name: &str, prepared: Prepared) -> u64 {
+        if name.is_empty() {
+            self.unnamed = Some(prepared);
+            self.unnamed_generation += 1;
+        } else {
+            self.named_bytes += prepared.query.len();
+            if let Some(old) = self.named.insert(name.to_string(), prepared) {
+                self.named_bytes -= old.query.len();
+            }
+        }
+        self.unnamed_generation
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Prepared> {
+        if name.is_empty() {
+            self.unnamed.as_ref()
+        } else {
+            self.named.get(name)
+        }
+    }
+
+    pub fn unnamed_generation(&self) -> u64 {
+        self.unnamed_generation
+    }
+
+    /// Forgets statement `name`; whether it existed.
+    pub fn remove(&mut self, name: &str) -> bool {
+        if name.is_empty() {
+            return self.unnamed.take().is_some();
+        }
+        match self.named.remove(name) {
+            Some(old) => {
+                self.named_bytes -= old.query.len();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `DEALLOCATE ALL` / `DISCARD ALL`: every named statement goes.
+    pub fn clear_named(&mut self) {
+        self.named.clear();
+        self.named_bytes = 0;
+    }
+}

@@ -1,0 +1,106 @@
+//! Forwarding to the backend and relaying its replies to the client, in
+//! the order `Replies` keeps.
+
+use super::canned;
+use super::lease::For;
+use super::replies::{Expect, Seen};
+use super::{End, Session, CLIENT_FLUSH_THRESHOLD};
+use crate::backend::BackendError;
+use crate::frontend::errors::backend_unavailable;
+use crate::protocol::{self, Message};
+
+impl Session {
+    /// Takes a backend connection for `purpose` unless one is held, telling
+    /// the client if none can be had. Whether the session has one now.
+    pub(super) async fn ensure_backend(&mut self, purpose: For) -> bool {
+        match self.lease.acquire(purpose).await {
+            Ok(_) => true,
+            Err(e) => {
+                self.local_error(backend_unavailable(&e));
+                false
+            }
+        }
+    }
+
+    /// Sends `msg` to the held connection; `expect` is its reply.
+    pub(super) fn forward(&mut self, msg: &Message, expect: Expect) {
+        if let Some(conn) = self.lease.conn_mut() {
+            conn.send(msg);
+            self.replies.expect(expect);
+            self.txn.forwarded_since_sync = true;
+        }
+    }
+
+    /// Relays backend replies until every expected one has arrived.
+    pub(super) async fn drain(&mut self) -> Result<(), End> {
+        loop {
+            while let Some(local) = self.replies.next_local() {
+                self.client.send(&local);
+            }
+            if !self.replies.owed() {
+                return Ok(());
+            }
+            let Some(conn) = self.lease.conn_mut() else {
+                self.replies.lost();
+                return Ok(());
+            };
+            let received = match conn.flush().await {
+                Ok(()) => conn.recv().await,
+                Err(e) => Err(e),
+            };
+            let msg = match received {
+                Ok(m) => m,
+                Err(e) => return Err(self.backend_lost(e).await),
+            };
+            self.on_backend_message(msg).await?;
+            if self.client.buffered() > CLIENT_FLUSH_THRESHOLD {
+                self.client.flush().await?;
+            }
+        }
+    }
+
+    /// Relays the replies the backend still owes for earlier messages of
+    /// this pipeline (asking it to flush them), so that what the proxy
+    /// answers itself comes after them, in order.
+    pub(super) async fn relay_earlier_replies(&mut self) -> Result<(), End> {
+        if !self.replies.owed() {
+            return Ok(());
+        }
+        if let Some(conn) = self.lease.conn_mut() {
+            conn.send(&protocol::frontend::flush());
+        }
+        self.drain().await
+    }
+
+    /// The backend connection broke: it is closed and the session ends.
+    pub(super) async fn backend_lost(&mut self, e: BackendError) -> End {
+        self.replies.lost();
+        self.lease.discard();
+        self.fatal(canned::lost_backend(&e)).await
+    }
+
+    async fn on_backend_message(&mut self, msg: Message) -> Result<(), End> {
+        let seen = self.replies.on_backend(&msg);
+        if seen != Seen::Swallow {
+            self.client.send(&msg);
+        }
+        match seen {
+            Seen::Relay | Seen::Swallow => {}
+            Seen::ParameterStatus => {
+                if let Some(conn) = self.lease.conn_mut() {
+                    conn.note_parameter_status(&msg);
+                }
+            }
+            Seen::Failed { never_created } => {
+                if let Some(conn) = self.lease.conn_mut() {
+                    for name in never_created {
+                        conn.prepared.remove(&name);
+                    }
+                }
+            }
+            Seen::Ready(status) => self.backend_ready(status),
+            Seen::CopyIn => self.copy_in().await?,
+        }
+        Ok(())
+    }
+}

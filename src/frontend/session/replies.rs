@@ -1,0 +1,379 @@
+//! Reply sequencing: what the backend (or the proxy) still owes the client,
+//! in the order the client asked. One entry per message forwarded; replies
+//! arrive in order; an ErrorResponse in the extended protocol ends
+//! everything up to the next Sync; replies the proxy makes itself wait in
+//! the same queue so the client sees every answer in order. No I/O here:
+//! the session sends what this type says to send.
+
+use crate::protocol::tags::backend as tag;
+use crate::protocol::{Message, TxStatus};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// A reply still owed to the client.
+#[derive(Debug)]
+pub enum Expect {
+    /// ParseComplete. `forward: false` for a Parse the proxy injected;
+    /// `registers` names the proxy-global statement it creates.
+    Parse {
+        forward: bool,
+        registers: Option<Arc<str>>,
+    },
+    Bind,
+    Close,
+    /// ParameterDescription, then RowDescription or NoData.
+    DescribeStatement,
+    /// RowDescription or NoData.
+    DescribePortal,
+    /// Rows, then CommandComplete, EmptyQueryResponse or PortalSuspended.
+    Execute,
+    /// ReadyForQuery.
+    Sync,
+    /// A simple Query: everything up to ReadyForQuery.
+    Query,
+    /// A reply produced by the proxy, sent when its turn comes.
+    Local(Message),
+}
+
+/// What a backend message means for the session.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// Pass it to the client.
+    Relay,
+    /// The reply to a Parse the proxy injected: the client never asked.
+    Swallow,
+    /// Pass it on; then the client's COPY data goes to the backend.
+    CopyIn,
+    /// Pass it on; the backend's new ParameterStatus value.
+    ParameterStatus,
+    /// Pass it on (ReadyForQuery): the exchange ended in this status.
+    Ready(TxStatus),
+    /// Pass it on (ErrorResponse): the backend skips to Sync, so the
+    /// replies owed before it will never come; these proxy-global
+    /// statements were never created.
+    Failed { never_created: Vec<Arc<str>> },
+}
+
+#[derive(Debug, Default)]
+pub struct Replies {
+    pending: VecDeque<Expect>,
+    /// After an error in the extended protocol, messages are discarded
+    /// until Sync, as PostgreSQL does.
+    skipping: bool,
+}
+
+impl Replies {
+    /// A message went to the backend; `expect` is its reply.
+    pub fn expect(&mut self, expect: Expect) {
+        self.pending.push_back(expect);
+    }
+
+    /// A reply the proxy makes itself: `Some` when it is the client's turn
+    /// to get it now, else it waits behind the backend's replies.
+    pub fn local(&mut self, msg: Message) -> Option<Message> {
+        if self.pending.is_empty() {
+            Some(msg)
+        } else {
+            self.pending.push_back(Expect::Local(msg));
+            None
+        }
+    }
+
+    /// An error the proxy reports itself: like `local`, and the rest of the
+    /// pipeline up to Sync is skipped.
+    pub fn local_error(&mut self, error: Message) -> Option<Message> {
+        self.skipping = true;
+        self.local(error)
+    }
+
+    /// The next proxy reply whose turn has come.
+    pub fn next_local(&mut self) -> Option<Message> {
+        match self.pending.front() {
+            Some(Expect::Local(_)) => match self.pending.pop_front() {
+                Some(Expect::Local(m)) => Some(m),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Replies are still owed (by the backend or queued locally).
+    pub fn owed(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    pub fn skipping(&self) -> bool {
+        self.skipping
+    }
+
+    /// Sync (or the end of a simple query) ends the skipping.
+    pub fn end_skip(&mut self) {
+        self.skipping = false;
+    }
+
+    /// The backend connection is gone: nothing more will come.
+    pub fn lost(&mut self) {
+        self.pending.clear();
+    }
+
+    /// COPY FROM STDIN started in the extended protocol: the backend
+    /// ignores a Sync that reaches it during COPY and the client sends
+    /// another after CopyDone, so the replies queued behind this Execute
+    /// will not come.
+    pub fn copy_in_started(&mut self) {
+        if matches!(self.pending.front(), Some(Expect::Execute)) {
+            self.pending.truncate(1);
+        }
+    }
+
+    /// One message from the backend.
+    pub fn on_backend(&mut self, msg: &Message) -> Seen {
+        match msg.tag {
+            tag::ERROR_RESPONSE => {
+                if matches!(self.pending.front(), Some(Expect::Query)) {
+                    return Seen::Relay;
+                }
+                let mut never_created = Vec::new();
+                while let Some(front) = self.pending.front() {
+                    if matches!(front, Expect::Sync) {
+                        break;
+                    }
+                    if let Some(Expect::Parse {
+                        registers: Some(name),
+                        ..
+                    }) = self.pending.pop_front()
+                    {
+                        never_created.push(name);
+                    }
+                }
+                self.skipping = true;
+                Seen::Failed { never_created }
+            }
+            tag::PARAMETER_STATUS => Seen::ParameterStatus,
+            tag::PARSE_COMPLETE => match self.pending.pop_front() {
+                Some(Expect::Parse { forward: false, .. }) => Seen::Swallow,
+                _ => Seen::Relay,
+            },
+            tag::BIND_COMPLETE | tag::CLOSE_COMPLETE | tag::NO_DATA => {
+                self.pending.pop_front();
+                Seen::Relay
+            }
+            tag::ROW_DESCRIPTION => {
+                if matches!(
+                    self.pending.front(),
+                    Some(Expect::DescribeStatement | Expect::DescribePortal)
+                ) {
+                    self.pending.pop_front();
+                }
+                Seen::Relay
+            }
+            tag::COMMAND_COMPLETE | tag::EMPTY_QUERY_RESPONSE | tag::PORTAL_SUSPENDED => {
+                if matches!(self.pending.front(), Some(Expect::Execute)) {
+                    self.pending.pop_front();
+                }
+                Seen::Relay
+            }
+            tag::COPY_IN_RESPONSE => Seen::CopyIn,
+            tag::READY_FOR_QUERY => {
+                self.pending.pop_front();
+                Seen::Ready(TxStatus::from_ready_body(&msg.body))
+            }
+            // ParameterDescription, rows, notices, notifications, COPY OUT
+            // data and anything else: pass along.
+            _ => Seen::Relay,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{self, ErrorFields};
+
+    fn msg(t: u8) -> Message {
+        crate::protocol::empty(t)
+    }
+
+    fn ready(status: TxStatus) -> Message {
+        protocol::ready_for_query(status)
+    }
+
+    fn error() -> Message {
+        ErrorFields::error("23505", "duplicate key").to_message()
+    }
+
+    /// Feeds backend messages in order and collects what the client gets:
+    /// relayed messages and the proxy's own replies, in order.
+    fn run(replies: &mut Replies, backend: &[Message]) -> Vec<u8> {
+        let mut client = Vec::new();
+        for m in backend {
+            while let Some(local) = replies.next_local() {
+                client.push(local.tag);
+            }
+            match replies.on_backend(m) {
+                Seen::Swallow => {}
+                _ => client.push(m.tag),
+            }
+        }
+        while let Some(local) = replies.next_local() {
+            client.push(local.tag);
+        }
+        client
+    }
+
+    #[test]
+    fn simple_query_is_owed_until_ready_for_query() {
+        let mut r = Replies::default();
+        r.expect(Expect::Query);
+        let got = run(
+            &mut r,
+            &[
+                msg(tag::ROW_DESCRIPTION),
+                msg(tag::DATA_ROW),
+                msg(tag::COMMAND_COMPLETE),
+            ],
+        );
+        assert_eq!(got, b"TDC");
+        assert!(r.owed());
+        // An error inside a simple query ends nothing: ReadyForQuery follows.
+        assert!(matches!(r.on_backend(&error()), Seen::Relay));
+        assert_eq!(
+            r.on_backend(&ready(TxStatus::Idle)),
+            Seen::Ready(TxStatus::Idle)
+        );
+        assert!(!r.owed());
+        assert!(!r.skipping());
+    }
+
+    #[test]
+    fn extended_pipeline_pops_one_entry_per_reply() {
+        let mut r = Replies::default();
+        for e in [
+            Expect::Parse {
+                forward: true,
+                registers: None,
+            },
+            Expect::Bind,
+            Expect::DescribePortal,
+            Expect::Execute,
+            Expect::Sync,
+        ] {
+            r.expect(e);
+        }
+        let got = run(
+            &mut r,
+            &[
+                msg(tag::PARSE_COMPLETE),
+                msg(tag::BIND_COMPLETE),
+                msg(tag::ROW_DESCRIPTION),
+                msg(tag::DATA_ROW),
+                msg(tag::COMMAND_COMPLETE),
+                ready(TxStatus::InBlock),
+            ],
+        );
+        assert_eq!(got, b"12TDCZ");
+        assert!(!r.owed());
+    }
+
+    #[test]
+    fn error_mid_pipeline_skips_to_sync_and_forgets_statements_never_created() {
+        let mut r = Replies::default();
+        r.expect(Expect::Bind);
+        r.expect(Expect::Execute);
+        r.expect(Expect::Parse {
+            forward: true,
+            registers: Some(Arc::from("qw_s1")),
+        });
+        r.expect(Expect::Bind);
+        r.expect(Expect::Sync);
+        assert_eq!(r.on_backend(&msg(tag::BIND_COMPLETE)), Seen::Relay);
+        assert_eq!(
+            r.on_backend(&error()),
+            Seen::Failed {
+                never_created: vec![Arc::from("qw_s1")]
+            }
+        );
+        assert!(r.skipping());
+        assert_eq!(
+            r.on_backend(&ready(TxStatus::Failed)),
+            Seen::Ready(TxStatus::Failed)
+        );
+        assert!(!r.owed());
+        r.end_skip();
+        assert!(!r.skipping());
+    }
+
+    #[test]
+    fn portal_suspended_ends_an_execute() {
+        let mut r = Replies::default();
+        r.expect(Expect::Execute);
+        r.expect(Expect::Execute);
+        r.expect(Expect::Sync);
+        let got = run(
+            &mut r,
+            &[
+                msg(tag::DATA_ROW),
+                msg(tag::PORTAL_SUSPENDED),
+                msg(tag::DATA_ROW),
+                msg(tag::COMMAND_COMPLETE),
+                ready(TxStatus::InBlock),
+            ],
+        );
+        assert_eq!(got, b"DsDCZ");
+        assert!(!r.owed());
+    }
+
+    #[test]
+    fn copy_in_in_the_extended_protocol_drops_what_queued_behind_the_execute() {
+        let mut r = Replies::default();
+        r.expect(Expect::Bind);
+        r.expect(Expect::Execute);
+        r.expect(Expect::Sync);
+        assert_eq!(r.on_backend(&msg(tag::BIND_COMPLETE)), Seen::Relay);
+        assert_eq!(r.on_backend(&msg(tag::COPY_IN_RESPONSE)), Seen::CopyIn);
+        r.copy_in_started();
+        // The client's own Sync after CopyDone brings the ReadyForQuery.
+        assert_eq!(r.on_backend(&msg(tag::COMMAND_COMPLETE)), Seen::Relay);
+        assert!(!r.owed());
+        r.expect(Expect::Sync);
+        assert_eq!(
+            r.on_backend(&ready(TxStatus::Idle)),
+            Seen::Ready(TxStatus::Idle)
+        );
+        assert!(!r.owed());
+    }
+
+    #[test]
+    fn an_injected_parse_is_answered_to_nobody() {
+        let mut r = Replies::default();
+        r.expect(Expect::Parse {
+            forward: false,
+            registers: Some(Arc::from("qw_s2")),
+        });
+        r.expect(Expect::Bind);
+        r.expect(Expect::Sync);
+        let got = run(
+            &mut r,
+            &[
+                msg(tag::PARSE_COMPLETE),
+                msg(tag::BIND_COMPLETE),
+                ready(TxStatus::Idle),
+            ],
+        );
+        assert_eq!(got, b"2Z");
+    }
+
+    #[test]
+    fn local_replies_wait_their_turn() {
+        let mut r = Replies::default();
+        // Nothing owed: a local reply goes out at once.
+        assert!(r.local(protocol::parse_complete()).is_some());
+        r.expect(Expect::Bind);
+        assert!(r.local(protocol::close_complete()).is_none());
+        assert!(r.local_error(error()).is_none());
+        assert!(r.skipping());
+        r.expect(Expect::Sync);
+        let got = run(&mut r, &[msg(tag::BIND_COMPLETE), ready(TxStatus::Idle)]);
+        assert_eq!(got, b"23EZ");
+    }
+}

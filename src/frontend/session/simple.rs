@@ -1,0 +1,184 @@
+//! The simple query protocol. A message of plain SQL only is forwarded
+//! whole (PostgreSQL's implicit transaction over a multi-statement message
+//! holds); one with dialect statements runs statement by statement.
+
+use super::lease::For;
+use super::replies::Expect;
+use super::{canned, End, Session};
+use crate::engine::CallEnd;
+use crate::protocol::tags::backend as tag;
+use crate::protocol::{self, frontend, Message, TxStatus};
+use crate::rewrite::{self, Command, SessionEffect};
+use crate::users::Passthrough;
+use std::ops::Range;
+
+impl Session {
+    pub(super) async fn simple_query(&mut self, msg: &Message) -> Result<(), End> {
+        let sql = match frontend::query(msg) {
+            Ok(s) => s,
+            Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
+        };
+        let commands = rewrite::classify_script(sql);
+        let plain = |c: &Command| matches!(c, Command::Passthrough(_));
+        if self.passthrough == Passthrough::None && commands.iter().any(|(_, c)| plain(c)) {
+            self.local_error(canned::passthrough_refused());
+            return self.finish_simple_query().await;
+        }
+        // The client's own statement name: the backend knows it under
+        // another, so the proxy forgets it and answers.
+        if let [(range, Command::Passthrough(_))] = commands.as_slice() {
+            if let Some(name) = rewrite::passthrough::deallocated_name(&sql[range.clone()]) {
+                if self.statements.remove(&name) {
+                    self.reply_local(protocol::command_complete("DEALLOCATE"));
+                    self.reply_local(protocol::ready_for_query(self.lease.status()));
+                    return Ok(self.client.flush().await?);
+                }
+            }
+        }
+        if commands.iter().all(|(_, c)| plain(c)) {
+            if !self.ensure_backend(For::Client).await {
+                return self.finish_simple_query().await;
+            }
+            for (_, command) in &commands {
+                if let Command::Passthrough(effect) = command {
+                    self.apply_effect(*effect);
+                }
+            }
+            if let Some(conn) = self.lease.conn_mut() {
+                // A simple query destroys the unnamed statement.
+                conn.unnamed_owner = None;
+            }
+            self.forward(msg, Expect::Query);
+            self.drain().await?;
+        } else {
+            self.run_script(sql, &commands).await?;
+        }
+        self.finish_simple_query().await
+    }
+
+    /// What a passthrough statement does to the session beyond its
+    /// transaction.
+    pub(super) fn apply_effect(&mut self, effect: SessionEffect) {
+        match effect {
+            SessionEffect::Pins => self.lease.pin(),
+            SessionEffect::ForgetsPrepared => self.forget_prepared(),
+            SessionEffect::None => {}
+        }
+    }
+
+    /// The client deallocates every statement: so does the proxy, on the
+    /// connection and in the session.
+    pub(super) fn forget_prepared(&mut self) {
+        self.statements.clear_named();
+        if let Some(conn) = self.lease.conn_mut() {
+            conn.forget_prepared();
+        }
+    }
+
+    async fn finish_simple_query(&mut self) -> Result<(), End> {
+        if !self.replies.owed() && self.replies.skipping() {
+            // Nothing reached the backend: the proxy answers ReadyForQuery.
+            self.client
+                .send(&protocol::ready_for_query(self.lease.status()));
+        }
+        self.replies.end_skip();
+        self.txn.forwarded_since_sync = false;
+        self.release_if_idle();
+        Ok(self.client.flush().await?)
+    }
+
+    /// A simple-query message holding dialect statements: each statement
+    /// runs in turn (plain ones as their own Query), up to the first error.
+    async fn run_script(
+        &mut self,
+        sql: &str,
+        commands: &[(Range<usize>, Command)],
+    ) -> Result<(), End> {
+        for (range, command) in commands {
+            let ok = match command {
+                Command::Passthrough(effect) => {
+                    if !self.ensure_backend(For::Client).await {
+                        break;
+                    }
+                    self.apply_effect(*effect);
+                    self.run_plain_statement(&sql[range.clone()]).await?
+                }
+                Command::Dialect(stmt) => {
+                    let ran = self.run_dialect(stmt, &[], CallEnd::Sync).await?;
+                    self.after_own_transaction();
+                    match ran {
+                        Some(outcome) => {
+                            self.send_outcome(stmt, outcome, &[], true);
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                Command::Invalid(e) => {
+                    let refusal = crate::engine::values::parse_error(e.clone());
+                    self.refuse(refusal, CallEnd::Sync).await?;
+                    self.after_own_transaction();
+                    false
+                }
+            };
+            if !ok {
+                break;
+            }
+        }
+        self.replies.end_skip();
+        self.client
+            .send(&protocol::ready_for_query(self.lease.status()));
+        Ok(())
+    }
+
+    /// One plain statement of a mixed script: its replies go to the client,
+    /// except the ReadyForQuery. Returns whether it succeeded.
+    async fn run_plain_statement(&mut self, sql: &str) -> Result<bool, End> {
+        let Some(conn) = self.lease.conn_mut() else {
+            return Ok(false);
+        };
+        conn.unnamed_owner = None;
+        conn.send(&frontend::build_query(sql));
+        if let Err(e) = conn.flush().await {
+            return Err(self.backend_lost(e).await);
+        }
+        let mut ok = true;
+        loop {
+            let Some(conn) = self.lease.conn_mut() else {
+                return Ok(false);
+            };
+            let msg = match conn.recv().await {
+                Ok(m) => m,
+                Err(e) => return Err(self.backend_lost(e).await),
+            };
+            match msg.tag {
+                tag::READY_FOR_QUERY => {
+                    self.backend_ready(TxStatus::from_ready_body(&msg.body));
+                    return Ok(ok);
+                }
+                tag::ERROR_RESPONSE => {
+                    ok = false;
+                    self.client.send(&msg);
+                }
+                tag::COPY_IN_RESPONSE => {
+                    self.client.send(&msg);
+                    self.copy_in().await?;
+                }
+                tag::PARAMETER_STATUS => {
+                    conn.note_parameter_status(&msg);
+                    self.client.send(&msg);
+                }
+                _ => self.client.send(&msg),
+            }
+        }
+    }
+
+    /// After a statement whose calls ended with Sync: its transaction is
+    /// over unless a block goes on.
+    fn after_own_transaction(&mut self) {
+        self.txn.forwarded_since_sync = false;
+        if self.lease.held() && self.lease.status() == TxStatus::Idle {
+            self.transaction_ended();
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! Errors the proxy reports in PostgreSQL's own terms.
+
+use super::backend::{build, put_cstr};
+use super::framing::{BodyReader, Message};
+use super::tags::backend as tag;
+use bytes::BufMut;
+
+/// Severity and fields of an ErrorResponse or NoticeResponse we produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorFields {
+    pub severity: &'static str,
+    pub code: String,
+    pub message: String,
+    pub position: Option<usize>,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl ErrorFields {
+    pub fn error(code: &str, message: impl Into<String>) -> ErrorFields {
+        ErrorFields {
+            severity: "ERROR",
+            code: code.to_string(),
+            message: message.into(),
+            position: None,
+            detail: None,
+            hint: None,
+        }
+    }
+
+    pub fn fatal(code: &str, message: impl Into<String>) -> ErrorFields {
+        ErrorFields {
+            severity: "FATAL",
+            ..ErrorFields::error(code, message)
+        }
+    }
+
+    pub fn with_position(mut self, position: Option<usize>) -> ErrorFields {
+        self.position = position;
+        self
+    }
+
+    pub fn to_message(&self) -> Message {
+        build(tag::ERROR_RESPONSE, |b| {
+            b.put_u8(b'S');
+            put_cstr(b, self.severity);
+            b.put_u8(b'V');
+            put_cstr(b, self.severity);
+            b.put_u8(b'C');
+            put_cstr(b, &self.code);
+            b.put_u8(b'M');
+            put_cstr(b, &self.message);
+            if let Some(d) = &self.detail {
+                b.put_u8(b'D');
+                put_cstr(b, d);
+            }
+            if let Some(h) = &self.hint {
+                b.put_u8(b'H');
+                put_cstr(b, h);
+            }
+            if let Some(p) = self.position {
+                b.put_u8(b'P');
+                put_cstr(b, &p.to_string());
+            }
+            b.put_u8(0);
+        })
+    }
+
+    /// Decodes the fields of a backend ErrorResponse/NoticeResponse body.
+    pub fn parse(body: &[u8]) -> ErrorFields {
+        let mut fields = ErrorFields::error("XX000", "");
+        let mut r = BodyReader::from_slice(body);
+        while let Ok(kind) = r.u8() {
+            if kind == 0 {
+                break;
+            }
+            let Ok(value) = r.cstr() else { break };
+            match kind {
+                b'C' => fields.code = value.to_string(),
+                b'M' => fields.message = value.to_string(),
+                b'D' => fields.detail = Some(value.to_string()),
+                b'H' => fields.hint = Some(value.to_string()),
+                b'P' => fields.position = value.parse().ok(),
+                b'V' if value == "FATAL" => fields.severity = "FATAL",
+                _ => {}
+            }
+        }
+        fields
+    }
+}

@@ -1,0 +1,252 @@
+//! Frontend messages: the parsers for those the proxy must look into, and
+//! the builders for those it sends PostgreSQL itself.
+
+use super::backend::{build, empty, put_cstr};
+use super::framing::{Malformed, Message};
+use super::tags::{frontend as tag, startup, Target};
+use bytes::{BufMut, BytesMut};
+
+pub struct Parse<'a> {
+    pub name: &'a str,
+    pub query: &'a str,
+    pub param_types: Vec<u32>,
+}
+
+pub fn parse(msg: &Message) -> Result<Parse<'_>, Malformed> {
+    let mut r = msg.reader();
+    let name = r.cstr()?;
+    let query = r.cstr()?;
+    // Counts are unsigned 16-bit, as PostgreSQL reads them.
+    let n = r.i16()? as u16;
+    let mut param_types = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        param_types.push(r.i32()? as u32);
+    }
+    Ok(Parse {
+        name,
+        query,
+        param_types,
+    })
+}
+
+pub fn build_parse(name: &str, query: &str, param_types: &[u32]) -> Message {
+    build(tag::PARSE, |b| {
+        put_cstr(b, name);
+        put_cstr(b, query);
+        b.put_i16(param_types.len() as i16);
+        for t in param_types {
+            b.put_u32(*t);
+        }
+    })
+}
+
+pub struct Bind<'a> {
+    pub portal: &'a str,
+    pub statement: &'a str,
+    pub param_formats: Vec<i16>,
+    pub params: Vec<Option<&'a [u8]>>,
+    pub result_formats: Vec<i16>,
+    /// Byte offset in the body where the statement name ends, so the
+    /// name can be replaced without re-encoding the rest.
+    pub after_statement: usize,
+}
+
+pub fn bind(msg: &Message) -> Result<Bind<'_>, Malformed> {
+    let mut r = msg.reader();
+    let portal = r.cstr()?;
+    let statement = r.cstr()?;
+    let after_statement = r.position();
+    let nf = r.i16()? as u16;
+    let mut param_formats = Vec::with_capacity(nf as usize);
+    for _ in 0..nf {
+        param_formats.push(r.i16()?);
+    }
+    let np = r.i16()? as u16;
+    let mut params = Vec::with_capacity(np as usize);
+    for _ in 0..np {
+        let len = r.i32()?;
+        if len == -1 {
+            params.push(None);
+        } else if len < -1 {
+            return Err(Malformed("invalid parameter length"));
+        } else {
+            params.push(Some(r.bytes(len as usize)?));
+        }
+    }
+    let nr = r.i16()? as u16;
+    let mut result_formats = Vec::with_capacity(nr as usize);
+    for _ in 0..nr {
+        result_formats.push(r.i16()?);
+    }
+    Ok(Bind {
+        portal,
+        statement,
+        param_formats,
+        params,
+        result_formats,
+        after_statement,
+    })
+}
+
+/// The same Bind, naming a different prepared statement.
+pub fn rebind(msg: &Message, bind: &Bind<'_>, statement: &str) -> Message {
+    build(tag::BIND, |b| {
+        put_cstr(b, bind.portal);
+        put_cstr(b, statement);
+        b.put_slice(&msg.body[bind.after_statement..]);
+    })
+}
+
+/// Describe or Close: a kind byte (`S` statement, `P` portal) and a name.
+pub fn target(msg: &Message) -> Result<(Target, &str), Malformed> {
+    let mut r = msg.reader();
+    let kind = Target::from_byte(r.u8()?).ok_or(Malformed("expected 'S' or 'P'"))?;
+    Ok((kind, r.cstr()?))
+}
+
+pub fn build_describe(kind: Target, name: &str) -> Message {
+    build(tag::DESCRIBE, |b| {
+        b.put_u8(kind.as_byte());
+        put_cstr(b, name);
+    })
+}
+
+pub fn build_close(kind: Target, name: &str) -> Message {
+    build(tag::CLOSE, |b| {
+        b.put_u8(kind.as_byte());
+        put_cstr(b, name);
+    })
+}
+
+pub fn execute(msg: &Message) -> Result<(&str, i32), Malformed> {
+    let mut r = msg.reader();
+    Ok((r.cstr()?, r.i32()?))
+}
+
+pub fn query(msg: &Message) -> Result<&str, Malformed> {
+    msg.reader().cstr()
+}
+
+pub fn build_query(sql: &str) -> Message {
+    build(tag::QUERY, |b| put_cstr(b, sql))
+}
+
+pub fn sync() -> Message {
+    empty(tag::SYNC)
+}
+
+pub fn flush() -> Message {
+    empty(tag::FLUSH)
+}
+
+pub fn terminate() -> Message {
+    empty(tag::TERMINATE)
+}
+
+/// A Bind of the unnamed portal to `statement` whose parameters are
+/// already encoded in `values` (each `len:i32, bytes`), all `count` of them
+/// in `format`, results asked in `result_format`.
+pub fn build_bind(
+    statement: &str,
+    count: i16,
+    values: &[u8],
+    format: i16,
+    result_format: i16,
+) -> Message {
+    build(tag::BIND, |b| {
+        put_cstr(b, "");
+        put_cstr(b, statement);
+        b.put_i16(1);
+        b.put_i16(format);
+        b.put_i16(count);
+        b.put_slice(values);
+        b.put_i16(1);
+        b.put_i16(result_format);
+    })
+}
+
+/// Execute `portal`, returning at most `max_rows` rows (0: all).
+pub fn build_execute(portal: &str, max_rows: i32) -> Message {
+    build(tag::EXECUTE, |b| {
+        put_cstr(b, portal);
+        b.put_i32(max_rows);
+    })
+}
+
+/// A PasswordMessage / SASL response carrying `data` as it is.
+pub fn password(data: &[u8]) -> Message {
+    build(tag::PASSWORD, |b| b.put_slice(data))
+}
+
+/// A password as a NUL-terminated string (cleartext or md5).
+pub fn password_cstr(password: &[u8]) -> Message {
+    build(tag::PASSWORD, |b| {
+        b.put_slice(password);
+        b.put_u8(0);
+    })
+}
+
+/// SASLInitialResponse: the mechanism and the client's first message.
+pub fn sasl_initial_response(mechanism: &str, first: &[u8]) -> Message {
+    build(tag::PASSWORD, |b| {
+        put_cstr(b, mechanism);
+        b.put_i32(first.len() as i32);
+        b.put_slice(first);
+    })
+}
+
+/// The untagged StartupMessage for protocol 3.0 with `params` (name, value).
+pub fn startup_message(params: &[(&str, &str)]) -> BytesMut {
+    let mut body = BytesMut::new();
+    body.put_i32(startup::PROTOCOL_3);
+    for (k, v) in params {
+        put_cstr(&mut body, k);
+        put_cstr(&mut body, v);
+    }
+    body.put_u8(0);
+    untagged(&body)
+}
+
+/// The untagged CancelRequest packet for a backend key.
+pub fn cancel_request(pid: i32, secret: i32) -> BytesMut {
+    let mut body = BytesMut::with_capacity(12);
+    body.put_i32(startup::CANCEL_REQUEST);
+    body.put_i32(pid);
+    body.put_i32(secret);
+    untagged(&body)
+}
+
+/// The untagged SSLRequest packet.
+pub fn ssl_request() -> BytesMut {
+    let mut body = BytesMut::with_capacity(4);
+    body.put_i32(startup::SSL_REQUEST);
+    untagged(&body)
+}
+
+fn untagged(body: &[u8]) -> BytesMut {
+    let mut packet = BytesMut::with_capacity(body.len() + 4);
+    packet.put_i32(body.len() as i32 + 4);
+    packet.put_slice(body);
+    packet
+}
+
+/// A Bind of `portal` to `statement` with every parameter in text format
+/// (`None`: NULL) and results in text.
+pub fn build_bind_text(portal: &str, statement: &str, params: &[Option<&str>]) -> Message {
+    build(tag::BIND, |b| {
+        put_cstr(b, portal);
+        put_cstr(b, statement);
+        b.put_i16(0);
+        b.put_i16(params.len() as i16);
+        for p in params {
+            match p {
+                None => b.put_i32(-1),
+                Some(v) => {
+                    b.put_i32(v.len() as i32);
+                    b.put_slice(v.as_bytes());
+                }
+            }
+        }
+        b.put_i16(0);
+    })
+}

@@ -84,10 +84,8 @@ fn main() {
     let mut wire = BytesMut::new();
     for i in 0..1000 {
         let a = i.to_string();
-        protocol::data_row(
-            [Some(a.as_bytes()), Some(&b"pending"[..]), None].into_iter(),
-        )
-        .encode(&mut wire);
+        protocol::data_row([Some(a.as_bytes()), Some(&b"pending"[..]), None].into_iter())
+            .encode(&mut wire);
     }
     let wire = wire.freeze();
     let rounds = ROUNDS / 1000;
@@ -124,7 +122,10 @@ fn main() {
         black_box(frontend::bind(black_box(&msg)).ok());
     }
     let ours = started.elapsed().as_nanos() as f64 / ROUNDS as f64;
-    println!("{:<34} ours {:>7.1} ns   postgres-protocol: no frontend parser", "read a client Bind(3)", ours);
+    println!(
+        "{:<34} ours {:>7.1} ns   postgres-protocol: no frontend parser",
+        "read a client Bind(3)", ours
+    );
 }
 
 /// ns per round of `f` writing into a buffer cleared each round.

@@ -52,13 +52,6 @@ pub fn message_too_large(len: usize, max: usize) -> ErrorFields {
     )
 }
 
-pub fn fastpath_unsupported() -> ErrorFields {
-    ErrorFields::error(
-        "0A000",
-        "the fastpath function call protocol is not supported by queenwire",
-    )
-}
-
 pub fn protocol_violation(what: impl Into<String>) -> ErrorFields {
     ErrorFields::fatal("08P01", what)
 }

@@ -188,13 +188,7 @@ impl Session {
                 tag::CLOSE => self.close(&msg).await?,
                 // Copy messages outside a COPY are ignored, as PostgreSQL does.
                 tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => {}
-                tag::FUNCTION_CALL => {
-                    self.local_error(canned::fastpath_unsupported());
-                    if !self.replies.owed() && !self.replies.skipping() {
-                        self.reply_local(protocol::ready_for_query(self.lease.status()));
-                    }
-                    self.client.flush().await?;
-                }
+                tag::FUNCTION_CALL => self.function_call(&msg).await?,
                 other => {
                     let err = canned::protocol_violation(format!(
                         "invalid frontend message type {other}"

@@ -56,6 +56,19 @@ impl Session {
         self.finish_simple_query().await
     }
 
+    /// A fast-path FunctionCall (libpq's large-object API uses it): plain
+    /// SQL as far as the proxy is concerned, answered like a simple query
+    /// with FunctionCallResponse (or ErrorResponse) and ReadyForQuery.
+    pub(super) async fn function_call(&mut self, msg: &Message) -> Result<(), End> {
+        if self.passthrough == Passthrough::None {
+            self.local_error(canned::passthrough_refused());
+        } else if self.ensure_backend(For::Client).await {
+            self.forward(msg, Expect::Query);
+            self.drain().await?;
+        }
+        self.finish_simple_query().await
+    }
+
     /// What a passthrough statement does to the session beyond its
     /// transaction.
     pub(super) fn apply_effect(&mut self, effect: SessionEffect) {

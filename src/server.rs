@@ -1,7 +1,7 @@
 //! Wiring: backend (embedded or external), schema apply, pool, listener.
 
 use crate::backend::{pool, BackendError, BackendTarget};
-use crate::engine::embedded::{EmbeddedError, EmbeddedPostgres};
+use crate::embedded::{EmbeddedError, EmbeddedPostgres};
 use crate::engine::fusion::Fuser;
 use crate::engine::kv::KvState;
 use crate::engine::queues::Limits;

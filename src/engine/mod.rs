@@ -3,7 +3,6 @@
 //! framing, receipts, long-poll wake-ups, the boot-time schema apply and the
 //! embedded cluster. Knows nothing of the client's wire.
 
-pub mod embedded;
 pub mod frame;
 pub mod fusion;
 pub mod kv;

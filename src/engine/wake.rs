@@ -38,14 +38,14 @@ impl Waiters {
     pub fn new(secret: &[u8]) -> Waiters {
         Waiters {
             queues: Mutex::new(HashMap::new()),
-            digest_key: crate::users::hmac(secret, b"queenwire wake-up digest"),
+            digest_key: crate::crypto::hmac(secret, b"queenwire wake-up digest"),
         }
     }
 
     /// The NOTIFY payload of a queue key: 128 bits of HMAC-SHA256, in hex.
     pub fn digest(&self, key: &str) -> String {
         use std::fmt::Write;
-        let mac = crate::users::hmac(&self.digest_key, key.as_bytes());
+        let mac = crate::crypto::hmac(&self.digest_key, key.as_bytes());
         mac[..16]
             .iter()
             .fold(String::with_capacity(32), |mut s, b| {

@@ -17,4 +17,5 @@ pub mod frontend;
 pub mod protocol;
 pub mod rewrite;
 pub mod server;
+pub mod shutdown;
 pub mod users;

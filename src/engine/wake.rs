@@ -14,6 +14,7 @@
 //! the database's shared secret, which every queenwire on the database
 //! computes alike and no tenant can.
 
+use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Notify};
@@ -115,8 +116,21 @@ impl Announcer {
 }
 
 /// Sends queued announcements as NOTIFYs, many per round trip, and LISTENs
-/// for those of other processes. Reconnects after a lost connection.
+/// for those of other processes, until shutdown begins. Reconnects after a
+/// lost connection.
 pub async fn run(
+    config: tokio_postgres::Config,
+    waiters: Arc<Waiters>,
+    announcements: mpsc::UnboundedReceiver<String>,
+    shutdown: ShutdownSignal,
+) {
+    tokio::select! {
+        () = relay(config, waiters, announcements) => {}
+        () = shutdown.begun() => {}
+    }
+}
+
+async fn relay(
     config: tokio_postgres::Config,
     waiters: Arc<Waiters>,
     mut announcements: mpsc::UnboundedReceiver<String>,

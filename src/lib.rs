@@ -10,9 +10,12 @@
 //! [`backend`] (raw connections to PostgreSQL, pooled per transaction).
 
 pub mod backend;
+pub mod crypto;
+pub mod embedded;
 pub mod engine;
 pub mod frontend;
 pub mod protocol;
 pub mod rewrite;
 pub mod server;
+pub mod shutdown;
 pub mod users;

@@ -104,6 +104,22 @@ struct ServeArgs {
         default_value_t = 600
     )]
     idle_in_transaction_timeout: u64,
+    /// Apply the schema (`sql/`) at boot; 0 skips it, for a role that may
+    /// not change the schema (see docs/security.md).
+    #[arg(
+        long,
+        env = "QUEEN_APPLY_SCHEMA",
+        default_value = "1",
+        value_name = "0|1",
+        value_parser = parse_apply_schema,
+        action = clap::ArgAction::Set
+    )]
+    apply_schema: bool,
+}
+
+/// Any value but `0` applies the schema.
+fn parse_apply_schema(value: &str) -> Result<bool, std::convert::Infallible> {
+    Ok(value != "0")
 }
 
 fn main() -> ExitCode {
@@ -153,7 +169,7 @@ fn main() -> ExitCode {
         backend,
         pool_size: cli.pool_size.max(1),
         users,
-        apply_schema: std::env::var("QUEEN_APPLY_SCHEMA").map_or(true, |v| v != "0"),
+        apply_schema: cli.apply_schema,
         max_message_size: cli.max_message_size,
         max_payload: cli.max_payload,
         kv_paused: cli.kv_paused,
@@ -320,6 +336,25 @@ async fn wait_for_signal(kv_switch: impl Fn(bool)) {
             _ = int.recv() => return,
             _ = usr1.recv() => kv_switch(true),
             _ = usr2.recv() => kv_switch(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn apply_schema_is_off_only_for_0() {
+        for (value, applies) in [("0", false), ("1", true), ("yes", true)] {
+            let cli = Cli::try_parse_from(["queenwire", "--apply-schema", value]).unwrap();
+            assert_eq!(cli.serve.apply_schema, applies, "--apply-schema {value}");
         }
     }
 }

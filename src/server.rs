@@ -1,20 +1,21 @@
 //! Wiring: backend (embedded or external), schema apply, pool, listener.
 
 use crate::backend::{pool, BackendError, BackendTarget};
-use crate::engine::embedded::{EmbeddedError, EmbeddedPostgres};
+use crate::embedded::{EmbeddedError, EmbeddedPostgres};
 use crate::engine::fusion::Fuser;
 use crate::engine::kv::KvState;
 use crate::engine::queues::Limits;
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
 use crate::engine::{maintenance, timers, wake, Engine};
+use crate::frontend::slots::SessionSlots;
 use crate::frontend::{self, FrontendConfig, Shared};
+use crate::shutdown::Shutdown;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// `application_name` of queenwire's own background connections (schema
@@ -210,10 +211,12 @@ pub struct Server {
     pub local_addr: SocketAddr,
     /// One line saying which backend serves this proxy.
     pub backend_description: String,
-    shutdown: watch::Sender<bool>,
-    task: JoinHandle<()>,
-    wake_task: JoinHandle<()>,
+    shutdown: Shutdown,
+    listener_task: JoinHandle<()>,
+    /// Wake-ups, timer firing, maintenance: each stops on the shutdown
+    /// signal.
     background_tasks: Vec<JoinHandle<()>>,
+    slots: SessionSlots,
     kv: Arc<KvState>,
     embedded: Option<EmbeddedPostgres>,
 }
@@ -304,6 +307,7 @@ impl Server {
             },
             announcer,
         });
+        let shutdown = Shutdown::new();
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 users: config.users.clone(),
@@ -322,23 +326,33 @@ impl Server {
             role_pools,
             target,
             engine.clone(),
+            shutdown.signal(),
         ));
-        let (shutdown, rx) = watch::channel(false);
-        let task = tokio::spawn(frontend::serve(listener, shared, rx));
+        let slots = shared.slots.clone();
+        let listener_task = tokio::spawn(frontend::serve(listener, shared));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
-        let wake_task = tokio::spawn(wake::run(background.clone(), waiters, announcements));
         let background_tasks = vec![
-            tokio::spawn(timers::fire_loop(pool.clone(), engine.announcer.clone())),
-            tokio::spawn(maintenance::run(background, kv.clone())),
+            tokio::spawn(wake::run(
+                background.clone(),
+                waiters,
+                announcements,
+                shutdown.signal(),
+            )),
+            tokio::spawn(timers::fire_loop(
+                pool.clone(),
+                engine.announcer.clone(),
+                shutdown.signal(),
+            )),
+            tokio::spawn(maintenance::run(background, kv.clone(), shutdown.signal())),
         ];
         Ok(Server {
             local_addr,
             backend_description: format!("{description} (PostgreSQL {version})"),
             shutdown,
-            task,
-            wake_task,
+            listener_task,
             background_tasks,
+            slots,
             kv,
             embedded,
         })
@@ -354,13 +368,18 @@ impl Server {
         self.kv.clone()
     }
 
-    /// Stops accepting clients and stops the embedded cluster, if any.
+    /// Client sessions running now.
+    pub fn live_sessions(&self) -> usize {
+        self.slots.live()
+    }
+
+    /// Stops accepting clients and the background tasks, then the embedded
+    /// cluster, if any. Sessions already in are not waited for.
     pub async fn shutdown(mut self) {
-        let _ = self.shutdown.send(true);
-        let _ = (&mut self.task).await;
-        self.wake_task.abort();
-        for t in &self.background_tasks {
-            t.abort();
+        self.shutdown.begin();
+        let _ = (&mut self.listener_task).await;
+        for task in self.background_tasks.drain(..) {
+            let _ = task.await;
         }
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;

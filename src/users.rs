@@ -10,10 +10,9 @@
 //! ```
 //! The verifier has PostgreSQL's own format (`pg_authid.rolpassword`).
 
+use crate::crypto::{hmac, salted_password, sha256};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use hmac::{KeyInit, Mac};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
 use uuid::Uuid;
@@ -86,30 +85,6 @@ pub enum UsersError {
     Parse(String, String),
     #[error("{0}")]
     Invalid(String),
-}
-
-pub fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-    mac.update(data);
-    mac.finalize().into_bytes().into()
-}
-
-pub fn sha256(data: &[u8]) -> [u8; 32] {
-    Sha256::digest(data).into()
-}
-
-/// PBKDF2-HMAC-SHA256 with one output block: SCRAM's Hi().
-pub fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
-    let mut block = salt.to_vec();
-    block.extend_from_slice(&1u32.to_be_bytes());
-    let mut u = hmac(password, &block);
-    let mut out = u;
-    for _ in 1..iterations {
-        u = hmac(password, &u);
-        out.iter_mut().zip(u.iter()).for_each(|(o, x)| *o ^= x);
-    }
-    out
 }
 
 impl Verifier {

@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 
 use common::cluster::{cluster, fresh_database};
-use queenwire::engine::embedded::{find_server_binaries, EmbeddedPostgres};
+use queenwire::embedded::{find_server_binaries, EmbeddedPostgres};
 
 async fn connect(config: &tokio_postgres::Config) -> tokio_postgres::Client {
     let (client, connection) = config

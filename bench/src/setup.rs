@@ -2,7 +2,7 @@
 //! the release `queenwire` binary as a separate process in front of it, and
 //! pgmq's SQL installed into the same database.
 
-use queenwire::engine::embedded::EmbeddedPostgres;
+use queenwire::embedded::EmbeddedPostgres;
 use std::fs;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::PermissionsExt;

@@ -7,7 +7,6 @@
 
 use crate::protocol::{self, read_message, ErrorFields, FrameError, Message, TxStatus};
 use bytes::{BufMut, BytesMut};
-use postgres_protocol::authentication::{md5_hash, sasl};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -98,20 +97,44 @@ pub struct BackendKey {
 pub enum BackendError {
     #[error("backend I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The backend ended the connection (end of stream).
+    #[error("backend closed the connection")]
+    Closed,
+    /// The backend sent what the protocol does not allow here.
     #[error("backend protocol: {0}")]
     Protocol(String),
     #[error("backend configuration: {0}")]
     Config(String),
+    /// Authenticating with the backend failed on our side: a method or
+    /// SASL mechanism we do not speak, or a SCRAM exchange that does not
+    /// check out. (A refused password is the backend's `Server` error.)
+    #[error("backend authentication: {0}")]
+    Auth(String),
+    /// The pool had no connection to give within its timeout.
+    #[error("backend pool: timed out {}", pool_timeout_stage(.0))]
+    PoolTimeout(deadpool::managed::TimeoutType),
+    /// The pool was closed.
+    #[error("backend pool is closed")]
+    PoolClosed,
     /// PostgreSQL answered with an ErrorResponse.
     #[error("{}", .0.message)]
     Server(ErrorFields),
+}
+
+fn pool_timeout_stage(stage: &deadpool::managed::TimeoutType) -> &'static str {
+    use deadpool::managed::TimeoutType;
+    match stage {
+        TimeoutType::Wait => "waiting for a free connection",
+        TimeoutType::Create => "connecting",
+        TimeoutType::Recycle => "checking a returned connection",
+    }
 }
 
 impl From<FrameError> for BackendError {
     fn from(e: FrameError) -> Self {
         match e {
             FrameError::Io(io) => BackendError::Io(io),
-            FrameError::Closed => BackendError::Protocol("backend closed the connection".into()),
+            FrameError::Closed => BackendError::Closed,
             other => BackendError::Protocol(other.to_string()),
         }
     }
@@ -149,6 +172,15 @@ pub struct BackendConn {
 impl BackendConn {
     pub async fn connect(target: &BackendTarget, id: u64) -> Result<BackendConn, BackendError> {
         let stream = target.open_stream().await?;
+        BackendConn::start(stream, target, id).await
+    }
+
+    /// The startup exchange on a stream already open to the backend.
+    pub(super) async fn start(
+        stream: Box<dyn Stream>,
+        target: &BackendTarget,
+        id: u64,
+    ) -> Result<BackendConn, BackendError> {
         let mut conn = BackendConn {
             id,
             stream,
@@ -168,7 +200,16 @@ impl BackendConn {
         Ok(conn)
     }
 
+    /// The startup exchange, as rust-postgres's `connect_raw` does it: the
+    /// startup packet, authentication (one function per method), then the
+    /// parameter statuses and key data up to the first ReadyForQuery.
     async fn startup(&mut self, target: &BackendTarget) -> Result<(), BackendError> {
+        self.send_startup_packet(target).await?;
+        super::auth::authenticate(self, target).await?;
+        self.read_startup_info().await
+    }
+
+    async fn send_startup_packet(&mut self, target: &BackendTarget) -> Result<(), BackendError> {
         let mut body = BytesMut::new();
         body.put_i32(196608);
         for (k, v) in [
@@ -185,84 +226,21 @@ impl BackendConn {
         packet.put_i32(body.len() as i32 + 4);
         packet.put_slice(&body);
         self.stream.write_all(&packet).await?;
+        Ok(())
+    }
 
-        let mut scram: Option<sasl::ScramSha256> = None;
+    /// After AuthenticationOk: parameter statuses and the cancel key, up
+    /// to ReadyForQuery.
+    async fn read_startup_info(&mut self) -> Result<(), BackendError> {
         loop {
             let msg = self.recv().await?;
             match msg.tag {
-                b'R' => {
-                    let mut r = msg.reader();
-                    let code = r.i32().map_err(|e| BackendError::Protocol(e.to_string()))?;
-                    match code {
-                        0 => {}
-                        3 => {
-                            let pw = self.password(target)?;
-                            let mut b = BytesMut::new();
-                            b.put_slice(pw);
-                            b.put_u8(0);
-                            self.send(&Message::new(b'p', b.freeze()));
-                        }
-                        5 => {
-                            let salt = r
-                                .bytes(4)
-                                .map_err(|e| BackendError::Protocol(e.to_string()))?;
-                            let salt = [salt[0], salt[1], salt[2], salt[3]];
-                            let hash =
-                                md5_hash(target.user.as_bytes(), self.password(target)?, salt);
-                            let mut b = BytesMut::new();
-                            b.put_slice(hash.as_bytes());
-                            b.put_u8(0);
-                            self.send(&Message::new(b'p', b.freeze()));
-                        }
-                        10 => {
-                            let mechanisms = r.remaining();
-                            if !mechanisms
-                                .split(|b| *b == 0)
-                                .any(|m| m == sasl::SCRAM_SHA_256.as_bytes())
-                            {
-                                return Err(BackendError::Protocol(
-                                    "backend offers no supported SASL mechanism".into(),
-                                ));
-                            }
-                            let s = sasl::ScramSha256::new(
-                                self.password(target)?,
-                                sasl::ChannelBinding::unsupported(),
-                            );
-                            let first = s.message().to_vec();
-                            let mut b = BytesMut::new();
-                            b.put_slice(sasl::SCRAM_SHA_256.as_bytes());
-                            b.put_u8(0);
-                            b.put_i32(first.len() as i32);
-                            b.put_slice(&first);
-                            self.send(&Message::new(b'p', b.freeze()));
-                            scram = Some(s);
-                        }
-                        11 => {
-                            let s = scram.as_mut().ok_or_else(|| {
-                                BackendError::Protocol("SASL continue without a start".into())
-                            })?;
-                            s.update(r.remaining())?;
-                            self.send(&Message::new(b'p', s.message().to_vec()));
-                        }
-                        12 => {
-                            let s = scram.as_mut().ok_or_else(|| {
-                                BackendError::Protocol("SASL final without a start".into())
-                            })?;
-                            s.finish(r.remaining())?;
-                        }
-                        other => {
-                            return Err(BackendError::Protocol(format!(
-                                "unsupported backend authentication method {other}"
-                            )))
-                        }
-                    }
-                    self.flush().await?;
-                }
                 b'S' => self.note_parameter_status(&msg),
                 b'K' => {
                     let mut r = msg.reader();
-                    let pid = r.i32().map_err(|e| BackendError::Protocol(e.to_string()))?;
-                    let secret = r.i32().map_err(|e| BackendError::Protocol(e.to_string()))?;
+                    let malformed = |e: protocol::Malformed| BackendError::Protocol(e.to_string());
+                    let pid = r.i32().map_err(malformed)?;
+                    let secret = r.i32().map_err(malformed)?;
                     self.key = BackendKey { pid, secret };
                 }
                 b'E' => return Err(BackendError::Server(ErrorFields::parse(&msg.body))),
@@ -279,12 +257,6 @@ impl BackendConn {
                 }
             }
         }
-    }
-
-    fn password<'a>(&self, target: &'a BackendTarget) -> Result<&'a [u8], BackendError> {
-        target.password.as_deref().ok_or_else(|| {
-            BackendError::Config("the backend asks for a password and none is configured".into())
-        })
     }
 
     /// After a client's `DEALLOCATE ALL` / `DISCARD ALL`: nothing the proxy

@@ -1,5 +1,6 @@
 //! Talking to PostgreSQL: raw message connections and their pool.
 
+mod auth;
 pub mod conn;
 pub mod pool;
 

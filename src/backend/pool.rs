@@ -56,6 +56,24 @@ pub fn build_pool(target: Arc<BackendTarget>, size: usize) -> Result<Pool, Backe
     .map_err(|e| BackendError::Config(e.to_string()))
 }
 
+/// A pool's refusal in the backend's own terms: a connection that could
+/// not be made keeps its cause; a timeout or a closed pool are cases of
+/// their own.
+impl From<managed::PoolError<BackendError>> for BackendError {
+    fn from(e: managed::PoolError<BackendError>) -> BackendError {
+        use managed::{HookError, PoolError};
+        match e {
+            PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => e,
+            PoolError::Timeout(stage) => BackendError::PoolTimeout(stage),
+            PoolError::Closed => BackendError::PoolClosed,
+            PoolError::NoRuntimeSpecified => {
+                BackendError::Config("the pool has no runtime to time out with".into())
+            }
+            PoolError::PostCreateHook(HookError::Message(m)) => BackendError::Config(m.into()),
+        }
+    }
+}
+
 /// Returns a connection to the pool if it is clean, else closes it.
 pub fn release(conn: PooledConn) {
     if conn.broken || conn.status.in_transaction() || conn.has_unflushed() {
@@ -72,8 +90,33 @@ pub fn discard(conn: PooledConn) {
 
 /// A connection from `pool`.
 pub async fn checkout(pool: &Pool) -> Result<PooledConn, BackendError> {
-    pool.get().await.map_err(|e| match e {
-        managed::PoolError::Backend(b) => b,
-        other => BackendError::Protocol(other.to_string()),
-    })
+    pool.get().await.map_err(BackendError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use managed::{PoolError, TimeoutType};
+
+    #[test]
+    fn pool_refusals_are_cases_of_their_own() {
+        let timeout = BackendError::from(PoolError::Timeout(TimeoutType::Wait));
+        assert!(matches!(
+            timeout,
+            BackendError::PoolTimeout(TimeoutType::Wait)
+        ));
+        assert_eq!(
+            timeout.to_string(),
+            "backend pool: timed out waiting for a free connection"
+        );
+        assert!(matches!(
+            BackendError::from(PoolError::<BackendError>::Closed),
+            BackendError::PoolClosed
+        ));
+        // A connection that could not be made keeps its own cause.
+        assert!(matches!(
+            BackendError::from(PoolError::Backend(BackendError::Closed)),
+            BackendError::Closed
+        ));
+    }
 }

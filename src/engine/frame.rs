@@ -36,8 +36,10 @@ pub struct Frame {
     pub payload: String,
 }
 
+/// Why a segment blob could not be encoded or decoded (not to be confused
+/// with the wire protocol's [`crate::protocol::FrameError`]).
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub enum SegmentFrameError {
     #[error("segment blob is empty")]
     Empty,
     #[error("segment blob has unknown format version {0}")]
@@ -53,7 +55,7 @@ pub enum FrameError {
 /// Frames and compresses messages into one blob.
 pub fn encode<'a>(
     frames: impl IntoIterator<Item = &'a Frame> + Clone,
-) -> Result<Vec<u8>, FrameError> {
+) -> Result<Vec<u8>, SegmentFrameError> {
     let mut raw = Vec::with_capacity(
         frames
             .clone()
@@ -64,7 +66,7 @@ pub fn encode<'a>(
     for f in frames {
         let body_len =
             16 + 8 + 2 + opt_len(&f.transaction_id) + 2 + opt_len(&f.trace_id) + f.payload.len();
-        raw.put_u32(u32::try_from(body_len).map_err(|_| FrameError::TooLong("message"))?);
+        raw.put_u32(u32::try_from(body_len).map_err(|_| SegmentFrameError::TooLong("message"))?);
         raw.put_slice(f.message_id.as_bytes());
         raw.put_i64(f.created_at_micros);
         put_opt(&mut raw, &f.transaction_id, "transaction_id")?;
@@ -76,14 +78,14 @@ pub fn encode<'a>(
         let mut c = c.borrow_mut();
         let compressor = match c.as_mut() {
             Some(compressor) => compressor,
-            None => {
-                c.insert(zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(FrameError::Decompress)?)
-            }
+            None => c.insert(
+                zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(SegmentFrameError::Decompress)?,
+            ),
         };
         // Within the capacity reserved: no reallocation.
         compressor
             .compress_to_buffer(&raw, &mut blob)
-            .map_err(FrameError::Decompress)
+            .map_err(SegmentFrameError::Decompress)
     })?;
     blob.insert(0, FORMAT_VERSION);
     Ok(blob)
@@ -107,14 +109,18 @@ fn opt_len(s: &Option<String>) -> usize {
     s.as_ref().map_or(0, String::len)
 }
 
-fn put_opt(out: &mut Vec<u8>, s: &Option<String>, what: &'static str) -> Result<(), FrameError> {
+fn put_opt(
+    out: &mut Vec<u8>,
+    s: &Option<String>,
+    what: &'static str,
+) -> Result<(), SegmentFrameError> {
     match s {
         None => out.put_u16(ABSENT),
         Some(s) => {
             let len = u16::try_from(s.len())
                 .ok()
                 .filter(|l| *l != ABSENT)
-                .ok_or(FrameError::TooLong(what))?;
+                .ok_or(SegmentFrameError::TooLong(what))?;
             out.put_u16(len);
             out.put_slice(s.as_bytes());
         }
@@ -124,15 +130,19 @@ fn put_opt(out: &mut Vec<u8>, s: &Option<String>, what: &'static str) -> Result<
 
 /// Decompresses a blob and returns the frames at positions `skip ..
 /// skip + take` (positions relative to the segment's base offset).
-pub fn decode_range(blob: &[u8], skip: usize, take: usize) -> Result<Vec<Frame>, FrameError> {
-    let (&version, compressed) = blob.split_first().ok_or(FrameError::Empty)?;
+pub fn decode_range(
+    blob: &[u8],
+    skip: usize,
+    take: usize,
+) -> Result<Vec<Frame>, SegmentFrameError> {
+    let (&version, compressed) = blob.split_first().ok_or(SegmentFrameError::Empty)?;
     if version != FORMAT_VERSION {
-        return Err(FrameError::Version(version));
+        return Err(SegmentFrameError::Version(version));
     }
     let size = match zstd::zstd_safe::get_frame_content_size(compressed) {
         Ok(Some(size)) if size <= MAX_RAW_SEGMENT => size as usize,
         _ => {
-            return Err(FrameError::Corrupt(
+            return Err(SegmentFrameError::Corrupt(
                 "no valid content size in the zstd frame",
             ))
         }
@@ -141,14 +151,16 @@ pub fn decode_range(blob: &[u8], skip: usize, take: usize) -> Result<Vec<Frame>,
         let mut d = d.borrow_mut();
         let decompressor = match d.as_mut() {
             Some(decompressor) => decompressor,
-            None => d.insert(zstd::bulk::Decompressor::new().map_err(FrameError::Decompress)?),
+            None => {
+                d.insert(zstd::bulk::Decompressor::new().map_err(SegmentFrameError::Decompress)?)
+            }
         };
         decompressor
             .decompress(compressed, size)
-            .map_err(FrameError::Decompress)
+            .map_err(SegmentFrameError::Decompress)
     })?;
     if raw.len() != size {
-        return Err(FrameError::Corrupt(
+        return Err(SegmentFrameError::Corrupt(
             "decompressed size differs from the frame header",
         ));
     }
@@ -157,11 +169,11 @@ pub fn decode_range(blob: &[u8], skip: usize, take: usize) -> Result<Vec<Frame>,
     let mut index = 0usize;
     while buf.has_remaining() && out.len() < take {
         if buf.remaining() < 4 {
-            return Err(FrameError::Corrupt("truncated frame length"));
+            return Err(SegmentFrameError::Corrupt("truncated frame length"));
         }
         let len = buf.get_u32() as usize;
         if buf.remaining() < len {
-            return Err(FrameError::Corrupt("truncated frame"));
+            return Err(SegmentFrameError::Corrupt("truncated frame"));
         }
         let (body, rest) = buf.split_at(len);
         buf = rest;
@@ -173,20 +185,20 @@ pub fn decode_range(blob: &[u8], skip: usize, take: usize) -> Result<Vec<Frame>,
     Ok(out)
 }
 
-fn decode_body(mut body: &[u8]) -> Result<Frame, FrameError> {
+fn decode_body(mut body: &[u8]) -> Result<Frame, SegmentFrameError> {
     if body.remaining() < 16 + 8 + 2 {
-        return Err(FrameError::Corrupt("short frame"));
+        return Err(SegmentFrameError::Corrupt("short frame"));
     }
     let mut id = [0u8; 16];
     body.copy_to_slice(&mut id);
     let created_at_micros = body.get_i64();
     let transaction_id = get_opt(&mut body)?;
     if body.remaining() < 2 {
-        return Err(FrameError::Corrupt("short frame"));
+        return Err(SegmentFrameError::Corrupt("short frame"));
     }
     let trace_id = get_opt(&mut body)?;
     let payload = std::str::from_utf8(body)
-        .map_err(|_| FrameError::Corrupt("payload is not UTF-8"))?
+        .map_err(|_| SegmentFrameError::Corrupt("payload is not UTF-8"))?
         .to_string();
     Ok(Frame {
         message_id: uuid::Uuid::from_bytes(id),
@@ -197,20 +209,20 @@ fn decode_body(mut body: &[u8]) -> Result<Frame, FrameError> {
     })
 }
 
-fn get_opt(body: &mut &[u8]) -> Result<Option<String>, FrameError> {
+fn get_opt(body: &mut &[u8]) -> Result<Option<String>, SegmentFrameError> {
     let len = body.get_u16();
     if len == ABSENT {
         return Ok(None);
     }
     let len = len as usize;
     if body.remaining() < len {
-        return Err(FrameError::Corrupt("truncated field"));
+        return Err(SegmentFrameError::Corrupt("truncated field"));
     }
     let (s, rest) = body.split_at(len);
     *body = rest;
     Ok(Some(
         std::str::from_utf8(s)
-            .map_err(|_| FrameError::Corrupt("field is not UTF-8"))?
+            .map_err(|_| SegmentFrameError::Corrupt("field is not UTF-8"))?
             .to_string(),
     ))
 }
@@ -235,7 +247,7 @@ mod tests {
         blob.extend(zstd::stream::encode_all(&b"\0\0\0\x01x"[..], 1).unwrap());
         assert!(matches!(
             decode_range(&blob, 0, 1),
-            Err(FrameError::Corrupt(_))
+            Err(SegmentFrameError::Corrupt(_))
         ));
         // A blob encoded here round-trips through the reused contexts, on
         // this thread and on another.
@@ -270,10 +282,13 @@ mod tests {
 
     #[test]
     fn corrupt_blobs_are_errors_not_panics() {
-        assert!(matches!(decode_range(&[], 0, 1), Err(FrameError::Empty)));
+        assert!(matches!(
+            decode_range(&[], 0, 1),
+            Err(SegmentFrameError::Empty)
+        ));
         assert!(matches!(
             decode_range(&[9, 1, 2], 0, 1),
-            Err(FrameError::Version(9))
+            Err(SegmentFrameError::Version(9))
         ));
         assert!(decode_range(&[1, 1, 2, 3], 0, 1).is_err());
         let raw = [0u8, 0, 0, 200, 1, 2];
@@ -281,7 +296,7 @@ mod tests {
         blob.extend(zstd::bulk::compress(&raw, 1).unwrap());
         assert!(matches!(
             decode_range(&blob, 0, 1),
-            Err(FrameError::Corrupt(_))
+            Err(SegmentFrameError::Corrupt(_))
         ));
     }
 }

@@ -4,6 +4,7 @@
 //! max_wait_time_seconds expiry of pending messages to the DLQ.
 
 use super::kv::{KvState, Quota};
+use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,16 @@ const EXPIRE_ROUNDS: usize = 10;
 /// Usage is recomputed every this many sweeps.
 const ROLLUP_EVERY: u32 = 6;
 
-pub async fn run(config: tokio_postgres::Config, kv: Arc<KvState>) {
+/// Runs the cycles until shutdown begins (mid-cycle too: each step is a
+/// transaction of its own, and the lease of an interrupted one expires).
+pub async fn run(config: tokio_postgres::Config, kv: Arc<KvState>, shutdown: ShutdownSignal) {
+    tokio::select! {
+        () = run_forever(config, kv) => {}
+        () = shutdown.begun() => {}
+    }
+}
+
+async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>) {
     let holder = Uuid::now_v7().to_string();
     let mut sweeps = 0u32;
     loop {

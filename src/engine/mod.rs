@@ -1,9 +1,8 @@
 //! Executes commands against PostgreSQL: the queue statements (each a call
 //! of a `queen.*` procedure on the session's backend connection), segment
-//! framing, receipts, long-poll wake-ups, the boot-time schema apply and the
-//! embedded cluster. Knows nothing of the client's wire.
+//! framing, receipts, long-poll wake-ups and the boot-time schema apply.
+//! Knows nothing of the client's wire.
 
-pub mod embedded;
 mod execute;
 pub mod frame;
 pub mod fusion;

@@ -12,6 +12,7 @@ use super::ExecError;
 use crate::backend::conn::Internal;
 use crate::backend::{pool, BackendConn, Pool};
 use crate::rewrite::dialect::timer::{CancelSchedule, FireAt, Schedule};
+use crate::shutdown::ShutdownSignal;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 use tokio_postgres::types::Type;
@@ -168,8 +169,15 @@ pub const FIRE_INTERVAL: Duration = Duration::from_millis(200);
 /// Timers fired per transaction.
 const FIRE_BATCH: i32 = 500;
 
-/// Fires due timers until the task is aborted.
-pub async fn fire_loop(pool: Pool, announcer: Announcer) {
+/// Fires due timers until shutdown begins.
+pub async fn fire_loop(pool: Pool, announcer: Announcer, shutdown: ShutdownSignal) {
+    tokio::select! {
+        () = fire_forever(pool, announcer) => {}
+        () = shutdown.begun() => {}
+    }
+}
+
+async fn fire_forever(pool: Pool, announcer: Announcer) {
     loop {
         match fire_due(&pool, &announcer).await {
             // A full batch: more may be due at once.

@@ -14,6 +14,7 @@
 //! the database's shared secret, which every queenwire on the database
 //! computes alike and no tenant can.
 
+use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Notify};
@@ -38,14 +39,14 @@ impl Waiters {
     pub fn new(secret: &[u8]) -> Waiters {
         Waiters {
             queues: Mutex::new(HashMap::new()),
-            digest_key: crate::users::hmac(secret, b"queenwire wake-up digest"),
+            digest_key: crate::crypto::hmac(secret, b"queenwire wake-up digest"),
         }
     }
 
     /// The NOTIFY payload of a queue key: 128 bits of HMAC-SHA256, in hex.
     pub fn digest(&self, key: &str) -> String {
         use std::fmt::Write;
-        let mac = crate::users::hmac(&self.digest_key, key.as_bytes());
+        let mac = crate::crypto::hmac(&self.digest_key, key.as_bytes());
         mac[..16]
             .iter()
             .fold(String::with_capacity(32), |mut s, b| {
@@ -115,8 +116,21 @@ impl Announcer {
 }
 
 /// Sends queued announcements as NOTIFYs, many per round trip, and LISTENs
-/// for those of other processes. Reconnects after a lost connection.
+/// for those of other processes, until shutdown begins. Reconnects after a
+/// lost connection.
 pub async fn run(
+    config: tokio_postgres::Config,
+    waiters: Arc<Waiters>,
+    announcements: mpsc::UnboundedReceiver<String>,
+    shutdown: ShutdownSignal,
+) {
+    tokio::select! {
+        () = relay(config, waiters, announcements) => {}
+        () = shutdown.begun() => {}
+    }
+}
+
+async fn relay(
     config: tokio_postgres::Config,
     waiters: Arc<Waiters>,
     mut announcements: mpsc::UnboundedReceiver<String>,

@@ -6,15 +6,17 @@ pub mod errors;
 pub mod params;
 pub mod scram;
 pub mod session;
+pub mod slots;
 pub mod startup;
 
 use crate::backend::{BackendKey, BackendTarget, Pool};
 use crate::engine::Engine;
+use crate::shutdown::ShutdownSignal;
+use slots::SessionSlots;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 /// Frontend settings.
 #[derive(Clone)]
@@ -50,6 +52,10 @@ pub struct Shared {
     pub registry: CancelRegistry,
     pub statement_names: StatementNames,
     pub engine: Arc<Engine>,
+    /// Begins when the server shuts down; a session may stop on it.
+    pub shutdown: ShutdownSignal,
+    /// The connection cap; a session's task holds a slot while it lives.
+    pub slots: SessionSlots,
     next_session: AtomicU64,
 }
 
@@ -60,8 +66,11 @@ impl Shared {
         role_pools: HashMap<(uuid::Uuid, bool), Pool>,
         target: Arc<BackendTarget>,
         engine: Arc<Engine>,
+        shutdown: ShutdownSignal,
     ) -> Shared {
         Shared {
+            slots: SessionSlots::new(config.max_connections),
+            shutdown,
             config,
             pool,
             role_pools,
@@ -171,14 +180,6 @@ impl StatementNames {
     }
 }
 
-struct ActiveGuard(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// A FATAL error to a client that is not let in, then the close.
 async fn refuse(stream: &mut tokio::net::TcpStream, code: &str, message: &str) {
     use tokio::io::AsyncWriteExt;
@@ -189,13 +190,9 @@ async fn refuse(stream: &mut tokio::net::TcpStream, code: &str, message: &str) {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.write_all(&buf)).await;
 }
 
-/// Accepts clients until `shutdown` turns true.
-pub async fn serve(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+/// Accepts clients until shutdown begins. Sessions already in go on.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let shutdown = shared.shutdown.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -205,15 +202,13 @@ pub async fn serve(
                         refuse(&mut stream, "28000", "no users file: queenwire accepts loopback connections only").await;
                         continue;
                     }
-                    if active.load(Ordering::SeqCst) >= shared.config.max_connections {
+                    let Some(slot) = shared.slots.try_take() else {
                         refuse(&mut stream, "53300", "sorry, too many clients already").await;
                         continue;
-                    }
-                    active.fetch_add(1, Ordering::SeqCst);
-                    let count = ActiveGuard(active.clone());
+                    };
                     let shared = shared.clone();
                     tokio::spawn(async move {
-                        let _count = count;
+                        let _slot = slot;
                         // A silent or slow client cannot hold a slot forever.
                         let started = tokio::time::timeout(
                             shared.config.startup_timeout,
@@ -241,7 +236,7 @@ pub async fn serve(
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },
-            _ = shutdown.changed() => return,
+            () = shutdown.begun() => return,
         }
     }
 }

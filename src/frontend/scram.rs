@@ -6,7 +6,8 @@
 //! and fails at the same step with the same error, so neither the answer
 //! nor its timing tells whether the user exists.
 
-use crate::users::{hmac, sha256, Verifier, SCRAM_ITERATIONS};
+use crate::crypto::{hmac, sha256};
+use crate::users::{Verifier, SCRAM_ITERATIONS};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use queenwire::engine::embedded::EmbeddedPostgres;
+use queenwire::embedded::EmbeddedPostgres;
 
 /// Starts every database name `fresh_database` makes, so that the ones left
 /// by earlier runs can be found and dropped.

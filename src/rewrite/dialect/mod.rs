@@ -1,4 +1,4 @@
-//! The queenwire dialect grammar (the contract is `DIALECT.md`; it is normative).
+//! The queenwire dialect grammar (the contract is `docs/dialect.md`; it is normative).
 //!
 //! [`parse`] decides first whether a statement is ours at all, from its first
 //! one or two words; anything else goes to PostgreSQL untouched, so ordinary

@@ -1,5 +1,6 @@
 //! Talking to PostgreSQL: raw message connections and their pool.
 
+pub mod call;
 pub mod conn;
 pub mod pool;
 

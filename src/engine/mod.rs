@@ -17,6 +17,7 @@ pub mod wake;
 
 use crate::backend::{BackendConn, BackendError};
 use crate::protocol::ErrorFields;
+use crate::rewrite::calls::admin::{self, ConfigureMode};
 use crate::rewrite::dialect::Statement;
 use queues::Limits;
 use receipt::ReceiptKey;
@@ -30,14 +31,7 @@ pub const DEFAULT_TENANT: Uuid = Uuid::from_u128(1);
 /// Raises an error in the backend with the given SQLSTATE and message: the
 /// backend's current transaction then fails exactly as for an error of its
 /// own (`queen.raise_v1`).
-pub const RAISE_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal {
-    name: "qw_raise_v1",
-    sql: "SELECT queen.raise_v1($1, $2)",
-    param_types: &[
-        tokio_postgres::types::Type::TEXT,
-        tokio_postgres::types::Type::TEXT,
-    ],
-};
+pub use crate::rewrite::calls::transaction::RAISE as RAISE_CALL;
 
 /// Why a statement failed.
 #[derive(Debug)]
@@ -120,51 +114,37 @@ impl Engine {
             }
             Statement::CreateQueue(c) => {
                 let mode = if c.if_not_exists {
-                    "create_if_not_exists"
+                    ConfigureMode::CreateIfNotExists
                 } else {
-                    "create"
+                    ConfigureMode::Create
                 };
-                queues::configure(conn, &c.queue, &c.settings, mode, &params, tenant).await?;
+                let call = admin::configure(&c.queue, &c.settings, mode, &params, tenant)?;
+                conn.run(&call).await?;
                 Vec::new()
             }
             Statement::AlterQueue(a) => {
-                queues::configure(conn, &a.queue, &a.settings, "alter", &params, tenant).await?;
+                let call =
+                    admin::configure(&a.queue, &a.settings, ConfigureMode::Alter, &params, tenant)?;
+                conn.run(&call).await?;
                 Vec::new()
             }
             Statement::DropQueue(d) => {
                 let queue = params.name(&d.queue, "queue")?;
                 if !queues::drop_queue(conn, &queue, tenant).await? && !d.if_exists {
-                    return Err(ExecError::Statement(ErrorFields::error(
+                    return Err(ErrorFields::error(
                         "42704",
                         format!("queue \"{queue}\" does not exist"),
-                    )));
+                    )
+                    .into());
                 }
                 Vec::new()
             }
             Statement::SeekGroup(s) => {
-                let queue = params.name(&s.queue, "queue")?;
-                let group = params.name(&s.group, "group")?;
-                let partition = s
-                    .partition
-                    .as_ref()
-                    .map(|p| params.name(p, "partition"))
-                    .transpose()?;
-                queues::seek(
-                    conn,
-                    &queue,
-                    &group,
-                    partition.as_deref(),
-                    &s.target,
-                    &params,
-                    tenant,
-                )
-                .await?;
+                conn.run(&admin::seek(s, &params, tenant)?).await?;
                 Vec::new()
             }
             Statement::DropGroup(d) => {
-                let queue = params.name(&d.queue, "queue")?;
-                let group = params.name(&d.group, "group")?;
-                queues::drop_group(conn, &queue, &group, tenant).await?;
+                conn.run(&admin::drop_group(d, &params, tenant)?).await?;
                 Vec::new()
             }
             Statement::ShowQueues => queues::show_queues(conn, tenant).await?,

@@ -1,5 +1,6 @@
-//! Executes commands against PostgreSQL: the queue statements (each a call
-//! of a `queen.*` procedure on the session's backend connection), segment
+//! Executes commands against PostgreSQL: the queue statements (each run as
+//! the typed calls of `rewrite::calls` on the session's backend connection;
+//! the engine builds no SQL text and reads rows by column name), segment
 //! framing, receipts, long-poll wake-ups, the boot-time schema apply and the
 //! embedded cluster. Knows nothing of the client's wire.
 
@@ -98,9 +99,11 @@ impl Engine {
         let mut pushed = None;
         let rows = match stmt {
             Statement::Push(push) => {
-                let rows = queues::push(conn, push, &params, &self.limits, tenant).await?;
-                if let Some(Cell::Text(queue)) = rows.first().and_then(|r| r.get(1)) {
-                    pushed = Some(wake::queue_key(tenant, queue));
+                let written = queues::push(conn, push, &params, &self.limits, tenant).await?;
+                let queue = wake::queue_key(tenant, &written.queue);
+                let rows = written.rows();
+                if !rows.is_empty() {
+                    pushed = Some(queue);
                 }
                 rows
             }

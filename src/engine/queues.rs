@@ -1,6 +1,8 @@
-//! The queue statements: PUSH, POP, ACK, RENEW, queue administration and
-//! inspection, each one call of a `queen.*` procedure on the session's
-//! backend connection (so it joins the surrounding transaction).
+//! The queue statements: PUSH, POP, ACK, RENEW, DROP QUEUE and the SHOW
+//! statements, each one call (`rewrite/calls`) of a `queen.*` procedure on
+//! the session's backend connection (so it joins the surrounding
+//! transaction). What needs the engine's state is done here: framing and
+//! compression of PUSH's segments, receipts signed and checked.
 
 use super::frame::{self, Frame};
 use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
@@ -366,17 +368,18 @@ pub async fn write_pushes(
     Ok(())
 }
 
-/// PUSH on the session's own connection (inside its transaction).
+/// PUSH on the session's own connection (inside its transaction); the
+/// statement's rows are then [`PreparedPush::rows`].
 pub async fn push(
     conn: &mut BackendConn,
     stmt: &Push,
     params: &Params<'_>,
     limits: &Limits,
     tenant: Uuid,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
+) -> Result<PreparedPush, ExecError> {
     let mut prep = prepare_push(stmt, params, limits)?;
     write_pushes(conn, &mut [&mut prep], tenant).await?;
-    Ok(prep.rows())
+    Ok(prep)
 }
 
 /// The parts of a POP that do not change between attempts of a WAIT.

@@ -23,7 +23,7 @@
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
 //! | the KV batch                                   | [`kv`]          |
-//! | schedule, cancel, list, and the fire loop's    | [`timers`]      |
+//! | timers, and the fire loop's claim and delete   | [`timers`]      |
 //! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 

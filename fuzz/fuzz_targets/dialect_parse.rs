@@ -3,7 +3,50 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use queenwire::engine::DEFAULT_TENANT;
+use queenwire::rewrite::bind::Params;
+use queenwire::rewrite::calls::{admin, kv, queues, timers};
+use queenwire::rewrite::dialect::Statement;
 use queenwire::rewrite::{self, dialect, Command};
+
+fn calls_of(stmt: &Statement, params: &Params<'_>) {
+    let tenant = DEFAULT_TENANT;
+    match stmt {
+        Statement::Kv(statement) => {
+            if let Ok(call) = kv::apply(statement, params, 1 << 20, tenant) {
+                assert!(dialect::validate_json(&call.ops).is_ok(), "{}", call.ops);
+            }
+        }
+        Statement::CreateQueue(c) => {
+            let mode = admin::ConfigureMode::Create;
+            if let Ok(call) = admin::configure(&c.queue, &c.settings, mode, params, tenant) {
+                assert!(dialect::validate_json(&call.options).is_ok(), "{}", call.options);
+            }
+        }
+        Statement::AlterQueue(a) => {
+            let mode = admin::ConfigureMode::Alter;
+            if let Ok(call) = admin::configure(&a.queue, &a.settings, mode, params, tenant) {
+                assert!(dialect::validate_json(&call.options).is_ok(), "{}", call.options);
+            }
+        }
+        Statement::Pop(pop) => {
+            let _ = queues::pop_args(pop, params);
+        }
+        Statement::SeekGroup(seek) => {
+            let _ = admin::seek(seek, params, tenant);
+        }
+        Statement::DropGroup(drop) => {
+            let _ = admin::drop_group(drop, params, tenant);
+        }
+        Statement::Schedule(schedule) => {
+            let _ = timers::schedule(schedule, params, 1 << 20, tenant);
+        }
+        Statement::CancelSchedule(cancel) => {
+            let _ = timers::cancel(cancel, params, tenant);
+        }
+        _ => {}
+    }
+}
 
 fuzz_target!(|sql: &str| {
     let chars = sql.chars().count();
@@ -19,6 +62,10 @@ fuzz_target!(|sql: &str| {
                 let _ = stmt.param_type(types.len() + 1);
                 let _ = stmt.columns();
                 let _ = stmt.command_tag(usize::MAX);
+                // The calls it becomes, with the input bound to every $n: no
+                // panic, and the JSON a procedure takes is always valid.
+                let bound = vec![Some(sql.to_string()); types.len()];
+                calls_of(&stmt, &Params(&bound));
             }
             Err(e) => {
                 // PostgreSQL's P field: 1-based, at most one past the end.

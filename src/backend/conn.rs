@@ -1,9 +1,10 @@
 //! A raw message-level connection to PostgreSQL.
 //!
 //! Passthrough traffic is forwarded through it byte for byte; the proxy's own
-//! statements (parameter sync, cleanup, the engine's `queen.*` calls) use the
-//! small helpers at the bottom. tokio-postgres cannot serve here: it
-//! re-encodes every message and always asks for binary results.
+//! statements use the small helpers at the bottom (parameter sync, cleanup)
+//! and `super::call` (the engine's `queen.*` calls). tokio-postgres cannot
+//! serve here: it re-encodes every message and always asks for binary
+//! results.
 
 use crate::protocol::{self, read_message, ErrorFields, FrameError, Message, TxStatus};
 use bytes::{BufMut, BytesMut};
@@ -12,7 +13,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
 /// Largest message accepted from the backend (PostgreSQL's own limit on a
 /// field is 1 GB).
@@ -157,9 +157,10 @@ pub struct BackendConn {
     /// Proxy-global prepared statement names present on this connection.
     pub prepared: HashSet<Arc<str>>,
     pub unnamed_owner: Option<UnnamedOwner>,
-    /// The proxy's own statements already prepared on this connection.
-    internal_prepared: HashSet<&'static str>,
-    /// `call` ends with Sync instead of Flush (see there). Whoever borrows
+    /// The proxy's own statements already prepared on this connection
+    /// (`super::call`).
+    pub(super) internal_prepared: HashSet<&'static str>,
+    /// `call` ends with Sync instead of Flush (see `super::call`). Whoever borrows
     /// the connection sets it for its own use.
     pub autosync: bool,
     /// Transaction status from the last ReadyForQuery.
@@ -397,166 +398,7 @@ impl BackendConn {
     }
 }
 
-/// One of the proxy's own statements: a one-line call of a `queen.*`
-/// function, prepared once per backend connection under `name`.
-pub struct Internal {
-    pub name: &'static str,
-    pub sql: &'static str,
-    pub param_types: &'static [Type],
-}
-
-/// A row of an internal call, in binary format.
-pub struct RawRow {
-    body: bytes::Bytes,
-    columns: Vec<Option<std::ops::Range<usize>>>,
-}
-
-impl RawRow {
-    fn parse(msg: Message) -> Result<RawRow, BackendError> {
-        let mut r = msg.reader();
-        let bad = |e: protocol::Malformed| BackendError::Protocol(e.to_string());
-        let n = r.i16().map_err(bad)?;
-        let mut columns = Vec::with_capacity(n.max(0) as usize);
-        for _ in 0..n {
-            let len = r.i32().map_err(bad)?;
-            if len < 0 {
-                columns.push(None);
-            } else {
-                let start = r.position();
-                r.bytes(len as usize).map_err(bad)?;
-                columns.push(Some(start..start + len as usize));
-            }
-        }
-        Ok(RawRow {
-            body: msg.body,
-            columns,
-        })
-    }
-
-    /// Column `idx` of type jsonb, as JSON text (`None` for NULL).
-    pub fn jsonb(&self, idx: usize) -> Result<Option<String>, BackendError> {
-        match self.columns.get(idx) {
-            None => Err(BackendError::Protocol(format!("no column {idx} in row"))),
-            Some(None) => Ok(None),
-            Some(Some(range)) => match self.body[range.clone()].split_first() {
-                Some((1, text)) => std::str::from_utf8(text)
-                    .map(|t| Some(t.to_string()))
-                    .map_err(|_| BackendError::Protocol("jsonb is not UTF-8".into())),
-                _ => Err(BackendError::Protocol("unknown jsonb format".into())),
-            },
-        }
-    }
-
-    /// Column `idx` decoded as `T` from PostgreSQL type `ty`.
-    pub fn get<'a, T: FromSql<'a>>(&'a self, idx: usize, ty: &Type) -> Result<T, BackendError> {
-        let raw = match self.columns.get(idx) {
-            None => return Err(BackendError::Protocol(format!("no column {idx} in row"))),
-            Some(None) => None,
-            Some(Some(range)) => Some(&self.body[range.clone()]),
-        };
-        T::from_sql_nullable(ty, raw)
-            .map_err(|e| BackendError::Protocol(format!("decoding column {idx}: {e}")))
-    }
-}
-
 impl BackendConn {
-    /// Runs an internal statement: Parse (first time only), Bind, Execute,
-    /// then Flush or, with `autosync`, Sync.
-    ///
-    /// Without `autosync` it joins whatever implicit or explicit
-    /// transaction the connection is in and the caller decides where that
-    /// ends; after an error the backend skips to the next Sync, which the
-    /// caller must send. With `autosync` the call ends its implicit
-    /// transaction (commits, or rolls back on error) in the same round trip;
-    /// inside a transaction block a Sync ends nothing.
-    pub async fn call(
-        &mut self,
-        stmt: &Internal,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<RawRow>, BackendError> {
-        let parse_sent = !self.internal_prepared.contains(stmt.name);
-        if parse_sent {
-            let oids: Vec<u32> = stmt.param_types.iter().map(Type::oid).collect();
-            self.send(&protocol::frontend::build_parse(stmt.name, stmt.sql, &oids));
-        }
-        let mut values = BytesMut::new();
-        for (i, p) in params.iter().enumerate() {
-            let ty = stmt.param_types.get(i).ok_or_else(|| {
-                BackendError::Protocol(format!("{}: too many parameters", stmt.name))
-            })?;
-            let len_at = values.len();
-            values.put_i32(0);
-            match p.to_sql_checked(ty, &mut values) {
-                Ok(IsNull::Yes) => {
-                    values.truncate(len_at);
-                    values.put_i32(-1);
-                }
-                Ok(IsNull::No) => {
-                    let len = (values.len() - len_at - 4) as i32;
-                    values[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
-                }
-                Err(e) => {
-                    return Err(BackendError::Protocol(format!(
-                        "{}: encoding parameter {}: {e}",
-                        stmt.name,
-                        i + 1
-                    )))
-                }
-            }
-        }
-        self.send(&protocol::build(b'B', |b| {
-            b.put_u8(0);
-            b.put_slice(stmt.name.as_bytes());
-            b.put_u8(0);
-            b.put_i16(1);
-            b.put_i16(1);
-            b.put_i16(params.len() as i16);
-            b.put_slice(&values);
-            b.put_i16(1);
-            b.put_i16(1);
-        }));
-        self.send(&protocol::build(b'E', |b| {
-            b.put_u8(0);
-            b.put_i32(0);
-        }));
-        let autosync = self.autosync;
-        self.send(&protocol::empty(if autosync { b'S' } else { b'H' }));
-        self.flush().await?;
-        let mut rows = Vec::new();
-        let mut error = None;
-        loop {
-            let msg = self.recv().await?;
-            match msg.tag {
-                b'1' => {
-                    self.internal_prepared.insert(stmt.name);
-                }
-                b'2' | b'N' => {}
-                b'S' => self.note_parameter_status(&msg),
-                b'D' => rows.push(RawRow::parse(msg)?),
-                b'C' if !autosync => return Ok(rows),
-                b'C' => {}
-                b'E' if !autosync => {
-                    return Err(BackendError::Server(ErrorFields::parse(&msg.body)))
-                }
-                b'E' => error = Some(ErrorFields::parse(&msg.body)),
-                b'Z' if autosync => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
-                    return match error {
-                        Some(e) => Err(BackendError::Server(e)),
-                        None => Ok(rows),
-                    };
-                }
-                other => {
-                    self.broken = true;
-                    return Err(BackendError::Protocol(format!(
-                        "unexpected message '{}' in reply to {}",
-                        other as char, stmt.name
-                    )));
-                }
-            }
-        }
-    }
-
     /// Ends the current extended-protocol exchange: Sync, then everything up
     /// to ReadyForQuery; returns the transaction status.
     pub async fn sync(&mut self) -> Result<TxStatus, BackendError> {

@@ -1,6 +1,7 @@
 //! Talking to PostgreSQL: raw message connections and their pool.
 
 mod auth;
+pub mod call;
 pub mod conn;
 pub mod pool;
 

@@ -1,26 +1,20 @@
-//! The KV statements: each one call of `queen.kv_apply_v1`, which applies a
-//! batch of operations at one instant and takes rows in ascending
-//! (namespace, key) byte order. The proxy only checks values and builds the
-//! batch; every rule of the store (existence, versions, preconditions)
-//! lives in the procedure, in one place.
+//! The KV statements: each one call of `queen.kv_apply_v1`
+//! (`rewrite/calls/kv.rs` builds its batch), which applies the batch at one
+//! instant and takes rows in ascending (namespace, key) byte order. Every
+//! rule of the store (existence, versions, preconditions) lives in the
+//! procedure, in one place; the engine adds the operator's pause switch and
+//! the soft quota.
 
-use super::values::{json_string, Cell, Params};
+use super::values::{Cell, Params};
 use super::ExecError;
-use crate::backend::conn::{Internal, RawRow};
 use crate::backend::BackendConn;
 use crate::protocol::ErrorFields;
-use crate::rewrite::dialect::kv::{Expiry, KvStatement, Precondition};
+use crate::rewrite::calls::kv::apply;
+use crate::rewrite::dialect::kv::KvStatement;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use tokio_postgres::types::Type;
 use uuid::Uuid;
-
-const APPLY_CALL: Internal = Internal {
-    name: "qw_kv_apply_v1",
-    sql: "SELECT op_index, namespace, key, applied, value, version, expires_at FROM queen.kv_apply_v1($1::jsonb, $2)",
-    param_types: &[Type::TEXT, Type::UUID],
-};
 
 /// The KV surface's switches and the soft quota: a pause flag an operator
 /// flips at run time, and per-tenant usage as last measured by the sweeper
@@ -85,117 +79,6 @@ impl KvState {
     }
 }
 
-fn ttl_ms(d: std::time::Duration) -> i64 {
-    d.as_millis().clamp(1, i64::MAX as u128) as i64
-}
-
-fn expiry_json(expiry: &Expiry, params: &Params<'_>) -> Result<String, ErrorFields> {
-    Ok(match expiry {
-        Expiry::Forever => "null".to_string(),
-        Expiry::Ttl(d) => ttl_ms(params.duration(d, "TTL")?).to_string(),
-    })
-}
-
-/// The operations of one statement, as the JSON array kv_apply_v1 takes,
-/// and the bytes it may write (for the soft quota).
-fn operations(
-    stmt: &KvStatement,
-    params: &Params<'_>,
-    max_value: usize,
-) -> Result<(String, i64), ErrorFields> {
-    let mut ops = Vec::new();
-    let mut bytes = 0i64;
-    match stmt {
-        KvStatement::Get(get) => {
-            let ns = params.namespace(&get.namespace)?;
-            for key in &get.keys {
-                let key = params.kv_key(key)?;
-                ops.push(format!(
-                    r#"{{"op":"get","ns":{},"key":{}}}"#,
-                    json_string(&ns),
-                    json_string(&key)
-                ));
-            }
-        }
-        KvStatement::Put(put) => {
-            let ns = params.namespace(&put.namespace)?;
-            let key = params.kv_key(&put.key)?;
-            let value = params.json(&put.value, "value", max_value)?;
-            bytes += (key.len() + value.len()) as i64;
-            let (expect, if_absent) = match &put.precondition {
-                None => ("null".to_string(), false),
-                Some(Precondition::Absent) => ("null".to_string(), true),
-                Some(Precondition::Version(v)) => (params.integer(v, "EXPECT")?.to_string(), false),
-            };
-            ops.push(format!(
-                r#"{{"op":"put","ns":{},"key":{},"value":{},"ttl_ms":{},"expect":{},"if_absent":{}}}"#,
-                json_string(&ns),
-                json_string(&key),
-                value,
-                expiry_json(&put.expiry, params)?,
-                expect,
-                if_absent
-            ));
-        }
-        KvStatement::Incr(incr) => {
-            let ns = params.namespace(&incr.namespace)?;
-            let key = params.kv_key(&incr.key)?;
-            let by = params.integer(&incr.by, "BY")?;
-            bytes += key.len() as i64 + 8;
-            let expiry = match &incr.expiry {
-                None => r#""keep""#.to_string(),
-                Some(Expiry::Forever) => r#""forever""#.to_string(),
-                Some(e) => expiry_json(e, params)?,
-            };
-            ops.push(format!(
-                r#"{{"op":"incr","ns":{},"key":{},"by":{},"expiry":{}}}"#,
-                json_string(&ns),
-                json_string(&key),
-                by,
-                expiry
-            ));
-        }
-        KvStatement::Delete(del) => {
-            let ns = params.namespace(&del.namespace)?;
-            let key = params.kv_key(&del.key)?;
-            let expect = match &del.expect {
-                None => "null".to_string(),
-                Some(v) => params.integer(v, "EXPECT")?.to_string(),
-            };
-            ops.push(format!(
-                r#"{{"op":"delete","ns":{},"key":{},"expect":{}}}"#,
-                json_string(&ns),
-                json_string(&key),
-                expect
-            ));
-        }
-        KvStatement::List(list) => {
-            let ns = params.namespace(&list.namespace)?;
-            let bound = |v: &Option<crate::rewrite::dialect::Value<String>>,
-                         what: &str|
-             -> Result<String, ErrorFields> {
-                match v {
-                    None => Ok("null".to_string()),
-                    Some(v) => {
-                        let s = params.text(v, what)?;
-                        crate::rewrite::dialect::validate_kv_bound(what, &s)
-                            .map_err(|e| super::values::parse_error(e).with_position(None))?;
-                        Ok(json_string(&s))
-                    }
-                }
-            };
-            ops.push(format!(
-                r#"{{"op":"list","ns":{},"prefix":{},"after":{},"limit":{}}}"#,
-                json_string(&ns),
-                bound(&list.prefix, "PREFIX")?,
-                bound(&list.after, "AFTER")?,
-                params.count(&list.limit, "LIMIT")?
-            ));
-        }
-    }
-    Ok((format!("[{}]", ops.join(",")), bytes))
-}
-
 fn is_write(stmt: &KvStatement) -> bool {
     matches!(stmt, KvStatement::Put(_) | KvStatement::Incr(_))
 }
@@ -209,31 +92,22 @@ pub async fn execute(
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     if state.paused() {
-        return Err(ExecError::Refused(ErrorFields::error(
-            "55000",
-            "the KV surface is paused by the operator",
-        )));
+        return Err(ErrorFields::error("55000", "the KV surface is paused by the operator").into());
     }
     if is_write(stmt) {
         if let Some(why) = state.over_quota(tenant) {
-            return Err(ExecError::Refused(ErrorFields::error("54000", why)));
+            return Err(ErrorFields::error("54000", why).into());
         }
     }
-    let (ops, bytes) = operations(stmt, params, max_value)?;
-    let rows = conn.call(&APPLY_CALL, &[&ops, &tenant]).await?;
-    state.note_write(tenant, bytes);
-    let get = |r: &RawRow, i: usize, ty: &Type| -> Result<Option<String>, ExecError> {
-        r.get::<Option<String>>(i, ty).map_err(ExecError::from)
-    };
+    let call = apply(stmt, params, max_value, tenant)?;
+    let rows = conn.run(&call).await?;
+    state.note_write(tenant, call.write_bytes);
     let mut out = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let ns = Cell::opt_text(get(r, 1, &Type::TEXT)?);
-        let key = Cell::opt_text(get(r, 2, &Type::TEXT)?);
-        let applied: Option<bool> = r.get(3, &Type::BOOL)?;
-        let value = r.jsonb(4)?;
-        let version: Option<i64> = r.get(5, &Type::INT8)?;
-        let expires: Option<std::time::SystemTime> = r.get(6, &Type::TIMESTAMPTZ)?;
-        let version = version.map_or(Cell::Null, Cell::Int8);
+    for r in rows {
+        let ns = Cell::opt_text(r.namespace);
+        let key = Cell::opt_text(r.key);
+        let value = r.value.map(|v| v.0);
+        let version = r.version.map_or(Cell::Null, Cell::Int8);
         out.push(match stmt {
             KvStatement::Get(_) | KvStatement::List(_) => {
                 vec![
@@ -241,10 +115,10 @@ pub async fn execute(
                     key,
                     value.map_or(Cell::Null, Cell::Jsonb),
                     version,
-                    Cell::timestamp(expires),
+                    Cell::timestamp(r.expires_at),
                 ]
             }
-            KvStatement::Put(_) => vec![ns, key, Cell::Bool(applied.unwrap_or(false)), version],
+            KvStatement::Put(_) => vec![ns, key, Cell::Bool(r.applied.unwrap_or(false)), version],
             KvStatement::Incr(_) => {
                 let n = value
                     .as_deref()
@@ -252,7 +126,7 @@ pub async fn execute(
                     .map_or(Cell::Null, Cell::Int8);
                 vec![ns, key, n, version]
             }
-            KvStatement::Delete(_) => vec![ns, key, Cell::Bool(applied.unwrap_or(false))],
+            KvStatement::Delete(_) => vec![ns, key, Cell::Bool(r.applied.unwrap_or(false))],
         });
     }
     Ok(out)
@@ -261,34 +135,6 @@ pub async fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rewrite::dialect::{self, Statement};
-
-    fn ops_of(sql: &str) -> String {
-        let Some(Ok(Statement::Kv(kv))) = dialect::parse(sql) else {
-            panic!("{sql}");
-        };
-        operations(&kv, &Params(&[]), 1 << 20).unwrap().0
-    }
-
-    #[test]
-    fn statements_become_one_batch() {
-        assert_eq!(
-            ops_of("KV GET sessions 'u:1', 'u\"2'"),
-            r#"[{"op":"get","ns":"sessions","key":"u:1"},{"op":"get","ns":"sessions","key":"u\"2"}]"#
-        );
-        assert_eq!(
-            ops_of("KV PUT s k 'null' TTL '2s' IF ABSENT"),
-            r#"[{"op":"put","ns":"s","key":"k","value":null,"ttl_ms":2000,"expect":null,"if_absent":true}]"#
-        );
-        assert_eq!(
-            ops_of("KV INCR c hits BY 5"),
-            r#"[{"op":"incr","ns":"c","key":"hits","by":5,"expiry":"keep"}]"#
-        );
-        assert_eq!(
-            ops_of("KV LIST s PREFIX 'a' LIMIT 3"),
-            r#"[{"op":"list","ns":"s","prefix":"a","after":null,"limit":3}]"#
-        );
-    }
 
     #[test]
     fn pause_and_quota_refuse_before_any_sql() {

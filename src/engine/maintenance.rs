@@ -5,6 +5,10 @@
 
 use super::kv::{KvState, Quota};
 use crate::shutdown::ShutdownSignal;
+use crate::backend::call::{execute, query, ClientCallError};
+use crate::rewrite::calls::maintenance::{
+    ExpirePending, PruneShard, QuotaPoll, TryLease, UsageRollup,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,26 +78,16 @@ async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>) {
     }
 }
 
-async fn poll_quotas(
-    client: &tokio_postgres::Client,
-    kv: &KvState,
-) -> Result<(), tokio_postgres::Error> {
-    let rows = client
-        .query(
-            "SELECT tenant_id, max_keys, max_bytes, used_keys, used_bytes FROM queen.kv_quota_poll_v1()",
-            &[],
-        )
-        .await?;
+async fn poll_quotas(client: &tokio_postgres::Client, kv: &KvState) -> Result<(), ClientCallError> {
     let mut quotas = HashMap::new();
-    for r in rows {
-        let tenant: Uuid = r.get(0);
+    for r in query(client, &QuotaPoll).await? {
         quotas.insert(
-            tenant,
+            r.tenant_id,
             Quota {
-                max_keys: r.get(1),
-                max_bytes: r.get(2),
-                used_keys: r.get::<_, Option<i64>>(3).unwrap_or(0),
-                used_bytes: r.get::<_, Option<i64>>(4).unwrap_or(0),
+                max_keys: r.max_keys,
+                max_bytes: r.max_bytes,
+                used_keys: r.used_keys.unwrap_or(0),
+                used_bytes: r.used_bytes.unwrap_or(0),
             },
         );
     }
@@ -101,28 +95,38 @@ async fn poll_quotas(
     Ok(())
 }
 
+/// Whether this process holds (took or renewed) the lease of `task`.
+async fn elected(
+    client: &tokio_postgres::Client,
+    task: &'static str,
+    holder: &str,
+) -> Result<bool, ClientCallError> {
+    let call = TryLease {
+        task,
+        holder,
+        ttl_ms: (SWEEP_INTERVAL * 3).as_millis() as i64,
+    };
+    Ok(query(client, &call).await?.iter().any(|r| r.elected))
+}
+
 /// Messages pending past their queue's max_wait_time_seconds go to the
 /// DLQ, in bounded steps, by the elected queenwire.
 async fn expire_pending(
     client: &tokio_postgres::Client,
     holder: &str,
-) -> Result<(), tokio_postgres::Error> {
-    let lease_ms = (SWEEP_INTERVAL * 3).as_millis() as i64;
-    let elected: bool = client
-        .query_one(
-            "SELECT queen.maintenance_try_lease_v1('log_expire', $1, $2)",
-            &[&holder, &lease_ms],
-        )
-        .await?
-        .get(0);
-    if !elected {
+) -> Result<(), ClientCallError> {
+    if !elected(client, "log_expire", holder).await? {
         return Ok(());
     }
     for _ in 0..EXPIRE_ROUNDS {
-        let moved: i32 = client
-            .query_one("SELECT queen.log_expire_pending_v1($1)", &[&EXPIRE_BATCH])
-            .await?
-            .get(0);
+        let rows = query(
+            client,
+            &ExpirePending {
+                limit: EXPIRE_BATCH,
+            },
+        )
+        .await?;
+        let moved = rows.first().map_or(0, |r| r.moved);
         if moved < EXPIRE_BATCH {
             break;
         }
@@ -135,30 +139,22 @@ async fn sweep(
     client: &tokio_postgres::Client,
     holder: &str,
     rollup: bool,
-) -> Result<bool, tokio_postgres::Error> {
-    let lease_ms = (SWEEP_INTERVAL * 3).as_millis() as i64;
-    let elected: bool = client
-        .query_one(
-            "SELECT queen.maintenance_try_lease_v1('kv_sweep', $1, $2)",
-            &[&holder, &lease_ms],
-        )
-        .await?
-        .get(0);
-    if !elected {
+) -> Result<bool, ClientCallError> {
+    if !elected(client, "kv_sweep", holder).await? {
         return Ok(false);
     }
     for shard in 0..SHARDS {
-        client
-            .execute(
-                "SELECT queen.kv_prune_shard_v1($1, $2)",
-                &[&shard, &PRUNE_BATCH],
-            )
-            .await?;
+        execute(
+            client,
+            &PruneShard {
+                shard,
+                limit: PRUNE_BATCH,
+            },
+        )
+        .await?;
     }
     if rollup {
-        client
-            .execute("SELECT queen.kv_usage_rollup_v1()", &[])
-            .await?;
+        execute(client, &UsageRollup).await?;
     }
     Ok(true)
 }

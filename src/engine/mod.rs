@@ -1,5 +1,6 @@
-//! Executes commands against PostgreSQL: the queue statements (each a call
-//! of a `queen.*` procedure on the session's backend connection), segment
+//! Executes commands against PostgreSQL: the queue statements (each run as
+//! the typed calls of `rewrite::calls` on the session's backend connection;
+//! the engine builds no SQL text and reads rows by column name), segment
 //! framing, receipts, long-poll wake-ups and the boot-time schema apply.
 //! Knows nothing of the client's wire.
 
@@ -23,6 +24,7 @@ pub use lend::{CallEnd, Lender, TxnView};
 
 use crate::backend::{BackendConn, BackendError};
 use crate::protocol::ErrorFields;
+use crate::rewrite::calls::admin::{self, ConfigureMode};
 use crate::rewrite::dialect::Statement;
 use queues::Limits;
 use receipt::ReceiptKey;
@@ -36,14 +38,7 @@ pub const DEFAULT_TENANT: Uuid = Uuid::from_u128(1);
 /// Raises an error in the backend with the given SQLSTATE and message: the
 /// backend's current transaction then fails exactly as for an error of its
 /// own (`queen.raise_v1`).
-pub const RAISE_CALL: crate::backend::conn::Internal = crate::backend::conn::Internal {
-    name: "qw_raise_v1",
-    sql: "SELECT queen.raise_v1($1, $2)",
-    param_types: &[
-        tokio_postgres::types::Type::TEXT,
-        tokio_postgres::types::Type::TEXT,
-    ],
-};
+pub use crate::rewrite::calls::transaction::RAISE as RAISE_CALL;
 
 /// Why a statement failed, inside the engine.
 #[derive(Debug)]
@@ -117,9 +112,11 @@ impl Engine {
         let mut pushed = None;
         let rows = match stmt {
             Statement::Push(push) => {
-                let rows = queues::push(conn, push, &params, &self.limits, tenant).await?;
-                if let Some(Cell::Text(queue)) = rows.first().and_then(|r| r.get(1)) {
-                    pushed = Some(wake::queue_key(tenant, queue));
+                let written = queues::push(conn, push, &params, &self.limits, tenant).await?;
+                let queue = wake::queue_key(tenant, &written.queue);
+                let rows = written.rows();
+                if !rows.is_empty() {
+                    pushed = Some(queue);
                 }
                 rows
             }
@@ -133,51 +130,37 @@ impl Engine {
             }
             Statement::CreateQueue(c) => {
                 let mode = if c.if_not_exists {
-                    "create_if_not_exists"
+                    ConfigureMode::CreateIfNotExists
                 } else {
-                    "create"
+                    ConfigureMode::Create
                 };
-                queues::configure(conn, &c.queue, &c.settings, mode, &params, tenant).await?;
+                let call = admin::configure(&c.queue, &c.settings, mode, &params, tenant)?;
+                conn.run(&call).await?;
                 Vec::new()
             }
             Statement::AlterQueue(a) => {
-                queues::configure(conn, &a.queue, &a.settings, "alter", &params, tenant).await?;
+                let call =
+                    admin::configure(&a.queue, &a.settings, ConfigureMode::Alter, &params, tenant)?;
+                conn.run(&call).await?;
                 Vec::new()
             }
             Statement::DropQueue(d) => {
                 let queue = params.name(&d.queue, "queue")?;
                 if !queues::drop_queue(conn, &queue, tenant).await? && !d.if_exists {
-                    return Err(ExecError::Refused(ErrorFields::error(
+                    return Err(ErrorFields::error(
                         "42704",
                         format!("queue \"{queue}\" does not exist"),
-                    )));
+                    )
+                    .into());
                 }
                 Vec::new()
             }
             Statement::SeekGroup(s) => {
-                let queue = params.name(&s.queue, "queue")?;
-                let group = params.name(&s.group, "group")?;
-                let partition = s
-                    .partition
-                    .as_ref()
-                    .map(|p| params.name(p, "partition"))
-                    .transpose()?;
-                queues::seek(
-                    conn,
-                    &queue,
-                    &group,
-                    partition.as_deref(),
-                    &s.target,
-                    &params,
-                    tenant,
-                )
-                .await?;
+                conn.run(&admin::seek(s, &params, tenant)?).await?;
                 Vec::new()
             }
             Statement::DropGroup(d) => {
-                let queue = params.name(&d.queue, "queue")?;
-                let group = params.name(&d.group, "group")?;
-                queues::drop_group(conn, &queue, &group, tenant).await?;
+                conn.run(&admin::drop_group(d, &params, tenant)?).await?;
                 Vec::new()
             }
             Statement::ShowQueues => queues::show_queues(conn, tenant).await?,

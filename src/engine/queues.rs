@@ -1,142 +1,30 @@
-//! The queue statements: PUSH, POP, ACK, RENEW, queue administration and
-//! inspection, each one call of a `queen.*` procedure on the session's
-//! backend connection (so it joins the surrounding transaction).
+//! The queue statements: PUSH, POP, ACK, RENEW, DROP QUEUE and the SHOW
+//! statements, each one call (`rewrite/calls`) of a `queen.*` procedure on
+//! the session's backend connection (so it joins the surrounding
+//! transaction). What needs the engine's state is done here: framing and
+//! compression of PUSH's segments, receipts signed and checked.
 
 use super::frame::{self, Frame};
 use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
-use super::values::{json_string, now_micros, parse_error, row_cells, Cell, Params};
+use super::values::{now_micros, Cell, Params};
 use super::ExecError;
-use crate::backend::conn::{Internal, RawRow};
-use crate::backend::BackendConn;
+use crate::backend::{BackendConn, BackendError};
 use crate::protocol::ErrorFields;
+use crate::rewrite::calls::admin::DeleteQueue;
+use crate::rewrite::calls::queues::{
+    pop_args, Ack as AckCall, Pop as PopCall, PopArgs, Push as PushCall, Renew as RenewCall, PUSH,
+};
+use crate::rewrite::calls::show::{ShowDlq, ShowGroups, ShowPartitions, ShowQueues};
+use crate::rewrite::calls::DecodeError;
 use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
-use crate::rewrite::dialect::options::{OptionValue, QueueSetting};
-use crate::rewrite::dialect::pop::{Pop, SubscribeFrom};
+use crate::rewrite::dialect::pop::Pop;
 use crate::rewrite::dialect::push::Push;
-use crate::rewrite::dialect::queue_admin::SeekTarget;
-use crate::rewrite::dialect::show;
-use crate::rewrite::dialect::{QueueOption, Value};
+use crate::rewrite::dialect::Value;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
-use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-pub const DEFAULT_PARTITION: &str = "Default";
-pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
-
-const PUSH_CALL: Internal = Internal {
-    name: "qw_push_v1",
-    sql: "SELECT msg_index, status, \"offset\", message_id FROM queen.log_push_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    param_types: &[
-        Type::TEXT,
-        Type::TEXT_ARRAY,
-        Type::INT4_ARRAY,
-        Type::BYTEA_ARRAY,
-        Type::INT8_ARRAY,
-        Type::UUID_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::UUID,
-    ],
-};
-
-const POP_CALL: Internal = Internal {
-    name: "qw_pop_v1",
-    sql: "SELECT partition_id, partition_name, lease_token, lease_expires_at, retry_count, from_offset, to_offset, base_offset, blob FROM queen.log_pop_v1($1, $2, $3, $4, $5, $6, $7, $8::timestamptz, $9, $10)",
-    param_types: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT4,
-        Type::INT4,
-        Type::INT8,
-        Type::TEXT,
-        Type::TEXT,
-        Type::BOOL,
-        Type::UUID,
-    ],
-};
-
-const ACK_CALL: Internal = Internal {
-    name: "qw_ack_v1",
-    sql: "SELECT idx, status FROM queen.log_ack_v1($1, $2, $3, $4, $5, $6, $7)",
-    param_types: &[
-        Type::INT8_ARRAY,
-        Type::INT8_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::UUID_ARRAY,
-        Type::BOOL,
-        Type::TEXT,
-        Type::UUID,
-    ],
-};
-
-const RENEW_CALL: Internal = Internal {
-    name: "qw_renew_v1",
-    sql: "SELECT idx, lease_expires_at FROM queen.log_renew_v1($1, $2, $3, $4, $5)",
-    param_types: &[
-        Type::INT8_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::UUID_ARRAY,
-        Type::INT8,
-        Type::UUID,
-    ],
-};
-
-const CONFIGURE_CALL: Internal = Internal {
-    name: "qw_configure_v1",
-    sql: "SELECT queen.configure_queue_v1($1, $2::jsonb, $3, $4)",
-    param_types: &[Type::TEXT, Type::TEXT, Type::TEXT, Type::UUID],
-};
-
-const DELETE_CALL: Internal = Internal {
-    name: "qw_delete_queue_v1",
-    sql: "SELECT queen.delete_queue_v1($1, $2)",
-    param_types: &[Type::TEXT, Type::UUID],
-};
-
-const SEEK_CALL: Internal = Internal {
-    name: "qw_seek_v1",
-    sql: "SELECT queen.log_seek_group_v1($1, $2, $3, $4, $5::timestamptz, $6)",
-    param_types: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::UUID,
-    ],
-};
-
-const DROP_GROUP_CALL: Internal = Internal {
-    name: "qw_drop_group_v1",
-    sql: "SELECT queen.log_drop_group_v1($1, $2, $3)",
-    param_types: &[Type::TEXT, Type::TEXT, Type::UUID],
-};
-
-const SHOW_QUEUES_CALL: Internal = Internal {
-    name: "qw_show_queues_v1",
-    sql: "SELECT queue, partitions, messages, pending, dead_lettered, created_at FROM queen.log_show_queues_v1($1)",
-    param_types: &[Type::UUID],
-};
-
-const SHOW_PARTITIONS_CALL: Internal = Internal {
-    name: "qw_show_partitions_v1",
-    sql: "SELECT partition_name, messages, last_offset, last_write_at FROM queen.log_show_partitions_v1($1, $2)",
-    param_types: &[Type::TEXT, Type::UUID],
-};
-
-const SHOW_GROUPS_CALL: Internal = Internal {
-    name: "qw_show_groups_v1",
-    sql: "SELECT queue, consumer_group, partitions, lag, oldest_pending_at, leased_partitions FROM queen.log_show_groups_v1($1, $2)",
-    param_types: &[Type::TEXT, Type::UUID],
-};
-
-const SHOW_DLQ_CALL: Internal = Internal {
-    name: "qw_show_dlq_v1",
-    sql: "SELECT message_offset, partition_name, consumer_group, reason, retry_count, failed_at, base_offset, blob FROM queen.get_dlq_messages_v1($1, $2, $3)",
-    param_types: &[Type::TEXT, Type::INT4, Type::UUID],
-};
+pub use crate::rewrite::calls::queues::{DEFAULT_PARTITION, QUEUE_MODE_GROUP};
 
 /// Limits applied before any SQL runs.
 #[derive(Debug, Clone)]
@@ -162,14 +50,6 @@ pub fn txn_hash(txn: &str) -> i64 {
         h = h.wrapping_mul(0x100000001b3);
     }
     h as i64
-}
-
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
-    row: &'a RawRow,
-    idx: usize,
-    ty: &Type,
-) -> Result<T, ExecError> {
-    row.get(idx, ty).map_err(ExecError::from)
 }
 
 struct PushItem {
@@ -417,7 +297,7 @@ pub async fn write_pushes(
                 flat.push((s, it.input_index));
             }
             let blob = frame::encode(frames.iter().copied())
-                .map_err(|e| ExecError::Refused(ErrorFields::error("54000", e.to_string())))?;
+                .map_err(|e| ErrorFields::error("54000", e.to_string()))?;
             names.push(name.clone());
             counts.push(frames.len() as i32);
             blobs.push(blob);
@@ -427,26 +307,31 @@ pub async fn write_pushes(
         // dedup probe altogether.
         let hashes = hashes.iter().any(Option::is_some).then_some(hashes);
         let rows = conn
-            .call(
-                &PUSH_CALL,
-                &[
-                    &queue, &names, &counts, &blobs, &hashes, &ids, &times, &times, &tenant,
-                ],
-            )
+            .run(&PushCall {
+                queue: &queue,
+                partitions: names,
+                counts,
+                blobs,
+                txn_hashes: hashes,
+                message_ids: ids,
+                min_created_at: &times,
+                max_created_at: &times,
+                tenant,
+            })
             .await?;
         let mut found_duplicates = false;
         let mut round: Vec<((usize, usize), PushResult)> = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let msg_index: i32 = get(row, 0, &Type::INT4)?;
-            let status: String = get(row, 1, &Type::TEXT)?;
-            let offset: Option<i64> = get(row, 2, &Type::INT8)?;
-            let message_id: Option<Uuid> = get(row, 3, &Type::UUID)?;
+        for row in rows {
+            let msg_index = row.msg_index;
             let Some(&at) = usize::try_from(msg_index).ok().and_then(|i| flat.get(i)) else {
-                return Err(ExecError::Lost(crate::backend::BackendError::Protocol(
-                    format!("log_push_v1 returned an unknown index {msg_index}"),
-                )));
+                return Err(BackendError::from(DecodeError::Value {
+                    call: PUSH.name,
+                    column: "msg_index",
+                    reason: format!("unknown index {msg_index}"),
+                })
+                .into());
             };
-            let status = match status.as_str() {
+            let status = match row.status.as_str() {
                 "queued" => "queued",
                 "duplicate" => {
                     found_duplicates = true;
@@ -458,8 +343,8 @@ pub async fn write_pushes(
                 at,
                 PushResult {
                     status,
-                    offset: offset.unwrap_or(-1),
-                    message_id: message_id.unwrap_or_else(Uuid::nil),
+                    offset: row.offset.unwrap_or(-1),
+                    message_id: row.message_id.unwrap_or_else(Uuid::nil),
                 },
             ));
         }
@@ -483,68 +368,33 @@ pub async fn write_pushes(
     Ok(())
 }
 
-/// PUSH on the session's own connection (inside its transaction).
+/// PUSH on the session's own connection (inside its transaction); the
+/// statement's rows are then [`PreparedPush::rows`].
 pub async fn push(
     conn: &mut BackendConn,
     stmt: &Push,
     params: &Params<'_>,
     limits: &Limits,
     tenant: Uuid,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
+) -> Result<PreparedPush, ExecError> {
     let mut prep = prepare_push(stmt, params, limits)?;
     write_pushes(conn, &mut [&mut prep], tenant).await?;
-    Ok(prep.rows())
+    Ok(prep)
 }
 
 /// The parts of a POP that do not change between attempts of a WAIT.
 pub struct PopPlan {
     pub queue: String,
-    partition: Option<String>,
-    group: String,
-    limit: i32,
-    partitions: i32,
-    lease_ms: Option<i64>,
-    subscribe: &'static str,
-    subscribe_at: Option<String>,
-    auto_ack: bool,
     pub wait: Option<Duration>,
+    args: PopArgs,
 }
 
 pub fn plan_pop(stmt: &Pop, params: &Params<'_>) -> Result<PopPlan, ErrorFields> {
-    let (subscribe, subscribe_at) = match &stmt.subscribe_from {
-        None | Some(SubscribeFrom::Beginning) => ("beginning", None),
-        Some(SubscribeFrom::Now) => ("now", None),
-        Some(SubscribeFrom::Timestamp(ts)) => {
-            ("timestamp", Some(params.text(ts, "SUBSCRIBE FROM")?))
-        }
-    };
+    let args = pop_args(stmt, params)?;
     Ok(PopPlan {
-        queue: params.name(&stmt.queue, "queue")?,
-        partition: stmt
-            .partition
-            .as_ref()
-            .map(|p| params.name(p, "partition"))
-            .transpose()?,
-        group: match &stmt.group {
-            Some(g) => params.name(g, "group")?,
-            None => QUEUE_MODE_GROUP.to_string(),
-        },
-        limit: params.count(&stmt.limit, "LIMIT")? as i32,
-        partitions: params.count(&stmt.partitions, "PARTITIONS")? as i32,
-        lease_ms: stmt
-            .lease
-            .as_ref()
-            .map(|l| params.duration(l, "LEASE"))
-            .transpose()?
-            .map(|d| d.as_millis().clamp(1, i64::MAX as u128) as i64),
-        subscribe,
-        subscribe_at,
-        auto_ack: stmt.auto_ack,
-        wait: stmt
-            .wait
-            .as_ref()
-            .map(|w| params.duration(w, "WAIT"))
-            .transpose()?,
+        queue: args.queue.clone(),
+        wait: args.wait,
+        args,
     })
 }
 
@@ -556,61 +406,46 @@ pub async fn pop_once(
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn
-        .call(
-            &POP_CALL,
-            &[
-                &plan.queue,
-                &plan.partition,
-                &plan.group,
-                &plan.limit,
-                &plan.partitions,
-                &plan.lease_ms,
-                &plan.subscribe,
-                &plan.subscribe_at,
-                &plan.auto_ack,
-                &tenant,
-            ],
-        )
+        .run(&PopCall {
+            args: &plan.args,
+            tenant,
+        })
         .await?;
     let mut out = Vec::new();
     for row in &rows {
-        let partition_id: i64 = get(row, 0, &Type::INT8)?;
-        let partition_name: String = get(row, 1, &Type::TEXT)?;
-        let lease_token: Option<Uuid> = get(row, 2, &Type::UUID)?;
-        let lease_expires_at: Option<SystemTime> = get(row, 3, &Type::TIMESTAMPTZ)?;
-        let retry_count: i32 = get(row, 4, &Type::INT4)?;
-        let from: i64 = get(row, 5, &Type::INT8)?;
-        let to: i64 = get(row, 6, &Type::INT8)?;
-        let base: i64 = get(row, 7, &Type::INT8)?;
-        let blob: &[u8] = get(row, 8, &Type::BYTEA)?;
-        let first = from.max(base);
+        let first = row.from_offset.max(row.base_offset);
+        let to = row.to_offset;
         if to < first {
             continue;
         }
-        let frames = frame::decode_range(blob, (first - base) as usize, (to - first + 1) as usize)
-            .map_err(|e| ExecError::Refused(ErrorFields::error("XX001", e.to_string())))?;
+        let frames = frame::decode_range(
+            &row.blob,
+            (first - row.base_offset) as usize,
+            (to - first + 1) as usize,
+        )
+        .map_err(|e| ErrorFields::error("XX001", e.to_string()))?;
         for (i, f) in frames.into_iter().enumerate() {
             let offset = first + i as i64;
-            let receipt = lease_token.map(|token| {
+            let receipt = row.lease_token.map(|token| {
                 key.encode(&Receipt {
-                    partition_id,
+                    partition_id: row.partition_id,
                     offset,
                     lease_token: token,
-                    group: plan.group.clone(),
+                    group: plan.args.group.clone(),
                 })
             });
             out.push(vec![
                 Cell::opt_text(receipt),
                 Cell::Uuid(f.message_id),
                 Cell::Text(plan.queue.clone()),
-                Cell::Text(partition_name.clone()),
+                Cell::Text(row.partition_name.clone()),
                 Cell::Int8(offset),
                 Cell::Jsonb(f.payload),
                 Cell::opt_text(f.transaction_id),
                 Cell::opt_text(f.trace_id),
-                Cell::Int4(retry_count),
+                Cell::Int4(row.retry_count),
                 Cell::Timestamptz(f.created_at_micros),
-                Cell::timestamp(lease_expires_at),
+                Cell::timestamp(row.lease_expires_at),
             ]);
         }
     }
@@ -662,25 +497,23 @@ pub async fn ack(
     let groups: Vec<&str> = receipts.iter().map(|r| r.group.as_str()).collect();
     let tokens: Vec<Uuid> = receipts.iter().map(|r| r.lease_token).collect();
     let rows = conn
-        .call(
-            &ACK_CALL,
-            &[
-                &partition_ids,
-                &offsets,
-                &groups,
-                &tokens,
-                &failed,
-                &reason,
-                &tenant,
-            ],
-        )
+        .run(&AckCall {
+            partition_ids,
+            offsets,
+            groups,
+            lease_tokens: tokens,
+            failed,
+            reason,
+            tenant,
+        })
         .await?;
     let mut status = vec![String::from("stale"); texts.len()];
-    for row in &rows {
-        let idx: i32 = get(row, 0, &Type::INT4)?;
-        let s: String = get(row, 1, &Type::TEXT)?;
-        if let Some(slot) = usize::try_from(idx).ok().and_then(|i| status.get_mut(i)) {
-            *slot = s;
+    for row in rows {
+        if let Some(slot) = usize::try_from(row.idx)
+            .ok()
+            .and_then(|i| status.get_mut(i))
+        {
+            *slot = row.status;
         }
     }
     Ok(texts
@@ -708,17 +541,21 @@ pub async fn renew(
     let groups: Vec<&str> = receipts.iter().map(|r| r.group.as_str()).collect();
     let tokens: Vec<Uuid> = receipts.iter().map(|r| r.lease_token).collect();
     let rows = conn
-        .call(
-            &RENEW_CALL,
-            &[&partition_ids, &groups, &tokens, &extend_ms, &tenant],
-        )
+        .run(&RenewCall {
+            partition_ids,
+            groups,
+            lease_tokens: tokens,
+            extend_ms,
+            tenant,
+        })
         .await?;
     let mut expiry: Vec<Option<SystemTime>> = vec![None; texts.len()];
-    for row in &rows {
-        let idx: i32 = get(row, 0, &Type::INT4)?;
-        let at: Option<SystemTime> = get(row, 1, &Type::TIMESTAMPTZ)?;
-        if let Some(slot) = usize::try_from(idx).ok().and_then(|i| expiry.get_mut(i)) {
-            *slot = at;
+    for row in rows {
+        if let Some(slot) = usize::try_from(row.idx)
+            .ok()
+            .and_then(|i| expiry.get_mut(i))
+        {
+            *slot = row.lease_expires_at;
         }
     }
     Ok(texts
@@ -728,116 +565,38 @@ pub async fn renew(
         .collect())
 }
 
-/// The JSON object `configure_queue_v1` takes: durations in each column's
-/// unit (milliseconds for retry_delay, whole seconds rounded up otherwise).
-fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String, ErrorFields> {
-    let mut out = String::from("{");
-    for (i, s) in settings.iter().enumerate() {
-        let value = match &s.value {
-            Value::Literal(v) => v.clone(),
-            Value::Param(n) => {
-                let text = params.text(&Value::Param(*n), s.option.name())?;
-                s.option.parse_value(&text).map_err(parse_error)?
-            }
-        };
-        let json = match value {
-            // The two millisecond columns.
-            OptionValue::Duration(d)
-                if matches!(
-                    s.option,
-                    QueueOption::RetryDelay | QueueOption::MinPopWaitTime
-                ) =>
-            {
-                d.as_millis().to_string()
-            }
-            OptionValue::Duration(d) => {
-                let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-                secs.to_string()
-            }
-            OptionValue::Integer(v) => v.to_string(),
-            OptionValue::Boolean(b) => b.to_string(),
-            OptionValue::Text(t) => json_string(&t),
-        };
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&json_string(s.option.name()));
-        out.push(':');
-        out.push_str(&json);
-    }
-    out.push('}');
-    Ok(out)
-}
-
-pub async fn configure(
-    conn: &mut BackendConn,
-    queue: &Value<String>,
-    settings: &[QueueSetting],
-    mode: &str,
-    params: &Params<'_>,
-    tenant: Uuid,
-) -> Result<(), ExecError> {
-    let queue = params.name(queue, "queue")?;
-    let options = options_json(settings, params)?;
-    conn.call(&CONFIGURE_CALL, &[&queue, &options, &mode, &tenant])
-        .await?;
-    Ok(())
-}
-
 /// Returns whether the queue existed.
 pub async fn drop_queue(
     conn: &mut BackendConn,
     queue: &str,
     tenant: Uuid,
 ) -> Result<bool, ExecError> {
-    let rows = conn.call(&DELETE_CALL, &[&queue, &tenant]).await?;
-    match rows.first() {
-        Some(row) => Ok(get::<Option<bool>>(row, 0, &Type::BOOL)?.unwrap_or(false)),
-        None => Ok(false),
-    }
-}
-
-pub async fn seek(
-    conn: &mut BackendConn,
-    queue: &str,
-    group: &str,
-    partition: Option<&str>,
-    target: &SeekTarget,
-    params: &Params<'_>,
-    tenant: Uuid,
-) -> Result<(), ExecError> {
-    let (target, at) = match target {
-        SeekTarget::Beginning => ("beginning", None),
-        SeekTarget::End => ("end", None),
-        SeekTarget::Timestamp(ts) => ("timestamp", Some(params.text(ts, "TIMESTAMP")?)),
-    };
-    conn.call(
-        &SEEK_CALL,
-        &[&queue, &group, &partition, &target, &at, &tenant],
-    )
-    .await?;
-    Ok(())
-}
-
-pub async fn drop_group(
-    conn: &mut BackendConn,
-    queue: &str,
-    group: &str,
-    tenant: Uuid,
-) -> Result<(), ExecError> {
-    conn.call(&DROP_GROUP_CALL, &[&queue, &group, &tenant])
-        .await?;
-    Ok(())
+    let rows = conn.run(&DeleteQueue { queue, tenant }).await?;
+    Ok(rows.first().and_then(|r| r.existed).unwrap_or(false))
 }
 
 pub async fn show_queues(
     conn: &mut BackendConn,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let rows = conn.call(&SHOW_QUEUES_CALL, &[&tenant]).await?;
-    rows.iter()
-        .map(|r| row_cells(r, show::QUEUES_COLUMNS).map_err(ExecError::from))
-        .collect()
+    let rows = conn.run(&ShowQueues { tenant }).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            vec![
+                Cell::opt_text(r.queue),
+                int8(r.partitions),
+                int8(r.messages),
+                int8(r.pending),
+                int8(r.dead_lettered),
+                Cell::timestamp(r.created_at),
+            ]
+        })
+        .collect())
+}
+
+fn int8(v: Option<i64>) -> Cell {
+    v.map_or(Cell::Null, Cell::Int8)
 }
 
 pub async fn show_partitions(
@@ -845,10 +604,18 @@ pub async fn show_partitions(
     queue: &str,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let rows = conn.call(&SHOW_PARTITIONS_CALL, &[&queue, &tenant]).await?;
-    rows.iter()
-        .map(|r| row_cells(r, show::PARTITIONS_COLUMNS).map_err(ExecError::from))
-        .collect()
+    let rows = conn.run(&ShowPartitions { queue, tenant }).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            vec![
+                Cell::opt_text(r.partition_name),
+                int8(r.messages),
+                int8(r.last_offset),
+                Cell::timestamp(r.last_write_at),
+            ]
+        })
+        .collect())
 }
 
 pub async fn show_groups(
@@ -856,10 +623,20 @@ pub async fn show_groups(
     queue: Option<&str>,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let rows = conn.call(&SHOW_GROUPS_CALL, &[&queue, &tenant]).await?;
-    rows.iter()
-        .map(|r| row_cells(r, show::GROUPS_COLUMNS).map_err(ExecError::from))
-        .collect()
+    let rows = conn.run(&ShowGroups { queue, tenant }).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            vec![
+                Cell::opt_text(r.queue),
+                Cell::opt_text(r.consumer_group),
+                int8(r.partitions),
+                int8(r.lag),
+                Cell::timestamp(r.oldest_pending_at),
+                int8(r.leased_partitions),
+            ]
+        })
+        .collect())
 }
 
 pub async fn show_dlq(
@@ -869,27 +646,28 @@ pub async fn show_dlq(
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn
-        .call(&SHOW_DLQ_CALL, &[&queue, &limit, &tenant])
+        .run(&ShowDlq {
+            queue,
+            limit,
+            tenant,
+        })
         .await?;
     let mut out = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let offset: i64 = get(r, 0, &Type::INT8)?;
-        let base: i64 = get(r, 6, &Type::INT8)?;
-        let blob: &[u8] = get(r, 7, &Type::BYTEA)?;
-        let frame = usize::try_from(offset - base)
+    for r in rows {
+        let frame = usize::try_from(r.message_offset - r.base_offset)
             .ok()
-            .and_then(|skip| frame::decode_range(blob, skip, 1).ok())
+            .and_then(|skip| frame::decode_range(&r.blob, skip, 1).ok())
             .and_then(|mut v| v.pop());
         out.push(vec![
             frame
                 .as_ref()
                 .map_or(Cell::Null, |f| Cell::Uuid(f.message_id)),
-            Cell::Text(get(r, 1, &Type::TEXT)?),
-            Cell::Int8(offset),
-            Cell::Text(get(r, 2, &Type::TEXT)?),
-            Cell::opt_text(get(r, 3, &Type::TEXT)?),
-            Cell::Int4(get(r, 4, &Type::INT4)?),
-            Cell::timestamp(get(r, 5, &Type::TIMESTAMPTZ)?),
+            Cell::Text(r.partition_name),
+            Cell::Int8(r.message_offset),
+            Cell::Text(r.consumer_group),
+            Cell::opt_text(r.reason),
+            Cell::Int4(r.retry_count),
+            Cell::timestamp(r.failed_at),
             frame.map_or(Cell::Null, |f| Cell::Jsonb(f.payload)),
         ]);
     }
@@ -905,20 +683,5 @@ mod tests {
         // Stored in the database: these values must never change.
         assert_eq!(txn_hash(""), 0xcbf29ce484222325u64 as i64);
         assert_eq!(txn_hash("a"), 0xaf63dc4c8601ec8cu64 as i64);
-    }
-
-    #[test]
-    fn options_become_column_units() {
-        use crate::rewrite::dialect::{self, Statement};
-        let Some(Ok(Statement::CreateQueue(c))) = dialect::parse(
-            "CREATE QUEUE q WITH (lease_time = '250ms', retry_delay = '2s', retry_limit = 5, dead_letter_queue = off, namespace = 'a\"b')",
-        ) else {
-            panic!("parse");
-        };
-        let json = options_json(&c.settings, &Params(&[])).unwrap();
-        assert_eq!(
-            json,
-            r#"{"lease_time":1,"retry_delay":2000,"retry_limit":5,"dead_letter_queue":false,"namespace":"a\"b"}"#
-        );
     }
 }

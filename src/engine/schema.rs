@@ -5,6 +5,8 @@
 //! this runs at every boot; `QUEEN_APPLY_SCHEMA=0` skips it (for a
 //! deployment whose DDL a privileged role applied beforehand).
 
+use crate::backend::call::{execute, query, ClientCallError};
+use crate::rewrite::calls::maintenance::{AdvisoryLock, AdvisoryUnlock, ServerVersion};
 use crate::rewrite::split::split_statements;
 
 /// The advisory lock key the seeds give the schema apply.
@@ -53,19 +55,31 @@ pub enum SchemaError {
     },
     #[error(transparent)]
     Db(#[from] tokio_postgres::Error),
+    #[error(transparent)]
+    Decode(#[from] crate::rewrite::calls::DecodeError),
+}
+
+impl From<ClientCallError> for SchemaError {
+    fn from(e: ClientCallError) -> Self {
+        match e {
+            ClientCallError::Db(e) => SchemaError::Db(e),
+            ClientCallError::Decode(e) => SchemaError::Decode(e),
+        }
+    }
 }
 
 /// Refuses a backend older than PostgreSQL 15.
 pub async fn check_version(client: &tokio_postgres::Client) -> Result<(), SchemaError> {
-    let row = client
-        .query_one(
-            "SELECT current_setting('server_version_num')::int, current_setting('server_version')",
-            &[],
-        )
-        .await?;
-    let num: i32 = row.get(0);
-    if num < MIN_SERVER_VERSION_NUM {
-        return Err(SchemaError::TooOld { found: row.get(1) });
+    let rows = query(client, &ServerVersion).await?;
+    let Some(version) = rows.into_iter().next() else {
+        return Err(SchemaError::TooOld {
+            found: "unknown".into(),
+        });
+    };
+    if version.version_num < MIN_SERVER_VERSION_NUM {
+        return Err(SchemaError::TooOld {
+            found: version.version,
+        });
     }
     Ok(())
 }
@@ -77,13 +91,9 @@ pub fn files() -> impl Iterator<Item = (&'static str, &'static str)> {
 
 /// Applies the whole schema under the advisory lock.
 pub async fn apply(client: &tokio_postgres::Client) -> Result<(), SchemaError> {
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&SCHEMA_LOCK])
-        .await?;
+    execute(client, &AdvisoryLock { key: SCHEMA_LOCK }).await?;
     let result = apply_locked(client).await;
-    let unlock = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&SCHEMA_LOCK])
-        .await;
+    let unlock = execute(client, &AdvisoryUnlock { key: SCHEMA_LOCK }).await;
     result?;
     unlock?;
     Ok(())

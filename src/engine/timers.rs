@@ -6,91 +6,24 @@
 //! partition lock, as the global lock order requires.
 
 use super::queues::{write_pushes, PreparedPush, DEFAULT_PARTITION};
-use super::values::{row_cells, Cell, Params};
+use super::values::{Cell, Params};
 use super::wake::{queue_key, Announcer};
 use super::ExecError;
-use crate::backend::conn::Internal;
 use crate::backend::{pool, BackendConn, Pool};
-use crate::rewrite::dialect::timer::{CancelSchedule, FireAt, Schedule};
+use crate::rewrite::calls::timers::{
+    self as calls, ClaimDue, DeleteFired, List, Postpone, TimerKeys,
+};
+use crate::rewrite::calls::transaction::{
+    Raise, BEGIN, COMMIT, RELEASE_FIRE, ROLLBACK, ROLLBACK_TO_FIRE, SAVEPOINT_FIRE,
+};
+use crate::rewrite::dialect::timer::{CancelSchedule, Schedule};
 use crate::shutdown::ShutdownSignal;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
-use tokio_postgres::types::Type;
+use std::time::Duration;
 use uuid::Uuid;
-
-const SCHEDULE_CALL: Internal = Internal {
-    name: "qw_timer_schedule_v1",
-    sql: "SELECT queen.timer_schedule_v1($1, $2, $3, $4, COALESCE($5::timestamptz, clock_timestamp() + $6 * interval '1 millisecond'), $7)",
-    param_types: &[Type::TEXT, Type::TEXT, Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::UUID],
-};
-
-const CANCEL_CALL: Internal = Internal {
-    name: "qw_timer_cancel_v1",
-    sql: "SELECT queen.timer_cancel_v1($1, $2, $3)",
-    param_types: &[Type::TEXT, Type::TEXT, Type::UUID],
-};
-
-const LIST_CALL: Internal = Internal {
-    name: "qw_timer_list_v1",
-    sql: "SELECT queue, key, partition, fire_at FROM queen.timer_list_v1($1, $2)",
-    param_types: &[Type::TEXT, Type::UUID],
-};
-
-const CLAIM_CALL: Internal = Internal {
-    name: "qw_timer_claim_due_v1",
-    sql: "SELECT tenant_id, queue, key, partition, payload FROM queen.timer_claim_due_v1($1)",
-    param_types: &[Type::INT4],
-};
-
-const POSTPONE_CALL: Internal = Internal {
-    name: "qw_timer_postpone_v1",
-    sql: "SELECT queen.timer_postpone_v1($1, $2, $3, $4)",
-    param_types: &[
-        Type::UUID_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::INT8,
-    ],
-};
-
-const BEGIN_CALL: Internal = Internal {
-    name: "qw_begin",
-    sql: "BEGIN",
-    param_types: &[],
-};
-
-const COMMIT_CALL: Internal = Internal {
-    name: "qw_commit",
-    sql: "COMMIT",
-    param_types: &[],
-};
-
-const SAVEPOINT_CALL: Internal = Internal {
-    name: "qw_savepoint_fire",
-    sql: "SAVEPOINT qw_fire",
-    param_types: &[],
-};
-
-const ROLLBACK_TO_CALL: Internal = Internal {
-    name: "qw_rollback_to_fire",
-    sql: "ROLLBACK TO SAVEPOINT qw_fire",
-    param_types: &[],
-};
-
-const RELEASE_CALL: Internal = Internal {
-    name: "qw_release_fire",
-    sql: "RELEASE SAVEPOINT qw_fire",
-    param_types: &[],
-};
 
 /// How long a timer whose push failed waits before it is tried again.
 pub const RETRY_FAILED_FIRE: Duration = Duration::from_secs(10);
-
-const DELETE_FIRED_CALL: Internal = Internal {
-    name: "qw_timer_delete_fired_v1",
-    sql: "SELECT queen.timer_delete_fired_v1($1, $2, $3)",
-    param_types: &[Type::UUID_ARRAY, Type::TEXT_ARRAY, Type::TEXT_ARRAY],
-};
 
 pub async fn schedule(
     conn: &mut BackendConn,
@@ -99,33 +32,12 @@ pub async fn schedule(
     max_payload: usize,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let queue = params.name(&stmt.queue, "queue")?;
-    let key = params.name(&stmt.key, "timer key")?;
-    let partition = match &stmt.partition {
-        Some(p) => params.name(p, "partition")?,
-        None => DEFAULT_PARTITION.to_string(),
-    };
-    let payload = params.json(&stmt.payload, "payload", max_payload)?;
-    let (at, after_ms): (Option<String>, Option<i64>) = match &stmt.fire {
-        FireAt::At(ts) => (Some(params.text(ts, "AT")?), None),
-        FireAt::After(d) => {
-            let d = params.duration(d, "AFTER")?;
-            (None, Some(d.as_millis().min(i64::MAX as u128) as i64))
-        }
-    };
-    let rows = conn
-        .call(
-            &SCHEDULE_CALL,
-            &[&queue, &key, &partition, &payload, &at, &after_ms, &tenant],
-        )
-        .await?;
-    let fire_at: Option<SystemTime> = match rows.first() {
-        Some(r) => r.get(0, &Type::TIMESTAMPTZ)?,
-        None => None,
-    };
+    let call = calls::schedule(stmt, params, max_payload, tenant)?;
+    let rows = conn.run(&call).await?;
+    let fire_at = rows.first().and_then(|r| r.fire_at);
     Ok(vec![vec![
-        Cell::Text(queue),
-        Cell::Text(key),
+        Cell::Text(call.queue),
+        Cell::Text(call.key),
         Cell::timestamp(fire_at),
     ]])
 }
@@ -136,17 +48,13 @@ pub async fn cancel(
     params: &Params<'_>,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let queue = params.name(&stmt.queue, "queue")?;
-    let key = params.name(&stmt.key, "timer key")?;
-    let rows = conn.call(&CANCEL_CALL, &[&queue, &key, &tenant]).await?;
-    let applied: Option<bool> = match rows.first() {
-        Some(r) => r.get(0, &Type::BOOL)?,
-        None => None,
-    };
+    let call = calls::cancel(stmt, params, tenant)?;
+    let rows = conn.run(&call).await?;
+    let cancelled = rows.first().and_then(|r| r.cancelled);
     Ok(vec![vec![
-        Cell::Text(queue),
-        Cell::Text(key),
-        Cell::Bool(applied.unwrap_or(false)),
+        Cell::Text(call.queue),
+        Cell::Text(call.key),
+        Cell::Bool(cancelled.unwrap_or(false)),
     ]])
 }
 
@@ -155,12 +63,18 @@ pub async fn list(
     queue: Option<&str>,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let rows = conn.call(&LIST_CALL, &[&queue, &tenant]).await?;
-    rows.iter()
+    let rows = conn.run(&List { queue, tenant }).await?;
+    Ok(rows
+        .into_iter()
         .map(|r| {
-            row_cells(r, crate::rewrite::dialect::timer::SHOW_COLUMNS).map_err(ExecError::from)
+            vec![
+                Cell::opt_text(r.queue),
+                Cell::opt_text(r.key),
+                Cell::opt_text(r.partition),
+                Cell::timestamp(r.fire_at),
+            ]
         })
-        .collect()
+        .collect())
 }
 
 /// How often each queenwire looks for due timers: a timer fires within
@@ -221,14 +135,17 @@ async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result
             // the transaction fail, so that Sync rolls it back rather than
             // committing a claim whose timers were not all fired.
             let _ = conn
-                .call(&super::RAISE_CALL, &[&"XX000", &"timer fire abandoned"])
+                .run(&Raise {
+                    code: "XX000",
+                    message: "timer fire abandoned",
+                })
                 .await;
         }
     }
     let mut status = conn.sync().await;
     if result.is_err() && matches!(status, Ok(s) if s.in_transaction()) {
         status = conn
-            .simple_query_quiet("ROLLBACK")
+            .simple_query_quiet(ROLLBACK)
             .await
             .map(|()| conn.status);
     }
@@ -263,32 +180,27 @@ async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<St
     // on every poll).
     conn.autosync = false;
     if careful {
-        conn.call(&BEGIN_CALL, &[]).await?;
+        conn.call(&BEGIN, &[]).await?;
     }
-    let rows = conn.call(&CLAIM_CALL, &[&FIRE_BATCH]).await?;
+    let rows = conn.run(&ClaimDue { limit: FIRE_BATCH }).await?;
     if rows.is_empty() {
         if careful {
-            conn.call(&COMMIT_CALL, &[]).await?;
+            conn.call(&COMMIT, &[]).await?;
         }
         return Ok((0, Vec::new()));
     }
     type Timers = Vec<(String, String, String)>; // (key, partition, payload)
     let mut by_queue: BTreeMap<(Uuid, String), Timers> = BTreeMap::new();
-    for r in &rows {
-        let tenant: Uuid = r.get(0, &Type::UUID)?;
-        let queue: String = r.get(1, &Type::TEXT)?;
-        let key: String = r.get(2, &Type::TEXT)?;
-        let partition: Option<String> = r.get(3, &Type::TEXT)?;
-        let payload: String = r.get(4, &Type::TEXT)?;
-        by_queue.entry((tenant, queue)).or_default().push((
-            key,
-            partition.unwrap_or_else(|| DEFAULT_PARTITION.to_string()),
-            payload,
+    for r in rows {
+        by_queue.entry((r.tenant_id, r.queue)).or_default().push((
+            r.key,
+            r.partition.unwrap_or_else(|| DEFAULT_PARTITION.to_string()),
+            r.payload,
         ));
     }
     let mut woken = Vec::new();
-    let mut fired = (Vec::new(), Vec::new(), Vec::new());
-    let mut failed = (Vec::new(), Vec::new(), Vec::new());
+    let mut fired = TimerKeys::default();
+    let mut failed = TimerKeys::default();
     for ((tenant, queue), timers) in by_queue {
         let messages = timers
             .iter()
@@ -296,10 +208,10 @@ async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<St
             .collect();
         let mut prep = PreparedPush::from_messages(queue.clone(), messages);
         let pushed = if careful {
-            conn.call(&SAVEPOINT_CALL, &[]).await?;
+            conn.call(&SAVEPOINT_FIRE, &[]).await?;
             match write_pushes(conn, &mut [&mut prep], tenant).await {
                 Ok(()) => {
-                    conn.call(&RELEASE_CALL, &[]).await?;
+                    conn.call(&RELEASE_FIRE, &[]).await?;
                     true
                 }
                 Err(e) if push_refused(&e) => {
@@ -308,7 +220,7 @@ async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<St
                     );
                     // The error made the backend skip to Sync.
                     conn.sync().await?;
-                    conn.call(&ROLLBACK_TO_CALL, &[]).await?;
+                    conn.call(&ROLLBACK_TO_FIRE, &[]).await?;
                     false
                 }
                 Err(e) => return Err(e),
@@ -324,22 +236,22 @@ async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<St
             &mut failed
         };
         for (key, _, _) in timers {
-            target.0.push(tenant);
-            target.1.push(queue.clone());
-            target.2.push(key);
+            target.push(tenant, &queue, key);
         }
     }
-    if !fired.0.is_empty() {
-        conn.call(&DELETE_FIRED_CALL, &[&fired.0, &fired.1, &fired.2])
-            .await?;
+    if !fired.is_empty() {
+        conn.run(&DeleteFired { timers: &fired }).await?;
     }
-    if !failed.0.is_empty() {
-        let delay = RETRY_FAILED_FIRE.as_millis() as i64;
-        conn.call(&POSTPONE_CALL, &[&failed.0, &failed.1, &failed.2, &delay])
-            .await?;
+    if !failed.is_empty() {
+        let delay_ms = RETRY_FAILED_FIRE.as_millis() as i64;
+        conn.run(&Postpone {
+            timers: &failed,
+            delay_ms,
+        })
+        .await?;
     }
     if careful {
-        conn.call(&COMMIT_CALL, &[]).await?;
+        conn.call(&COMMIT, &[]).await?;
     }
-    Ok((fired.0.len(), woken))
+    Ok((fired.len(), woken))
 }

@@ -1,10 +1,9 @@
-//! Values crossing the engine's edges: bound parameters coming in (as text,
-//! already converted from the client's formats by the frontend) and result
-//! cells going out (typed, encoded by the frontend in the format the client
-//! asked for).
+//! Values crossing the engine's edges: bound parameters coming in (read
+//! through [`Params`], which lives with the rewrite layer that binds `$n`)
+//! and result cells going out (typed, encoded by the frontend in the format
+//! the client asked for).
 
-use crate::protocol::ErrorFields;
-use crate::rewrite::dialect::{self, ParseError, Value};
+pub use crate::rewrite::bind::{parse_error, Params};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One result cell.
@@ -122,174 +121,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// A JSON string literal for `s`.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A row of a `queen.*` reader whose columns are, in order, the
-/// statement's result columns: each cell decoded by the column's type.
-pub fn row_cells(
-    row: &crate::backend::conn::RawRow,
-    columns: &[dialect::Column],
-) -> Result<Vec<Cell>, crate::backend::BackendError> {
-    use dialect::oid;
-    use tokio_postgres::types::Type;
-    columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            Ok(match c.type_oid {
-                oid::INT8 => row
-                    .get::<Option<i64>>(i, &Type::INT8)?
-                    .map_or(Cell::Null, Cell::Int8),
-                oid::INT4 => row
-                    .get::<Option<i32>>(i, &Type::INT4)?
-                    .map_or(Cell::Null, Cell::Int4),
-                oid::BOOL => row
-                    .get::<Option<bool>>(i, &Type::BOOL)?
-                    .map_or(Cell::Null, Cell::Bool),
-                oid::UUID => row
-                    .get::<Option<uuid::Uuid>>(i, &Type::UUID)?
-                    .map_or(Cell::Null, Cell::Uuid),
-                oid::TIMESTAMPTZ => Cell::timestamp(row.get(i, &Type::TIMESTAMPTZ)?),
-                oid::JSONB => row.jsonb(i)?.map_or(Cell::Null, Cell::Jsonb),
-                _ => Cell::opt_text(row.get(i, &Type::TEXT)?),
-            })
-        })
-        .collect()
-}
-
-/// The bound parameters of one execution, as text (`None` = NULL).
-pub struct Params<'a>(pub &'a [Option<String>]);
-
-pub fn parse_error(e: ParseError) -> ErrorFields {
-    ErrorFields::error(e.sqlstate, e.message).with_position(e.position)
-}
-
-impl Params<'_> {
-    fn get(&self, n: usize) -> Result<Option<&str>, ErrorFields> {
-        match n.checked_sub(1).and_then(|i| self.0.get(i)) {
-            Some(v) => Ok(v.as_deref()),
-            None => Err(ErrorFields::error(
-                "08P01",
-                format!("there is no parameter ${n}"),
-            )),
-        }
-    }
-
-    fn required(&self, n: usize, what: &str) -> Result<&str, ErrorFields> {
-        self.get(n)?
-            .ok_or_else(|| ErrorFields::error("22004", format!("{what} (${n}) must not be NULL")))
-    }
-
-    /// A queue, partition or group name.
-    pub fn name(&self, v: &Value<String>, what: &str) -> Result<String, ErrorFields> {
-        match v {
-            Value::Literal(s) => Ok(s.clone()),
-            Value::Param(n) => {
-                let s = self.required(*n, what)?;
-                dialect::validate_name(what, s).map_err(parse_error)?;
-                Ok(s.to_string())
-            }
-        }
-    }
-
-    /// Free text (reasons, transaction ids); NULL allowed.
-    pub fn opt_text(&self, v: &Value<String>) -> Result<Option<String>, ErrorFields> {
-        match v {
-            Value::Literal(s) => Ok(Some(s.clone())),
-            Value::Param(n) => Ok(self.get(*n)?.map(str::to_string)),
-        }
-    }
-
-    pub fn text(&self, v: &Value<String>, what: &str) -> Result<String, ErrorFields> {
-        match v {
-            Value::Literal(s) => Ok(s.clone()),
-            Value::Param(n) => Ok(self.required(*n, what)?.to_string()),
-        }
-    }
-
-    /// JSON text, checked, at most `max_bytes`.
-    pub fn json(
-        &self,
-        v: &Value<String>,
-        what: &str,
-        max_bytes: usize,
-    ) -> Result<String, ErrorFields> {
-        let text = match v {
-            Value::Literal(s) => s.clone(),
-            Value::Param(n) => {
-                let s = self.required(*n, what)?;
-                dialect::validate_json(s).map_err(|e| parse_error(e).with_position(None))?;
-                s.to_string()
-            }
-        };
-        if text.len() > max_bytes {
-            return Err(ErrorFields::error(
-                "54000",
-                format!(
-                    "{what} of {} bytes exceeds the limit of {max_bytes} bytes",
-                    text.len()
-                ),
-            ));
-        }
-        Ok(text)
-    }
-
-    /// A KV namespace (charset checked).
-    pub fn namespace(&self, v: &Value<String>) -> Result<String, ErrorFields> {
-        let s = self.text(v, "namespace")?;
-        dialect::validate_namespace(&s).map_err(|e| parse_error(e).with_position(None))?;
-        Ok(s)
-    }
-
-    /// A KV key (1–1024 bytes, no NUL).
-    pub fn kv_key(&self, v: &Value<String>) -> Result<String, ErrorFields> {
-        let s = self.text(v, "key")?;
-        dialect::validate_kv_key(&s).map_err(|e| parse_error(e).with_position(None))?;
-        Ok(s)
-    }
-
-    pub fn integer(&self, v: &Value<i64>, what: &str) -> Result<i64, ErrorFields> {
-        match v {
-            Value::Literal(i) => Ok(*i),
-            Value::Param(n) => {
-                dialect::parse_integer(self.required(*n, what)?).map_err(parse_error)
-            }
-        }
-    }
-
-    pub fn count(&self, v: &Value<u32>, what: &str) -> Result<u32, ErrorFields> {
-        match v {
-            Value::Literal(c) => Ok(*c),
-            Value::Param(n) => {
-                dialect::parse_count(what, self.required(*n, what)?).map_err(parse_error)
-            }
-        }
-    }
-
-    pub fn duration(&self, v: &Value<Duration>, what: &str) -> Result<Duration, ErrorFields> {
-        match v {
-            Value::Literal(d) => Ok(*d),
-            Value::Param(n) => {
-                dialect::parse_duration(self.required(*n, what)?).map_err(parse_error)
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,36 +144,6 @@ mod tests {
         assert_eq!(
             Cell::Timestamptz(PG_EPOCH_OFFSET_MICROS).to_binary(),
             Some(vec![0; 8])
-        );
-    }
-
-    #[test]
-    fn params_apply_the_parsers_checks() {
-        let values = vec![
-            Some("{bad".to_string()),
-            None,
-            Some("x".repeat(300)),
-            Some("5s".into()),
-        ];
-        let p = Params(&values);
-        assert_eq!(
-            p.json(&Value::Param(1), "payload", 100).unwrap_err().code,
-            "22P02"
-        );
-        assert_eq!(p.name(&Value::Param(2), "queue").unwrap_err().code, "22004");
-        assert_eq!(p.name(&Value::Param(3), "queue").unwrap_err().code, "22023");
-        assert_eq!(
-            p.duration(&Value::Param(4), "wait").unwrap(),
-            Duration::from_secs(5)
-        );
-        assert_eq!(p.text(&Value::Param(9), "x").unwrap_err().code, "08P01");
-        let big = vec![Some(format!("\"{}\"", "a".repeat(200)))];
-        assert_eq!(
-            Params(&big)
-                .json(&Value::Param(1), "payload", 100)
-                .unwrap_err()
-                .code,
-            "54000"
         );
     }
 }

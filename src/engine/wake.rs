@@ -15,12 +15,14 @@
 //! computes alike and no tenant can.
 
 use crate::shutdown::ShutdownSignal;
+use crate::backend::call::execute;
+use crate::rewrite::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Notify};
 use uuid::Uuid;
 
-pub const CHANNEL: &str = "queenwire_push";
+pub const CHANNEL: &str = WAKE_CHANNEL;
 
 /// (tenant, queue) as it travels in a notification payload.
 pub fn queue_key(tenant: Uuid, queue: &str) -> String {
@@ -161,7 +163,7 @@ async fn relay(
             }
             let _ = fail_tx.send(());
         });
-        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+        if let Err(e) = client.batch_execute(LISTEN_WAKEUPS).await {
             tracing::warn!("LISTEN failed: {e}");
             continue;
         }
@@ -179,10 +181,8 @@ async fn relay(
                             break;
                         }
                     }
-                    if client
-                        .execute("SELECT pg_notify($1, k) FROM unnest($2::text[]) k", &[&CHANNEL, &keys])
-                        .await
-                        .is_err()
+                    let notify = NotifyPushed { channel: CHANNEL, payloads: &keys };
+                    if execute(&client, &notify).await.is_err()
                     {
                         break;
                     }

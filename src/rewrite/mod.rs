@@ -1,6 +1,10 @@
-//! Text → a typed command: one of the dialect's statements, or plain SQL to
-//! pass through. Pure: no I/O.
+//! Text → a typed command → typed calls: one of the dialect's statements,
+//! or plain SQL to pass through; `$n` bound to typed values ([`bind`]); and
+//! the `queen.*` calls that carry a statement out ([`calls`]). Pure: no I/O,
+//! and nothing of the engine's state (receipt keys, framing, fusion).
 
+pub mod bind;
+pub mod calls;
 pub mod dialect;
 pub mod passthrough;
 pub mod split;

@@ -1,0 +1,293 @@
+//! Queue administration: CREATE/ALTER QUEUE (`configure_queue_v1`), DROP
+//! QUEUE (`delete_queue_v1`), SEEK GROUP (`log_seek_group_v1`), DROP GROUP
+//! (`log_drop_group_v1`). Each is a pure function of the statement and its
+//! bound parameters.
+
+use super::json::{JsonValue, Object};
+use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use crate::protocol::ErrorFields;
+use crate::rewrite::bind::{parse_error, Params};
+use crate::rewrite::dialect::options::{OptionValue, QueueSetting};
+use crate::rewrite::dialect::queue_admin::{
+    DropGroup as DropGroupStatement, SeekGroup, SeekTarget,
+};
+use crate::rewrite::dialect::{QueueOption, Value};
+use tokio_postgres::types::{ToSql, Type};
+use uuid::Uuid;
+
+pub const CONFIGURE: CallSpec = CallSpec {
+    name: "qw_configure_v1",
+    sql: "SELECT queen.configure_queue_v1(p_queue => $1, p_options => $2::jsonb, p_mode => $3, p_tenant => $4) AS outcome",
+    params: &[Type::TEXT, Type::TEXT, Type::TEXT, Type::UUID],
+    columns: &[column("outcome", Type::TEXT)],
+};
+
+/// How `configure_queue_v1` treats an existing or missing queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigureMode {
+    Create,
+    CreateIfNotExists,
+    Alter,
+}
+
+impl ConfigureMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigureMode::Create => "create",
+            ConfigureMode::CreateIfNotExists => "create_if_not_exists",
+            ConfigureMode::Alter => "alter",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Configure {
+    pub queue: String,
+    /// The JSON object of the settings, in each column's unit.
+    pub options: String,
+    pub mode: &'static str,
+    pub tenant: Uuid,
+}
+
+impl Call for Configure {
+    const SPEC: &'static CallSpec = &CONFIGURE;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.queue, &self.options, &self.mode, &self.tenant]
+    }
+}
+
+/// CREATE or ALTER QUEUE.
+pub fn configure(
+    queue: &Value<String>,
+    settings: &[QueueSetting],
+    mode: ConfigureMode,
+    params: &Params<'_>,
+    tenant: Uuid,
+) -> Result<Configure, ErrorFields> {
+    Ok(Configure {
+        queue: params.name(queue, "queue")?,
+        options: options_json(settings, params)?,
+        mode: mode.as_str(),
+        tenant,
+    })
+}
+
+/// The JSON object `configure_queue_v1` takes: durations in each column's
+/// unit (milliseconds for retry_delay and min_pop_wait_time, whole seconds
+/// rounded up otherwise).
+fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String, ErrorFields> {
+    let mut object = Object::new();
+    for s in settings {
+        let value = match &s.value {
+            Value::Literal(v) => v.clone(),
+            Value::Param(n) => {
+                let text = params.text(&Value::Param(*n), s.option.name())?;
+                s.option.parse_value(&text).map_err(parse_error)?
+            }
+        };
+        let json = match &value {
+            OptionValue::Duration(d)
+                if matches!(
+                    s.option,
+                    QueueOption::RetryDelay | QueueOption::MinPopWaitTime
+                ) =>
+            {
+                JsonValue::Uint(d.as_millis())
+            }
+            OptionValue::Duration(d) => {
+                JsonValue::Uint(u128::from(d.as_secs()) + u128::from(d.subsec_nanos() > 0))
+            }
+            OptionValue::Integer(v) => JsonValue::Int(*v),
+            OptionValue::Boolean(b) => JsonValue::Bool(*b),
+            OptionValue::Text(t) => JsonValue::Str(t),
+        };
+        object = object.member(s.option.name(), json);
+    }
+    Ok(object.finish())
+}
+
+pub const DELETE_QUEUE: CallSpec = CallSpec {
+    name: "qw_delete_queue_v1",
+    sql: "SELECT queen.delete_queue_v1(p_queue => $1, p_tenant => $2) AS existed",
+    params: &[Type::TEXT, Type::UUID],
+    columns: &[column("existed", Type::BOOL)],
+};
+
+pub struct DeleteQueue<'a> {
+    pub queue: &'a str,
+    pub tenant: Uuid,
+}
+
+impl Call for DeleteQueue<'_> {
+    const SPEC: &'static CallSpec = &DELETE_QUEUE;
+    type Row = DeleteQueueRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.queue, &self.tenant]
+    }
+}
+
+pub struct DeleteQueueRow {
+    pub existed: Option<bool>,
+}
+
+impl FromRow for DeleteQueueRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(DeleteQueueRow {
+            existed: row.get("existed")?,
+        })
+    }
+}
+
+pub const SEEK_GROUP: CallSpec = CallSpec {
+    name: "qw_seek_v1",
+    sql: "SELECT queen.log_seek_group_v1(p_queue => $1, p_group => $2, p_partition => $3, p_target => $4, p_at => $5::timestamptz, p_tenant => $6) AS partitions",
+    params: &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::UUID,
+    ],
+    columns: &[column("partitions", Type::INT4)],
+};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seek {
+    pub queue: String,
+    pub group: String,
+    pub partition: Option<String>,
+    pub target: &'static str,
+    /// Timestamp text, cast by PostgreSQL.
+    pub at: Option<String>,
+    pub tenant: Uuid,
+}
+
+impl Call for Seek {
+    const SPEC: &'static CallSpec = &SEEK_GROUP;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.queue,
+            &self.group,
+            &self.partition,
+            &self.target,
+            &self.at,
+            &self.tenant,
+        ]
+    }
+}
+
+pub fn seek(stmt: &SeekGroup, params: &Params<'_>, tenant: Uuid) -> Result<Seek, ErrorFields> {
+    let queue = params.name(&stmt.queue, "queue")?;
+    let group = params.name(&stmt.group, "group")?;
+    let partition = stmt
+        .partition
+        .as_ref()
+        .map(|p| params.name(p, "partition"))
+        .transpose()?;
+    let (target, at) = match &stmt.target {
+        SeekTarget::Beginning => ("beginning", None),
+        SeekTarget::End => ("end", None),
+        SeekTarget::Timestamp(ts) => ("timestamp", Some(params.text(ts, "TIMESTAMP")?)),
+    };
+    Ok(Seek {
+        queue,
+        group,
+        partition,
+        target,
+        at,
+        tenant,
+    })
+}
+
+pub const DROP_GROUP: CallSpec = CallSpec {
+    name: "qw_drop_group_v1",
+    sql:
+        "SELECT queen.log_drop_group_v1(p_queue => $1, p_group => $2, p_tenant => $3) AS partitions",
+    params: &[Type::TEXT, Type::TEXT, Type::UUID],
+    columns: &[column("partitions", Type::INT4)],
+};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DropGroup {
+    pub queue: String,
+    pub group: String,
+    pub tenant: Uuid,
+}
+
+impl Call for DropGroup {
+    const SPEC: &'static CallSpec = &DROP_GROUP;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.queue, &self.group, &self.tenant]
+    }
+}
+
+pub fn drop_group(
+    stmt: &DropGroupStatement,
+    params: &Params<'_>,
+    tenant: Uuid,
+) -> Result<DropGroup, ErrorFields> {
+    Ok(DropGroup {
+        queue: params.name(&stmt.queue, "queue")?,
+        group: params.name(&stmt.group, "group")?,
+        tenant,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rewrite::dialect::{self, Statement};
+
+    fn parse(sql: &str) -> Statement {
+        dialect::parse(sql).unwrap().unwrap()
+    }
+
+    #[test]
+    fn options_become_column_units() {
+        let Statement::CreateQueue(c) = parse(
+            "CREATE QUEUE q WITH (lease_time = '250ms', retry_delay = '2s', retry_limit = 5, dead_letter_queue = off, namespace = 'a\"b')",
+        ) else {
+            panic!("parse");
+        };
+        let call = configure(
+            &c.queue,
+            &c.settings,
+            ConfigureMode::Create,
+            &Params(&[]),
+            Uuid::nil(),
+        )
+        .unwrap();
+        assert_eq!(
+            call.options,
+            r#"{"lease_time":1,"retry_delay":2000,"retry_limit":5,"dead_letter_queue":false,"namespace":"a\"b"}"#
+        );
+        assert_eq!(call.mode, "create");
+        assert_eq!(call.params().len(), CONFIGURE.params.len());
+    }
+
+    #[test]
+    fn seek_and_drop_group_bind_their_names() {
+        let Statement::SeekGroup(s) = parse("SEEK GROUP g ON $1 TO END") else {
+            panic!("parse");
+        };
+        let call = seek(&s, &Params(&[Some("q".into())]), Uuid::nil()).unwrap();
+        assert_eq!(
+            (call.queue.as_str(), call.target, call.at.as_deref()),
+            ("q", "end", None)
+        );
+        assert_eq!(call.params().len(), SEEK_GROUP.params.len());
+        let Statement::DropGroup(d) = parse("DROP GROUP $1 ON q") else {
+            panic!("parse");
+        };
+        assert_eq!(
+            drop_group(&d, &Params(&[None]), Uuid::nil())
+                .unwrap_err()
+                .code,
+            "22004"
+        );
+    }
+}

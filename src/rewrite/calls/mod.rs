@@ -1,0 +1,157 @@
+//! Typed calls of the `queen.*` procedures: what the engine sends to
+//! PostgreSQL for each dialect statement and each background task.
+//!
+//! A call is three things, kept side by side in its family's file:
+//!
+//! - a [`CallSpec`]: the name of the statement prepared on each backend
+//!   connection, its one-line SQL, its parameter types and its result
+//!   columns (name and type) — exactly what Parse and Describe of that SQL
+//!   report against the applied schema (`tests/calls.rs` proves it for every
+//!   spec in [`ALL`]);
+//! - a parameter struct implementing [`Call`], built by a pure function from
+//!   the parsed statement and its bound parameters where one fits;
+//! - a row struct implementing [`FromRow`], decoded by column name.
+//!
+//! The SQL names every argument (`p_queue => $1`), so that a renamed
+//! argument fails Parse in that test rather than silently shifting values.
+//! Nothing here does I/O: the engine executes calls
+//! (`crate::backend::call`), and builds no SQL text of its own.
+//!
+//! | calls                                          | module          |
+//! |------------------------------------------------|-----------------|
+//! | push, pop, ack, renew                          | [`queues`]      |
+//! | configure, delete queue, seek and drop group   | [`admin`]       |
+//! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
+//! | the KV batch                                   | [`kv`]          |
+//! | timers, and the fire loop's claim and delete   | [`timers`]      |
+//! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
+//! | transaction control, `queen.raise_v1`          | [`transaction`] |
+
+pub mod admin;
+pub mod json;
+pub mod kv;
+pub mod maintenance;
+pub mod queues;
+mod row;
+pub mod show;
+pub mod timers;
+pub mod transaction;
+
+pub use row::{DecodeError, FromRow, Jsonb, RawRow, Row};
+use tokio_postgres::types::{ToSql, Type};
+
+/// One statement the proxy prepares on a backend connection.
+#[derive(Debug)]
+pub struct CallSpec {
+    /// The prepared statement's name (Parse happens once per connection).
+    pub name: &'static str,
+    /// One line: a call of one `queen.*` function.
+    pub sql: &'static str,
+    /// The types of `$1`, `$2`, … as sent in Parse.
+    pub params: &'static [Type],
+    /// The result columns, as RowDescription reports them.
+    pub columns: &'static [ResultColumn],
+}
+
+/// One result column of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultColumn {
+    pub name: &'static str,
+    pub ty: Type,
+}
+
+/// Shorthand for the column lists of the specs.
+pub const fn column(name: &'static str, ty: Type) -> ResultColumn {
+    ResultColumn { name, ty }
+}
+
+impl CallSpec {
+    /// The index of a result column, by name.
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+}
+
+/// A call ready to run: its spec, its parameter values in `$n` order, and
+/// the type its rows decode into.
+pub trait Call {
+    const SPEC: &'static CallSpec;
+    type Row: FromRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)>;
+}
+
+/// Every call the proxy makes; `tests/calls.rs` Parses and Describes each
+/// against the applied schema.
+pub const ALL: &[&CallSpec] = &[
+    &queues::PUSH,
+    &queues::POP,
+    &queues::ACK,
+    &queues::RENEW,
+    &admin::CONFIGURE,
+    &admin::DELETE_QUEUE,
+    &admin::SEEK_GROUP,
+    &admin::DROP_GROUP,
+    &show::QUEUES,
+    &show::PARTITIONS,
+    &show::GROUPS,
+    &show::DLQ,
+    &kv::APPLY,
+    &timers::SCHEDULE,
+    &timers::CANCEL,
+    &timers::LIST,
+    &timers::CLAIM_DUE,
+    &timers::POSTPONE,
+    &timers::DELETE_FIRED,
+    &maintenance::QUOTA_POLL,
+    &maintenance::TRY_LEASE,
+    &maintenance::EXPIRE_PENDING,
+    &maintenance::PRUNE_SHARD,
+    &maintenance::USAGE_ROLLUP,
+    &maintenance::NOTIFY_PUSHED,
+    &maintenance::ADVISORY_LOCK,
+    &maintenance::ADVISORY_UNLOCK,
+    &maintenance::SERVER_VERSION,
+    &transaction::RAISE,
+    &transaction::BEGIN,
+    &transaction::COMMIT,
+    &transaction::SAVEPOINT_FIRE,
+    &transaction::RELEASE_FIRE,
+    &transaction::ROLLBACK_TO_FIRE,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_spec_has_a_unique_name_and_one_line_of_sql() {
+        let mut names = HashSet::new();
+        for spec in ALL {
+            assert!(names.insert(spec.name), "{} twice", spec.name);
+            assert!(spec.name.starts_with("qw_"), "{}", spec.name);
+            assert!(!spec.sql.contains('\n'), "{}", spec.name);
+        }
+    }
+
+    #[test]
+    fn every_parameter_of_a_spec_appears_in_its_sql() {
+        for spec in ALL {
+            for n in 1..=spec.params.len() {
+                assert!(spec.sql.contains(&format!("${n}")), "{}: ${n}", spec.name);
+            }
+            let beyond = format!("${}", spec.params.len() + 1);
+            assert!(!spec.sql.contains(&beyond), "{}: {beyond}", spec.name);
+        }
+    }
+
+    #[test]
+    fn every_result_column_is_named_once() {
+        for spec in ALL {
+            let mut seen = HashSet::new();
+            for c in spec.columns {
+                assert!(seen.insert(c.name), "{}: {} twice", spec.name, c.name);
+            }
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! PUSH, POP, ACK, RENEW: `log_push_v1`, `log_pop_v1`, `log_ack_v1`,
+//! `log_renew_v1`. The engine adds what needs its state: the frames and
+//! their compression (PUSH), the receipts' HMAC (POP, ACK, RENEW).
+
+use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use crate::protocol::ErrorFields;
+use crate::rewrite::bind::Params;
+use crate::rewrite::dialect::pop::{Pop as PopStatement, SubscribeFrom};
+use bytes::Bytes;
+use std::time::{Duration, SystemTime};
+use tokio_postgres::types::{ToSql, Type};
+use uuid::Uuid;
+
+/// The partition of a row that names none.
+pub const DEFAULT_PARTITION: &str = "Default";
+/// The consumer group of a POP that names none (queue mode).
+pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
+
+pub const PUSH: CallSpec = CallSpec {
+    name: "qw_push_v1",
+    sql: "SELECT msg_index, status, \"offset\", message_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_tenant => $9)",
+    params: &[
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::INT4_ARRAY,
+        Type::BYTEA_ARRAY,
+        Type::INT8_ARRAY,
+        Type::UUID_ARRAY,
+        Type::TIMESTAMPTZ_ARRAY,
+        Type::TIMESTAMPTZ_ARRAY,
+        Type::UUID,
+    ],
+    columns: &[
+        column("msg_index", Type::INT4),
+        column("status", Type::TEXT),
+        column("offset", Type::INT8),
+        column("message_id", Type::UUID),
+    ],
+};
+
+/// One write: a segment per partition, the arrays parallel by partition
+/// except the message ids and transaction hashes, which run over every
+/// message of every segment in order.
+pub struct Push<'a> {
+    pub queue: &'a str,
+    pub partitions: Vec<String>,
+    pub counts: Vec<i32>,
+    pub blobs: Vec<Vec<u8>>,
+    /// `None` when no message has a transaction id: the procedure then
+    /// skips its dedup probe altogether.
+    pub txn_hashes: Option<Vec<Option<i64>>>,
+    pub message_ids: Vec<Uuid>,
+    pub min_created_at: &'a [SystemTime],
+    pub max_created_at: &'a [SystemTime],
+    pub tenant: Uuid,
+}
+
+impl Call for Push<'_> {
+    const SPEC: &'static CallSpec = &PUSH;
+    type Row = PushRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.queue,
+            &self.partitions,
+            &self.counts,
+            &self.blobs,
+            &self.txn_hashes,
+            &self.message_ids,
+            &self.min_created_at,
+            &self.max_created_at,
+            &self.tenant,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PushRow {
+    /// Index into the flattened messages of the call.
+    pub msg_index: i32,
+    /// `queued` or `duplicate`.
+    pub status: String,
+    pub offset: Option<i64>,
+    pub message_id: Option<Uuid>,
+}
+
+impl FromRow for PushRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(PushRow {
+            msg_index: row.get("msg_index")?,
+            status: row.get("status")?,
+            offset: row.get("offset")?,
+            message_id: row.get("message_id")?,
+        })
+    }
+}
+
+pub const POP: CallSpec = CallSpec {
+    name: "qw_pop_v1",
+    sql: "SELECT partition_id, partition_name, lease_token, lease_expires_at, retry_count, from_offset, to_offset, base_offset, blob FROM queen.log_pop_v1(p_queue => $1, p_partition => $2, p_group => $3, p_limit => $4, p_max_partitions => $5, p_lease_ms => $6, p_subscribe => $7, p_subscribe_at => $8::timestamptz, p_auto_ack => $9, p_tenant => $10)",
+    params: &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT4,
+        Type::INT4,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::BOOL,
+        Type::UUID,
+    ],
+    columns: &[
+        column("partition_id", Type::INT8),
+        column("partition_name", Type::TEXT),
+        column("lease_token", Type::UUID),
+        column("lease_expires_at", Type::TIMESTAMPTZ),
+        column("retry_count", Type::INT4),
+        column("from_offset", Type::INT8),
+        column("to_offset", Type::INT8),
+        column("base_offset", Type::INT8),
+        column("blob", Type::BYTEA),
+    ],
+};
+
+/// The values of a POP that do not change between attempts of a WAIT.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PopArgs {
+    pub queue: String,
+    pub partition: Option<String>,
+    pub group: String,
+    pub limit: i32,
+    pub max_partitions: i32,
+    pub lease_ms: Option<i64>,
+    pub subscribe: &'static str,
+    /// Timestamp text, cast by PostgreSQL (so it reads it as it would).
+    pub subscribe_at: Option<String>,
+    pub auto_ack: bool,
+    pub wait: Option<Duration>,
+}
+
+/// A POP statement's call values.
+pub fn pop_args(stmt: &PopStatement, params: &Params<'_>) -> Result<PopArgs, ErrorFields> {
+    let (subscribe, subscribe_at) = match &stmt.subscribe_from {
+        None | Some(SubscribeFrom::Beginning) => ("beginning", None),
+        Some(SubscribeFrom::Now) => ("now", None),
+        Some(SubscribeFrom::Timestamp(ts)) => {
+            ("timestamp", Some(params.text(ts, "SUBSCRIBE FROM")?))
+        }
+    };
+    Ok(PopArgs {
+        queue: params.name(&stmt.queue, "queue")?,
+        partition: stmt
+            .partition
+            .as_ref()
+            .map(|p| params.name(p, "partition"))
+            .transpose()?,
+        group: match &stmt.group {
+            Some(g) => params.name(g, "group")?,
+            None => QUEUE_MODE_GROUP.to_string(),
+        },
+        limit: params.count(&stmt.limit, "LIMIT")? as i32,
+        max_partitions: params.count(&stmt.partitions, "PARTITIONS")? as i32,
+        lease_ms: stmt
+            .lease
+            .as_ref()
+            .map(|l| params.duration(l, "LEASE"))
+            .transpose()?
+            .map(|d| d.as_millis().clamp(1, i64::MAX as u128) as i64),
+        subscribe,
+        subscribe_at,
+        auto_ack: stmt.auto_ack,
+        wait: stmt
+            .wait
+            .as_ref()
+            .map(|w| params.duration(w, "WAIT"))
+            .transpose()?,
+    })
+}
+
+pub struct Pop<'a> {
+    pub args: &'a PopArgs,
+    pub tenant: Uuid,
+}
+
+impl Call for Pop<'_> {
+    const SPEC: &'static CallSpec = &POP;
+    type Row = PopRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let a = self.args;
+        vec![
+            &a.queue,
+            &a.partition,
+            &a.group,
+            &a.limit,
+            &a.max_partitions,
+            &a.lease_ms,
+            &a.subscribe,
+            &a.subscribe_at,
+            &a.auto_ack,
+            &self.tenant,
+        ]
+    }
+}
+
+/// One claimed segment range of a partition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PopRow {
+    pub partition_id: i64,
+    pub partition_name: String,
+    /// `None` with AUTO ACK (nothing to acknowledge).
+    pub lease_token: Option<Uuid>,
+    pub lease_expires_at: Option<SystemTime>,
+    pub retry_count: i32,
+    pub from_offset: i64,
+    pub to_offset: i64,
+    pub base_offset: i64,
+    /// The segment (frames, see `engine/frame.rs`).
+    pub blob: Bytes,
+}
+
+impl FromRow for PopRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(PopRow {
+            partition_id: row.get("partition_id")?,
+            partition_name: row.get("partition_name")?,
+            lease_token: row.get("lease_token")?,
+            lease_expires_at: row.get("lease_expires_at")?,
+            retry_count: row.get("retry_count")?,
+            from_offset: row.get("from_offset")?,
+            to_offset: row.get("to_offset")?,
+            base_offset: row.get("base_offset")?,
+            blob: row.bytes("blob")?,
+        })
+    }
+}
+
+pub const ACK: CallSpec = CallSpec {
+    name: "qw_ack_v1",
+    sql: "SELECT idx, status FROM queen.log_ack_v1(p_partition_ids => $1, p_offsets => $2, p_groups => $3, p_lease_tokens => $4, p_failed => $5, p_reason => $6, p_tenant => $7)",
+    params: &[
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::UUID_ARRAY,
+        Type::BOOL,
+        Type::TEXT,
+        Type::UUID,
+    ],
+    columns: &[column("idx", Type::INT4), column("status", Type::TEXT)],
+};
+
+/// Acknowledges messages, parallel arrays by receipt.
+pub struct Ack<'a> {
+    pub partition_ids: Vec<i64>,
+    pub offsets: Vec<i64>,
+    pub groups: Vec<&'a str>,
+    pub lease_tokens: Vec<Uuid>,
+    pub failed: bool,
+    pub reason: Option<String>,
+    pub tenant: Uuid,
+}
+
+impl Call for Ack<'_> {
+    const SPEC: &'static CallSpec = &ACK;
+    type Row = AckRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.partition_ids,
+            &self.offsets,
+            &self.groups,
+            &self.lease_tokens,
+            &self.failed,
+            &self.reason,
+            &self.tenant,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AckRow {
+    /// Index of the receipt in the call's arrays.
+    pub idx: i32,
+    pub status: String,
+}
+
+impl FromRow for AckRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(AckRow {
+            idx: row.get("idx")?,
+            status: row.get("status")?,
+        })
+    }
+}
+
+pub const RENEW: CallSpec = CallSpec {
+    name: "qw_renew_v1",
+    sql: "SELECT idx, lease_expires_at FROM queen.log_renew_v1(p_partition_ids => $1, p_groups => $2, p_lease_tokens => $3, p_extend_ms => $4, p_tenant => $5)",
+    params: &[
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::UUID_ARRAY,
+        Type::INT8,
+        Type::UUID,
+    ],
+    columns: &[
+        column("idx", Type::INT4),
+        column("lease_expires_at", Type::TIMESTAMPTZ),
+    ],
+};
+
+pub struct Renew<'a> {
+    pub partition_ids: Vec<i64>,
+    pub groups: Vec<&'a str>,
+    pub lease_tokens: Vec<Uuid>,
+    /// `None`: each queue's own lease time.
+    pub extend_ms: Option<i64>,
+    pub tenant: Uuid,
+}
+
+impl Call for Renew<'_> {
+    const SPEC: &'static CallSpec = &RENEW;
+    type Row = RenewRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.partition_ids,
+            &self.groups,
+            &self.lease_tokens,
+            &self.extend_ms,
+            &self.tenant,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenewRow {
+    pub idx: i32,
+    pub lease_expires_at: Option<SystemTime>,
+}
+
+impl FromRow for RenewRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(RenewRow {
+            idx: row.get("idx")?,
+            lease_expires_at: row.get("lease_expires_at")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::RawRow;
+    use super::*;
+    use crate::rewrite::dialect::{self, Statement};
+
+    fn pop(sql: &str, params: &[Option<String>]) -> Result<PopArgs, ErrorFields> {
+        let Some(Ok(Statement::Pop(p))) = dialect::parse(sql) else {
+            panic!("{sql}");
+        };
+        pop_args(&p, &Params(params))
+    }
+
+    #[test]
+    fn a_bare_pop_takes_the_procedures_defaults() {
+        let args = pop("POP FROM q", &[]).unwrap();
+        assert_eq!(args.queue, "q");
+        assert_eq!(args.partition, None);
+        assert_eq!(args.group, QUEUE_MODE_GROUP);
+        assert_eq!((args.limit, args.max_partitions), (1, 1));
+        assert_eq!(args.subscribe, "beginning");
+        assert_eq!((args.lease_ms, args.wait), (None, None));
+        let call = Pop {
+            args: &args,
+            tenant: Uuid::nil(),
+        };
+        assert_eq!(call.params().len(), POP.params.len());
+    }
+
+    #[test]
+    fn a_pop_binds_its_parameters() {
+        let params = [Some("jobs".to_string()), Some("250ms".to_string())];
+        let args = pop(
+            "POP FROM $1 GROUP g LIMIT 5 LEASE $2 WAIT '2s' SUBSCRIBE FROM NOW",
+            &params,
+        )
+        .unwrap();
+        assert_eq!(args.queue, "jobs");
+        assert_eq!(args.group, "g");
+        assert_eq!(args.limit, 5);
+        assert_eq!(args.lease_ms, Some(250));
+        assert_eq!(args.wait, Some(Duration::from_secs(2)));
+        assert_eq!(args.subscribe, "now");
+        assert_eq!(pop("POP FROM $1", &[None]).unwrap_err().code, "22004");
+    }
+
+    #[test]
+    fn rows_decode_by_name() {
+        let raw = RawRow::from_cells(vec![
+            Some(3i32.to_be_bytes().to_vec()),
+            Some(b"queued".to_vec()),
+            Some(41i64.to_be_bytes().to_vec()),
+            None,
+        ]);
+        let row: PushRow = Row::decode(&PUSH, &raw).unwrap();
+        assert_eq!(
+            row,
+            PushRow {
+                msg_index: 3,
+                status: "queued".into(),
+                offset: Some(41),
+                message_id: None
+            }
+        );
+        let ack = RawRow::from_cells(vec![None, Some(b"acked".to_vec())]);
+        assert!(Row::decode::<AckRow>(&ACK, &ack).is_err());
+    }
+}

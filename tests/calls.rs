@@ -1,0 +1,94 @@
+//! Every call the proxy makes, Parsed and Described against the applied
+//! schema: a renamed or retyped procedure argument, or a renamed or retyped
+//! result column, fails here rather than in front of a user.
+
+mod common;
+
+use common::proxy::connect;
+use queenwire::engine::schema;
+use queenwire::rewrite::calls::{CallSpec, ALL};
+use tokio_postgres::types::Type;
+
+/// The `$n` that are passed straight to a named argument (`p_x => $n`
+/// followed by `,` or `)`), as opposed to `$n` inside an expression.
+fn direct_arguments(sql: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (at, _) in sql.match_indices("=> $") {
+        let rest = &sql[at + 4..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let after = rest[digits.len()..].chars().next();
+        if matches!(after, Some(',' | ')')) {
+            out.push(digits.parse().expect("a parameter number"));
+        }
+    }
+    out
+}
+
+/// The types a Parse declares: the spec's own, except for the parameters
+/// passed straight to an argument, which are left for PostgreSQL to infer
+/// from the procedure's declaration (so that a retyped argument shows).
+fn declared_types(spec: &CallSpec) -> Vec<Type> {
+    let direct = direct_arguments(spec.sql);
+    spec.params
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| {
+            if direct.contains(&(i + 1)) {
+                Type::UNKNOWN
+            } else {
+                ty.clone()
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_call_parses_and_describes_as_its_spec_says() {
+    let db = common::cluster::fresh_database("calls");
+    let client = connect(&db).await;
+    schema::apply(&client).await.unwrap();
+    let mut mismatches = Vec::new();
+    for spec in ALL {
+        let statement = match client.prepare_typed(spec.sql, &declared_types(spec)).await {
+            Ok(s) => s,
+            Err(e) => {
+                let why = e
+                    .as_db_error()
+                    .map_or(e.to_string(), |d| d.message().to_string());
+                mismatches.push(format!("{}: Parse failed: {why}", spec.name));
+                continue;
+            }
+        };
+        if statement.params() != spec.params {
+            mismatches.push(format!(
+                "{}: parameters {:?}, spec says {:?}",
+                spec.name,
+                statement.params(),
+                spec.params
+            ));
+        }
+        let columns: Vec<(&str, &Type)> = statement
+            .columns()
+            .iter()
+            .map(|c| (c.name(), c.type_()))
+            .collect();
+        let expected: Vec<(&str, &Type)> = spec.columns.iter().map(|c| (c.name, &c.ty)).collect();
+        if columns != expected {
+            mismatches.push(format!(
+                "{}: columns {columns:?}, spec says {expected:?}",
+                spec.name
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn direct_arguments_are_told_from_expressions() {
+    assert_eq!(
+        direct_arguments(
+            "SELECT f(p_a => $1, p_b => $2::jsonb, p_c => COALESCE($3, 1), p_d => $4)"
+        ),
+        vec![1, 4]
+    );
+}

@@ -55,7 +55,7 @@ fn main() {
                 }
             }
         }
-        frontend::build_bind("qw_push_v1", params.len() as i16, &values, 1, 1).encode(out);
+        bind_ours("qw_push_v1", params.len() as i16, &values).encode(out);
         frontend::build_execute("", 0).encode(out);
         frontend::sync().encode(out);
     });
@@ -126,6 +126,22 @@ fn main() {
         "{:<34} ours {:>7.1} ns   postgres-protocol: no frontend parser",
         "read a client Bind(3)", ours
     );
+}
+
+/// queenwire's own Bind builder before the switch: the body is built in a
+/// buffer of its own, then copied into the connection's.
+fn bind_ours(statement: &str, count: i16, values: &[u8]) -> protocol::Message {
+    protocol::build(b'B', |b| {
+        b.put_u8(0);
+        b.put_slice(statement.as_bytes());
+        b.put_u8(0);
+        b.put_i16(1);
+        b.put_i16(1);
+        b.put_i16(count);
+        b.put_slice(values);
+        b.put_i16(1);
+        b.put_i16(1);
+    })
 }
 
 /// ns per round of `f` writing into a buffer cleared each round.

@@ -14,7 +14,7 @@ mod common;
 use bytes::{BufMut, BytesMut};
 use common::proxy::Proxy;
 use queenwire::protocol::tags::Target as Describes;
-use queenwire::protocol::{self, frontend, read_message, ErrorFields, Message};
+use queenwire::protocol::{self, frontend, read_message, Message, SqlError};
 use queenwire::rewrite::{self, dialect, Command};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -314,16 +314,19 @@ struct Heard {
 }
 
 impl Heard {
-    fn errors(&self) -> Vec<ErrorFields> {
+    fn errors(&self) -> Vec<SqlError> {
         self.messages
             .iter()
             .filter(|m| m.tag == b'E')
-            .map(|m| ErrorFields::parse(&m.body))
+            .map(|m| SqlError::parse(&m.body))
             .collect()
     }
 
     fn codes(&self) -> Vec<String> {
-        self.errors().into_iter().map(|e| e.code).collect()
+        self.errors()
+            .into_iter()
+            .map(|e| e.code().to_string())
+            .collect()
     }
 
     fn rows(&self) -> Vec<Vec<Option<String>>> {

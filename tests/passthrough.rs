@@ -207,7 +207,7 @@ async fn error_mid_pipeline_skips_to_sync_and_the_session_goes_on() {
     let r = raw.read_until_ready().await;
     assert_eq!(r.rows, vec![vec![Some("1".into())]]);
     assert_eq!(r.errors.len(), 1);
-    assert_eq!(r.errors[0].code, "42P01");
+    assert_eq!(r.errors[0].code(), "42P01");
     assert_eq!(r.status, b'I');
     // Nothing from the statements after the error.
     assert_eq!(r.completions, vec!["SELECT 1"]);
@@ -235,10 +235,10 @@ async fn ready_for_query_reports_the_transaction_status() {
     assert_eq!(raw.simple("CREATE TABLE s (x int)").await.status, b'T');
     assert_eq!(raw.simple("SAVEPOINT a").await.status, b'T');
     let r = raw.simple("SELECT 1/0").await;
-    assert_eq!(r.errors[0].code, "22012");
+    assert_eq!(r.errors[0].code(), "22012");
     assert_eq!(r.status, b'E');
     let r = raw.simple("SELECT 1").await;
-    assert_eq!(r.errors[0].code, "25P02");
+    assert_eq!(r.errors[0].code(), "25P02");
     assert_eq!(r.status, b'E');
     assert_eq!(raw.simple("ROLLBACK TO SAVEPOINT a").await.status, b'T');
     assert_eq!(raw.simple("INSERT INTO s VALUES (1)").await.status, b'T');
@@ -627,7 +627,7 @@ async fn dialect_and_plain_statements_share_one_extended_pipeline() {
     raw.simple("BEGIN").await;
     raw.simple("INSERT INTO audit VALUES ('doomed')").await;
     let r = raw.simple("ACK 'forged'").await;
-    assert_eq!(r.errors[0].code, "22P02");
+    assert_eq!(r.errors[0].code(), "22P02");
     assert_eq!(r.status, b'E');
     assert_eq!(raw.simple("COMMIT").await.completions, vec!["ROLLBACK"]);
     let n: i64 = direct
@@ -706,7 +706,7 @@ async fn deallocate_from_the_client_leaves_the_proxy_consistent() {
     raw.send(&[bind_text("", "mine", &[]), execute("", 0), sync()])
         .await;
     let r = raw.read_until_ready().await;
-    assert_eq!(r.errors[0].code, "26000");
+    assert_eq!(r.errors[0].code(), "26000");
     client.query_one("SELECT 1", &[]).await.unwrap();
     // Other sessions are unaffected.
     let other = proxy.connect().await;
@@ -755,7 +755,7 @@ async fn too_many_open_dialect_portals_get_54000() {
     msgs.push(sync());
     raw.send(&msgs).await;
     let r = raw.read_until_ready().await;
-    let codes: Vec<&str> = r.errors.iter().map(|e| e.code.as_str()).collect();
+    let codes: Vec<&str> = r.errors.iter().map(|e| e.code()).collect();
     assert_eq!(codes, ["54000"]);
     assert_eq!(r.tags.iter().filter(|t| **t == b'2').count(), 10_000);
     // Sync ended the pipeline's transaction: the portals are gone, there is

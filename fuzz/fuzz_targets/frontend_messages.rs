@@ -14,7 +14,7 @@ use queenwire::engine::queues::{self, Limits};
 use queenwire::engine::values::Params;
 use queenwire::frontend::params::{bind_params_as_text, result_format};
 use queenwire::frontend::scram;
-use queenwire::protocol::{self, frontend, BodyReader, ErrorFields, FrameError, Message};
+use queenwire::protocol::{self, frontend, BodyReader, SqlError, FrameError, Message};
 use queenwire::rewrite::{self, dialect::Statement, Command};
 use std::future::Future;
 use std::pin::Pin;
@@ -154,7 +154,7 @@ fn message(msg: &Message, state: &mut State) {
     if let Ok(b) = frontend::bind(msg) {
         let _ = bind_params_as_text(&b.params, &b.param_formats, &[]);
     }
-    let _ = ErrorFields::parse(&msg.body);
+    let _ = SqlError::parse(&msg.body);
 }
 
 fn bind(msg: &Message, b: &frontend::Bind<'_>, state: &State) {

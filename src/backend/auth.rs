@@ -4,9 +4,10 @@
 //! Kerberos, GSSAPI and SSPI are not spoken.
 
 use super::conn::{BackendConn, BackendError, BackendTarget};
-use crate::protocol::{ErrorFields, Malformed, Message};
-use bytes::{BufMut, BytesMut};
+use crate::protocol::tags::backend as tag;
+use crate::protocol::{Malformed, Message, SqlError};
 use postgres_protocol::authentication::{md5_hash, sasl};
+use postgres_protocol::message::frontend as pp;
 
 /// What the backend asks for in an Authentication message.
 #[derive(Debug, PartialEq, Eq)]
@@ -107,12 +108,7 @@ async fn authenticate_sasl(
     }
     let mut scram = sasl::ScramSha256::new(password(target)?, sasl::ChannelBinding::unsupported());
     let first = scram.message();
-    let mut initial = BytesMut::new();
-    initial.put_slice(sasl::SCRAM_SHA_256.as_bytes());
-    initial.put_u8(0);
-    initial.put_i32(first.len() as i32);
-    initial.put_slice(first);
-    conn.send(&Message::new(b'p', initial.freeze()));
+    conn.write(|b| pp::sasl_initial_response(sasl::SCRAM_SHA_256, first, b))?;
     conn.flush().await?;
 
     let AuthRequest::SaslContinue(challenge) = auth_request(conn).await? else {
@@ -121,7 +117,7 @@ async fn authenticate_sasl(
     scram
         .update(&challenge)
         .map_err(|e| BackendError::Auth(format!("SCRAM: {e}")))?;
-    conn.send(&Message::new(b'p', scram.message().to_vec()));
+    conn.write(|b| pp::sasl_response(scram.message(), b))?;
     conn.flush().await?;
 
     let AuthRequest::SaslFinal(signature) = auth_request(conn).await? else {
@@ -136,10 +132,7 @@ async fn send_password_message(
     conn: &mut BackendConn,
     password: &[u8],
 ) -> Result<(), BackendError> {
-    let mut body = BytesMut::new();
-    body.put_slice(password);
-    body.put_u8(0);
-    conn.send(&Message::new(b'p', body.freeze()));
+    conn.write(|b| pp::password_message(password, b))?;
     conn.flush().await
 }
 
@@ -150,10 +143,10 @@ async fn auth_request(conn: &mut BackendConn) -> Result<AuthRequest, BackendErro
     loop {
         let msg = conn.recv().await?;
         match msg.tag {
-            b'R' => return AuthRequest::parse(&msg),
-            b'S' => conn.note_parameter_status(&msg),
-            b'N' => {}
-            b'E' => return Err(BackendError::Server(ErrorFields::parse(&msg.body))),
+            tag::AUTHENTICATION => return AuthRequest::parse(&msg),
+            tag::PARAMETER_STATUS => conn.note_parameter_status(&msg),
+            tag::NOTICE_RESPONSE => {}
+            tag::ERROR_RESPONSE => return Err(BackendError::Server(SqlError::parse(&msg.body))),
             other => {
                 return Err(BackendError::Protocol(format!(
                     "unexpected message '{}' during authentication",
@@ -177,6 +170,7 @@ mod tests {
     use super::*;
     use crate::backend::conn::{BackendAddress, BackendKey};
     use crate::protocol::{self, read_message};
+    use bytes::BytesMut;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
     fn target(password: Option<&str>) -> BackendTarget {
@@ -213,7 +207,7 @@ mod tests {
             let msg = read_message(&mut self.stream, &mut self.buf, 1 << 20)
                 .await
                 .unwrap();
-            assert_eq!(msg.tag, b'p');
+            assert_eq!(msg.tag, crate::protocol::tags::frontend::PASSWORD);
             msg.body.to_vec()
         }
 
@@ -222,7 +216,8 @@ mod tests {
             self.send(protocol::parameter_status("server_version", "17.0"))
                 .await;
             self.send(protocol::backend_key_data(7, 9)).await;
-            self.send(protocol::ready_for_query(protocol::TxStatus::Idle)).await;
+            self.send(protocol::ready_for_query(protocol::TxStatus::Idle))
+                .await;
         }
     }
 
@@ -312,8 +307,14 @@ mod tests {
                 b.accept().await;
             }
             Err(_) => {
-                b.send(ErrorFields::fatal("28P01", "password authentication failed").to_message())
-                    .await
+                b.send(
+                    SqlError::fatal(
+                        crate::protocol::SqlState::INVALID_PASSWORD,
+                        "password authentication failed",
+                    )
+                    .to_message(),
+                )
+                .await
             }
         }
     }
@@ -326,7 +327,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_password_is_the_backends_own_error() {
         match start(target(Some("wrong")), |b| scram_backend(b, "pw")).await {
-            Err(BackendError::Server(e)) => assert_eq!(e.code, "28P01"),
+            Err(BackendError::Server(e)) => assert_eq!(e.code(), "28P01"),
             other => panic!("expected 28P01, got {:?}", other.err()),
         }
     }

@@ -4,10 +4,13 @@
 //! decoded by column name into each call's row struct.
 
 use super::conn::{BackendConn, BackendError};
-use crate::protocol::{self, ErrorFields, Message, TxStatus};
+use crate::protocol::tags::backend as tag;
+use crate::protocol::{self, Message, SqlError, TxStatus};
+use postgres_protocol::message::frontend as pp;
+
+/// Parameters and results of the proxy's own calls travel in binary.
+const BINARY: i16 = 1;
 use crate::rewrite::calls::{Call, CallSpec, DecodeError, RawRow, Row};
-use bytes::BufMut;
-use bytes::BytesMut;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
 impl From<DecodeError> for BackendError {
@@ -69,67 +72,61 @@ impl BackendConn {
         }
         let parse_sent = !self.internal_prepared.contains(spec.name);
         if parse_sent {
-            let oids: Vec<u32> = spec.params.iter().map(Type::oid).collect();
-            self.send(&protocol::frontend::build_parse(spec.name, spec.sql, &oids));
+            self.write(|b| pp::parse(spec.name, spec.sql, spec.params.iter().map(Type::oid), b))?;
         }
-        let mut values = BytesMut::new();
-        for (i, (p, ty)) in params.iter().zip(spec.params).enumerate() {
-            let len_at = values.len();
-            values.put_i32(0);
-            match p.to_sql_checked(ty, &mut values) {
-                Ok(IsNull::Yes) => {
-                    values.truncate(len_at);
-                    values.put_i32(-1);
-                }
-                Ok(IsNull::No) => {
-                    let len = (values.len() - len_at - 4) as i32;
-                    values[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
-                }
-                Err(e) => {
-                    return Err(BackendError::Protocol(format!(
-                        "{}: encoding parameter {}: {e}",
-                        spec.name,
-                        i + 1
-                    )))
-                }
-            }
+        let bound = self.write(|b| {
+            pp::bind(
+                "",
+                spec.name,
+                [BINARY],
+                params.iter().zip(spec.params),
+                |(p, ty), out| match p.to_sql_checked(ty, out)? {
+                    IsNull::Yes => Ok(postgres_protocol::IsNull::Yes),
+                    IsNull::No => Ok(postgres_protocol::IsNull::No),
+                },
+                [BINARY],
+                b,
+            )
+        });
+        if let Err(e) = bound {
+            let why = match e {
+                pp::BindError::Conversion(e) => e.to_string(),
+                pp::BindError::Serialization(e) => e.to_string(),
+            };
+            return Err(BackendError::Protocol(format!(
+                "{}: encoding parameters: {why}",
+                spec.name
+            )));
         }
-        self.send(&protocol::build(b'B', |b| {
-            b.put_u8(0);
-            b.put_slice(spec.name.as_bytes());
-            b.put_u8(0);
-            b.put_i16(1);
-            b.put_i16(1);
-            b.put_i16(params.len() as i16);
-            b.put_slice(&values);
-            b.put_i16(1);
-            b.put_i16(1);
-        }));
-        self.send(&protocol::build(b'E', |b| {
-            b.put_u8(0);
-            b.put_i32(0);
-        }));
+        self.write(|b| pp::execute("", 0, b))?;
         let autosync = self.autosync;
-        self.send(&protocol::empty(if autosync { b'S' } else { b'H' }));
+        self.write(|b| {
+            if autosync {
+                pp::sync(b)
+            } else {
+                pp::flush(b)
+            }
+            Ok::<(), BackendError>(())
+        })?;
         self.flush().await?;
         let mut rows = Vec::new();
         let mut error = None;
         loop {
             let msg = self.recv().await?;
             match msg.tag {
-                b'1' => {
+                tag::PARSE_COMPLETE => {
                     self.internal_prepared.insert(spec.name);
                 }
-                b'2' | b'N' => {}
-                b'S' => self.note_parameter_status(&msg),
-                b'D' => rows.push(data_row(msg)?),
-                b'C' if !autosync => return Ok(rows),
-                b'C' => {}
-                b'E' if !autosync => {
-                    return Err(BackendError::Server(ErrorFields::parse(&msg.body)))
+                tag::BIND_COMPLETE | tag::NOTICE_RESPONSE => {}
+                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
+                tag::DATA_ROW => rows.push(data_row(msg)?),
+                tag::COMMAND_COMPLETE if !autosync => return Ok(rows),
+                tag::COMMAND_COMPLETE => {}
+                tag::ERROR_RESPONSE if !autosync => {
+                    return Err(BackendError::Server(SqlError::parse(&msg.body)))
                 }
-                b'E' => error = Some(ErrorFields::parse(&msg.body)),
-                b'Z' if autosync => {
+                tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
+                tag::READY_FOR_QUERY if autosync => {
                     self.status = TxStatus::from_ready_body(&msg.body);
                     return match error {
                         Some(e) => Err(BackendError::Server(e)),

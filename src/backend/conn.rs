@@ -6,8 +6,10 @@
 //! serve here: it re-encodes every message and always asks for binary
 //! results.
 
-use crate::protocol::{self, read_message, ErrorFields, FrameError, Message, TxStatus};
-use bytes::{BufMut, BytesMut};
+use crate::protocol::tags::backend as tag;
+use crate::protocol::{self, read_message, FrameError, Message, SqlError, TxStatus};
+use bytes::BytesMut;
+use postgres_protocol::message::frontend as pp;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,10 +77,7 @@ impl BackendTarget {
     pub async fn cancel(&self, key: BackendKey) -> std::io::Result<()> {
         let mut stream = self.open_stream().await?;
         let mut packet = BytesMut::with_capacity(16);
-        packet.put_i32(16);
-        packet.put_i32(80877102);
-        packet.put_i32(key.pid);
-        packet.put_i32(key.secret);
+        pp::cancel_request(key.pid, key.secret, &mut packet);
         stream.write_all(&packet).await?;
         stream.flush().await
     }
@@ -118,7 +117,7 @@ pub enum BackendError {
     PoolClosed,
     /// PostgreSQL answered with an ErrorResponse.
     #[error("{}", .0.message)]
-    Server(ErrorFields),
+    Server(SqlError),
 }
 
 fn pool_timeout_stage(stage: &deadpool::managed::TimeoutType) -> &'static str {
@@ -211,21 +210,14 @@ impl BackendConn {
     }
 
     async fn send_startup_packet(&mut self, target: &BackendTarget) -> Result<(), BackendError> {
-        let mut body = BytesMut::new();
-        body.put_i32(196608);
-        for (k, v) in [
-            ("user", target.user.as_str()),
-            ("database", target.database.as_str()),
-        ] {
-            body.put_slice(k.as_bytes());
-            body.put_u8(0);
-            body.put_slice(v.as_bytes());
-            body.put_u8(0);
-        }
-        body.put_u8(0);
-        let mut packet = BytesMut::with_capacity(body.len() + 4);
-        packet.put_i32(body.len() as i32 + 4);
-        packet.put_slice(&body);
+        let mut packet = BytesMut::new();
+        pp::startup_message(
+            [
+                ("user", target.user.as_str()),
+                ("database", target.database.as_str()),
+            ],
+            &mut packet,
+        )?;
         self.stream.write_all(&packet).await?;
         Ok(())
     }
@@ -236,17 +228,19 @@ impl BackendConn {
         loop {
             let msg = self.recv().await?;
             match msg.tag {
-                b'S' => self.note_parameter_status(&msg),
-                b'K' => {
+                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
+                tag::BACKEND_KEY_DATA => {
                     let mut r = msg.reader();
                     let malformed = |e: protocol::Malformed| BackendError::Protocol(e.to_string());
                     let pid = r.i32().map_err(malformed)?;
                     let secret = r.i32().map_err(malformed)?;
                     self.key = BackendKey { pid, secret };
                 }
-                b'E' => return Err(BackendError::Server(ErrorFields::parse(&msg.body))),
-                b'N' => {}
-                b'Z' => {
+                tag::ERROR_RESPONSE => {
+                    return Err(BackendError::Server(SqlError::parse(&msg.body)))
+                }
+                tag::NOTICE_RESPONSE => {}
+                tag::READY_FOR_QUERY => {
                     self.status = TxStatus::from_ready_body(&msg.body);
                     return Ok(());
                 }
@@ -295,6 +289,15 @@ impl BackendConn {
         msg.encode(&mut self.write_buf);
     }
 
+    /// Queues a message the proxy builds itself, written straight into the
+    /// send buffer by one of postgres-protocol's frontend builders.
+    pub fn write<E>(
+        &mut self,
+        build: impl FnOnce(&mut BytesMut) -> Result<(), E>,
+    ) -> Result<(), E> {
+        build(&mut self.write_buf)
+    }
+
     pub fn unflushed_len(&self) -> usize {
         self.write_buf.len()
     }
@@ -331,15 +334,17 @@ impl BackendConn {
     pub async fn simple_query_quiet(&mut self, sql: &str) -> Result<(), BackendError> {
         // A simple query destroys the unnamed statement.
         self.unnamed_owner = None;
-        self.send(&protocol::frontend::build_query(sql));
+        pp::query(sql, &mut self.write_buf)?;
         self.flush().await?;
         let mut first_error = None;
         loop {
             let msg = self.recv().await?;
             match msg.tag {
-                b'E' if first_error.is_none() => first_error = Some(ErrorFields::parse(&msg.body)),
-                b'S' => self.note_parameter_status(&msg),
-                b'Z' => {
+                tag::ERROR_RESPONSE if first_error.is_none() => {
+                    first_error = Some(SqlError::parse(&msg.body))
+                }
+                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
+                tag::READY_FOR_QUERY => {
                     self.status = TxStatus::from_ready_body(&msg.body);
                     return match first_error {
                         Some(e) => Err(BackendError::Server(e)),
@@ -402,13 +407,13 @@ impl BackendConn {
     /// Ends the current extended-protocol exchange: Sync, then everything up
     /// to ReadyForQuery; returns the transaction status.
     pub async fn sync(&mut self) -> Result<TxStatus, BackendError> {
-        self.send(&protocol::empty(b'S'));
+        pp::sync(&mut self.write_buf);
         self.flush().await?;
         loop {
             let msg = self.recv().await?;
             match msg.tag {
-                b'S' => self.note_parameter_status(&msg),
-                b'Z' => {
+                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
+                tag::READY_FOR_QUERY => {
                     self.status = TxStatus::from_ready_body(&msg.body);
                     return Ok(self.status);
                 }

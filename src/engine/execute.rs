@@ -7,7 +7,7 @@ use super::lend::{CallEnd, Lender};
 use super::values::Params;
 use super::{queues, Engine, ExecError, Outcome, RAISE_CALL};
 use crate::backend::{BackendConn, BackendError};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::Statement;
 use uuid::Uuid;
@@ -18,7 +18,7 @@ pub enum StatementError {
     /// The backend's transaction knows the statement failed (it answered
     /// with an error, was made to, or the session had no transaction on a
     /// backend): report it and skip to the next Sync.
-    Failed(ErrorFields),
+    Failed(SqlError),
     /// No backend connection could be had for it: nothing was sent.
     Unavailable(BackendError),
     /// The session's backend connection broke.
@@ -72,7 +72,7 @@ impl Engine {
     /// the session holds a connection: its transaction then fails exactly
     /// as for an error of PostgreSQL's own. Without one there is no
     /// transaction to fail.
-    pub async fn refuse<L: Lender>(&self, lender: &mut L, refusal: ErrorFields) -> StatementError {
+    pub async fn refuse<L: Lender>(&self, lender: &mut L, refusal: SqlError) -> StatementError {
         let end = lender.call_end();
         if let Some(conn) = lender.held() {
             if let Err(e) = raise(conn, end, &refusal).await {
@@ -116,11 +116,11 @@ impl Engine {
 async fn raise(
     conn: &mut BackendConn,
     end: CallEnd,
-    refusal: &ErrorFields,
+    refusal: &SqlError,
 ) -> Result<(), BackendError> {
     conn.autosync = end == CallEnd::Sync;
     match conn
-        .call(&RAISE_CALL, &[&refusal.code, &refusal.message])
+        .call(&RAISE_CALL, &[&refusal.code(), &refusal.message])
         .await
     {
         Ok(_) | Err(BackendError::Server(_)) => Ok(()),

@@ -8,7 +8,8 @@
 use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::BackendConn;
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::calls::kv::apply;
 use crate::rewrite::dialect::kv::KvStatement;
 use std::collections::HashMap;
@@ -92,11 +93,15 @@ pub async fn execute(
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     if state.paused() {
-        return Err(ErrorFields::error("55000", "the KV surface is paused by the operator").into());
+        return Err(SqlError::error(
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "the KV surface is paused by the operator",
+        )
+        .into());
     }
     if is_write(stmt) {
         if let Some(why) = state.over_quota(tenant) {
-            return Err(ErrorFields::error("54000", why).into());
+            return Err(SqlError::error(SqlState::PROGRAM_LIMIT_EXCEEDED, why).into());
         }
     }
     let call = apply(stmt, params, max_value, tenant)?;

@@ -4,7 +4,8 @@
 //! timer locks could deadlock against one that takes them in order, so the
 //! statement is refused (25000) before it takes any.
 
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::dialect::kv::KvStatement;
 use crate::rewrite::dialect::Statement;
 
@@ -18,13 +19,13 @@ impl LockOrder {
     /// Before `stmt` runs: refuses it when it breaks the order. Outside a
     /// block every statement is a transaction of its own and nothing is
     /// held across statements.
-    pub fn check(&mut self, stmt: &Statement, in_block: bool) -> Result<(), ErrorFields> {
+    pub fn check(&mut self, stmt: &Statement, in_block: bool) -> Result<(), SqlError> {
         if !in_block {
             self.queue_locks_held = false;
         }
         if self.queue_locks_held && takes_kv_or_timer_locks(stmt) {
-            let mut err = ErrorFields::error(
-                "25000",
+            let mut err = SqlError::error(
+                SqlState::INVALID_TRANSACTION_STATE,
                 "KV writes and timer statements must come before queue statements in a transaction block",
             );
             err.hint = Some(
@@ -91,7 +92,7 @@ mod tests {
         order.ran(&put, true);
         order.check(&push, true).unwrap();
         order.ran(&push, true);
-        assert_eq!(order.check(&put, true).unwrap_err().code, "25000");
+        assert_eq!(order.check(&put, true).unwrap_err().code(), "25000");
     }
 
     #[test]

@@ -4,11 +4,11 @@
 //! max_wait_time_seconds expiry of pending messages to the DLQ.
 
 use super::kv::{KvState, Quota};
-use crate::shutdown::ShutdownSignal;
 use crate::backend::call::{execute, query, ClientCallError};
 use crate::rewrite::calls::maintenance::{
     ExpirePending, PruneShard, QuotaPoll, TryLease, UsageRollup,
 };
+use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

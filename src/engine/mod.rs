@@ -23,7 +23,8 @@ pub use execute::StatementError;
 pub use lend::{CallEnd, Lender, TxnView};
 
 use crate::backend::{BackendConn, BackendError};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::calls::admin::{self, ConfigureMode};
 use crate::rewrite::dialect::Statement;
 use queues::Limits;
@@ -47,10 +48,10 @@ pub enum ExecError {
     /// has not failed the statement. Never leaves the engine:
     /// [`Engine::execute`] fails the statement in the backend first and
     /// reports it as [`StatementError::Failed`].
-    Refused(ErrorFields),
+    Refused(SqlError),
     /// The backend failed the statement (ErrorResponse): it now skips to
     /// the next Sync.
-    Failed(ErrorFields),
+    Failed(SqlError),
     /// The backend connection broke.
     Lost(BackendError),
 }
@@ -58,14 +59,16 @@ pub enum ExecError {
 impl std::fmt::Display for ExecError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ExecError::Refused(e) | ExecError::Failed(e) => write!(f, "{} ({})", e.message, e.code),
+            ExecError::Refused(e) | ExecError::Failed(e) => {
+                write!(f, "{} ({})", e.message, e.code())
+            }
             ExecError::Lost(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl From<ErrorFields> for ExecError {
-    fn from(e: ErrorFields) -> Self {
+impl From<SqlError> for ExecError {
+    fn from(e: SqlError) -> Self {
         ExecError::Refused(e)
     }
 }
@@ -147,8 +150,8 @@ impl Engine {
             Statement::DropQueue(d) => {
                 let queue = params.name(&d.queue, "queue")?;
                 if !queues::drop_queue(conn, &queue, tenant).await? && !d.if_exists {
-                    return Err(ErrorFields::error(
-                        "42704",
+                    return Err(SqlError::error(
+                        SqlState::UNDEFINED_OBJECT,
                         format!("queue \"{queue}\" does not exist"),
                     )
                     .into());

@@ -9,7 +9,8 @@ use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
 use super::values::{now_micros, Cell, Params};
 use super::ExecError;
 use crate::backend::{BackendConn, BackendError};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::calls::admin::DeleteQueue;
 use crate::rewrite::calls::queues::{
     pop_args, Ack as AckCall, Pop as PopCall, PopArgs, Push as PushCall, Renew as RenewCall, PUSH,
@@ -84,7 +85,7 @@ pub fn prepare_push(
     stmt: &Push,
     params: &Params<'_>,
     limits: &Limits,
-) -> Result<PreparedPush, ErrorFields> {
+) -> Result<PreparedPush, SqlError> {
     let queue = params.name(&stmt.queue, "queue")?;
     let now = now_micros();
     let mut partitions: Vec<(String, Vec<PushItem>)> = Vec::new();
@@ -108,8 +109,8 @@ pub fn prepare_push(
         };
         for (what, v) in [("transaction_id", &transaction_id), ("trace_id", &trace_id)] {
             if v.as_ref().is_some_and(|s| s.len() > 255) {
-                return Err(ErrorFields::error(
-                    "54000",
+                return Err(SqlError::error(
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
                     format!("{what} longer than 255 bytes"),
                 ));
             }
@@ -297,7 +298,7 @@ pub async fn write_pushes(
                 flat.push((s, it.input_index));
             }
             let blob = frame::encode(frames.iter().copied())
-                .map_err(|e| ErrorFields::error("54000", e.to_string()))?;
+                .map_err(|e| SqlError::error(SqlState::PROGRAM_LIMIT_EXCEEDED, e.to_string()))?;
             names.push(name.clone());
             counts.push(frames.len() as i32);
             blobs.push(blob);
@@ -389,7 +390,7 @@ pub struct PopPlan {
     args: PopArgs,
 }
 
-pub fn plan_pop(stmt: &Pop, params: &Params<'_>) -> Result<PopPlan, ErrorFields> {
+pub fn plan_pop(stmt: &Pop, params: &Params<'_>) -> Result<PopPlan, SqlError> {
     let args = pop_args(stmt, params)?;
     Ok(PopPlan {
         queue: args.queue.clone(),
@@ -423,7 +424,7 @@ pub async fn pop_once(
             (first - row.base_offset) as usize,
             (to - first + 1) as usize,
         )
-        .map_err(|e| ErrorFields::error("XX001", e.to_string()))?;
+        .map_err(|e| SqlError::error(SqlState::DATA_CORRUPTED, e.to_string()))?;
         for (i, f) in frames.into_iter().enumerate() {
             let offset = first + i as i64;
             let receipt = row.lease_token.map(|token| {
@@ -456,14 +457,14 @@ fn decode_receipts(
     receipts: &[Value<String>],
     params: &Params<'_>,
     key: &ReceiptKey,
-) -> Result<(Vec<String>, Vec<Receipt>), ErrorFields> {
+) -> Result<(Vec<String>, Vec<Receipt>), SqlError> {
     let mut texts = Vec::with_capacity(receipts.len());
     let mut decoded = Vec::with_capacity(receipts.len());
     for r in receipts {
         let text = params.text(r, "receipt")?;
         let receipt = key.decode(&text).map_err(|InvalidReceipt| {
-            ErrorFields::error(
-                "22P02",
+            SqlError::error(
+                SqlState::INVALID_TEXT_REPRESENTATION,
                 "invalid receipt: not one this queue issued, or altered",
             )
         })?;

@@ -7,7 +7,8 @@
 use super::lend::Lender;
 use super::values::Params;
 use super::{queues, wake, Engine, ExecError, Outcome};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::dialect::pop::Pop;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -39,8 +40,8 @@ impl Engine {
             woken.as_mut().enable();
             let end = lender.call_end();
             let conn = lender.connection().await.map_err(|e| {
-                ExecError::Refused(ErrorFields::error(
-                    "08006",
+                ExecError::Refused(SqlError::error(
+                    SqlState::CONNECTION_FAILURE,
                     format!("no backend connection for POP: {e}"),
                 ))
             })?;
@@ -65,8 +66,8 @@ impl Engine {
                     poll = (poll * 2).min(WAIT_POLL_MAX);
                 }
                 _ = cancelled => {
-                    return Err(ExecError::Refused(ErrorFields::error(
-                        "57014",
+                    return Err(ExecError::Refused(SqlError::error(
+                        SqlState::QUERY_CANCELED,
                         "canceling statement due to user request",
                     )));
                 }

@@ -14,9 +14,9 @@
 //! the database's shared secret, which every queenwire on the database
 //! computes alike and no tenant can.
 
-use crate::shutdown::ShutdownSignal;
 use crate::backend::call::execute;
 use crate::rewrite::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
+use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, Notify};

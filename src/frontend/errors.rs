@@ -3,19 +3,23 @@
 
 use crate::backend::BackendError;
 use crate::engine::StatementError;
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 
 /// The error a client sees when the backend could not serve it.
-pub fn backend_unavailable(e: &BackendError) -> ErrorFields {
+pub fn backend_unavailable(e: &BackendError) -> SqlError {
     match e {
         BackendError::Server(fields) => fields.clone(),
-        other => ErrorFields::error("08006", format!("backend unavailable: {other}")),
+        other => SqlError::error(
+            SqlState::CONNECTION_FAILURE,
+            format!("backend unavailable: {other}"),
+        ),
     }
 }
 
 /// What a failed dialect statement tells the client; `None`: the session's
 /// connection was lost, which ends the session.
-pub fn statement_error(e: &StatementError) -> Option<ErrorFields> {
+pub fn statement_error(e: &StatementError) -> Option<SqlError> {
     match e {
         StatementError::Failed(fields) => Some(fields.clone()),
         StatementError::Unavailable(e) => Some(backend_unavailable(e)),

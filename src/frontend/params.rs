@@ -2,7 +2,8 @@
 //! to text, and result format codes.
 
 use crate::engine::values::format_timestamptz;
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 
 /// The format code of parameter or column `i` under PostgreSQL's rule:
 /// no codes = all text, one code = all of that format, else one each.
@@ -19,10 +20,10 @@ pub fn bind_params_as_text(
     params: &[Option<&[u8]>],
     formats: &[i16],
     types: &[u32],
-) -> Result<Vec<Option<String>>, ErrorFields> {
+) -> Result<Vec<Option<String>>, SqlError> {
     if formats.len() > 1 && formats.len() != params.len() {
-        return Err(ErrorFields::error(
-            "08P01",
+        return Err(SqlError::error(
+            SqlState::PROTOCOL_VIOLATION,
             format!(
                 "bind message has {} parameter formats but {} parameters",
                 formats.len(),
@@ -39,8 +40,8 @@ pub fn bind_params_as_text(
             match result_format(formats, i) {
                 0 => text(bytes, i).map(Some),
                 1 => binary(bytes, oid, i).map(Some),
-                other => Err(ErrorFields::error(
-                    "08P01",
+                other => Err(SqlError::error(
+                    SqlState::PROTOCOL_VIOLATION,
                     format!("unsupported format code: {other}"),
                 )),
             }
@@ -48,20 +49,23 @@ pub fn bind_params_as_text(
         .collect()
 }
 
-fn text(bytes: &[u8], i: usize) -> Result<String, ErrorFields> {
+fn text(bytes: &[u8], i: usize) -> Result<String, SqlError> {
     String::from_utf8(bytes.to_vec()).map_err(|_| {
-        ErrorFields::error("22021", format!("parameter ${} is not valid UTF-8", i + 1))
+        SqlError::error(
+            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+            format!("parameter ${} is not valid UTF-8", i + 1),
+        )
     })
 }
 
-fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, ErrorFields> {
+fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, SqlError> {
     let bad = || {
-        ErrorFields::error(
-            "22P03",
+        SqlError::error(
+            SqlState::INVALID_BINARY_REPRESENTATION,
             format!("incorrect binary data format in bind parameter {}", i + 1),
         )
     };
-    let fixed = |n: usize| -> Result<&[u8], ErrorFields> {
+    let fixed = |n: usize| -> Result<&[u8], SqlError> {
         if bytes.len() == n {
             Ok(bytes)
         } else {
@@ -108,8 +112,8 @@ fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, ErrorFields> {
             format_timestamptz(since_2000.saturating_add(946_684_800_000_000))
         }
         other => {
-            return Err(ErrorFields::error(
-                "42804",
+            return Err(SqlError::error(
+                SqlState::DATATYPE_MISMATCH,
                 format!(
                     "parameter ${} of type OID {other} is not accepted here: send it as text",
                     i + 1
@@ -144,20 +148,22 @@ mod tests {
     fn malformed_binary_is_an_error() {
         let params: Vec<Option<&[u8]>> = vec![Some(&[1, 2, 3])];
         assert_eq!(
-            bind_params_as_text(&params, &[1], &[23]).unwrap_err().code,
+            bind_params_as_text(&params, &[1], &[23])
+                .unwrap_err()
+                .code(),
             "22P03"
         );
         let wrong_version: Vec<Option<&[u8]>> = vec![Some(&[2, b'{', b'}'])];
         assert_eq!(
             bind_params_as_text(&wrong_version, &[1], &[3802])
                 .unwrap_err()
-                .code,
+                .code(),
             "22P03"
         );
         assert_eq!(
             bind_params_as_text(&params, &[1, 0], &[23])
                 .unwrap_err()
-                .code,
+                .code(),
             "08P01"
         );
     }

@@ -4,7 +4,8 @@
 use super::client::{Client, ClientStream};
 use super::{scram, Shared};
 use crate::protocol::tags::{auth, frontend as tag, startup as code};
-use crate::protocol::{self, read_startup_packet, BodyReader, ErrorFields};
+use crate::protocol::SqlState;
+use crate::protocol::{self, read_startup_packet, BodyReader, SqlError};
 use crate::users::{Passthrough, Users};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -75,8 +76,8 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
                 return None;
             }
             code if code >> 16 == 3 && shared.config.require_tls && !stream.is_tls() => {
-                let err = ErrorFields::fatal(
-                    "28000",
+                let err = SqlError::fatal(
+                    SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
                     "queenwire requires TLS: connect with sslmode=require",
                 );
                 refuse(&mut stream, err).await;
@@ -85,7 +86,11 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
             code if code >> 16 == 3 => match read_parameters(&mut r, code & 0xffff) {
                 Ok(s) => break s,
                 Err(msg) => {
-                    refuse(&mut stream, ErrorFields::fatal("08P01", msg)).await;
+                    refuse(
+                        &mut stream,
+                        SqlError::fatal(SqlState::PROTOCOL_VIOLATION, msg),
+                    )
+                    .await;
                     return None;
                 }
             },
@@ -95,7 +100,11 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
                     other >> 16,
                     other & 0xffff
                 );
-                refuse(&mut stream, ErrorFields::fatal("0A000", msg)).await;
+                refuse(
+                    &mut stream,
+                    SqlError::fatal(SqlState::FEATURE_NOT_SUPPORTED, msg),
+                )
+                .await;
                 return None;
             }
         }
@@ -113,8 +122,8 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
         Some(users) => match authenticate(shared, users, &mut client, &startup.user).await {
             Some(identity) => identity,
             None => {
-                let err = ErrorFields::fatal(
-                    "28P01",
+                let err = SqlError::fatal(
+                    SqlState::INVALID_PASSWORD,
                     format!(
                         "password authentication failed for user \"{}\"",
                         startup.user
@@ -230,7 +239,7 @@ fn command_line_options(options: &str) -> Result<Vec<(String, String)>, String> 
     Ok(settings)
 }
 
-async fn refuse(stream: &mut ClientStream, err: ErrorFields) {
+async fn refuse(stream: &mut ClientStream, err: SqlError) {
     let mut buf = bytes::BytesMut::new();
     err.to_message().encode(&mut buf);
     let _ = stream.write_all(&buf).await;

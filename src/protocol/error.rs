@@ -5,22 +5,25 @@ use super::framing::{BodyReader, Message};
 use super::tags::backend as tag;
 use bytes::BufMut;
 
-/// Severity and fields of an ErrorResponse or NoticeResponse we produce.
+pub use tokio_postgres::error::SqlState;
+
+/// An error in PostgreSQL's terms: severity, SQLSTATE and the fields of an
+/// ErrorResponse (one we produce, or one the backend sent).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ErrorFields {
+pub struct SqlError {
     pub severity: &'static str,
-    pub code: String,
+    pub state: SqlState,
     pub message: String,
     pub position: Option<usize>,
     pub detail: Option<String>,
     pub hint: Option<String>,
 }
 
-impl ErrorFields {
-    pub fn error(code: &str, message: impl Into<String>) -> ErrorFields {
-        ErrorFields {
+impl SqlError {
+    pub fn error(state: SqlState, message: impl Into<String>) -> SqlError {
+        SqlError {
             severity: "ERROR",
-            code: code.to_string(),
+            state,
             message: message.into(),
             position: None,
             detail: None,
@@ -28,14 +31,19 @@ impl ErrorFields {
         }
     }
 
-    pub fn fatal(code: &str, message: impl Into<String>) -> ErrorFields {
-        ErrorFields {
+    pub fn fatal(state: SqlState, message: impl Into<String>) -> SqlError {
+        SqlError {
             severity: "FATAL",
-            ..ErrorFields::error(code, message)
+            ..SqlError::error(state, message)
         }
     }
 
-    pub fn with_position(mut self, position: Option<usize>) -> ErrorFields {
+    /// The five-character SQLSTATE.
+    pub fn code(&self) -> &str {
+        self.state.code()
+    }
+
+    pub fn with_position(mut self, position: Option<usize>) -> SqlError {
         self.position = position;
         self
     }
@@ -47,7 +55,7 @@ impl ErrorFields {
             b.put_u8(b'V');
             put_cstr(b, self.severity);
             b.put_u8(b'C');
-            put_cstr(b, &self.code);
+            put_cstr(b, self.state.code());
             b.put_u8(b'M');
             put_cstr(b, &self.message);
             if let Some(d) = &self.detail {
@@ -67,8 +75,8 @@ impl ErrorFields {
     }
 
     /// Decodes the fields of a backend ErrorResponse/NoticeResponse body.
-    pub fn parse(body: &[u8]) -> ErrorFields {
-        let mut fields = ErrorFields::error("XX000", "");
+    pub fn parse(body: &[u8]) -> SqlError {
+        let mut fields = SqlError::error(SqlState::INTERNAL_ERROR, "");
         let mut r = BodyReader::from_slice(body);
         while let Ok(kind) = r.u8() {
             if kind == 0 {
@@ -76,7 +84,7 @@ impl ErrorFields {
             }
             let Ok(value) = r.cstr() else { break };
             match kind {
-                b'C' => fields.code = value.to_string(),
+                b'C' => fields.state = SqlState::from_code(value),
                 b'M' => fields.message = value.to_string(),
                 b'D' => fields.detail = Some(value.to_string()),
                 b'H' => fields.hint = Some(value.to_string()),

@@ -3,8 +3,8 @@
 
 use super::backend::{build, empty, put_cstr};
 use super::framing::{Malformed, Message};
-use super::tags::{frontend as tag, startup, Target};
-use bytes::{BufMut, BytesMut};
+use super::tags::{frontend as tag, Target};
+use bytes::BufMut;
 
 pub struct Parse<'a> {
     pub name: &'a str,
@@ -143,91 +143,12 @@ pub fn terminate() -> Message {
     empty(tag::TERMINATE)
 }
 
-/// A Bind of the unnamed portal to `statement` whose parameters are
-/// already encoded in `values` (each `len:i32, bytes`), all `count` of them
-/// in `format`, results asked in `result_format`.
-pub fn build_bind(
-    statement: &str,
-    count: i16,
-    values: &[u8],
-    format: i16,
-    result_format: i16,
-) -> Message {
-    build(tag::BIND, |b| {
-        put_cstr(b, "");
-        put_cstr(b, statement);
-        b.put_i16(1);
-        b.put_i16(format);
-        b.put_i16(count);
-        b.put_slice(values);
-        b.put_i16(1);
-        b.put_i16(result_format);
-    })
-}
-
 /// Execute `portal`, returning at most `max_rows` rows (0: all).
 pub fn build_execute(portal: &str, max_rows: i32) -> Message {
     build(tag::EXECUTE, |b| {
         put_cstr(b, portal);
         b.put_i32(max_rows);
     })
-}
-
-/// A PasswordMessage / SASL response carrying `data` as it is.
-pub fn password(data: &[u8]) -> Message {
-    build(tag::PASSWORD, |b| b.put_slice(data))
-}
-
-/// A password as a NUL-terminated string (cleartext or md5).
-pub fn password_cstr(password: &[u8]) -> Message {
-    build(tag::PASSWORD, |b| {
-        b.put_slice(password);
-        b.put_u8(0);
-    })
-}
-
-/// SASLInitialResponse: the mechanism and the client's first message.
-pub fn sasl_initial_response(mechanism: &str, first: &[u8]) -> Message {
-    build(tag::PASSWORD, |b| {
-        put_cstr(b, mechanism);
-        b.put_i32(first.len() as i32);
-        b.put_slice(first);
-    })
-}
-
-/// The untagged StartupMessage for protocol 3.0 with `params` (name, value).
-pub fn startup_message(params: &[(&str, &str)]) -> BytesMut {
-    let mut body = BytesMut::new();
-    body.put_i32(startup::PROTOCOL_3);
-    for (k, v) in params {
-        put_cstr(&mut body, k);
-        put_cstr(&mut body, v);
-    }
-    body.put_u8(0);
-    untagged(&body)
-}
-
-/// The untagged CancelRequest packet for a backend key.
-pub fn cancel_request(pid: i32, secret: i32) -> BytesMut {
-    let mut body = BytesMut::with_capacity(12);
-    body.put_i32(startup::CANCEL_REQUEST);
-    body.put_i32(pid);
-    body.put_i32(secret);
-    untagged(&body)
-}
-
-/// The untagged SSLRequest packet.
-pub fn ssl_request() -> BytesMut {
-    let mut body = BytesMut::with_capacity(4);
-    body.put_i32(startup::SSL_REQUEST);
-    untagged(&body)
-}
-
-fn untagged(body: &[u8]) -> BytesMut {
-    let mut packet = BytesMut::with_capacity(body.len() + 4);
-    packet.put_i32(body.len() as i32 + 4);
-    packet.put_slice(body);
-    packet
 }
 
 /// A Bind of `portal` to `statement` with every parameter in text format

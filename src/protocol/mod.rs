@@ -17,7 +17,7 @@ pub mod status;
 pub mod tags;
 
 pub use backend::*;
-pub use error::ErrorFields;
+pub use error::{SqlError, SqlState};
 pub use framing::{read_message, read_startup_packet, BodyReader, FrameError, Malformed, Message};
 pub use status::TxStatus;
 

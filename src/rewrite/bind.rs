@@ -3,35 +3,40 @@
 //! values a statement's calls take, with the same checks the parser applies
 //! to literals.
 
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::dialect::{self, ParseError, Value};
 use std::time::Duration;
 
 /// The bound parameters of one execution, as text (`None` = NULL).
 pub struct Params<'a>(pub &'a [Option<String>]);
 
-pub fn parse_error(e: ParseError) -> ErrorFields {
-    ErrorFields::error(e.sqlstate, e.message).with_position(e.position)
+pub fn parse_error(e: ParseError) -> SqlError {
+    SqlError::error(e.sqlstate, e.message).with_position(e.position)
 }
 
 impl Params<'_> {
-    fn get(&self, n: usize) -> Result<Option<&str>, ErrorFields> {
+    fn get(&self, n: usize) -> Result<Option<&str>, SqlError> {
         match n.checked_sub(1).and_then(|i| self.0.get(i)) {
             Some(v) => Ok(v.as_deref()),
-            None => Err(ErrorFields::error(
-                "08P01",
+            None => Err(SqlError::error(
+                SqlState::PROTOCOL_VIOLATION,
                 format!("there is no parameter ${n}"),
             )),
         }
     }
 
-    fn required(&self, n: usize, what: &str) -> Result<&str, ErrorFields> {
-        self.get(n)?
-            .ok_or_else(|| ErrorFields::error("22004", format!("{what} (${n}) must not be NULL")))
+    fn required(&self, n: usize, what: &str) -> Result<&str, SqlError> {
+        self.get(n)?.ok_or_else(|| {
+            SqlError::error(
+                SqlState::NULL_VALUE_NOT_ALLOWED,
+                format!("{what} (${n}) must not be NULL"),
+            )
+        })
     }
 
     /// A queue, partition or group name.
-    pub fn name(&self, v: &Value<String>, what: &str) -> Result<String, ErrorFields> {
+    pub fn name(&self, v: &Value<String>, what: &str) -> Result<String, SqlError> {
         match v {
             Value::Literal(s) => Ok(s.clone()),
             Value::Param(n) => {
@@ -43,14 +48,14 @@ impl Params<'_> {
     }
 
     /// Free text (reasons, transaction ids); NULL allowed.
-    pub fn opt_text(&self, v: &Value<String>) -> Result<Option<String>, ErrorFields> {
+    pub fn opt_text(&self, v: &Value<String>) -> Result<Option<String>, SqlError> {
         match v {
             Value::Literal(s) => Ok(Some(s.clone())),
             Value::Param(n) => Ok(self.get(*n)?.map(str::to_string)),
         }
     }
 
-    pub fn text(&self, v: &Value<String>, what: &str) -> Result<String, ErrorFields> {
+    pub fn text(&self, v: &Value<String>, what: &str) -> Result<String, SqlError> {
         match v {
             Value::Literal(s) => Ok(s.clone()),
             Value::Param(n) => Ok(self.required(*n, what)?.to_string()),
@@ -63,7 +68,7 @@ impl Params<'_> {
         v: &Value<String>,
         what: &str,
         max_bytes: usize,
-    ) -> Result<String, ErrorFields> {
+    ) -> Result<String, SqlError> {
         let text = match v {
             Value::Literal(s) => s.clone(),
             Value::Param(n) => {
@@ -73,8 +78,8 @@ impl Params<'_> {
             }
         };
         if text.len() > max_bytes {
-            return Err(ErrorFields::error(
-                "54000",
+            return Err(SqlError::error(
+                SqlState::PROGRAM_LIMIT_EXCEEDED,
                 format!(
                     "{what} of {} bytes exceeds the limit of {max_bytes} bytes",
                     text.len()
@@ -85,20 +90,20 @@ impl Params<'_> {
     }
 
     /// A KV namespace (charset checked).
-    pub fn namespace(&self, v: &Value<String>) -> Result<String, ErrorFields> {
+    pub fn namespace(&self, v: &Value<String>) -> Result<String, SqlError> {
         let s = self.text(v, "namespace")?;
         dialect::validate_namespace(&s).map_err(|e| parse_error(e).with_position(None))?;
         Ok(s)
     }
 
     /// A KV key (1–1024 bytes, no NUL).
-    pub fn kv_key(&self, v: &Value<String>) -> Result<String, ErrorFields> {
+    pub fn kv_key(&self, v: &Value<String>) -> Result<String, SqlError> {
         let s = self.text(v, "key")?;
         dialect::validate_kv_key(&s).map_err(|e| parse_error(e).with_position(None))?;
         Ok(s)
     }
 
-    pub fn integer(&self, v: &Value<i64>, what: &str) -> Result<i64, ErrorFields> {
+    pub fn integer(&self, v: &Value<i64>, what: &str) -> Result<i64, SqlError> {
         match v {
             Value::Literal(i) => Ok(*i),
             Value::Param(n) => {
@@ -107,7 +112,7 @@ impl Params<'_> {
         }
     }
 
-    pub fn count(&self, v: &Value<u32>, what: &str) -> Result<u32, ErrorFields> {
+    pub fn count(&self, v: &Value<u32>, what: &str) -> Result<u32, SqlError> {
         match v {
             Value::Literal(c) => Ok(*c),
             Value::Param(n) => {
@@ -116,7 +121,7 @@ impl Params<'_> {
         }
     }
 
-    pub fn duration(&self, v: &Value<Duration>, what: &str) -> Result<Duration, ErrorFields> {
+    pub fn duration(&self, v: &Value<Duration>, what: &str) -> Result<Duration, SqlError> {
         match v {
             Value::Literal(d) => Ok(*d),
             Value::Param(n) => {
@@ -140,22 +145,28 @@ mod tests {
         ];
         let p = Params(&values);
         assert_eq!(
-            p.json(&Value::Param(1), "payload", 100).unwrap_err().code,
+            p.json(&Value::Param(1), "payload", 100).unwrap_err().code(),
             "22P02"
         );
-        assert_eq!(p.name(&Value::Param(2), "queue").unwrap_err().code, "22004");
-        assert_eq!(p.name(&Value::Param(3), "queue").unwrap_err().code, "22023");
+        assert_eq!(
+            p.name(&Value::Param(2), "queue").unwrap_err().code(),
+            "22004"
+        );
+        assert_eq!(
+            p.name(&Value::Param(3), "queue").unwrap_err().code(),
+            "22023"
+        );
         assert_eq!(
             p.duration(&Value::Param(4), "wait").unwrap(),
             Duration::from_secs(5)
         );
-        assert_eq!(p.text(&Value::Param(9), "x").unwrap_err().code, "08P01");
+        assert_eq!(p.text(&Value::Param(9), "x").unwrap_err().code(), "08P01");
         let big = vec![Some(format!("\"{}\"", "a".repeat(200)))];
         assert_eq!(
             Params(&big)
                 .json(&Value::Param(1), "payload", 100)
                 .unwrap_err()
-                .code,
+                .code(),
             "54000"
         );
     }

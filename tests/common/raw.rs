@@ -1,8 +1,8 @@
 //! A bare protocol client for the cases drivers hide: text-format
 //! parameters, pipelines with an error in the middle, ReadyForQuery status.
 
-use bytes::{BufMut, BytesMut};
-use queenwire::protocol::{frontend, read_message, ErrorFields, Message};
+use bytes::BytesMut;
+use queenwire::protocol::{frontend, read_message, Message, SqlError};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -16,7 +16,7 @@ pub struct Raw {
 pub struct Replies {
     pub tags: Vec<u8>,
     pub rows: Vec<Vec<Option<String>>>,
-    pub errors: Vec<ErrorFields>,
+    pub errors: Vec<SqlError>,
     pub completions: Vec<String>,
     pub status: u8,
     pub messages: Vec<Message>,
@@ -25,18 +25,12 @@ pub struct Replies {
 impl Raw {
     pub async fn connect(addr: std::net::SocketAddr) -> Raw {
         let mut stream = TcpStream::connect(addr).await.expect("tcp connect");
-        let mut body = BytesMut::new();
-        body.put_i32(196608);
-        for (k, v) in [("user", "raw"), ("database", "raw")] {
-            body.put_slice(k.as_bytes());
-            body.put_u8(0);
-            body.put_slice(v.as_bytes());
-            body.put_u8(0);
-        }
-        body.put_u8(0);
         let mut packet = BytesMut::new();
-        packet.put_i32(body.len() as i32 + 4);
-        packet.put_slice(&body);
+        postgres_protocol::message::frontend::startup_message(
+            [("user", "raw"), ("database", "raw")],
+            &mut packet,
+        )
+        .expect("startup packet");
         stream.write_all(&packet).await.expect("startup");
         let mut raw = Raw {
             stream,
@@ -78,7 +72,7 @@ impl Raw {
                     }
                     r.rows.push(row);
                 }
-                b'E' => r.errors.push(ErrorFields::parse(&msg.body)),
+                b'E' => r.errors.push(SqlError::parse(&msg.body)),
                 b'C' => r.completions.push(msg.reader().cstr().unwrap().to_string()),
                 b'Z' => {
                     r.status = msg.body[0];

@@ -2,12 +2,13 @@
 //! errors for bounds, refusals and missing objects, as PostgreSQL words
 //! them where it has an equivalent.
 
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 
 /// `54000` for a per-session bound of the proxy's memory.
-pub fn session_limit(what: &str, count: usize, bytes: usize, of: &str, hint: &str) -> ErrorFields {
-    let mut err = ErrorFields::error(
-        "54000",
+pub fn session_limit(what: &str, count: usize, bytes: usize, of: &str, hint: &str) -> SqlError {
+    let mut err = SqlError::error(
+        SqlState::PROGRAM_LIMIT_EXCEEDED,
         format!(
             "too many {what} in this session (at most {count}, {} MiB {of})",
             bytes >> 20
@@ -18,44 +19,50 @@ pub fn session_limit(what: &str, count: usize, bytes: usize, of: &str, hint: &st
 }
 
 /// A user whose policy is `none` may run dialect statements only.
-pub fn passthrough_refused() -> ErrorFields {
-    ErrorFields::error(
-        "42501",
+pub fn passthrough_refused() -> SqlError {
+    SqlError::error(
+        SqlState::INSUFFICIENT_PRIVILEGE,
         "plain SQL is not allowed for this user (passthrough policy none): only queenwire statements",
     )
 }
 
-pub fn missing_statement(name: &str) -> ErrorFields {
-    ErrorFields::error(
-        "26000",
+pub fn missing_statement(name: &str) -> SqlError {
+    SqlError::error(
+        SqlState::INVALID_SQL_STATEMENT_NAME,
         format!("prepared statement \"{name}\" does not exist"),
     )
 }
 
-pub fn missing_portal(name: &str) -> ErrorFields {
-    ErrorFields::error("34000", format!("portal \"{name}\" does not exist"))
+pub fn missing_portal(name: &str) -> SqlError {
+    SqlError::error(
+        SqlState::INVALID_CURSOR_NAME,
+        format!("portal \"{name}\" does not exist"),
+    )
 }
 
-pub fn idle_in_transaction_timeout() -> ErrorFields {
-    ErrorFields::fatal(
-        "25P03",
+pub fn idle_in_transaction_timeout() -> SqlError {
+    SqlError::fatal(
+        SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
         "terminating connection due to idle-in-transaction timeout",
     )
 }
 
 /// The rest of an oversized message cannot be skipped safely: the session
 /// says why and closes, as PostgreSQL does.
-pub fn message_too_large(len: usize, max: usize) -> ErrorFields {
-    ErrorFields::fatal(
-        "54000",
+pub fn message_too_large(len: usize, max: usize) -> SqlError {
+    SqlError::fatal(
+        SqlState::PROGRAM_LIMIT_EXCEEDED,
         format!("message of {len} bytes exceeds the limit of {max} bytes"),
     )
 }
 
-pub fn protocol_violation(what: impl Into<String>) -> ErrorFields {
-    ErrorFields::fatal("08P01", what)
+pub fn protocol_violation(what: impl Into<String>) -> SqlError {
+    SqlError::fatal(SqlState::PROTOCOL_VIOLATION, what)
 }
 
-pub fn lost_backend(e: &impl std::fmt::Display) -> ErrorFields {
-    ErrorFields::fatal("08006", format!("lost the backend connection: {e}"))
+pub fn lost_backend(e: &impl std::fmt::Display) -> SqlError {
+    SqlError::fatal(
+        SqlState::CONNECTION_FAILURE,
+        format!("lost the backend connection: {e}"),
+    )
 }

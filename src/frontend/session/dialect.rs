@@ -10,7 +10,7 @@ use crate::engine::values::Cell;
 use crate::engine::{CallEnd, Lender, Outcome, StatementError, TxnView};
 use crate::frontend::errors::statement_error;
 use crate::frontend::SessionHandle;
-use crate::protocol::{self, ErrorFields};
+use crate::protocol::{self, SqlError};
 use crate::rewrite::dialect::Statement;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -154,7 +154,7 @@ impl Session {
 
     /// Reports an error the proxy found (a statement it cannot parse),
     /// after making the backend fail the statement as well.
-    pub(super) async fn refuse(&mut self, refusal: ErrorFields, end: CallEnd) -> Result<(), End> {
+    pub(super) async fn refuse(&mut self, refusal: SqlError, end: CallEnd) -> Result<(), End> {
         let engine = self.shared.engine.clone();
         let mut lent = Lent {
             lease: &mut self.lease,

@@ -29,7 +29,7 @@ use super::startup::{Identity, Started};
 use super::{SessionHandle, Shared};
 use crate::engine::lock_order::LockOrder;
 use crate::protocol::tags::frontend as tag;
-use crate::protocol::{self, ErrorFields, FrameError, Message};
+use crate::protocol::{self, FrameError, Message, SqlError};
 use crate::users::Passthrough;
 use lease::{For, Lease};
 use portals::Portals;
@@ -224,7 +224,7 @@ impl Session {
     }
 
     /// Sends a FATAL error and ends the session.
-    async fn fatal(&mut self, err: ErrorFields) -> End {
+    async fn fatal(&mut self, err: SqlError) -> End {
         self.client.send(&err.to_message());
         let _ = self.client.flush().await;
         End::Fatal(err.message)
@@ -238,7 +238,7 @@ impl Session {
     }
 
     /// An error the proxy reports itself; the pipeline skips to Sync.
-    fn local_error(&mut self, err: ErrorFields) {
+    fn local_error(&mut self, err: SqlError) {
         if let Some(now) = self.replies.local_error(err.to_message()) {
             self.client.send(&now);
         }

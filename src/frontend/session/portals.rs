@@ -4,7 +4,7 @@
 
 use super::canned;
 use crate::engine::values::Cell;
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
 use crate::rewrite::dialect::Statement;
 use crate::rewrite::SessionEffect;
 use std::collections::{HashMap, VecDeque};
@@ -42,7 +42,7 @@ pub struct Portals {
 
 impl Portals {
     /// Binds dialect portal `name` (replacing one of that name).
-    pub fn bind_local(&mut self, name: &str, portal: LocalPortal) -> Result<(), ErrorFields> {
+    pub fn bind_local(&mut self, name: &str, portal: LocalPortal) -> Result<(), SqlError> {
         self.remove_local(name);
         if self.local.len() >= MAX_SESSION_PORTALS
             || self.local_bytes + portal.bytes() > MAX_SESSION_PORTAL_BYTES

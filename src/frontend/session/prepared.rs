@@ -5,7 +5,8 @@
 //! lives in the proxy only.
 
 use super::canned;
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::dialect::Statement;
 use crate::rewrite::SessionEffect;
 use std::collections::HashMap;
@@ -60,13 +61,13 @@ pub struct Statements {
 
 impl Statements {
     /// Whether a Parse of `name` with `query` may add it.
-    pub fn admit(&self, name: &str, query: &str) -> Result<(), ErrorFields> {
+    pub fn admit(&self, name: &str, query: &str) -> Result<(), SqlError> {
         if name.is_empty() {
             return Ok(());
         }
         if self.named.contains_key(name) {
-            return Err(ErrorFields::error(
-                "42P05",
+            return Err(SqlError::error(
+                SqlState::DUPLICATE_PSTATEMENT,
                 format!("prepared statement \"{name}\" already exists"),
             ));
         }

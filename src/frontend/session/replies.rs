@@ -188,7 +188,7 @@ impl Replies {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{self, ErrorFields};
+    use crate::protocol::{self, SqlError};
 
     fn msg(t: u8) -> Message {
         crate::protocol::empty(t)
@@ -199,7 +199,7 @@ mod tests {
     }
 
     fn error() -> Message {
-        ErrorFields::error("23505", "duplicate key").to_message()
+        SqlError::error(crate::protocol::SqlState::UNIQUE_VIOLATION, "duplicate key").to_message()
     }
 
     /// Feeds backend messages in order and collects what the client gets:

@@ -5,7 +5,7 @@
 
 use super::json::{JsonValue, Object};
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
 use crate::rewrite::bind::{parse_error, Params};
 use crate::rewrite::dialect::options::{OptionValue, QueueSetting};
 use crate::rewrite::dialect::queue_admin::{
@@ -64,7 +64,7 @@ pub fn configure(
     mode: ConfigureMode,
     params: &Params<'_>,
     tenant: Uuid,
-) -> Result<Configure, ErrorFields> {
+) -> Result<Configure, SqlError> {
     Ok(Configure {
         queue: params.name(queue, "queue")?,
         options: options_json(settings, params)?,
@@ -76,7 +76,7 @@ pub fn configure(
 /// The JSON object `configure_queue_v1` takes: durations in each column's
 /// unit (milliseconds for retry_delay and min_pop_wait_time, whole seconds
 /// rounded up otherwise).
-fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String, ErrorFields> {
+fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String, SqlError> {
     let mut object = Object::new();
     for s in settings {
         let value = match &s.value {
@@ -179,7 +179,7 @@ impl Call for Seek {
     }
 }
 
-pub fn seek(stmt: &SeekGroup, params: &Params<'_>, tenant: Uuid) -> Result<Seek, ErrorFields> {
+pub fn seek(stmt: &SeekGroup, params: &Params<'_>, tenant: Uuid) -> Result<Seek, SqlError> {
     let queue = params.name(&stmt.queue, "queue")?;
     let group = params.name(&stmt.group, "group")?;
     let partition = stmt
@@ -229,7 +229,7 @@ pub fn drop_group(
     stmt: &DropGroupStatement,
     params: &Params<'_>,
     tenant: Uuid,
-) -> Result<DropGroup, ErrorFields> {
+) -> Result<DropGroup, SqlError> {
     Ok(DropGroup {
         queue: params.name(&stmt.queue, "queue")?,
         group: params.name(&stmt.group, "group")?,
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(
             drop_group(&d, &Params(&[None]), Uuid::nil())
                 .unwrap_err()
-                .code,
+                .code(),
             "22004"
         );
     }

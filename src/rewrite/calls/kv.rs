@@ -5,7 +5,7 @@
 
 use super::json::{array, JsonValue, Object};
 use super::{column, Call, CallSpec, DecodeError, FromRow, Jsonb, Row};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
 use crate::rewrite::bind::{parse_error, Params};
 use crate::rewrite::dialect::kv::{Expiry, KvStatement, Precondition};
 use crate::rewrite::dialect::{validate_kv_bound, Value};
@@ -80,7 +80,7 @@ pub fn apply(
     params: &Params<'_>,
     max_value: usize,
     tenant: Uuid,
-) -> Result<KvApply, ErrorFields> {
+) -> Result<KvApply, SqlError> {
     let mut ops = Vec::new();
     let mut bytes = 0i64;
     match stmt {
@@ -163,7 +163,7 @@ pub fn apply(
         KvStatement::List(list) => {
             let ns = params.namespace(&list.namespace)?;
             let bound =
-                |v: &Option<Value<String>>, what: &str| -> Result<Option<String>, ErrorFields> {
+                |v: &Option<Value<String>>, what: &str| -> Result<Option<String>, SqlError> {
                     v.as_ref()
                         .map(|v| {
                             let s = params.text(v, what)?;
@@ -242,7 +242,7 @@ mod tests {
         assert_eq!(
             apply(&kv, &Params(&bad), 1 << 20, Uuid::nil())
                 .unwrap_err()
-                .code,
+                .code(),
             "22P02"
         );
     }

@@ -3,7 +3,7 @@
 //! their compression (PUSH), the receipts' HMAC (POP, ACK, RENEW).
 
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
 use crate::rewrite::bind::Params;
 use crate::rewrite::dialect::pop::{Pop as PopStatement, SubscribeFrom};
 use bytes::Bytes;
@@ -139,7 +139,7 @@ pub struct PopArgs {
 }
 
 /// A POP statement's call values.
-pub fn pop_args(stmt: &PopStatement, params: &Params<'_>) -> Result<PopArgs, ErrorFields> {
+pub fn pop_args(stmt: &PopStatement, params: &Params<'_>) -> Result<PopArgs, SqlError> {
     let (subscribe, subscribe_at) = match &stmt.subscribe_from {
         None | Some(SubscribeFrom::Beginning) => ("beginning", None),
         Some(SubscribeFrom::Now) => ("now", None),
@@ -352,7 +352,7 @@ mod tests {
     use super::*;
     use crate::rewrite::dialect::{self, Statement};
 
-    fn pop(sql: &str, params: &[Option<String>]) -> Result<PopArgs, ErrorFields> {
+    fn pop(sql: &str, params: &[Option<String>]) -> Result<PopArgs, SqlError> {
         let Some(Ok(Statement::Pop(p))) = dialect::parse(sql) else {
             panic!("{sql}");
         };
@@ -389,7 +389,7 @@ mod tests {
         assert_eq!(args.lease_ms, Some(250));
         assert_eq!(args.wait, Some(Duration::from_secs(2)));
         assert_eq!(args.subscribe, "now");
-        assert_eq!(pop("POP FROM $1", &[None]).unwrap_err().code, "22004");
+        assert_eq!(pop("POP FROM $1", &[None]).unwrap_err().code(), "22004");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::queues::DEFAULT_PARTITION;
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
-use crate::protocol::ErrorFields;
+use crate::protocol::SqlError;
 use crate::rewrite::bind::Params;
 use crate::rewrite::dialect::timer::{CancelSchedule, FireAt, Schedule as ScheduleStatement};
 use std::time::SystemTime;
@@ -60,7 +60,7 @@ pub fn schedule(
     params: &Params<'_>,
     max_payload: usize,
     tenant: Uuid,
-) -> Result<Schedule, ErrorFields> {
+) -> Result<Schedule, SqlError> {
     let queue = params.name(&stmt.queue, "queue")?;
     let key = params.name(&stmt.key, "timer key")?;
     let partition = match &stmt.partition {
@@ -124,7 +124,7 @@ pub fn cancel(
     stmt: &CancelSchedule,
     params: &Params<'_>,
     tenant: Uuid,
-) -> Result<Cancel, ErrorFields> {
+) -> Result<Cancel, SqlError> {
     Ok(Cancel {
         queue: params.name(&stmt.queue, "queue")?,
         key: params.name(&stmt.key, "timer key")?,
@@ -327,7 +327,9 @@ mod tests {
         assert_eq!((call.at.as_deref(), call.after_ms), (None, Some(1500)));
         assert_eq!(call.params().len(), SCHEDULE.params.len());
         assert_eq!(
-            schedule(&s, &Params(&[]), 1, Uuid::nil()).unwrap_err().code,
+            schedule(&s, &Params(&[]), 1, Uuid::nil())
+                .unwrap_err()
+                .code(),
             "54000"
         );
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::duration::parse_duration;
-use super::error::{quoted, sqlstate, ParseError};
+use super::error::{quoted, ParseError, SqlState};
 use super::json::validate_json;
 use super::lexer::{char_position, Lexer, Token, TokenKind};
 use super::value::{parse_count, parse_integer, Json, Name, Value, MAX_BATCH};
@@ -140,13 +140,13 @@ impl<'a> Cursor<'a> {
                 return err.clone();
             }
             return ParseError::new(
-                sqlstate::SYNTAX_ERROR,
+                SqlState::SYNTAX_ERROR,
                 format!("syntax error at end of input: expected {expected}"),
             )
             .at(self.position(token));
         }
         ParseError::new(
-            sqlstate::SYNTAX_ERROR,
+            SqlState::SYNTAX_ERROR,
             format!(
                 "syntax error at or near {}: expected {expected}",
                 quoted(self.text(token))
@@ -159,7 +159,7 @@ impl<'a> Cursor<'a> {
     pub fn once(&self, already_given: bool, clause: &Token<'a>, name: &str) -> Result<()> {
         if already_given {
             return Err(ParseError::new(
-                sqlstate::SYNTAX_ERROR,
+                SqlState::SYNTAX_ERROR,
                 format!("{name} specified more than once"),
             )
             .at(self.position(clause)));
@@ -372,7 +372,7 @@ impl<'a> Cursor<'a> {
         while self.eat(&TokenKind::Comma) {
             if items.len() >= MAX_BATCH as usize {
                 return Err(ParseError::new(
-                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
                     format!("too many {what}: at most {MAX_BATCH} in one statement"),
                 )
                 .at(self.position(self.peek())));

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use super::error::{quoted, sqlstate, ParseError};
+use super::error::{quoted, ParseError, SqlState};
 
 const NANOS_PER_SECOND: i128 = 1_000_000_000;
 const MINUTE: i128 = 60 * NANOS_PER_SECOND;
@@ -297,7 +297,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseError> {
         Ok(nanos) => nanos,
         Err(Failure::Syntax) => {
             return Err(ParseError::new(
-                sqlstate::INVALID_TEXT_REPRESENTATION,
+                SqlState::INVALID_TEXT_REPRESENTATION,
                 format!(
                     "invalid input syntax for type interval: {} (expected seconds, '250ms', '5s', '2m', '1h', '7d' or an interval such as '1 minute 30 seconds')",
                     quoted(text)
@@ -308,7 +308,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseError> {
     };
     if nanos < 0 {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             format!("duration must not be negative: {}", quoted(text)),
         ));
     }
@@ -319,7 +319,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseError> {
 
 fn out_of_range(text: &str) -> ParseError {
     ParseError::new(
-        sqlstate::DATETIME_FIELD_OVERFLOW,
+        SqlState::DATETIME_FIELD_OVERFLOW,
         format!("duration out of range: {}", quoted(text)),
     )
 }
@@ -374,7 +374,11 @@ mod tests {
         assert_eq!(secs("1 02:00:00"), 93_600.0);
         assert_eq!(secs("36:00:00"), 129_600.0);
         for bad in ["00:60:00", "00:00:60", "1:2:3:4", "a:b", "1:", "1 2"] {
-            assert_eq!(parse_duration(bad).unwrap_err().sqlstate, "22P02", "{bad}");
+            assert_eq!(
+                parse_duration(bad).unwrap_err().sqlstate.code(),
+                "22P02",
+                "{bad}"
+            );
         }
     }
 
@@ -385,7 +389,11 @@ mod tests {
         assert_eq!(secs("p1w"), 604_800.0);
         assert_eq!(secs("PT0.25S"), 0.25);
         for bad in ["P", "PT", "P1H", "PT1D", "P1", "PTT1S"] {
-            assert_eq!(parse_duration(bad).unwrap_err().sqlstate, "22P02", "{bad}");
+            assert_eq!(
+                parse_duration(bad).unwrap_err().sqlstate.code(),
+                "22P02",
+                "{bad}"
+            );
         }
     }
 
@@ -405,7 +413,7 @@ mod tests {
             "--5",
         ] {
             assert_eq!(
-                parse_duration(bad).unwrap_err().sqlstate,
+                parse_duration(bad).unwrap_err().sqlstate.code(),
                 "22P02",
                 "{bad:?}"
             );
@@ -415,7 +423,11 @@ mod tests {
     #[test]
     fn negative_durations_are_22023() {
         for bad in ["-5", "-5s", "5 minutes ago", "-00:00:01", "PT-1S"] {
-            assert_eq!(parse_duration(bad).unwrap_err().sqlstate, "22023", "{bad}");
+            assert_eq!(
+                parse_duration(bad).unwrap_err().sqlstate.code(),
+                "22023",
+                "{bad}"
+            );
         }
     }
 
@@ -425,7 +437,11 @@ mod tests {
             "99999999999999999999999999999999999999999",
             "99999999999999 millennia",
         ] {
-            assert_eq!(parse_duration(bad).unwrap_err().sqlstate, "22008", "{bad}");
+            assert_eq!(
+                parse_duration(bad).unwrap_err().sqlstate.code(),
+                "22008",
+                "{bad}"
+            );
         }
     }
 }

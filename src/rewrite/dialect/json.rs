@@ -7,7 +7,7 @@
 //! any payload accepted here can be decoded by a typical Rust or JavaScript
 //! consumer; PostgreSQL itself would accept deeper documents.
 
-use super::error::{sqlstate, ParseError};
+use super::error::{ParseError, SqlState};
 
 pub const MAX_JSON_DEPTH: usize = 128;
 
@@ -53,7 +53,7 @@ impl<'a> Scanner<'a> {
             None => format!("{what} at the end of the JSON text"),
         };
         ParseError::new(
-            sqlstate::INVALID_TEXT_REPRESENTATION,
+            SqlState::INVALID_TEXT_REPRESENTATION,
             format!("invalid input syntax for type json: {found}"),
         )
     }
@@ -114,7 +114,7 @@ impl<'a> Scanner<'a> {
         let unit = self.hex4()?;
         match unit {
             0 => Err(ParseError::new(
-                sqlstate::UNTRANSLATABLE_CHARACTER,
+                SqlState::UNTRANSLATABLE_CHARACTER,
                 "unsupported Unicode escape sequence: \\u0000 cannot be converted to text",
             )),
             0xD800..=0xDBFF => {
@@ -219,7 +219,7 @@ pub fn validate_json(text: &str) -> Result<(), ParseError> {
         if let Some(container) = opened {
             if stack.len() >= MAX_JSON_DEPTH {
                 return Err(ParseError::new(
-                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
                     format!("JSON nesting depth exceeds the limit of {MAX_JSON_DEPTH}"),
                 ));
             }
@@ -322,7 +322,7 @@ mod tests {
         ] {
             assert_eq!(
                 validate_json(bad).map_err(|e| e.sqlstate),
-                Err("22P02"),
+                Err(SqlState::INVALID_TEXT_REPRESENTATION),
                 "{bad:?}"
             );
         }
@@ -339,7 +339,10 @@ mod tests {
 
     #[test]
     fn nul_escape_is_untranslatable() {
-        assert_eq!(validate_json("\"\\u0000\"").unwrap_err().sqlstate, "22P05");
+        assert_eq!(
+            validate_json("\"\\u0000\"").unwrap_err().sqlstate.code(),
+            "22P05"
+        );
     }
 
     #[test]
@@ -355,10 +358,16 @@ mod tests {
             "[".repeat(MAX_JSON_DEPTH + 1),
             "]".repeat(MAX_JSON_DEPTH + 1)
         );
-        assert_eq!(validate_json(&deep).unwrap_err().sqlstate, "54000");
+        assert_eq!(validate_json(&deep).unwrap_err().sqlstate.code(), "54000");
         let hostile = "[".repeat(1_000_000);
-        assert_eq!(validate_json(&hostile).unwrap_err().sqlstate, "54000");
+        assert_eq!(
+            validate_json(&hostile).unwrap_err().sqlstate.code(),
+            "54000"
+        );
         let objects = "{\"a\":".repeat(MAX_JSON_DEPTH + 1);
-        assert_eq!(validate_json(&objects).unwrap_err().sqlstate, "54000");
+        assert_eq!(
+            validate_json(&objects).unwrap_err().sqlstate.code(),
+            "54000"
+        );
     }
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::cursor::{Cursor, Result};
-use super::error::{sqlstate, ParseError};
+use super::error::{ParseError, SqlState};
 use super::lexer::Token;
 use super::value::{
     validate_kv_bound, validate_kv_key, validate_namespace, Json, Name, ParamTypes, Value,
@@ -259,7 +259,7 @@ fn parse_put(cursor: &mut Cursor<'_>) -> Result<KvPut> {
     }
     let Some(expiry) = expiry else {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             "KV PUT needs TTL duration or FOREVER: no key is kept forever unless it says so",
         )
         .at(cursor.position(cursor.peek())));

@@ -7,7 +7,7 @@
 //! quotes. It is pulled one token at a time so recognising a statement costs
 //! only its first two words, however large an ordinary query is.
 
-use super::error::{quoted, sqlstate, ParseError};
+use super::error::{quoted, ParseError, SqlState};
 
 /// PostgreSQL's own limit on parameters in one statement.
 pub(crate) const MAX_PARAM: usize = 65_535;
@@ -77,7 +77,7 @@ impl<'a> Lexer<'a> {
         self.sql.as_bytes().get(at).copied()
     }
 
-    fn error(&self, sqlstate: &'static str, message: String, at: usize) -> ParseError {
+    fn error(&self, sqlstate: SqlState, message: String, at: usize) -> ParseError {
         ParseError::new(sqlstate, message).at(char_position(self.sql, at))
     }
 
@@ -107,7 +107,7 @@ impl<'a> Lexer<'a> {
                         match (self.byte(self.pos), self.byte(self.pos + 1)) {
                             (None, _) => {
                                 return Err(self.error(
-                                    sqlstate::SYNTAX_ERROR,
+                                    SqlState::SYNTAX_ERROR,
                                     "unterminated /* comment".to_string(),
                                     start,
                                 ))
@@ -151,7 +151,7 @@ impl<'a> Lexer<'a> {
                 let ident = self.quoted(b'"', "unterminated quoted identifier")?;
                 if ident.is_empty() {
                     return Err(self.error(
-                        sqlstate::SYNTAX_ERROR,
+                        SqlState::SYNTAX_ERROR,
                         "zero-length delimited identifier at or near \"\"\"\"".to_string(),
                         start,
                     ));
@@ -202,7 +202,7 @@ impl<'a> Lexer<'a> {
             match self.byte(self.pos) {
                 None => {
                     return Err(self.error(
-                        sqlstate::SYNTAX_ERROR,
+                        SqlState::SYNTAX_ERROR,
                         format!(
                             "{unterminated} at or near {}",
                             quoted(self.text(start, self.sql.len()))
@@ -240,7 +240,7 @@ impl<'a> Lexer<'a> {
                 self.pos += 1;
             }
             return Err(self.error(
-                sqlstate::SYNTAX_ERROR,
+                SqlState::SYNTAX_ERROR,
                 format!(
                     "trailing junk after parameter at or near {}",
                     quoted(self.text(start, self.pos))
@@ -252,7 +252,7 @@ impl<'a> Lexer<'a> {
         match digits.parse::<usize>() {
             Ok(n) if (1..=MAX_PARAM).contains(&n) => Ok(TokenKind::Param(n)),
             _ => Err(self.error(
-                sqlstate::UNDEFINED_PARAMETER,
+                SqlState::UNDEFINED_PARAMETER,
                 format!("there is no parameter ${digits}"),
                 start,
             )),
@@ -278,7 +278,7 @@ impl<'a> Lexer<'a> {
                 Ok(Some(rest.get(..length).unwrap_or("").to_string()))
             }
             None => Err(self.error(
-                sqlstate::SYNTAX_ERROR,
+                SqlState::SYNTAX_ERROR,
                 format!(
                     "unterminated dollar-quoted string at or near {}",
                     quoted(self.text(start, self.sql.len()))
@@ -335,7 +335,7 @@ mod tests {
             vec![TokenKind::Word("x")]
         );
         let err = kinds("x /* a /* b */").unwrap_err();
-        assert_eq!(err.sqlstate, "42601");
+        assert_eq!(err.sqlstate.code(), "42601");
         assert_eq!(err.position, Some(3));
     }
 
@@ -356,10 +356,10 @@ mod tests {
     fn unterminated_quotes_are_syntax_errors_at_the_quote() {
         for (sql, position) in [("ab 'cd", 4), ("ab \"cd", 4), ("é $q$ x", 3)] {
             let err = kinds(sql).unwrap_err();
-            assert_eq!(err.sqlstate, "42601", "{sql}");
+            assert_eq!(err.sqlstate.code(), "42601", "{sql}");
             assert_eq!(err.position, Some(position), "{sql}");
         }
-        assert_eq!(kinds("\"\"").unwrap_err().sqlstate, "42601");
+        assert_eq!(kinds("\"\"").unwrap_err().sqlstate.code(), "42601");
     }
 
     #[test]
@@ -372,13 +372,16 @@ mod tests {
                 TokenKind::Param(65535)
             ]
         );
-        assert_eq!(kinds("$0").unwrap_err().sqlstate, "42P02");
-        assert_eq!(kinds("$65536").unwrap_err().sqlstate, "42P02");
+        assert_eq!(kinds("$0").unwrap_err().sqlstate.code(), "42P02");
+        assert_eq!(kinds("$65536").unwrap_err().sqlstate.code(), "42P02");
         assert_eq!(
-            kinds("$99999999999999999999999").unwrap_err().sqlstate,
+            kinds("$99999999999999999999999")
+                .unwrap_err()
+                .sqlstate
+                .code(),
             "42P02"
         );
-        assert_eq!(kinds("$1abc").unwrap_err().sqlstate, "42601");
+        assert_eq!(kinds("$1abc").unwrap_err().sqlstate.code(), "42601");
     }
 
     #[test]

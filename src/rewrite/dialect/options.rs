@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::cursor::{Cursor, Result};
 use super::duration::parse_duration;
-use super::error::{quoted, sqlstate, ParseError};
+use super::error::{quoted, ParseError, SqlState};
 use super::lexer::TokenKind;
 use super::value::{parse_bool, parse_integer, ParamTypes, Value, MAX_NAME_BYTES};
 use super::{oid, Oid};
@@ -150,7 +150,7 @@ impl QueueOption {
         let name = self.name();
         let invalid = |expected: &str| {
             ParseError::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
+                SqlState::INVALID_PARAMETER_VALUE,
                 format!(
                     "invalid value for option {name}: expected {expected}, got {}",
                     quoted(text)
@@ -163,7 +163,7 @@ impl QueueOption {
                     .map(OptionValue::Duration)
                     .map_err(|err| {
                         ParseError::new(
-                            sqlstate::INVALID_PARAMETER_VALUE,
+                            SqlState::INVALID_PARAMETER_VALUE,
                             format!("invalid value for option {name}: {}", err.message),
                         )
                     })
@@ -210,7 +210,7 @@ pub(crate) fn parse_settings(cursor: &mut Cursor<'_>) -> Result<Vec<QueueSetting
         };
         let option = QueueOption::from_name(&name).ok_or_else(|| {
             ParseError::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
+                SqlState::INVALID_PARAMETER_VALUE,
                 format!(
                     "unknown queue option {}; known options: {}",
                     quoted(&name),
@@ -324,7 +324,7 @@ mod tests {
             (QueueOption::Task, "a\nb"),
         ] {
             assert_eq!(
-                option.parse_value(text).unwrap_err().sqlstate,
+                option.parse_value(text).unwrap_err().sqlstate.code(),
                 "22023",
                 "{option:?} {text}"
             );

@@ -1,7 +1,7 @@
 //! `PUSH INTO queue [PARTITION part] [(column, ...)] VALUES (expr, ...) [, (expr, ...) ...]`
 
 use super::cursor::{Cursor, Result};
-use super::error::{quoted, sqlstate, ParseError};
+use super::error::{quoted, ParseError, SqlState};
 use super::lexer::{Token, TokenKind};
 use super::value::{Json, Name, ParamTypes, Value, MAX_BATCH};
 use super::{oid, Column};
@@ -74,7 +74,7 @@ impl Push {
         loop {
             if rows.len() >= MAX_BATCH as usize {
                 return Err(ParseError::new(
-                    sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                    SqlState::PROGRAM_LIMIT_EXCEEDED,
                     format!("too many rows in one PUSH: at most {MAX_BATCH}"),
                 )
                 .at(cursor.position(cursor.peek())));
@@ -118,7 +118,7 @@ fn parse_columns(cursor: &mut Cursor<'_>) -> Result<Vec<PushColumn>> {
         };
         let Some(&(column, name)) = column else {
             return Err(ParseError::new(
-                sqlstate::UNDEFINED_COLUMN,
+                SqlState::UNDEFINED_COLUMN,
                 format!(
                     "column {} does not exist; PUSH columns are payload, partition, transaction_id, trace_id",
                     quoted(cursor.text(&token))
@@ -128,7 +128,7 @@ fn parse_columns(cursor: &mut Cursor<'_>) -> Result<Vec<PushColumn>> {
         };
         if columns.contains(&column) {
             return Err(ParseError::new(
-                sqlstate::DUPLICATE_COLUMN,
+                SqlState::DUPLICATE_COLUMN,
                 format!("column \"{name}\" specified more than once"),
             )
             .at(cursor.position(&token)));
@@ -142,7 +142,7 @@ fn parse_columns(cursor: &mut Cursor<'_>) -> Result<Vec<PushColumn>> {
     cursor.expect(&TokenKind::RightParen, "\",\" or \")\"")?;
     if !columns.contains(&PushColumn::Payload) {
         return Err(ParseError::new(
-            sqlstate::SYNTAX_ERROR,
+            SqlState::SYNTAX_ERROR,
             "the PUSH column list must include payload",
         )
         .at(cursor.position(cursor.peek())));
@@ -182,7 +182,7 @@ fn parse_row(
             PushColumn::Payload => {
                 if cursor.peek_keyword("NULL") {
                     return Err(ParseError::new(
-                        sqlstate::INVALID_PARAMETER_VALUE,
+                        SqlState::INVALID_PARAMETER_VALUE,
                         "payload must not be NULL (the JSON value 'null' is allowed)",
                     )
                     .at(cursor.position(cursor.peek())));
@@ -215,7 +215,7 @@ fn parse_row(
 
 fn arity_error(cursor: &Cursor<'_>, open: &Token<'_>, expected: usize) -> ParseError {
     ParseError::new(
-        sqlstate::SYNTAX_ERROR,
+        SqlState::SYNTAX_ERROR,
         format!("each VALUES row must have {expected} expression(s), one per column"),
     )
     .at(cursor.position(open))

@@ -255,7 +255,7 @@ mod tests {
         let Some(Err(err)) = parse("CREATE QUEUE q WITH (lease = 5)") else {
             panic!()
         };
-        assert_eq!((err.sqlstate, err.position), ("22023", Some(22)));
+        assert_eq!((err.sqlstate.code(), err.position), ("22023", Some(22)));
         for option in QueueOption::ALL {
             assert!(err.message.contains(option.name()), "{}", err.message);
         }

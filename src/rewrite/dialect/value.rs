@@ -2,7 +2,7 @@
 //! the engine resolves from the bound parameters with the same checks
 //! (the validators here are public for that reason).
 
-use super::error::{quoted, sqlstate, ParseError};
+use super::error::{quoted, ParseError, SqlState};
 use super::{oid, Oid};
 
 /// A literal written in the statement, or parameter `$n` (n ≥ 1).
@@ -49,7 +49,7 @@ pub const MAX_KV_KEY_BYTES: usize = 1024;
 pub fn validate_name(what: &str, name: &str) -> Result<(), ParseError> {
     if name.is_empty() || name.len() > MAX_NAME_BYTES {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             format!(
                 "invalid {what} name {}: expected 1 to {MAX_NAME_BYTES} bytes, got {}",
                 quoted(name),
@@ -59,7 +59,7 @@ pub fn validate_name(what: &str, name: &str) -> Result<(), ParseError> {
     }
     if name.chars().any(char::is_control) {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             format!(
                 "invalid {what} name {}: control characters are not allowed",
                 quoted(name)
@@ -79,7 +79,7 @@ pub fn validate_namespace(namespace: &str) -> Result<(), ParseError> {
         || !namespace.bytes().all(allowed)
     {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             format!(
                 "invalid KV namespace {}: expected 1 to {MAX_NAMESPACE_BYTES} characters of A-Z a-z 0-9 _ . : -",
                 quoted(namespace)
@@ -93,7 +93,7 @@ pub fn validate_namespace(namespace: &str) -> Result<(), ParseError> {
 pub fn validate_kv_key(key: &str) -> Result<(), ParseError> {
     if key.is_empty() || key.len() > MAX_KV_KEY_BYTES || key.contains('\0') {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             format!(
                 "invalid KV key {}: expected 1 to {MAX_KV_KEY_BYTES} bytes without NUL",
                 quoted(key)
@@ -107,7 +107,7 @@ pub fn validate_kv_key(key: &str) -> Result<(), ParseError> {
 pub fn validate_kv_bound(what: &str, bound: &str) -> Result<(), ParseError> {
     if bound.len() > MAX_KV_KEY_BYTES || bound.contains('\0') {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             format!(
                 "invalid {what} {}: expected at most {MAX_KV_KEY_BYTES} bytes without NUL",
                 quoted(bound)
@@ -124,12 +124,12 @@ pub fn parse_integer(text: &str) -> Result<i64, ParseError> {
         let digits = trimmed.strip_prefix(['-', '+']).unwrap_or(trimmed);
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
             ParseError::new(
-                sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
                 format!("value {} is out of range for type bigint", quoted(trimmed)),
             )
         } else {
             ParseError::new(
-                sqlstate::INVALID_TEXT_REPRESENTATION,
+                SqlState::INVALID_TEXT_REPRESENTATION,
                 format!("invalid input syntax for type integer: {}", quoted(text)),
             )
         }
@@ -140,14 +140,14 @@ pub fn parse_integer(text: &str) -> Result<i64, ParseError> {
 pub fn check_count(what: &str, count: i64) -> Result<u32, ParseError> {
     if count < 1 {
         return Err(ParseError::new(
-            sqlstate::INVALID_PARAMETER_VALUE,
+            SqlState::INVALID_PARAMETER_VALUE,
             format!("{what} must be at least 1, got {count}"),
         ));
     }
     match u32::try_from(count) {
         Ok(count) if count <= MAX_BATCH => Ok(count),
         _ => Err(ParseError::new(
-            sqlstate::PROGRAM_LIMIT_EXCEEDED,
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
             format!("{what} must be at most {MAX_BATCH}, got {count}"),
         )),
     }
@@ -158,7 +158,7 @@ pub fn parse_count(what: &str, text: &str) -> Result<u32, ParseError> {
     match parse_integer(text) {
         Ok(count) => check_count(what, count),
         // Digits too long for a bigint are certainly over the limit.
-        Err(err) if err.sqlstate == sqlstate::NUMERIC_VALUE_OUT_OF_RANGE => {
+        Err(err) if err.sqlstate == SqlState::NUMERIC_VALUE_OUT_OF_RANGE => {
             let negative = text.trim().starts_with('-');
             check_count(what, if negative { i64::MIN } else { i64::MAX })
         }
@@ -235,7 +235,7 @@ mod tests {
         assert!(validate_name("queue", &"x".repeat(255)).is_ok());
         for bad in ["", &"x".repeat(256), "a\tb", "a\u{7f}b"] {
             assert_eq!(
-                validate_name("queue", bad).unwrap_err().sqlstate,
+                validate_name("queue", bad).unwrap_err().sqlstate.code(),
                 "22023",
                 "{bad:?}"
             );
@@ -247,7 +247,7 @@ mod tests {
         assert!(validate_namespace("app.v1:cache-x_y").is_ok());
         for bad in ["", "a b", "é", "a/b", &"n".repeat(129)] {
             assert_eq!(
-                validate_namespace(bad).unwrap_err().sqlstate,
+                validate_namespace(bad).unwrap_err().sqlstate.code(),
                 "22023",
                 "{bad:?}"
             );
@@ -258,7 +258,7 @@ mod tests {
     fn kv_keys_are_one_to_1024_bytes_without_nul() {
         assert!(validate_kv_key("user:1 with spaces é").is_ok());
         for bad in ["", "a\0b", &"k".repeat(1025)] {
-            assert_eq!(validate_kv_key(bad).unwrap_err().sqlstate, "22023");
+            assert_eq!(validate_kv_key(bad).unwrap_err().sqlstate.code(), "22023");
         }
         assert!(validate_kv_bound("PREFIX", "").is_ok());
     }
@@ -267,24 +267,40 @@ mod tests {
     fn counts() {
         assert_eq!(parse_count("LIMIT", "10000"), Ok(10_000));
         assert_eq!(parse_count("LIMIT", " 7 "), Ok(7));
-        assert_eq!(parse_count("LIMIT", "0").unwrap_err().sqlstate, "22023");
-        assert_eq!(parse_count("LIMIT", "-3").unwrap_err().sqlstate, "22023");
-        assert_eq!(parse_count("LIMIT", "10001").unwrap_err().sqlstate, "54000");
+        assert_eq!(
+            parse_count("LIMIT", "0").unwrap_err().sqlstate.code(),
+            "22023"
+        );
+        assert_eq!(
+            parse_count("LIMIT", "-3").unwrap_err().sqlstate.code(),
+            "22023"
+        );
+        assert_eq!(
+            parse_count("LIMIT", "10001").unwrap_err().sqlstate.code(),
+            "54000"
+        );
         assert_eq!(
             parse_count("LIMIT", "99999999999999999999")
                 .unwrap_err()
-                .sqlstate,
+                .sqlstate
+                .code(),
             "54000"
         );
-        assert_eq!(parse_count("LIMIT", "1.5").unwrap_err().sqlstate, "22P02");
+        assert_eq!(
+            parse_count("LIMIT", "1.5").unwrap_err().sqlstate.code(),
+            "22P02"
+        );
     }
 
     #[test]
     fn integers() {
         assert_eq!(parse_integer("-42"), Ok(-42));
-        assert_eq!(parse_integer("x").unwrap_err().sqlstate, "22P02");
+        assert_eq!(parse_integer("x").unwrap_err().sqlstate.code(), "22P02");
         assert_eq!(
-            parse_integer("99999999999999999999").unwrap_err().sqlstate,
+            parse_integer("99999999999999999999")
+                .unwrap_err()
+                .sqlstate
+                .code(),
             "22003"
         );
     }

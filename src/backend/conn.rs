@@ -7,7 +7,7 @@
 //! results.
 
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, read_message, FrameError, Message, SqlError, TxStatus};
+use crate::protocol::{read_message, FrameError, Message, SqlError, TxStatus};
 use bytes::BytesMut;
 use postgres_protocol::message::frontend as pp;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -170,18 +170,10 @@ pub struct BackendConn {
 }
 
 impl BackendConn {
-    pub async fn connect(target: &BackendTarget, id: u64) -> Result<BackendConn, BackendError> {
-        let stream = target.open_stream().await?;
-        BackendConn::start(stream, target, id).await
-    }
-
-    /// The startup exchange on a stream already open to the backend.
-    pub(super) async fn start(
-        stream: Box<dyn Stream>,
-        target: &BackendTarget,
-        id: u64,
-    ) -> Result<BackendConn, BackendError> {
-        let mut conn = BackendConn {
+    /// A connection over `stream` before its startup exchange
+    /// (`connect.rs`).
+    pub(super) fn new(stream: Box<dyn Stream>, id: u64) -> BackendConn {
+        BackendConn {
             id,
             stream,
             read_buf: BytesMut::with_capacity(8192),
@@ -195,62 +187,6 @@ impl BackendConn {
             autosync: false,
             status: TxStatus::Idle,
             broken: false,
-        };
-        conn.startup(target).await?;
-        Ok(conn)
-    }
-
-    /// The startup exchange, as rust-postgres's `connect_raw` does it: the
-    /// startup packet, authentication (one function per method), then the
-    /// parameter statuses and key data up to the first ReadyForQuery.
-    async fn startup(&mut self, target: &BackendTarget) -> Result<(), BackendError> {
-        self.send_startup_packet(target).await?;
-        super::auth::authenticate(self, target).await?;
-        self.read_startup_info().await
-    }
-
-    async fn send_startup_packet(&mut self, target: &BackendTarget) -> Result<(), BackendError> {
-        let mut packet = BytesMut::new();
-        pp::startup_message(
-            [
-                ("user", target.user.as_str()),
-                ("database", target.database.as_str()),
-            ],
-            &mut packet,
-        )?;
-        self.stream.write_all(&packet).await?;
-        Ok(())
-    }
-
-    /// After AuthenticationOk: parameter statuses and the cancel key, up
-    /// to ReadyForQuery.
-    async fn read_startup_info(&mut self) -> Result<(), BackendError> {
-        loop {
-            let msg = self.recv().await?;
-            match msg.tag {
-                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
-                tag::BACKEND_KEY_DATA => {
-                    let mut r = msg.reader();
-                    let malformed = |e: protocol::Malformed| BackendError::Protocol(e.to_string());
-                    let pid = r.i32().map_err(malformed)?;
-                    let secret = r.i32().map_err(malformed)?;
-                    self.key = BackendKey { pid, secret };
-                }
-                tag::ERROR_RESPONSE => {
-                    return Err(BackendError::Server(SqlError::parse(&msg.body)))
-                }
-                tag::NOTICE_RESPONSE => {}
-                tag::READY_FOR_QUERY => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
-                    return Ok(());
-                }
-                other => {
-                    return Err(BackendError::Protocol(format!(
-                        "unexpected message '{}' during startup",
-                        other as char
-                    )))
-                }
-            }
         }
     }
 

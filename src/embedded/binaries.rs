@@ -2,6 +2,7 @@
 //! and the major version a cluster needs.
 
 use super::error::EmbeddedError;
+use super::ServerBinaries;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -9,13 +10,6 @@ use std::process::{Command, Stdio};
 
 const MIN_MAJOR_VERSION: u32 = 15;
 const DEBIAN_VERSIONS_DIR: &str = "/usr/lib/postgresql";
-
-/// A directory holding `initdb` and `postgres` of one major version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerBinaries {
-    pub bin_dir: PathBuf,
-    pub major: u32,
-}
 
 /// The first directory holding `initdb` and `postgres` of version 15 or
 /// newer: PATH first (symlinks resolved), then `/usr/lib/postgresql/*/bin`,

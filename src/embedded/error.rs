@@ -1,7 +1,7 @@
 //! What can go wrong running the embedded cluster, each error saying what
 //! to do about it, with the end of the cluster's log where that helps.
 
-use super::binaries::ServerBinaries;
+use super::ServerBinaries;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};

@@ -55,7 +55,7 @@ mod error;
 mod process;
 mod run_as;
 
-pub use binaries::{find_server_binaries, ServerBinaries};
+pub use binaries::find_server_binaries;
 pub use error::EmbeddedError;
 
 use binaries::{find_binaries_for_cluster, find_newest_binaries, read_cluster_major_version};
@@ -72,6 +72,13 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Child;
+
+/// A directory holding `initdb` and `postgres` of one major version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerBinaries {
+    pub bin_dir: PathBuf,
+    pub major: u32,
+}
 
 const PGDATA_DIR: &str = "pgdata";
 const SOCKET_DIR: &str = "run";

@@ -4,7 +4,7 @@
 
 use super::error::{io_error, log_tail, EmbeddedError};
 use super::run_as::RunAs;
-use super::{binaries::ServerBinaries, LOG_FILE};
+use super::{ServerBinaries, LOG_FILE};
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io;

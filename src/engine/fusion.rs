@@ -103,11 +103,13 @@ impl Fuser {
     }
 
     async fn write(&self, jobs: Vec<(PreparedPush, Reply)>, tenant: Uuid) {
-        let mut conn = match self.pool.get().await {
+        let mut conn = match crate::backend::pool::checkout(&self.pool).await {
             Ok(c) => c,
             Err(e) => {
+                // One cause, told to every statement of the batch.
+                let why = e.to_string();
                 for (_, reply) in jobs {
-                    let _ = reply.send(Err(ExecError::Lost(BackendError::Protocol(e.to_string()))));
+                    let _ = reply.send(Err(ExecError::Lost(BackendError::Protocol(why.clone()))));
                 }
                 return;
             }

@@ -1,184 +1,25 @@
-//! The client side: accepting connections, startup, sessions, cancel
-//! requests. Knows nothing of queues.
+//! The client side: the listener (here), startup and authentication
+//! (`startup`, `scram`), one session per client (`session`), what sessions
+//! share (`shared`), the connection cap (`slots`), the client's socket
+//! (`client`), bound parameters (`params`) and the edge where every
+//! layer's error becomes the client's (`errors`).
+//!
+//! Owns the wire towards clients. Knows nothing of queue semantics: a
+//! dialect statement is handed to the engine, which borrows the session's
+//! backend connection through `engine::Lender`.
 
 pub mod client;
 pub mod errors;
 pub mod params;
 pub mod scram;
 pub mod session;
+pub mod shared;
 pub mod slots;
 pub mod startup;
 
-use crate::backend::{BackendKey, BackendTarget, Pool};
-use crate::engine::Engine;
-use crate::shutdown::ShutdownSignal;
-use slots::SessionSlots;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+pub use shared::{CancelRegistry, FrontendConfig, SessionHandle, Shared, StatementNames};
+use std::sync::Arc;
 use tokio::net::TcpListener;
-
-/// Frontend settings.
-#[derive(Clone)]
-pub struct FrontendConfig {
-    /// Users allowed in (SCRAM-SHA-256). `None`: no users file — loopback
-    /// clients only, trusted, in the default tenant.
-    pub users: Option<Arc<crate::users::Users>>,
-    /// Key of the decoy verifiers shown for unknown users.
-    pub decoy_secret: Vec<u8>,
-    /// TLS for clients that ask (`sslmode=prefer|require`); `None`: declined.
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
-    /// Plaintext logins are refused.
-    pub require_tls: bool,
-    /// Most client connections at once; more are refused with 53300.
-    pub max_connections: usize,
-    /// A client must finish startup and authentication within this.
-    pub startup_timeout: std::time::Duration,
-    /// A client idle this long inside a transaction block is disconnected
-    /// and its transaction rolled back (`None`: never).
-    pub idle_in_transaction_timeout: Option<std::time::Duration>,
-    /// Largest message a client may send.
-    pub max_message_size: usize,
-}
-
-/// What every session shares.
-pub struct Shared {
-    pub config: FrontendConfig,
-    pub pool: Pool,
-    /// Pools logged in as the tenants' backend roles, by (tenant,
-    /// read-only): plain SQL of users with a passthrough policy runs there.
-    pub role_pools: HashMap<(uuid::Uuid, bool), Pool>,
-    pub target: Arc<BackendTarget>,
-    pub registry: CancelRegistry,
-    pub statement_names: StatementNames,
-    pub engine: Arc<Engine>,
-    /// Begins when the server shuts down; a session may stop on it.
-    pub shutdown: ShutdownSignal,
-    /// The connection cap; a session's task holds a slot while it lives.
-    pub slots: SessionSlots,
-    next_session: AtomicU64,
-}
-
-impl Shared {
-    pub fn new(
-        config: FrontendConfig,
-        pool: Pool,
-        role_pools: HashMap<(uuid::Uuid, bool), Pool>,
-        target: Arc<BackendTarget>,
-        engine: Arc<Engine>,
-        shutdown: ShutdownSignal,
-    ) -> Shared {
-        Shared {
-            slots: SessionSlots::new(config.max_connections),
-            shutdown,
-            config,
-            pool,
-            role_pools,
-            target,
-            engine,
-            registry: CancelRegistry::default(),
-            statement_names: StatementNames::default(),
-            next_session: AtomicU64::new(1),
-        }
-    }
-
-    pub fn next_session_id(&self) -> u64 {
-        self.next_session.fetch_add(1, Ordering::Relaxed)
-    }
-}
-
-/// The part of a session a cancel request reaches.
-#[derive(Default)]
-pub struct SessionHandle {
-    backend: Mutex<Option<BackendKey>>,
-    /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
-    pub cancel: Arc<tokio::sync::Notify>,
-}
-
-impl SessionHandle {
-    pub fn set_backend(&self, key: Option<BackendKey>) {
-        if let Ok(mut guard) = self.backend.lock() {
-            *guard = key;
-        }
-    }
-
-    fn backend(&self) -> Option<BackendKey> {
-        self.backend.lock().ok().and_then(|g| *g)
-    }
-}
-
-/// Sessions by the (pid, secret) key the proxy gave their clients.
-#[derive(Default)]
-pub struct CancelRegistry {
-    sessions: Mutex<HashMap<(i32, i32), Arc<SessionHandle>>>,
-}
-
-impl CancelRegistry {
-    pub fn register(&self, pid: i32, secret: i32, handle: Arc<SessionHandle>) {
-        if let Ok(mut map) = self.sessions.lock() {
-            map.insert((pid, secret), handle);
-        }
-    }
-
-    pub fn unregister(&self, pid: i32, secret: i32) {
-        if let Ok(mut map) = self.sessions.lock() {
-            map.remove(&(pid, secret));
-        }
-    }
-
-    /// Forwards a cancel to the backend connection the session holds, if
-    /// any. An unknown key is ignored, as PostgreSQL does.
-    pub async fn cancel(&self, pid: i32, secret: i32, target: &BackendTarget) {
-        let handle = self
-            .sessions
-            .lock()
-            .ok()
-            .and_then(|map| map.get(&(pid, secret)).cloned());
-        let Some(handle) = handle else { return };
-        handle.cancel.notify_waiters();
-        if let Some(key) = handle.backend() {
-            if let Err(e) = target.cancel(key).await {
-                tracing::warn!("forwarding a cancel request failed: {e}");
-            }
-        }
-    }
-}
-
-/// Proxy-global names for prepared statements: the same text and parameter
-/// types get the same name on every backend connection, so a client's
-/// statement can be re-parsed wherever its session lands.
-/// (text, parameter types).
-type StatementKey = (Arc<str>, Arc<[u32]>);
-
-/// Distinct (text, types) pairs the proxy remembers global names for.
-const MAX_STATEMENT_NAMES: usize = 10_000;
-
-#[derive(Default)]
-pub struct StatementNames {
-    names: Mutex<HashMap<StatementKey, Arc<str>>>,
-    next: AtomicU64,
-}
-
-impl StatementNames {
-    pub fn name_for(&self, query: &Arc<str>, types: &Arc<[u32]>) -> Arc<str> {
-        let mut map = match self.names.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        // Bounded: past the limit the map starts afresh. Names are never
-        // reused, so a statement named before keeps working; the same text
-        // prepared again just gets a new name.
-        if map.len() >= MAX_STATEMENT_NAMES && !map.contains_key(&(query.clone(), types.clone())) {
-            map.clear();
-        }
-        map.entry((query.clone(), types.clone()))
-            .or_insert_with(|| {
-                let n = self.next.fetch_add(1, Ordering::Relaxed);
-                Arc::from(format!("qw_s{n}"))
-            })
-            .clone()
-    }
-}
 
 /// A FATAL error to a client that is not let in, then the close.
 async fn refuse(

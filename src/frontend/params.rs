@@ -2,8 +2,8 @@
 //! to text, and result format codes.
 
 use crate::engine::values::format_timestamptz;
-use crate::protocol::SqlError;
 use crate::protocol::SqlState;
+use crate::protocol::{oid, SqlError};
 
 /// The format code of parameter or column `i` under PostgreSQL's rule:
 /// no codes = all text, one code = all of that format, else one each.
@@ -73,38 +73,43 @@ fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, SqlError> {
         }
     };
     Ok(match oid {
-        // text, varchar, bpchar, name, unknown, json
-        25 | 1043 | 1042 | 19 | 705 | 114 | 0 => text(bytes, i)?,
+        oid::TEXT
+        | oid::VARCHAR
+        | oid::BPCHAR
+        | oid::NAME
+        | oid::UNKNOWN
+        | oid::JSON
+        | oid::UNSPECIFIED => text(bytes, i)?,
         // jsonb: a version byte, then the text
-        3802 => match bytes.split_first() {
+        oid::JSONB => match bytes.split_first() {
             Some((1, rest)) => text(rest, i)?,
             _ => return Err(bad()),
         },
-        21 => {
+        oid::INT2 => {
             let b = fixed(2)?;
             i16::from_be_bytes([b[0], b[1]]).to_string()
         }
-        23 => {
+        oid::INT4 => {
             let b = fixed(4)?;
             i32::from_be_bytes([b[0], b[1], b[2], b[3]]).to_string()
         }
-        20 => {
+        oid::INT8 => {
             let b = fixed(8)?;
             let mut a = [0u8; 8];
             a.copy_from_slice(b);
             i64::from_be_bytes(a).to_string()
         }
-        16 => match fixed(1)?[0] {
+        oid::BOOL => match fixed(1)?[0] {
             0 => "false".to_string(),
             _ => "true".to_string(),
         },
-        2950 => {
+        oid::UUID => {
             let b = fixed(16)?;
             let mut a = [0u8; 16];
             a.copy_from_slice(b);
             uuid::Uuid::from_bytes(a).to_string()
         }
-        1184 | 1114 => {
+        oid::TIMESTAMPTZ | oid::TIMESTAMP => {
             let b = fixed(8)?;
             let mut a = [0u8; 8];
             a.copy_from_slice(b);

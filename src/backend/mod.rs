@@ -1,4 +1,7 @@
-//! Talking to PostgreSQL: raw message connections and their pool.
+//! Talking to PostgreSQL: raw message connections (`conn`), opening them
+//! (`connect`, `auth`), the proxy's own typed calls on them (`call`) and
+//! their pool (`pool`). Owns the bytes exchanged with PostgreSQL; knows
+//! nothing of clients, sessions or queues.
 
 mod auth;
 pub mod call;

@@ -1,5 +1,7 @@
 //! The embedded PostgreSQL: a private cluster queenwire creates, starts and
-//! stops itself when no backend is configured (docs/running.md).
+//! stops itself when no backend is configured (docs/running.md). Owns
+//! finding server binaries, initdb, the process and running it as an
+//! unprivileged user; knows nothing of queues, clients or the schema.
 //!
 //! # Layout of the data directory
 //!

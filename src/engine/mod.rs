@@ -1,8 +1,13 @@
-//! Executes commands against PostgreSQL: the queue statements (each run as
-//! the typed calls of `rewrite::calls` on the session's backend connection;
-//! the engine builds no SQL text and reads rows by column name), segment
-//! framing, receipts, long-poll wake-ups and the boot-time schema apply.
-//! Knows nothing of the client's wire.
+//! Queue semantics, executed against PostgreSQL. Owns: the one dispatch of
+//! dialect statements (`execute.rs`: the fusion decision, the lock order of
+//! seed 000, failing refused statements in the backend), POP's waiting
+//! (`wait.rs`), push fusion, segment framing, receipts, long-poll wake-ups,
+//! KV, timers, the elected maintenance loops and the boot-time schema apply.
+//! Each statement runs as the typed calls of `rewrite::calls`; the engine
+//! builds no SQL text and reads rows by column name.
+//!
+//! Knows nothing of the client's wire, the session's bookkeeping or the
+//! pool: a session lends it a backend connection through [`Lender`].
 
 mod execute;
 pub mod frame;

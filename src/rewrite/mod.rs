@@ -1,7 +1,11 @@
 //! Text → a typed command → typed calls: one of the dialect's statements,
 //! or plain SQL to pass through; `$n` bound to typed values ([`bind`]); and
-//! the `queen.*` calls that carry a statement out ([`calls`]). Pure: no I/O,
-//! and nothing of the engine's state (receipt keys, framing, fusion).
+//! the `queen.*` calls that carry a statement out ([`calls`]). Owns the
+//! grammar and every statement's result columns (for Describe).
+//!
+//! Pure: no I/O, no connection, nothing of the engine's state (receipt
+//! keys, framing, fusion) or of the wire. A statement that is valid
+//! PostgreSQL is never taken by the dialect.
 
 pub mod bind;
 pub mod calls;

@@ -1,7 +1,8 @@
 //! COPY FROM STDIN: the client's data goes to the backend until CopyDone
 //! or CopyFail.
 
-use super::{canned, End, Session, CLIENT_FLUSH_THRESHOLD};
+use super::dispatch::CLIENT_FLUSH_THRESHOLD;
+use super::{canned, End, Session};
 use crate::protocol::tags::frontend as tag;
 
 impl Session {

@@ -2,8 +2,9 @@
 //! session lends (`engine::Lender`); the session decides which connection
 //! that is and sends the rows.
 
+use super::dispatch::Txn;
 use super::lease::{For, Lease};
-use super::{rows, End, Session, Txn};
+use super::{rows, End, Session};
 use crate::backend::{BackendConn, BackendError};
 use crate::engine::lock_order::LockOrder;
 use crate::engine::values::Cell;

@@ -2,9 +2,10 @@
 //! the order `Replies` keeps.
 
 use super::canned;
+use super::dispatch::CLIENT_FLUSH_THRESHOLD;
 use super::lease::For;
 use super::replies::{Expect, Seen};
-use super::{End, Session, CLIENT_FLUSH_THRESHOLD};
+use super::{End, Session};
 use crate::backend::BackendError;
 use crate::frontend::errors::backend_unavailable;
 use crate::protocol::{self, Message};

@@ -1,0 +1,246 @@
+//! The `Session` struct, its greeting and the message loop that hands each
+//! client message to the file of its concern.
+
+use super::canned;
+use super::lease::{For, Lease};
+use super::portals::Portals;
+use super::prepared::Statements;
+use super::replies::Replies;
+use crate::engine::lock_order::LockOrder;
+use crate::frontend::client::Client;
+use crate::frontend::shared::{SessionHandle, Shared};
+use crate::frontend::startup::{Identity, Started};
+use crate::protocol::tags::frontend as tag;
+use crate::protocol::{self, FrameError, Message, SqlError};
+use crate::users::Passthrough;
+use std::sync::Arc;
+
+/// Why a session ends.
+#[derive(Debug)]
+pub enum End {
+    /// The client said Terminate or closed its socket.
+    ClientGone,
+    /// An error that the client has been (or cannot be) told about.
+    Fatal(String),
+}
+
+impl From<FrameError> for End {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::Closed => End::ClientGone,
+            other => End::Fatal(other.to_string()),
+        }
+    }
+}
+
+impl From<std::io::Error> for End {
+    fn from(e: std::io::Error) -> Self {
+        End::Fatal(e.to_string())
+    }
+}
+
+/// The session's side of the transaction in progress.
+#[derive(Default)]
+pub(super) struct Txn {
+    /// Client messages (or the engine's calls) went to the backend since
+    /// the last Sync: the backend's implicit transaction holds them.
+    pub(super) forwarded_since_sync: bool,
+    /// Queues pushed to in the current transaction, woken when it ends.
+    pub(super) pushed: Vec<String>,
+    pub(super) locks: LockOrder,
+}
+
+/// Client output is flushed at protocol boundaries, or once this much is
+/// buffered.
+pub(super) const CLIENT_FLUSH_THRESHOLD: usize = 64 * 1024;
+
+pub struct Session {
+    pub id: u64,
+    /// The tenant every dialect statement acts in.
+    pub(super) tenant: uuid::Uuid,
+    /// What plain SQL this user may pass through.
+    pub(super) passthrough: Passthrough,
+    pub(super) shared: Arc<Shared>,
+    pub(super) client: Client,
+    pub(super) handle: Arc<SessionHandle>,
+    pub(super) lease: Lease,
+    pub(super) replies: Replies,
+    pub(super) statements: Statements,
+    pub(super) portals: Portals,
+    pub(super) txn: Txn,
+}
+
+impl Session {
+    pub fn new(
+        id: u64,
+        shared: Arc<Shared>,
+        started: Started,
+        handle: Arc<SessionHandle>,
+    ) -> Session {
+        let Started {
+            client,
+            identity: Identity {
+                tenant,
+                passthrough,
+            },
+            settings,
+            ..
+        } = started;
+        let role_pool = match passthrough {
+            Passthrough::None => None,
+            Passthrough::ReadOnly => shared.role_pools.get(&(tenant, true)).cloned(),
+            Passthrough::Full => shared.role_pools.get(&(tenant, false)).cloned(),
+        };
+        // A user from the users file never runs plain SQL as the engine's
+        // own role: without a tenant role, no plain SQL at all.
+        let passthrough = if shared.config.users.is_some() && role_pool.is_none() {
+            Passthrough::None
+        } else {
+            passthrough
+        };
+        Session {
+            id,
+            tenant,
+            passthrough,
+            lease: Lease::new(shared.pool.clone(), role_pool, settings, handle.clone()),
+            shared,
+            client,
+            handle,
+            replies: Replies::default(),
+            statements: Statements::default(),
+            portals: Portals::default(),
+            txn: Txn::default(),
+        }
+    }
+
+    /// Greets the client: the backend's parameter statuses (from a
+    /// connection with the session's settings applied), the cancel key,
+    /// ReadyForQuery. `Err` when no backend connection could be had (the
+    /// client has been told) or the client is gone.
+    pub async fn greet(&mut self, secret: i32) -> Result<(), End> {
+        match self.lease.acquire(For::Client).await {
+            Ok(conn) => {
+                let mut params: Vec<(&String, &String)> = conn.reported.iter().collect();
+                params.sort();
+                for (name, value) in params {
+                    self.client.send(&protocol::parameter_status(name, value));
+                }
+            }
+            Err(e) => {
+                let mut err = crate::frontend::errors::backend_unavailable(&e);
+                err.severity = "FATAL";
+                return Err(self.fatal(err).await);
+            }
+        }
+        self.release_if_idle();
+        self.client
+            .send(&protocol::backend_key_data(self.id as i32, secret));
+        self.client
+            .send(&protocol::ready_for_query(self.lease.status()));
+        self.client.flush().await?;
+        Ok(())
+    }
+
+    /// Serves the session until the client leaves; then leaves the backend
+    /// connection clean or closes it.
+    pub async fn run(mut self) -> End {
+        let end = self.serve().await;
+        self.lease.finish(self.replies.owed(), &self.shared.target);
+        end.err().unwrap_or(End::ClientGone)
+    }
+
+    async fn serve(&mut self) -> Result<(), End> {
+        loop {
+            let msg = self.next_message().await?;
+            match msg.tag {
+                tag::TERMINATE => return Ok(()),
+                tag::SYNC => self.sync().await?,
+                tag::FLUSH => self.flush_request().await?,
+                tag::QUERY | tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE
+                    if self.replies.skipping() => {}
+                tag::QUERY => self.simple_query(&msg).await?,
+                tag::PARSE => self.parse(&msg).await?,
+                tag::BIND => self.bind(&msg).await?,
+                tag::DESCRIBE => self.describe(&msg).await?,
+                tag::EXECUTE => self.execute(&msg).await?,
+                tag::CLOSE => self.close(&msg).await?,
+                // Copy messages outside a COPY are ignored, as PostgreSQL does.
+                tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => {}
+                tag::FUNCTION_CALL => self.function_call(&msg).await?,
+                other => {
+                    let err = canned::protocol_violation(format!(
+                        "invalid frontend message type {other}"
+                    ));
+                    return Err(self.fatal(err).await);
+                }
+            }
+        }
+    }
+
+    /// The client's next message, within the idle-in-transaction limit.
+    async fn next_message(&mut self) -> Result<Message, End> {
+        let idle_limit = self
+            .shared
+            .config
+            .idle_in_transaction_timeout
+            .filter(|_| self.lease.status().in_transaction());
+        let read = self.client.read(self.shared.config.max_message_size);
+        let next = match idle_limit {
+            None => read.await,
+            Some(limit) => match tokio::time::timeout(limit, read).await {
+                Ok(r) => r,
+                Err(_) => return Err(self.fatal(canned::idle_in_transaction_timeout()).await),
+            },
+        };
+        match next {
+            Ok(m) => Ok(m),
+            Err(FrameError::TooLarge(len, max)) => {
+                Err(self.fatal(canned::message_too_large(len, max)).await)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sends a FATAL error and ends the session.
+    pub(super) async fn fatal(&mut self, err: SqlError) -> End {
+        self.client.send(&err.to_message());
+        let _ = self.client.flush().await;
+        End::Fatal(err.message)
+    }
+
+    /// A reply the proxy makes itself, sent when its turn comes.
+    pub(super) fn reply_local(&mut self, msg: Message) {
+        if let Some(now) = self.replies.local(msg) {
+            self.client.send(&now);
+        }
+    }
+
+    /// An error the proxy reports itself; the pipeline skips to Sync.
+    pub(super) fn local_error(&mut self, err: SqlError) {
+        if let Some(now) = self.replies.local_error(err.to_message()) {
+            self.client.send(&now);
+        }
+    }
+
+    pub(super) fn release_if_idle(&mut self) {
+        self.lease.release_if_idle(self.replies.owed());
+    }
+
+    /// The transaction ended (ReadyForQuery said Idle): wake the waiters of
+    /// the queues it pushed to.
+    pub(super) fn transaction_ended(&mut self) {
+        for key in self.txn.pushed.drain(..) {
+            self.shared.engine.announcer.pushed(&key);
+        }
+    }
+
+    /// The backend reported `status` at the end of an exchange.
+    pub(super) fn backend_ready(&mut self, status: protocol::TxStatus) {
+        if let Some(conn) = self.lease.conn_mut() {
+            conn.status = status;
+        }
+        if status == protocol::TxStatus::Idle {
+            self.transaction_ended();
+        }
+    }
+}

@@ -41,3 +41,38 @@ async fn large_objects_over_the_fastpath_protocol_work_with_psql() {
     assert_eq!(lines, ["t", "0", "after"], "{out}");
     assert_eq!(std::fs::read(&output).unwrap(), body);
 }
+
+#[tokio::test]
+async fn postgresql_s_drop_group_reaches_postgresql() {
+    let proxy = Proxy::start("drop_group").await;
+    let (ok, out, err) = psql(
+        &proxy,
+        &[
+            "-At",
+            "-c",
+            "CREATE GROUP qw_staff",
+            "-c",
+            "SELECT count(*) FROM pg_roles WHERE rolname = 'qw_staff'",
+            "-c",
+            "DROP GROUP qw_staff",
+            "-c",
+            "DROP GROUP IF EXISTS qw_nobody, qw_staff",
+            "-c",
+            "SELECT count(*) FROM pg_roles WHERE rolname = 'qw_staff'",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "CREATE ROLE\n1\nDROP ROLE\nDROP ROLE\n0\n", "{err}");
+    // PostgreSQL's own notices for the roles that did not exist.
+    assert!(err.contains("qw_nobody"), "{err}");
+    // The dialect's DROP GROUP still works.
+    let client = proxy.connect().await;
+    client.batch_execute("CREATE QUEUE dg_orders").await.unwrap();
+    let err = client
+        .batch_execute("DROP GROUP billing ON dg_orders")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT));
+    assert!(format!("{err:?}").contains("consumer group"), "{err:?}");
+}

@@ -213,7 +213,7 @@ fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
     }
 }
 
-/// Reads at most two tokens. A lexical error there (an unterminated quote in
+/// Reads the first words (four for DROP GROUP). A lexical error there (an unterminated quote in
 /// ordinary SQL) means "not ours": PostgreSQL reports it in its own words.
 fn recognize(sql: &str) -> Option<Family> {
     let mut lexer = Lexer::new(sql);
@@ -234,7 +234,16 @@ fn recognize(sql: &str) -> Option<Family> {
                 ("CREATE", "QUEUE") => Family::CreateQueue,
                 ("ALTER", "QUEUE") => Family::AlterQueue,
                 ("DROP", "QUEUE") => Family::DropQueue,
-                ("DROP", "GROUP") => Family::DropGroup,
+                // PostgreSQL's own DROP GROUP (an alias of DROP ROLE) takes
+                // role names and never ON: the dialect's needs `ON queue`.
+                ("DROP", "GROUP") => {
+                    let _group = lexer.next_token().ok()?;
+                    let on = lexer.next_token().ok()?;
+                    if !word(&on).is_some_and(|w| w.eq_ignore_ascii_case("ON")) {
+                        return None;
+                    }
+                    Family::DropGroup
+                }
                 ("SEEK", "GROUP") => Family::SeekGroup,
                 ("SHOW", "QUEUES" | "PARTITIONS" | "GROUPS" | "DLQ") => Family::Show,
                 ("SHOW", "SCHEDULES") => Family::ShowSchedules,

@@ -388,7 +388,7 @@ mod tests {
             })
         );
         assert_eq!(ok("DROP GROUP g ON q").command_tag(5), "DROP GROUP");
-        assert_eq!(error("DROP GROUP g"), ("42601", Some(13)));
+        assert_eq!(error("DROP GROUP g ON"), ("42601", Some(16)));
     }
 
     #[test]

@@ -68,11 +68,119 @@ async fn postgresql_s_drop_group_reaches_postgresql() {
     assert!(err.contains("qw_nobody"), "{err}");
     // The dialect's DROP GROUP still works.
     let client = proxy.connect().await;
-    client.batch_execute("CREATE QUEUE dg_orders").await.unwrap();
+    client
+        .batch_execute("CREATE QUEUE dg_orders")
+        .await
+        .unwrap();
     let err = client
         .batch_execute("DROP GROUP billing ON dg_orders")
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT));
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT)
+    );
     assert!(format!("{err:?}").contains("consumer group"), "{err:?}");
+}
+
+/// One pipeline of every extended-protocol message kind, named and
+/// unnamed, with errors in the middle and several Syncs, as libpq's
+/// pipeline mode sends it: everything written at once, then read.
+fn pipeline_with_errors() -> (Vec<queenwire::protocol::Message>, usize) {
+    use common::raw::{bind_text, execute, sync};
+    use queenwire::protocol::frontend::{build_close, build_describe, build_parse, flush};
+    use queenwire::protocol::tags::Target;
+    let messages = vec![
+        build_parse("s_ins", "INSERT INTO pp VALUES ($1)", &[]),
+        bind_text("", "s_ins", &[Some("1")]),
+        execute("", 0),
+        bind_text("p1", "s_ins", &[Some("1")]),
+        build_describe(Target::Portal, "p1"),
+        // A unique violation: everything up to the Sync is skipped.
+        execute("p1", 0),
+        build_parse("", "SELECT 2", &[]),
+        bind_text("", "", &[]),
+        build_describe(Target::Statement, ""),
+        execute("", 0),
+        build_close(Target::Statement, "s_ins"),
+        flush(),
+        sync(),
+        build_parse("", "SELECT $1::int", &[]),
+        bind_text("", "", &[Some("5")]),
+        build_describe(Target::Portal, ""),
+        execute("", 0),
+        sync(),
+        // A syntax error at Parse.
+        build_parse("s_bad", "SELEC 1", &[]),
+        bind_text("", "s_bad", &[]),
+        execute("", 0),
+        sync(),
+        // The skipped Close left s_ins in place, as on PostgreSQL.
+        bind_text("", "s_ins", &[Some("2")]),
+        execute("", 0),
+        build_close(Target::Portal, ""),
+        sync(),
+        build_describe(Target::Statement, "s_missing"),
+        sync(),
+        build_parse("", "SELECT 1/0", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        flush(),
+        sync(),
+    ];
+    (messages, 6)
+}
+
+#[tokio::test]
+async fn a_pipeline_with_errors_is_answered_exactly_as_postgresql_answers_it() {
+    use common::raw::Raw;
+    let proxy = Proxy::start("pipeline_errors").await;
+    let setup = proxy.connect_direct().await;
+    setup
+        .batch_execute("CREATE TABLE pp (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let (messages, syncs) = pipeline_with_errors();
+    let mut answers = Vec::new();
+    for direct in [true, false] {
+        setup.batch_execute("TRUNCATE pp").await.unwrap();
+        let mut raw = if direct {
+            Raw::connect_direct(&proxy.direct).await
+        } else {
+            Raw::connect(proxy.addr).await
+        };
+        raw.send(&messages).await;
+        let mut exchanges = Vec::new();
+        for _ in 0..syncs {
+            let r = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+                .await
+                .expect("every Sync is answered (a hang is a failure)");
+            let codes: Vec<String> = r.errors.iter().map(|e| e.code().to_string()).collect();
+            exchanges.push((
+                String::from_utf8_lossy(&r.tags).into_owned(),
+                codes,
+                r.status,
+            ));
+        }
+        // The session goes on.
+        let r = raw.simple("SELECT count(*) FROM pp").await;
+        exchanges.push((
+            String::from_utf8_lossy(&r.tags).into_owned(),
+            vec![],
+            r.status,
+        ));
+        answers.push(exchanges);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "direct (left) vs through queenwire (right)"
+    );
+    // And the effects are PostgreSQL's: the first group rolled back, the
+    // statement its skipped Close left in place inserted 2.
+    let rows = setup
+        .query("SELECT id FROM pp ORDER BY id", &[])
+        .await
+        .unwrap();
+    let ids: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(ids, [2]);
 }

@@ -3,11 +3,14 @@
 
 use bytes::BytesMut;
 use queenwire::protocol::{frontend, read_message, Message, SqlError};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
 pub struct Raw {
-    pub stream: TcpStream,
+    pub stream: Box<dyn Stream>,
     buf: BytesMut,
 }
 
@@ -24,10 +27,36 @@ pub struct Replies {
 
 impl Raw {
     pub async fn connect(addr: std::net::SocketAddr) -> Raw {
-        let mut stream = TcpStream::connect(addr).await.expect("tcp connect");
+        let stream = TcpStream::connect(addr).await.expect("tcp connect");
+        Raw::start(Box::new(stream), "raw", "raw").await
+    }
+
+    /// Straight to PostgreSQL (the test cluster's Unix socket), as `cfg`
+    /// says: to compare its answers with the proxy's.
+    pub async fn connect_direct(cfg: &tokio_postgres::Config) -> Raw {
+        let port = cfg.get_ports().first().copied().unwrap_or(5432);
+        let stream: Box<dyn Stream> = match cfg.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Unix(dir)) => Box::new(
+                tokio::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}")))
+                    .await
+                    .expect("unix connect"),
+            ),
+            Some(tokio_postgres::config::Host::Tcp(host)) => Box::new(
+                TcpStream::connect((host.as_str(), port))
+                    .await
+                    .expect("tcp connect"),
+            ),
+            None => panic!("no host in the direct configuration"),
+        };
+        let user = cfg.get_user().expect("a user");
+        let database = cfg.get_dbname().unwrap_or(user);
+        Raw::start(stream, user, database).await
+    }
+
+    async fn start(mut stream: Box<dyn Stream>, user: &str, database: &str) -> Raw {
         let mut packet = BytesMut::new();
         postgres_protocol::message::frontend::startup_message(
-            [("user", "raw"), ("database", "raw")],
+            [("user", user), ("database", database)],
             &mut packet,
         )
         .expect("startup packet");

@@ -3,8 +3,8 @@
 
 use super::canned;
 use super::lease::{For, Lease};
-use super::portals::Portals;
-use super::prepared::Statements;
+use super::portals::{LocalPortal, Portals};
+use super::prepared::{Prepared, Statements};
 use super::replies::Replies;
 use crate::engine::lock_order::LockOrder;
 use crate::frontend::client::Client;
@@ -50,6 +50,22 @@ pub(super) struct Txn {
     pub(super) locks: LockOrder,
 }
 
+/// What a message of a pipeline did to the session's bookkeeping, undone
+/// when an earlier error makes the backend skip that message.
+#[derive(Debug)]
+pub(super) enum Undo {
+    /// Statement `name` goes back to `previous` (`None`: absent).
+    Statement {
+        name: String,
+        previous: Option<Prepared>,
+    },
+    /// Dialect portal `name` goes back to `previous` (`None`: absent).
+    Portal {
+        name: String,
+        previous: Option<LocalPortal>,
+    },
+}
+
 /// Client output is flushed at protocol boundaries, or once this much is
 /// buffered.
 pub(super) const CLIENT_FLUSH_THRESHOLD: usize = 64 * 1024;
@@ -64,7 +80,7 @@ pub struct Session {
     pub(super) client: Client,
     pub(super) handle: Arc<SessionHandle>,
     pub(super) lease: Lease,
-    pub(super) replies: Replies,
+    pub(super) replies: Replies<Undo>,
     pub(super) statements: Statements,
     pub(super) portals: Portals,
     pub(super) txn: Txn,
@@ -210,8 +226,25 @@ impl Session {
 
     /// A reply the proxy makes itself, sent when its turn comes.
     pub(super) fn reply_local(&mut self, msg: Message) {
-        if let Some(now) = self.replies.local(msg) {
+        if let Some(now) = self.replies.local(msg, None) {
             self.client.send(&now);
+        }
+    }
+
+    /// A reply the proxy makes itself to a message that changed the
+    /// session's bookkeeping: `undo` reverts the change if an earlier
+    /// error makes the backend skip the message.
+    pub(super) fn reply_local_undoable(&mut self, msg: Message, undo: Undo) {
+        if let Some(now) = self.replies.local(msg, Some(undo)) {
+            self.client.send(&now);
+        }
+    }
+
+    /// Reverts what a skipped message did.
+    pub(super) fn undo(&mut self, undo: Undo) {
+        match undo {
+            Undo::Statement { name, previous } => self.statements.restore(&name, previous),
+            Undo::Portal { name, previous } => self.portals.restore_local(&name, previous),
         }
     }
 

@@ -3,6 +3,7 @@
 //! names (parsed again on a connection that lacks them); dialect
 //! statements and their portals are served by the proxy.
 
+use super::dispatch::Undo;
 use super::lease::For;
 use super::portals::LocalPortal;
 use super::prepared::Prepared;
@@ -42,8 +43,12 @@ impl Session {
                     global: None,
                     dialect: Some(stmt),
                 };
-                self.statements.insert(p.name, prepared);
-                self.reply_local(protocol::parse_complete());
+                let previous = self.statements.insert(p.name, prepared);
+                let undo = Undo::Statement {
+                    name: p.name.to_string(),
+                    previous,
+                };
+                self.reply_local_undoable(protocol::parse_complete(), undo);
                 return Ok(());
             }
             Command::Invalid(e) => {
@@ -59,7 +64,7 @@ impl Session {
             return Ok(());
         }
         if p.name.is_empty() {
-            let generation = self.statements.insert(
+            let previous = self.statements.insert(
                 "",
                 Prepared {
                     query,
@@ -69,14 +74,19 @@ impl Session {
                     dialect: None,
                 },
             );
+            let owner = (self.id, self.statements.unnamed_generation());
             if let Some(conn) = self.lease.conn_mut() {
-                conn.unnamed_owner = Some((self.id, generation));
+                conn.unnamed_owner = Some(owner);
             }
             self.forward(
                 msg,
                 Expect::Parse {
                     forward: true,
                     registers: None,
+                    undo: Some(Undo::Statement {
+                        name: String::new(),
+                        previous,
+                    }),
                 },
             );
         } else {
@@ -88,11 +98,15 @@ impl Session {
                 global: Some(global.clone()),
                 dialect: None,
             };
-            self.statements.insert(p.name, prepared.clone());
+            let previous = self.statements.insert(p.name, prepared.clone());
+            let undo = Undo::Statement {
+                name: p.name.to_string(),
+                previous,
+            };
             if self.backend_has(&global) {
-                self.reply_local(protocol::parse_complete());
+                self.reply_local_undoable(protocol::parse_complete(), undo);
             } else {
-                self.send_parse(&prepared, true);
+                self.send_parse(&prepared, Some(undo));
             }
         }
         Ok(())
@@ -104,8 +118,10 @@ impl Session {
             .is_some_and(|c| c.prepared.contains(global))
     }
 
-    /// Parses `prepared` under its global name on the held connection.
-    fn send_parse(&mut self, prepared: &Prepared, forward: bool) {
+    /// Parses `prepared` under its global name on the held connection: for
+    /// the client's own Parse (whose change `undo` reverts), or injected
+    /// (`None`: its reply goes to nobody).
+    fn send_parse(&mut self, prepared: &Prepared, client_parse: Option<Undo>) {
         let name: &str = prepared.global.as_deref().unwrap_or("");
         let msg = frontend::build_parse(name, &prepared.query, &prepared.param_types);
         if let (Some(conn), Some(global)) = (self.lease.conn_mut(), &prepared.global) {
@@ -114,8 +130,9 @@ impl Session {
         self.forward(
             &msg,
             Expect::Parse {
-                forward,
+                forward: client_parse.is_some(),
                 registers: prepared.global.clone(),
+                undo: client_parse,
             },
         );
     }
@@ -128,7 +145,7 @@ impl Session {
         if name.is_empty() {
             let owner = (self.id, self.statements.unnamed_generation());
             if self.lease.conn().and_then(|c| c.unnamed_owner) != Some(owner) {
-                self.send_parse(&prepared, false);
+                self.send_parse(&prepared, None);
                 if let Some(conn) = self.lease.conn_mut() {
                     conn.unnamed_owner = Some(owner);
                 }
@@ -137,7 +154,7 @@ impl Session {
         }
         let global = prepared.global.clone()?;
         if !self.backend_has(&global) {
-            self.send_parse(&prepared, false);
+            self.send_parse(&prepared, None);
         }
         Some((global, prepared.effect))
     }
@@ -162,7 +179,13 @@ impl Session {
                         unreturned: None,
                     };
                     match self.portals.bind_local(b.portal, portal) {
-                        Ok(()) => self.reply_local(protocol::bind_complete()),
+                        Ok(previous) => {
+                            let undo = Undo::Portal {
+                                name: b.portal.to_string(),
+                                previous,
+                            };
+                            self.reply_local_undoable(protocol::bind_complete(), undo);
+                        }
                         Err(e) => self.local_error(e),
                     }
                 }
@@ -307,11 +330,21 @@ impl Session {
             Target::Statement => {
                 // The backend keeps the statement under its global name, for
                 // whoever prepares the same text next.
-                self.statements.remove(name);
-                self.reply_local(protocol::close_complete());
+                let previous = self.statements.remove(name);
+                let undo = Undo::Statement {
+                    name: name.to_string(),
+                    previous,
+                };
+                self.reply_local_undoable(protocol::close_complete(), undo);
             }
             Target::Portal => {
-                if self.portals.remove_local(name) || !self.lease.held() {
+                if let Some(previous) = self.portals.remove_local(name) {
+                    let undo = Undo::Portal {
+                        name: name.to_string(),
+                        previous: Some(previous),
+                    };
+                    self.reply_local_undoable(protocol::close_complete(), undo);
+                } else if !self.lease.held() {
                     self.reply_local(protocol::close_complete());
                 } else {
                     self.portals.close_backend(name);

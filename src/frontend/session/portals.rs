@@ -16,6 +16,7 @@ const MAX_SESSION_PORTALS: usize = 10_000;
 const MAX_SESSION_PORTAL_BYTES: usize = 64 << 20;
 
 /// A portal bound to a dialect statement.
+#[derive(Debug)]
 pub struct LocalPortal {
     pub statement: Arc<Statement>,
     pub params: Vec<Option<String>>,
@@ -41,9 +42,14 @@ pub struct Portals {
 }
 
 impl Portals {
-    /// Binds dialect portal `name` (replacing one of that name).
-    pub fn bind_local(&mut self, name: &str, portal: LocalPortal) -> Result<(), SqlError> {
-        self.remove_local(name);
+    /// Binds dialect portal `name`, replacing (and returning) one of that
+    /// name.
+    pub fn bind_local(
+        &mut self,
+        name: &str,
+        portal: LocalPortal,
+    ) -> Result<Option<LocalPortal>, SqlError> {
+        let previous = self.remove_local(name);
         if self.local.len() >= MAX_SESSION_PORTALS
             || self.local_bytes + portal.bytes() > MAX_SESSION_PORTAL_BYTES
         {
@@ -57,7 +63,17 @@ impl Portals {
         }
         self.local_bytes += portal.bytes();
         self.local.insert(name.to_string(), portal);
-        Ok(())
+        Ok(previous)
+    }
+
+    /// Puts dialect portal `name` back as it was before a skipped message
+    /// changed it (`None`: absent).
+    pub fn restore_local(&mut self, name: &str, previous: Option<LocalPortal>) {
+        self.remove_local(name);
+        if let Some(portal) = previous {
+            self.local_bytes += portal.bytes();
+            self.local.insert(name.to_string(), portal);
+        }
     }
 
     pub fn local(&self, name: &str) -> Option<&LocalPortal> {
@@ -68,15 +84,13 @@ impl Portals {
         self.local.get_mut(name)
     }
 
-    /// Forgets dialect portal `name`; whether it existed.
-    pub fn remove_local(&mut self, name: &str) -> bool {
-        match self.local.remove(name) {
-            Some(old) => {
-                self.local_bytes -= old.bytes();
-                true
-            }
-            None => false,
+    /// Forgets dialect portal `name`; what it was.
+    pub fn remove_local(&mut self, name: &str) -> Option<LocalPortal> {
+        let old = self.local.remove(name);
+        if let Some(old) = &old {
+            self.local_bytes -= old.bytes();
         }
+        old
     }
 
     /// A passthrough portal was bound on the backend.

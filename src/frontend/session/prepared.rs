@@ -85,19 +85,36 @@ impl Statements {
         Ok(())
     }
 
-    /// Stores `prepared` under `name` ("" for the unnamed statement); for
-    /// the unnamed one, returns its new generation.
-    pub fn insert(&mut self, name: &str, prepared: Prepared) -> u64 {
+    /// Stores `prepared` under `name` ("" for the unnamed statement, whose
+    /// generation it bumps); returns what was there before.
+    pub fn insert(&mut self, name: &str, prepared: Prepared) -> Option<Prepared> {
         if name.is_empty() {
-            self.unnamed = Some(prepared);
             self.unnamed_generation += 1;
-        } else {
-            self.named_bytes += prepared.query.len();
-            if let Some(old) = self.named.insert(name.to_string(), prepared) {
-                self.named_bytes -= old.query.len();
+            return self.unnamed.replace(prepared);
+        }
+        self.named_bytes += prepared.query.len();
+        let old = self.named.insert(name.to_string(), prepared);
+        if let Some(old) = &old {
+            self.named_bytes -= old.query.len();
+        }
+        old
+    }
+
+    /// Puts statement `name` back as it was before a skipped message
+    /// changed it (`None`: absent). The unnamed statement gets a new
+    /// generation, so a connection that has another is told it again.
+    pub fn restore(&mut self, name: &str, previous: Option<Prepared>) {
+        match previous {
+            Some(prepared) => {
+                self.insert(name, prepared);
+            }
+            None => {
+                self.remove(name);
+                if name.is_empty() {
+                    self.unnamed_generation += 1;
+                }
             }
         }
-        self.unnamed_generation
     }
 
     pub fn get(&self, name: &str) -> Option<&Prepared> {
@@ -112,18 +129,16 @@ impl Statements {
         self.unnamed_generation
     }
 
-    /// Forgets statement `name`; whether it existed.
-    pub fn remove(&mut self, name: &str) -> bool {
+    /// Forgets statement `name`; what it was.
+    pub fn remove(&mut self, name: &str) -> Option<Prepared> {
         if name.is_empty() {
-            return self.unnamed.take().is_some();
+            return self.unnamed.take();
         }
-        match self.named.remove(name) {
-            Some(old) => {
-                self.named_bytes -= old.query.len();
-                true
-            }
-            None => false,
+        let old = self.named.remove(name);
+        if let Some(old) = &old {
+            self.named_bytes -= old.query.len();
         }
+        old
     }
 
     /// `DEALLOCATE ALL` / `DISCARD ALL`: every named statement goes.

@@ -2,6 +2,7 @@
 //! the order `Replies` keeps.
 
 use super::canned;
+use super::dispatch::Undo;
 use super::dispatch::CLIENT_FLUSH_THRESHOLD;
 use super::lease::For;
 use super::replies::{Expect, Seen};
@@ -24,7 +25,7 @@ impl Session {
     }
 
     /// Sends `msg` to the held connection; `expect` is its reply.
-    pub(super) fn forward(&mut self, msg: &Message, expect: Expect) {
+    pub(super) fn forward(&mut self, msg: &Message, expect: Expect<Undo>) {
         if let Some(conn) = self.lease.conn_mut() {
             conn.send(msg);
             self.replies.expect(expect);
@@ -82,7 +83,7 @@ impl Session {
 
     async fn on_backend_message(&mut self, msg: Message) -> Result<(), End> {
         let seen = self.replies.on_backend(&msg);
-        if seen != Seen::Swallow {
+        if !matches!(seen, Seen::Swallow) {
             self.client.send(&msg);
         }
         match seen {
@@ -92,11 +93,17 @@ impl Session {
                     conn.note_parameter_status(&msg);
                 }
             }
-            Seen::Failed { never_created } => {
+            Seen::Failed {
+                never_created,
+                undo,
+            } => {
                 if let Some(conn) = self.lease.conn_mut() {
                     for name in never_created {
                         conn.prepared.remove(&name);
                     }
+                }
+                for u in undo {
+                    self.undo(u);
                 }
             }
             Seen::Ready(status) => self.backend_ready(status),

@@ -4,20 +4,28 @@
 //! everything up to the next Sync; replies the proxy makes itself wait in
 //! the same queue so the client sees every answer in order. No I/O here:
 //! the session sends what this type says to send.
+//!
+//! The session applies what a message does to its own bookkeeping (a
+//! statement prepared or closed, a portal bound) when the message arrives,
+//! so later messages of the pipeline see it; an entry may carry the undo
+//! of that change (`U`), handed back when an earlier error makes the
+//! backend skip the message, as PostgreSQL skips it.
 
 use crate::protocol::tags::backend as tag;
 use crate::protocol::{Message, TxStatus};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// A reply still owed to the client.
+/// A reply still owed to the client; `U` undoes what its message did to
+/// the session's bookkeeping.
 #[derive(Debug)]
-pub enum Expect {
+pub enum Expect<U> {
     /// ParseComplete. `forward: false` for a Parse the proxy injected;
     /// `registers` names the proxy-global statement it creates.
     Parse {
         forward: bool,
         registers: Option<Arc<str>>,
+        undo: Option<U>,
     },
     Bind,
     Close,
@@ -32,12 +40,12 @@ pub enum Expect {
     /// A simple Query: everything up to ReadyForQuery.
     Query,
     /// A reply produced by the proxy, sent when its turn comes.
-    Local(Message),
+    Local(Message, Option<U>),
 }
 
 /// What a backend message means for the session.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Seen {
+pub enum Seen<U> {
     /// Pass it to the client.
     Relay,
     /// The reply to a Parse the proxy injected: the client never asked.
@@ -50,31 +58,45 @@ pub enum Seen {
     Ready(TxStatus),
     /// Pass it on (ErrorResponse): the backend skips to Sync, so the
     /// replies owed before it will never come; these proxy-global
-    /// statements were never created.
-    Failed { never_created: Vec<Arc<str>> },
+    /// statements were never created, and these changes of the skipped
+    /// messages must be undone, in this order (the latest first).
+    Failed {
+        never_created: Vec<Arc<str>>,
+        undo: Vec<U>,
+    },
 }
 
-#[derive(Debug, Default)]
-pub struct Replies {
-    pending: VecDeque<Expect>,
+#[derive(Debug)]
+pub struct Replies<U> {
+    pending: VecDeque<Expect<U>>,
     /// After an error in the extended protocol, messages are discarded
     /// until Sync, as PostgreSQL does.
     skipping: bool,
 }
 
-impl Replies {
+impl<U> Default for Replies<U> {
+    fn default() -> Self {
+        Replies {
+            pending: VecDeque::new(),
+            skipping: false,
+        }
+    }
+}
+
+impl<U> Replies<U> {
     /// A message went to the backend; `expect` is its reply.
-    pub fn expect(&mut self, expect: Expect) {
+    pub fn expect(&mut self, expect: Expect<U>) {
         self.pending.push_back(expect);
     }
 
     /// A reply the proxy makes itself: `Some` when it is the client's turn
-    /// to get it now, else it waits behind the backend's replies.
-    pub fn local(&mut self, msg: Message) -> Option<Message> {
+    /// to get it now, else it waits behind the backend's replies (with the
+    /// undo of what its message did, should an error before it come).
+    pub fn local(&mut self, msg: Message, undo: Option<U>) -> Option<Message> {
         if self.pending.is_empty() {
             Some(msg)
         } else {
-            self.pending.push_back(Expect::Local(msg));
+            self.pending.push_back(Expect::Local(msg, undo));
             None
         }
     }
@@ -83,14 +105,14 @@ impl Replies {
     /// pipeline up to Sync is skipped.
     pub fn local_error(&mut self, error: Message) -> Option<Message> {
         self.skipping = true;
-        self.local(error)
+        self.local(error, None)
     }
 
     /// The next proxy reply whose turn has come.
     pub fn next_local(&mut self) -> Option<Message> {
         match self.pending.front() {
-            Some(Expect::Local(_)) => match self.pending.pop_front() {
-                Some(Expect::Local(m)) => Some(m),
+            Some(Expect::Local(..)) => match self.pending.pop_front() {
+                Some(Expect::Local(m, _)) => Some(m),
                 _ => None,
             },
             _ => None,
@@ -127,27 +149,35 @@ impl Replies {
     }
 
     /// One message from the backend.
-    pub fn on_backend(&mut self, msg: &Message) -> Seen {
+    pub fn on_backend(&mut self, msg: &Message) -> Seen<U> {
         match msg.tag {
             tag::ERROR_RESPONSE => {
                 if matches!(self.pending.front(), Some(Expect::Query)) {
                     return Seen::Relay;
                 }
                 let mut never_created = Vec::new();
+                let mut undo = Vec::new();
                 while let Some(front) = self.pending.front() {
                     if matches!(front, Expect::Sync) {
                         break;
                     }
-                    if let Some(Expect::Parse {
-                        registers: Some(name),
-                        ..
-                    }) = self.pending.pop_front()
-                    {
-                        never_created.push(name);
+                    match self.pending.pop_front() {
+                        Some(Expect::Parse {
+                            registers, undo: u, ..
+                        }) => {
+                            never_created.extend(registers);
+                            undo.extend(u);
+                        }
+                        Some(Expect::Local(_, u)) => undo.extend(u),
+                        _ => {}
                     }
                 }
+                undo.reverse();
                 self.skipping = true;
-                Seen::Failed { never_created }
+                Seen::Failed {
+                    never_created,
+                    undo,
+                }
             }
             tag::PARAMETER_STATUS => Seen::ParameterStatus,
             tag::PARSE_COMPLETE => match self.pending.pop_front() {
@@ -204,7 +234,7 @@ mod tests {
 
     /// Feeds backend messages in order and collects what the client gets:
     /// relayed messages and the proxy's own replies, in order.
-    fn run(replies: &mut Replies, backend: &[Message]) -> Vec<u8> {
+    fn run(replies: &mut Replies<&str>, backend: &[Message]) -> Vec<u8> {
         let mut client = Vec::new();
         for m in backend {
             while let Some(local) = replies.next_local() {
@@ -223,7 +253,7 @@ mod tests {
 
     #[test]
     fn simple_query_is_owed_until_ready_for_query() {
-        let mut r = Replies::default();
+        let mut r = Replies::<&str>::default();
         r.expect(Expect::Query);
         let got = run(
             &mut r,
@@ -247,11 +277,12 @@ mod tests {
 
     #[test]
     fn extended_pipeline_pops_one_entry_per_reply() {
-        let mut r = Replies::default();
+        let mut r = Replies::<&str>::default();
         for e in [
             Expect::Parse {
                 forward: true,
                 registers: None,
+                undo: None,
             },
             Expect::Bind,
             Expect::DescribePortal,
@@ -277,12 +308,13 @@ mod tests {
 
     #[test]
     fn error_mid_pipeline_skips_to_sync_and_forgets_statements_never_created() {
-        let mut r = Replies::default();
+        let mut r = Replies::<&str>::default();
         r.expect(Expect::Bind);
         r.expect(Expect::Execute);
         r.expect(Expect::Parse {
             forward: true,
             registers: Some(Arc::from("qw_s1")),
+            undo: None,
         });
         r.expect(Expect::Bind);
         r.expect(Expect::Sync);
@@ -290,7 +322,8 @@ mod tests {
         assert_eq!(
             r.on_backend(&error()),
             Seen::Failed {
-                never_created: vec![Arc::from("qw_s1")]
+                never_created: vec![Arc::from("qw_s1")],
+                undo: vec![]
             }
         );
         assert!(r.skipping());
@@ -305,7 +338,7 @@ mod tests {
 
     #[test]
     fn portal_suspended_ends_an_execute() {
-        let mut r = Replies::default();
+        let mut r = Replies::<&str>::default();
         r.expect(Expect::Execute);
         r.expect(Expect::Execute);
         r.expect(Expect::Sync);
@@ -325,7 +358,7 @@ mod tests {
 
     #[test]
     fn copy_in_in_the_extended_protocol_drops_what_queued_behind_the_execute() {
-        let mut r = Replies::default();
+        let mut r = Replies::<&str>::default();
         r.expect(Expect::Bind);
         r.expect(Expect::Execute);
         r.expect(Expect::Sync);
@@ -345,10 +378,11 @@ mod tests {
 
     #[test]
     fn an_injected_parse_is_answered_to_nobody() {
-        let mut r = Replies::default();
+        let mut r = Replies::<&str>::default();
         r.expect(Expect::Parse {
             forward: false,
             registers: Some(Arc::from("qw_s2")),
+            undo: None,
         });
         r.expect(Expect::Bind);
         r.expect(Expect::Sync);
@@ -364,12 +398,45 @@ mod tests {
     }
 
     #[test]
+    fn what_the_skipped_messages_did_is_undone_latest_first() {
+        let mut r = Replies::<&str>::default();
+        r.expect(Expect::Execute);
+        // Parse s1 (forwarded), Close s1 and Bind of a dialect portal
+        // (answered locally) after the failing Execute.
+        r.expect(Expect::Parse {
+            forward: true,
+            registers: Some(Arc::from("qw_s9")),
+            undo: Some("unprepare s1"),
+        });
+        assert!(r
+            .local(protocol::close_complete(), Some("reopen s1"))
+            .is_none());
+        assert!(r
+            .local(protocol::bind_complete(), Some("unbind p"))
+            .is_none());
+        r.expect(Expect::Sync);
+        assert_eq!(
+            r.on_backend(&error()),
+            Seen::Failed {
+                never_created: vec![Arc::from("qw_s9")],
+                undo: vec!["unbind p", "reopen s1", "unprepare s1"]
+            }
+        );
+        assert!(r.next_local().is_none());
+        assert_eq!(
+            r.on_backend(&ready(TxStatus::Idle)),
+            Seen::Ready(TxStatus::Idle)
+        );
+        assert!(!r.owed());
+    }
+
+    #[test]
     fn local_replies_wait_their_turn() {
-        let mut r = Replies::default();
+        let mut r = Replies::<&str>::default();
         // Nothing owed: a local reply goes out at once.
-        assert!(r.local(protocol::parse_complete()).is_some());
+        assert!(r.local(protocol::parse_complete(), None).is_some());
         r.expect(Expect::Bind);
-        assert!(r.local(protocol::close_complete()).is_none());
+        assert!(r.local(protocol::close_complete(), None).is_none());
         assert!(r.local_error(error()).is_none());
         assert!(r.skipping());
         r.expect(Expect::Sync);

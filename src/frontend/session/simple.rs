@@ -28,7 +28,7 @@ impl Session {
         // another, so the proxy forgets it and answers.
         if let [(range, Command::Passthrough(_))] = commands.as_slice() {
             if let Some(name) = rewrite::passthrough::deallocated_name(&sql[range.clone()]) {
-                if self.statements.remove(&name) {
+                if self.statements.remove(&name).is_some() {
                     self.reply_local(protocol::command_complete("DEALLOCATE"));
                     self.reply_local(protocol::ready_for_query(self.lease.status()));
                     return Ok(self.client.flush().await?);

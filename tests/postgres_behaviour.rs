@@ -184,3 +184,64 @@ async fn a_pipeline_with_errors_is_answered_exactly_as_postgresql_answers_it() {
     let ids: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(ids, [2]);
 }
+
+#[tokio::test]
+async fn temp_objects_are_visible_to_their_session_alone() {
+    // Two backend connections: every other session lands on the one the
+    // creating session used, if it was given back.
+    let proxy = Proxy::start_with("temp_isolation", |c| c.pool_size = 2).await;
+    let creations = [
+        (
+            "CREATE TABLE pg_temp.t_qualified (x int)",
+            "SELECT count(*) FROM pg_temp.t_qualified",
+        ),
+        (
+            "CREATE TEMP TABLE t_keyword (x int)",
+            "SELECT count(*) FROM t_keyword",
+        ),
+        (
+            "CREATE TEMPORARY SEQUENCE s_temp",
+            "SELECT nextval('s_temp')::int",
+        ),
+        (
+            "CREATE TEMP VIEW v_temp AS SELECT 1 AS one",
+            "SELECT one FROM v_temp",
+        ),
+        (
+            "SELECT 1 AS x INTO TEMP t_into",
+            "SELECT count(*) FROM t_into",
+        ),
+        (
+            "CREATE FUNCTION pg_temp.f_temp() RETURNS int LANGUAGE sql AS 'SELECT 7'",
+            "SELECT pg_temp.f_temp()",
+        ),
+        (
+            "DO $$ BEGIN EXECUTE 'CREATE TEMP TABLE t_do (x int)'; END $$",
+            "SELECT count(*) FROM t_do",
+        ),
+    ];
+    for (create, check) in creations {
+        let owner = proxy.connect().await;
+        owner
+            .batch_execute(create)
+            .await
+            .unwrap_or_else(|e| panic!("{create}: {e:?}"));
+        // Other clients of the same role, one after another, never see it.
+        for _ in 0..4 {
+            let other = proxy.connect().await;
+            let seen = other.simple_query(check).await;
+            assert!(
+                seen.is_err(),
+                "another session saw the temp object of: {create}"
+            );
+            // Nor does a temp object of the other's own live on.
+            other.batch_execute("SELECT 1").await.unwrap();
+        }
+        // Its own session still sees it, statement after statement.
+        for _ in 0..3 {
+            owner.simple_query(check).await.unwrap_or_else(|e| {
+                panic!("the creating session lost its temp object ({create}): {e:?}")
+            });
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! needs to know about it is whether it leaves session state behind that a
 //! transaction-pooled backend connection cannot carry to another client.
 
-use super::split::words;
+use super::split::{tokens, words, TokenKind};
 
 /// What a passthrough statement does to the session beyond its transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,13 +80,9 @@ pub fn session_effect(sql: &str) -> SessionEffect {
         Some(w) if w.eq_ignore_ascii_case("DECLARE") => words
             .windows(2)
             .any(|p| p[0].eq_ignore_ascii_case("WITH") && p[1].eq_ignore_ascii_case("HOLD")),
-        Some(w) if w.eq_ignore_ascii_case("CREATE") => words
-            .iter()
-            .skip(1)
-            .take(3)
-            .any(|w| w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY")),
         _ => false,
     };
+    let pins = pins || makes_temp_objects(sql, &words);
     let calls_pinning_function = words
         .iter()
         .any(|w| PINNING_FUNCTIONS.iter().any(|f| w.eq_ignore_ascii_case(f)));
@@ -95,6 +91,47 @@ pub fn session_effect(sql: &str) -> SessionEffect {
     } else {
         SessionEffect::None
     }
+}
+
+/// Words before TEMP / TEMPORARY where it is the keyword (`CREATE [OR
+/// REPLACE] [GLOBAL | LOCAL] TEMP …`, `SELECT … INTO TEMP t`), and words
+/// after it (`TEMP TABLE | SEQUENCE | VIEW | RECURSIVE VIEW`); a column
+/// named `temp` is neither.
+const BEFORE_TEMP: &[&str] = &["CREATE", "REPLACE", "GLOBAL", "LOCAL", "INTO"];
+const AFTER_TEMP: &[&str] = &["TABLE", "SEQUENCE", "VIEW", "RECURSIVE"];
+
+/// Whether the statement may create temporary objects, which only their
+/// session may ever see: the TEMP keyword, the `pg_temp` schema named in
+/// any form (`pg_temp.f`, `"pg_temp"`, `pg_temp_3`), or a DO block whose
+/// code mentions temp at all (it runs now, with dynamic SQL the proxy
+/// cannot read). Errs on the side of pinning.
+fn makes_temp_objects(sql: &str, words: &[&str]) -> bool {
+    let is_any = |w: &str, list: &[&str]| list.iter().any(|k| w.eq_ignore_ascii_case(k));
+    let temp_keyword = words.iter().enumerate().any(|(i, w)| {
+        (w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY"))
+            && ((i > 0 && is_any(words[i - 1], BEFORE_TEMP))
+                || words
+                    .get(i + 1)
+                    .is_some_and(|next| is_any(next, AFTER_TEMP)))
+    });
+    if temp_keyword {
+        return true;
+    }
+    let toks = tokens(sql);
+    let names_temp_schema = toks.iter().any(|t| {
+        let text = &sql[t.range.clone()];
+        match t.kind {
+            TokenKind::Word => text.to_ascii_lowercase().starts_with("pg_temp"),
+            TokenKind::Quoted => text.starts_with("\"pg_temp"),
+            _ => false,
+        }
+    });
+    let do_block_mentions_temp = words.first().is_some_and(|w| w.eq_ignore_ascii_case("DO"))
+        && toks.iter().any(|t| {
+            t.kind == TokenKind::Quoted
+                && sql[t.range.clone()].to_ascii_lowercase().contains("temp")
+        });
+    names_temp_schema || do_block_mentions_temp
 }
 
 #[cfg(test)]
@@ -111,6 +148,10 @@ mod tests {
             "SELECT pg_advisory_xact_lock(1)",
             "INSERT INTO t VALUES ('SET x = 1')",
             "CREATE TABLE temp_things (id int)",
+            "SELECT temp FROM weather",
+            "SELECT 'CREATE TEMP TABLE x'",
+            "CREATE TABLE t (temp int)",
+            "DO $$ BEGIN PERFORM 1; END $$",
             "DECLARE c CURSOR FOR SELECT 1",
             "PREPARE TRANSACTION 'x'",
         ] {
@@ -151,6 +192,20 @@ mod tests {
             "PREPARE p AS SELECT 1",
             "CREATE TEMP TABLE t (id int)",
             "CREATE LOCAL TEMPORARY TABLE t (id int)",
+            "CREATE GLOBAL TEMP TABLE t (id int)",
+            "create temporary sequence s",
+            "CREATE TEMP VIEW v AS SELECT 1",
+            "CREATE OR REPLACE TEMP VIEW v AS SELECT 1",
+            "CREATE TEMP RECURSIVE VIEW v (n) AS SELECT 1",
+            "SELECT 1 AS x INTO TEMP t",
+            "SELECT 1 AS x INTO TEMPORARY TABLE t",
+            "CREATE TABLE pg_temp.t (id int)",
+            "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+            "CREATE VIEW \"pg_temp\".v AS SELECT 1",
+            "CREATE TABLE pg_temp_3.t (id int)",
+            "ALTER TABLE pg_temp.t ADD COLUMN x int",
+            "DO $$ BEGIN EXECUTE 'CREATE TEMP TABLE t (id int)'; END $$",
+            "DO 'BEGIN CREATE TEMPORARY TABLE t (id int); END'",
             "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
             "SELECT pg_advisory_lock(42)",
             "SELECT set_config('a.b', 'c', false)",

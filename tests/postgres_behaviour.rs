@@ -245,3 +245,72 @@ async fn temp_objects_are_visible_to_their_session_alone() {
         }
     }
 }
+
+#[tokio::test]
+async fn reset_returns_to_the_client_s_startup_settings() {
+    let proxy = Proxy::start("startup_defaults").await;
+    let show = "SHOW DateStyle";
+    let (ok, out, err) = proxy
+        .psql_env(
+            &[
+                "-At",
+                "-c",
+                show,
+                "-c",
+                "SET DateStyle = 'German'",
+                "-c",
+                show,
+                "-c",
+                "RESET DateStyle",
+                "-c",
+                show,
+                "-c",
+                "SET DateStyle TO 'Postgres'",
+                "-c",
+                "RESET ALL",
+                "-c",
+                show,
+                "-c",
+                "SET DateStyle = 'German'",
+                "-c",
+                "SET DateStyle TO DEFAULT",
+                "-c",
+                show,
+                "-c",
+                "SHOW TimeZone",
+                "-c",
+                "DISCARD ALL",
+                "-c",
+                show,
+                "-c",
+                // Set again after the reset in the same exchange: kept.
+                "RESET ALL; SET DateStyle = 'German'; SELECT 1",
+                "-c",
+                show,
+            ],
+            &[("PGOPTIONS", "-c DateStyle=SQL,DMY -c TimeZone=Asia/Tokyo")],
+        )
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        "SQL, DMY\nSET\nGerman, DMY\nRESET\nSQL, DMY\nSET\nRESET\nSQL, DMY\nSET\nSET\nSQL, DMY\nAsia/Tokyo\nDISCARD ALL\nSQL, DMY\nRESET\nSET\n1\nGerman, DMY\n",
+        "{err}"
+    );
+
+    // The same through the extended protocol, with RESET inside a block.
+    let mut cfg = proxy.client_config();
+    cfg.options("-c DateStyle=SQL,DMY");
+    let client = common::proxy::connect(&cfg).await;
+    client
+        .execute("SET DateStyle = 'German'", &[])
+        .await
+        .unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    client.execute("RESET DateStyle", &[]).await.unwrap();
+    let row = client.query_one(show, &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "SQL, DMY");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let row = client.query_one(show, &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "German, DMY");
+}

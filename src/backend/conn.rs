@@ -268,26 +268,77 @@ impl BackendConn {
     /// error is returned after ReadyForQuery. Used for the proxy's own
     /// housekeeping statements only.
     pub async fn simple_query_quiet(&mut self, sql: &str) -> Result<(), BackendError> {
+        self.simple_query_statuses(sql).await.map(drop)
+    }
+
+    /// Like `simple_query_quiet`, returning the ParameterStatus messages the
+    /// backend sent on the way (for a client that must see them).
+    pub async fn simple_query_statuses(&mut self, sql: &str) -> Result<Vec<Message>, BackendError> {
         // A simple query destroys the unnamed statement.
         self.unnamed_owner = None;
         pp::query(sql, &mut self.write_buf)?;
         self.flush().await?;
         let mut first_error = None;
+        let mut statuses = Vec::new();
         loop {
             let msg = self.recv().await?;
             match msg.tag {
                 tag::ERROR_RESPONSE if first_error.is_none() => {
                     first_error = Some(SqlError::parse(&msg.body))
                 }
-                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
+                tag::PARAMETER_STATUS => {
+                    self.note_parameter_status(&msg);
+                    statuses.push(msg);
+                }
                 tag::READY_FOR_QUERY => {
                     self.status = TxStatus::from_ready_body(&msg.body);
                     return match first_error {
                         Some(e) => Err(BackendError::Server(e)),
-                        None => Ok(()),
+                        None => Ok(statuses),
                     };
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// After a client's RESET (or `SET … TO DEFAULT`, `DISCARD ALL`) of
+    /// settings it gave at startup: those are its session's defaults, as
+    /// PostgreSQL keeps them, so they are set again (one round trip).
+    /// `reset(name)` says which of `desired` were reset. Returns the
+    /// ParameterStatus messages the client must see.
+    pub async fn reapply_parameters(
+        &mut self,
+        desired: &BTreeMap<String, String>,
+        reset: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Message>, BackendError> {
+        let again: Vec<(&String, &String)> = desired.iter().filter(|(n, _)| reset(n)).collect();
+        if again.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sets: Vec<String> = again
+            .iter()
+            .map(|(name, value)| {
+                format!(
+                    "pg_catalog.set_config({}, {}, false)",
+                    quote_literal(name),
+                    quote_literal(value)
+                )
+            })
+            .collect();
+        let result = self
+            .simple_query_statuses(&format!("SELECT {}", sets.join(", ")))
+            .await;
+        match result {
+            Ok(statuses) => {
+                for (name, value) in again {
+                    self.applied.insert(name.clone(), value.clone());
+                }
+                Ok(statuses)
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
             }
         }
     }

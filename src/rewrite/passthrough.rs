@@ -51,6 +51,76 @@ pub fn deallocated_name(sql: &str) -> Option<String> {
     })
 }
 
+/// Settings a statement puts back to their defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resets {
+    /// `RESET ALL`, `DISCARD ALL`.
+    All,
+    /// `RESET name`, `SET [SESSION] name TO DEFAULT` (lower case).
+    Setting(String),
+}
+
+/// What the statement resets, if anything. A later `SET name` of the same
+/// exchange is [`sets_setting`].
+pub fn resets(sql: &str) -> Option<Resets> {
+    let toks = tokens(sql);
+    let parts: Vec<(TokenKind, &str)> = toks
+        .iter()
+        .filter(|t| t.kind != TokenKind::Semicolon)
+        .map(|t| (t.kind, &sql[t.range.clone()]))
+        .collect();
+    let word = |i: usize, kw: &str| {
+        parts
+            .get(i)
+            .is_some_and(|(k, w)| *k == TokenKind::Word && w.eq_ignore_ascii_case(kw))
+    };
+    let name_at = |i: usize| -> Option<String> {
+        match parts.get(i)? {
+            (TokenKind::Word, w) => Some(w.to_ascii_lowercase()),
+            (TokenKind::Quoted, w) if w.starts_with('"') && w.len() >= 2 => {
+                Some(w[1..w.len() - 1].replace("\"\"", "\""))
+            }
+            _ => None,
+        }
+    };
+    if word(0, "DISCARD") && word(1, "ALL") {
+        return Some(Resets::All);
+    }
+    if word(0, "RESET") {
+        if word(1, "ALL") {
+            return Some(Resets::All);
+        }
+        if word(1, "SESSION") || word(1, "ROLE") {
+            return None;
+        }
+        return name_at(1).map(Resets::Setting);
+    }
+    if word(0, "SET") {
+        let at = if word(1, "SESSION") { 2 } else { 1 };
+        if word(1, "LOCAL") {
+            return None;
+        }
+        let name = name_at(at)?;
+        let value_at = at + 1;
+        let to = word(value_at, "TO") || parts.get(value_at).is_some_and(|(_, w)| *w == "=");
+        if to && word(value_at + 1, "DEFAULT") && parts.len() == value_at + 2 {
+            return Some(Resets::Setting(name));
+        }
+    }
+    None
+}
+
+/// The setting a session-level `SET name …` (not to DEFAULT) changes.
+pub fn sets_setting(sql: &str) -> Option<String> {
+    let words: Vec<&str> = words(sql).collect();
+    let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
+    if !is(0, "SET") || is(1, "LOCAL") || is(1, "TRANSACTION") || resets(sql).is_some() {
+        return None;
+    }
+    let at = if is(1, "SESSION") { 2 } else { 1 };
+    words.get(at).map(|w| w.to_ascii_lowercase())
+}
+
 /// Functions whose effect outlives the transaction.
 const PINNING_FUNCTIONS: &[&str] = &[
     "pg_advisory_lock",
@@ -157,6 +227,28 @@ mod tests {
         ] {
             assert_eq!(session_effect(sql), SessionEffect::None, "{sql}");
         }
+    }
+
+    #[test]
+    fn resets_are_recognised() {
+        let one = |n: &str| Some(Resets::Setting(n.into()));
+        assert_eq!(resets("RESET ALL"), Some(Resets::All));
+        assert_eq!(resets("discard all;"), Some(Resets::All));
+        assert_eq!(resets("RESET DateStyle"), one("datestyle"));
+        assert_eq!(resets("RESET \"TimeZone\""), one("TimeZone"));
+        assert_eq!(resets("SET datestyle TO DEFAULT"), one("datestyle"));
+        assert_eq!(resets("SET SESSION timezone = DEFAULT"), one("timezone"));
+        assert_eq!(resets("SET LOCAL timezone TO DEFAULT"), None);
+        assert_eq!(resets("SET datestyle TO 'ISO'"), None);
+        assert_eq!(resets("RESET ROLE"), None);
+        assert_eq!(resets("RESET SESSION AUTHORIZATION"), None);
+        assert_eq!(resets("SELECT 1"), None);
+        assert_eq!(
+            sets_setting("SET DateStyle TO 'SQL'"),
+            Some("datestyle".into())
+        );
+        assert_eq!(sets_setting("SET LOCAL DateStyle TO 'SQL'"), None);
+        assert_eq!(sets_setting("SET datestyle TO DEFAULT"), None);
     }
 
     #[test]

@@ -48,6 +48,54 @@ pub(super) struct Txn {
     /// Queues pushed to in the current transaction, woken when it ends.
     pub(super) pushed: Vec<String>,
     pub(super) locks: LockOrder,
+    /// Startup settings the client reset in the exchange in progress.
+    pub(super) reset: Reset,
+}
+
+/// Startup settings a client reset (`RESET`, `SET … TO DEFAULT`, `DISCARD
+/// ALL`) and has not set again since: PostgreSQL puts them back to their
+/// startup values, so queenwire sets those again when the exchange ends.
+#[derive(Default)]
+pub(super) struct Reset {
+    all: bool,
+    names: std::collections::HashSet<String>,
+    set_since: std::collections::HashSet<String>,
+}
+
+impl Reset {
+    /// A plain statement of the exchange, in order.
+    pub(super) fn note(&mut self, sql: &str) {
+        use crate::rewrite::passthrough::{resets, sets_setting, Resets};
+        match resets(sql) {
+            Some(Resets::All) => {
+                self.all = true;
+                self.names.clear();
+                self.set_since.clear();
+            }
+            Some(Resets::Setting(name)) => {
+                self.set_since.remove(&name);
+                self.names.insert(name);
+            }
+            None => {
+                if let Some(name) = sets_setting(sql) {
+                    if self.all || self.names.contains(&name) {
+                        self.names.remove(&name);
+                        self.set_since.insert(name);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn pending(&self) -> bool {
+        self.all || !self.names.is_empty()
+    }
+
+    /// Whether startup setting `name` was reset and not set again.
+    pub(super) fn covers(&self, name: &str) -> bool {
+        let name = name.to_ascii_lowercase();
+        !self.set_since.contains(&name) && (self.all || self.names.contains(&name))
+    }
 }
 
 /// What a message of a pipeline did to the session's bookkeeping, undone
@@ -267,13 +315,29 @@ impl Session {
         }
     }
 
-    /// The backend reported `status` at the end of an exchange.
-    pub(super) fn backend_ready(&mut self, status: protocol::TxStatus) {
+    /// The backend reported `status` at the end of an exchange: startup
+    /// settings the exchange reset are set again (their ParameterStatus
+    /// goes to the client before its ReadyForQuery), and waiters of the
+    /// queues a finished transaction pushed to are woken.
+    pub(super) async fn backend_ready(&mut self, status: protocol::TxStatus) -> Result<(), End> {
         if let Some(conn) = self.lease.conn_mut() {
             conn.status = status;
+        }
+        let reset = std::mem::take(&mut self.txn.reset);
+        // A failed block rolls the RESET back with everything else.
+        if reset.pending() && status != protocol::TxStatus::Failed {
+            match self.lease.reapply_settings(|name| reset.covers(name)).await {
+                Ok(statuses) => {
+                    for msg in statuses {
+                        self.client.send(&msg);
+                    }
+                }
+                Err(e) => return Err(self.backend_lost(e).await),
+            }
         }
         if status == protocol::TxStatus::Idle {
             self.transaction_ended();
         }
+        Ok(())
     }
 }

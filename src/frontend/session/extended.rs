@@ -201,7 +201,8 @@ impl Session {
             self.local_error(canned::missing_statement(b.statement));
             return Ok(());
         };
-        self.portals.bind_backend(b.portal, effect);
+        self.portals
+            .bind_backend(b.portal, effect, prepared.query.clone());
         if *backend_name == *b.statement {
             self.forward(msg, Expect::Bind);
         } else {
@@ -281,8 +282,8 @@ impl Session {
             self.local_error(canned::missing_portal(portal));
             return Ok(());
         }
-        if let Some(effect) = self.portals.backend_effect(portal) {
-            self.apply_effect(effect);
+        if let Some((effect, query)) = self.portals.backend_effect(portal) {
+            self.apply_effect(effect, &query);
         }
         self.forward(msg, Expect::Execute);
         Ok(())

@@ -121,6 +121,19 @@ impl Lease {
         }
     }
 
+    /// Sets the session's startup settings that `reset` names again on the
+    /// held connection (after a client's RESET of them); returns the
+    /// ParameterStatus messages the client must see.
+    pub async fn reapply_settings(
+        &mut self,
+        reset: impl Fn(&str) -> bool,
+    ) -> Result<Vec<crate::protocol::Message>, BackendError> {
+        match self.conn.as_deref_mut() {
+            Some(conn) => conn.reapply_parameters(&self.desired, reset).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// The connection broke or its state is unknown: close it.
     pub fn discard(&mut self) {
         if let Some(conn) = self.conn.take() {

@@ -37,8 +37,9 @@ pub struct Portals {
     local: HashMap<String, LocalPortal>,
     /// Parameter bytes held in `local` (bounded per session).
     local_bytes: usize,
-    /// Session effects of the passthrough portals bound on the backend.
-    effects: HashMap<String, SessionEffect>,
+    /// Session effects of the passthrough portals bound on the backend,
+    /// with their statement's text where it has one.
+    effects: HashMap<String, (SessionEffect, Arc<str>)>,
 }
 
 impl Portals {
@@ -93,13 +94,13 @@ impl Portals {
         old
     }
 
-    /// A passthrough portal was bound on the backend.
-    pub fn bind_backend(&mut self, name: &str, effect: SessionEffect) {
-        self.effects.insert(name.to_string(), effect);
+    /// A passthrough portal of statement `query` was bound on the backend.
+    pub fn bind_backend(&mut self, name: &str, effect: SessionEffect, query: Arc<str>) {
+        self.effects.insert(name.to_string(), (effect, query));
     }
 
-    pub fn backend_effect(&self, name: &str) -> Option<SessionEffect> {
-        self.effects.get(name).copied()
+    pub fn backend_effect(&self, name: &str) -> Option<(SessionEffect, Arc<str>)> {
+        self.effects.get(name).cloned()
     }
 
     pub fn close_backend(&mut self, name: &str) {

@@ -83,6 +83,13 @@ impl Session {
 
     async fn on_backend_message(&mut self, msg: Message) -> Result<(), End> {
         let seen = self.replies.on_backend(&msg);
+        if let Seen::Ready(status) = seen {
+            // What the end of the exchange brings goes before its
+            // ReadyForQuery.
+            self.backend_ready(status).await?;
+            self.client.send(&msg);
+            return Ok(());
+        }
         if !matches!(seen, Seen::Swallow) {
             self.client.send(&msg);
         }
@@ -106,7 +113,7 @@ impl Session {
                     self.undo(u);
                 }
             }
-            Seen::Ready(status) => self.backend_ready(status),
+            Seen::Ready(_) => {}
             Seen::CopyIn => self.copy_in().await?,
         }
         Ok(())

@@ -39,9 +39,9 @@ impl Session {
             if !self.ensure_backend(For::Client).await {
                 return self.finish_simple_query().await;
             }
-            for (_, command) in &commands {
+            for (range, command) in &commands {
                 if let Command::Passthrough(effect) = command {
-                    self.apply_effect(*effect);
+                    self.apply_effect(*effect, &sql[range.clone()]);
                 }
             }
             if let Some(conn) = self.lease.conn_mut() {
@@ -69,14 +69,15 @@ impl Session {
         self.finish_simple_query().await
     }
 
-    /// What a passthrough statement does to the session beyond its
-    /// transaction.
-    pub(super) fn apply_effect(&mut self, effect: SessionEffect) {
+    /// What a passthrough statement (`sql`) does to the session beyond
+    /// its transaction.
+    pub(super) fn apply_effect(&mut self, effect: SessionEffect, sql: &str) {
         match effect {
             SessionEffect::Pins => self.lease.pin(),
             SessionEffect::ForgetsPrepared => self.forget_prepared(),
-            SessionEffect::None => {}
+            SessionEffect::None => return,
         }
+        self.txn.reset.note(sql);
     }
 
     /// The client deallocates every statement: so does the proxy, on the
@@ -113,7 +114,7 @@ impl Session {
                     if !self.ensure_backend(For::Client).await {
                         break;
                     }
-                    self.apply_effect(*effect);
+                    self.apply_effect(*effect, &sql[range.clone()]);
                     self.run_plain_statement(&sql[range.clone()]).await?
                 }
                 Command::Dialect(stmt) => {
@@ -166,7 +167,8 @@ impl Session {
             };
             match msg.tag {
                 tag::READY_FOR_QUERY => {
-                    self.backend_ready(TxStatus::from_ready_body(&msg.body));
+                    self.backend_ready(TxStatus::from_ready_body(&msg.body))
+                        .await?;
                     return Ok(ok);
                 }
                 tag::ERROR_RESPONSE => {

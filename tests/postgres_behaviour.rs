@@ -314,3 +314,63 @@ async fn reset_returns_to_the_client_s_startup_settings() {
     let row = client.query_one(show, &[]).await.unwrap();
     assert_eq!(row.get::<_, String>(0), "German, DMY");
 }
+
+#[tokio::test]
+async fn client_encodings_other_than_utf8_keep_the_session() {
+    let proxy = Proxy::start("encodings").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    // LATIN9 bytes: é is 0xE9, € is 0xA4.
+    let plain = file(
+        "plain.sql",
+        b"SELECT 'caf\xe9 \xa4' AS t;\nSELECT length('caf\xe9');\nCREATE QUEUE enc_q;\nPUSH INTO enc_q VALUES ('{\"a\":\"plain\"}');\nSELECT 'after';\n",
+    );
+    let latin9 = [("PGCLIENTENCODING", "LATIN9")];
+    let (ok, out, err) = proxy.psql_env(&["-At", "-f", &plain], &latin9).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("after"), "{out}");
+    // A queenwire statement with LATIN9 text it cannot read: a clear
+    // error, and the session goes on.
+    let unreadable = file(
+        "unreadable.sql",
+        b"\\set ON_ERROR_STOP 0\nPUSH INTO enc_q VALUES ('{\"a\":\"caf\xe9\"}');\nSELECT 'goes on';\n",
+    );
+    let (_, out, err) = proxy.psql_env(&["-At", "-f", &unreadable], &latin9).await;
+    assert!(err.contains("client encoding LATIN9"), "{err}");
+    assert!(out.contains("goes on"), "{out}");
+
+    // LATIN1 is read exactly, both ways.
+    let pushed = file(
+        "latin1.sql",
+        b"PUSH INTO enc_q VALUES ('{\"a\":\"caf\xe9\"}');\nPOP FROM enc_q LIMIT 5 AUTO ACK;\n",
+    );
+    let out = tokio::task::spawn_blocking({
+        let port = proxy.addr.port().to_string();
+        move || {
+            std::process::Command::new("psql")
+                .args(["-h", "127.0.0.1", "-p", &port, "-U", "tester", "-X", "-At"])
+                .args(["-v", "ON_ERROR_STOP=1", "-f", &pushed])
+                .env("PGCLIENTENCODING", "LATIN1")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = out.stdout;
+    // The popped payload comes back in LATIN1: é as one byte.
+    assert!(
+        stdout.windows(4).any(|w| w == b"caf\xe9"),
+        "{}",
+        String::from_utf8_lossy(&stdout)
+    );
+}

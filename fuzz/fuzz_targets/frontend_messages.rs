@@ -8,6 +8,7 @@
 //! startup packet comes first; the rest is the stream.
 #![no_main]
 
+use queenwire::frontend::encoding::{ClientEncoding, ClientText};
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use queenwire::engine::queues::{self, Limits};
@@ -120,13 +121,21 @@ fn message(msg: &Message, state: &mut State) {
     match msg.tag {
         b'Q' => {
             if let Ok(sql) = frontend::query(msg) {
-                let _ = rewrite::classify_script(sql);
+                // As the session reads it: in a client encoding of its own.
+                for encoding in [ClientEncoding::Utf8, ClientEncoding::from_name("LATIN9")] {
+                    let text = ClientText::read(sql, &encoding);
+                    for (range, _) in rewrite::classify_script(&text.view) {
+                        let _ = text.original(range.clone());
+                        let _ = text.readable(range, &encoding);
+                    }
+                }
             }
         }
         b'P' => {
             if let Ok(p) = frontend::parse(msg) {
                 state.param_types = p.param_types.clone();
-                state.dialect = match rewrite::classify(p.query) {
+                let text = ClientText::read(p.query, &ClientEncoding::Utf8);
+                state.dialect = match rewrite::classify(&text.view) {
                     Command::Dialect(stmt) => Some(stmt),
                     _ => None,
                 };

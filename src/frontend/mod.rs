@@ -9,6 +9,7 @@
 //! backend connection through `engine::Lender`.
 
 pub mod client;
+pub mod encoding;
 pub mod errors;
 pub mod params;
 pub mod scram;

@@ -164,6 +164,18 @@ impl<'a> BodyReader<'a> {
         Ok(s)
     }
 
+    /// A NUL-terminated string's bytes, in whatever encoding the client
+    /// uses.
+    pub fn cbytes(&mut self) -> Result<&'a [u8], Malformed> {
+        let rest = &self.buf[self.pos.min(self.buf.len())..];
+        let nul = rest
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(Malformed("unterminated string"))?;
+        self.pos += nul + 1;
+        Ok(&rest[..nul])
+    }
+
     /// A NUL-terminated string, decoded as UTF-8.
     pub fn cstr(&mut self) -> Result<&'a str, Malformed> {
         let rest = &self.buf[self.pos.min(self.buf.len())..];

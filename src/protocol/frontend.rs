@@ -8,14 +8,15 @@ use bytes::BufMut;
 
 pub struct Parse<'a> {
     pub name: &'a str,
-    pub query: &'a str,
+    /// The statement's text in the client's encoding.
+    pub query: &'a [u8],
     pub param_types: Vec<u32>,
 }
 
 pub fn parse(msg: &Message) -> Result<Parse<'_>, Malformed> {
     let mut r = msg.reader();
     let name = r.cstr()?;
-    let query = r.cstr()?;
+    let query = r.cbytes()?;
     // Counts are unsigned 16-bit, as PostgreSQL reads them.
     let n = r.i16()? as u16;
     let mut param_types = Vec::with_capacity(n as usize);
@@ -29,10 +30,12 @@ pub fn parse(msg: &Message) -> Result<Parse<'_>, Malformed> {
     })
 }
 
-pub fn build_parse(name: &str, query: &str, param_types: &[u32]) -> Message {
+/// A Parse of `query` (text in the client's encoding).
+pub fn build_parse(name: &str, query: impl AsRef<[u8]>, param_types: &[u32]) -> Message {
     build(tag::PARSE, |b| {
         put_cstr(b, name);
-        put_cstr(b, query);
+        b.put_slice(query.as_ref());
+        b.put_u8(0);
         b.put_i16(param_types.len() as i16);
         for t in param_types {
             b.put_u32(*t);
@@ -123,12 +126,17 @@ pub fn execute(msg: &Message) -> Result<(&str, i32), Malformed> {
     Ok((r.cstr()?, r.i32()?))
 }
 
-pub fn query(msg: &Message) -> Result<&str, Malformed> {
-    msg.reader().cstr()
+/// A Query's text, in the client's encoding.
+pub fn query(msg: &Message) -> Result<&[u8], Malformed> {
+    msg.reader().cbytes()
 }
 
-pub fn build_query(sql: &str) -> Message {
-    build(tag::QUERY, |b| put_cstr(b, sql))
+/// A Query of `sql` (text in the client's encoding).
+pub fn build_query(sql: impl AsRef<[u8]>) -> Message {
+    build(tag::QUERY, |b| {
+        b.put_slice(sql.as_ref());
+        b.put_u8(0);
+    })
 }
 
 pub fn sync() -> Message {

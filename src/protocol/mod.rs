@@ -40,7 +40,7 @@ mod tests {
         let mut buf = BytesMut::new();
         let m = read_message(&mut stream, &mut buf, 1 << 20).await.unwrap();
         assert_eq!(m.tag, tag::QUERY);
-        assert_eq!(frontend::query(&m).unwrap(), "SELECT 1");
+        assert_eq!(frontend::query(&m).unwrap(), b"SELECT 1");
         let m = read_message(&mut stream, &mut buf, 1 << 20).await.unwrap();
         assert_eq!(m.tag, tag::SYNC);
         assert!(matches!(

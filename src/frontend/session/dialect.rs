@@ -188,13 +188,24 @@ impl Session {
             self.client
                 .send(&rows::row_description(stmt.columns(), formats));
         }
-        self.send_rows(&outcome.rows, formats);
-        self.client.send(&protocol::command_complete(&outcome.tag));
+        if self.send_rows(&outcome.rows, formats) {
+            self.client.send(&protocol::command_complete(&outcome.tag));
+        }
     }
 
-    pub(super) fn send_rows(&mut self, rows: &[Vec<Cell>], formats: &[i16]) {
-        for row in rows::data_rows(rows.iter(), formats) {
-            self.client.send(&row);
+    /// Sends the rows; `false` when a row could not be sent (the error has
+    /// been, as PostgreSQL sends one mid-result).
+    pub(super) fn send_rows(&mut self, rows: &[Vec<Cell>], formats: &[i16]) -> bool {
+        let encoding = self.client_encoding.clone();
+        for row in rows::data_rows(rows.iter(), formats, &encoding) {
+            match row {
+                Ok(row) => self.client.send(&row),
+                Err(e) => {
+                    self.local_error(e);
+                    return false;
+                }
+            }
         }
+        true
     }
 }

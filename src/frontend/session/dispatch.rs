@@ -8,6 +8,7 @@ use super::prepared::{Prepared, Statements};
 use super::replies::Replies;
 use crate::engine::lock_order::LockOrder;
 use crate::frontend::client::Client;
+use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::shared::{SessionHandle, Shared};
 use crate::frontend::startup::{Identity, Started};
 use crate::protocol::tags::frontend as tag;
@@ -132,6 +133,8 @@ pub struct Session {
     pub(super) statements: Statements,
     pub(super) portals: Portals,
     pub(super) txn: Txn,
+    /// The client's `client_encoding`, as the backend last reported it.
+    pub(super) client_encoding: ClientEncoding,
 }
 
 impl Session {
@@ -174,6 +177,7 @@ impl Session {
             statements: Statements::default(),
             portals: Portals::default(),
             txn: Txn::default(),
+            client_encoding: ClientEncoding::Utf8,
         }
     }
 
@@ -187,6 +191,9 @@ impl Session {
                 let mut params: Vec<(&String, &String)> = conn.reported.iter().collect();
                 params.sort();
                 for (name, value) in params {
+                    if name.eq_ignore_ascii_case("client_encoding") {
+                        self.client_encoding = ClientEncoding::from_name(value);
+                    }
                     self.client.send(&protocol::parameter_status(name, value));
                 }
             }
@@ -272,6 +279,17 @@ impl Session {
         End::Fatal(err.message)
     }
 
+    /// A ParameterStatus for the client, whose encoding the proxy follows.
+    pub(super) fn client_parameter_status(&mut self, msg: &Message) {
+        let mut r = msg.reader();
+        if let (Ok(name), Ok(value)) = (r.cstr(), r.cstr()) {
+            if name.eq_ignore_ascii_case("client_encoding") {
+                self.client_encoding = ClientEncoding::from_name(value);
+            }
+        }
+        self.client.send(msg);
+    }
+
     /// A reply the proxy makes itself, sent when its turn comes.
     pub(super) fn reply_local(&mut self, msg: Message) {
         if let Some(now) = self.replies.local(msg, None) {
@@ -329,7 +347,7 @@ impl Session {
             match self.lease.reapply_settings(|name| reset.covers(name)).await {
                 Ok(statuses) => {
                     for msg in statuses {
-                        self.client.send(&msg);
+                        self.client_parameter_status(&msg);
                     }
                 }
                 Err(e) => return Err(self.backend_lost(e).await),

@@ -10,6 +10,7 @@ use super::prepared::Prepared;
 use super::replies::Expect;
 use super::{canned, rows, End, Session};
 use crate::engine::CallEnd;
+use crate::frontend::encoding::ClientText;
 use crate::frontend::params::bind_params_as_text;
 use crate::protocol::tags::Target;
 use crate::protocol::{self, frontend, Message, TxStatus};
@@ -23,21 +24,32 @@ impl Session {
             Ok(p) => p,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
-        if let Err(e) = self.statements.admit(p.name, p.query) {
+        let text = ClientText::read(p.query, &self.client_encoding);
+        if let Err(e) = self.statements.admit(p.name, &text.view) {
             self.local_error(e);
             return Ok(());
         }
-        let query: Arc<str> = Arc::from(p.query);
+        let query: Arc<str> = Arc::from(&*text.view);
+        // Sent again on other connections as the client sent it.
+        let raw: Option<Arc<[u8]>> = text.is_transcoded().then(|| Arc::from(p.query));
         let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
-        let effect = match rewrite::classify(p.query) {
+        let effect = match rewrite::classify(&text.view) {
             Command::Passthrough(_) if self.passthrough == Passthrough::None => {
                 self.local_error(canned::passthrough_refused());
                 return Ok(());
             }
             Command::Passthrough(effect) => effect,
             Command::Dialect(stmt) => {
+                if let Err(unreadable) = text.readable(0..text.view.len(), &self.client_encoding) {
+                    self.relay_earlier_replies().await?;
+                    if !self.replies.skipping() {
+                        self.refuse(unreadable, CallEnd::Flush).await?;
+                    }
+                    return Ok(());
+                }
                 let prepared = Prepared {
                     query,
+                    raw: None,
                     param_types,
                     effect: SessionEffect::None,
                     global: None,
@@ -68,6 +80,7 @@ impl Session {
                 "",
                 Prepared {
                     query,
+                    raw,
                     param_types,
                     effect,
                     global: None,
@@ -90,9 +103,15 @@ impl Session {
                 },
             );
         } else {
-            let global = self.shared.statement_names.name_for(&query, &param_types);
+            // The same bytes mean other text in another encoding.
+            let key: Arc<str> = match &raw {
+                Some(_) => Arc::from(format!("{:?}\0{query}", self.client_encoding)),
+                None => query.clone(),
+            };
+            let global = self.shared.statement_names.name_for(&key, &param_types);
             let prepared = Prepared {
                 query,
+                raw,
                 param_types,
                 effect,
                 global: Some(global.clone()),
@@ -123,7 +142,10 @@ impl Session {
     /// (`None`: its reply goes to nobody).
     fn send_parse(&mut self, prepared: &Prepared, client_parse: Option<Undo>) {
         let name: &str = prepared.global.as_deref().unwrap_or("");
-        let msg = frontend::build_parse(name, &prepared.query, &prepared.param_types);
+        let msg = match &prepared.raw {
+            Some(raw) => frontend::build_parse(name, raw, &prepared.param_types),
+            None => frontend::build_parse(name, prepared.query.as_bytes(), &prepared.param_types),
+        };
         if let (Some(conn), Some(global)) = (self.lease.conn_mut(), &prepared.global) {
             conn.prepared.insert(global.clone());
         }
@@ -313,7 +335,9 @@ impl Session {
         let done = rows.is_empty();
         let tag = local.statement.command_tag(take);
         let formats = local.result_formats.clone();
-        self.send_rows(&batch, &formats);
+        if !self.send_rows(&batch, &formats) {
+            return Ok(());
+        }
         if done {
             self.client.send(&protocol::command_complete(&tag));
         } else {

@@ -21,7 +21,11 @@ const MAX_SESSION_STATEMENT_BYTES: usize = 64 << 20;
 /// A statement prepared by the client.
 #[derive(Debug, Clone)]
 pub struct Prepared {
+    /// The text as the proxy reads it (see `frontend::encoding`).
     pub query: Arc<str>,
+    /// The client's own bytes, where they differ from `query`'s UTF-8
+    /// (a client encoding other than UTF8): what the backend is sent.
+    pub raw: Option<Arc<[u8]>>,
     pub param_types: Arc<[u32]>,
     pub effect: SessionEffect,
     /// The proxy-global name it has on backend connections (named

@@ -83,6 +83,13 @@ impl Session {
 
     async fn on_backend_message(&mut self, msg: Message) -> Result<(), End> {
         let seen = self.replies.on_backend(&msg);
+        if let Seen::ParameterStatus = seen {
+            if let Some(conn) = self.lease.conn_mut() {
+                conn.note_parameter_status(&msg);
+            }
+            self.client_parameter_status(&msg);
+            return Ok(());
+        }
         if let Seen::Ready(status) = seen {
             // What the end of the exchange brings goes before its
             // ReadyForQuery.

@@ -6,6 +6,7 @@ use super::lease::For;
 use super::replies::Expect;
 use super::{canned, End, Session};
 use crate::engine::CallEnd;
+use crate::frontend::encoding::ClientText;
 use crate::protocol::tags::backend as tag;
 use crate::protocol::{self, frontend, Message, TxStatus};
 use crate::rewrite::{self, Command, SessionEffect};
@@ -14,10 +15,12 @@ use std::ops::Range;
 
 impl Session {
     pub(super) async fn simple_query(&mut self, msg: &Message) -> Result<(), End> {
-        let sql = match frontend::query(msg) {
+        let bytes = match frontend::query(msg) {
             Ok(s) => s,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
+        let text = ClientText::read(bytes, &self.client_encoding);
+        let sql: &str = &text.view;
         let commands = rewrite::classify_script(sql);
         let plain = |c: &Command| matches!(c, Command::Passthrough(_));
         if self.passthrough == Passthrough::None && commands.iter().any(|(_, c)| plain(c)) {
@@ -51,7 +54,7 @@ impl Session {
             self.forward(msg, Expect::Query);
             self.drain().await?;
         } else {
-            self.run_script(sql, &commands).await?;
+            self.run_script(&text, &commands).await?;
         }
         self.finish_simple_query().await
     }
@@ -105,9 +108,10 @@ impl Session {
     /// runs in turn (plain ones as their own Query), up to the first error.
     async fn run_script(
         &mut self,
-        sql: &str,
+        text: &ClientText<'_>,
         commands: &[(Range<usize>, Command)],
     ) -> Result<(), End> {
+        let sql: &str = &text.view;
         for (range, command) in commands {
             let ok = match command {
                 Command::Passthrough(effect) => {
@@ -115,7 +119,17 @@ impl Session {
                         break;
                     }
                     self.apply_effect(*effect, &sql[range.clone()]);
-                    self.run_plain_statement(&sql[range.clone()]).await?
+                    self.run_plain_statement(text.original(range.clone()))
+                        .await?
+                }
+                Command::Dialect(_)
+                    if text.readable(range.clone(), &self.client_encoding).is_err() =>
+                {
+                    if let Err(unreadable) = text.readable(range.clone(), &self.client_encoding) {
+                        self.refuse(unreadable, CallEnd::Sync).await?;
+                    }
+                    self.after_own_transaction();
+                    false
                 }
                 Command::Dialect(stmt) => {
                     let ran = self.run_dialect(stmt, &[], CallEnd::Sync).await?;
@@ -147,7 +161,7 @@ impl Session {
 
     /// One plain statement of a mixed script: its replies go to the client,
     /// except the ReadyForQuery. Returns whether it succeeded.
-    async fn run_plain_statement(&mut self, sql: &str) -> Result<bool, End> {
+    async fn run_plain_statement(&mut self, sql: &[u8]) -> Result<bool, End> {
         let Some(conn) = self.lease.conn_mut() else {
             return Ok(false);
         };
@@ -181,7 +195,7 @@ impl Session {
                 }
                 tag::PARAMETER_STATUS => {
                     conn.note_parameter_status(&msg);
-                    self.client.send(&msg);
+                    self.client_parameter_status(&msg);
                 }
                 _ => self.client.send(&msg),
             }

@@ -374,3 +374,37 @@ async fn client_encodings_other_than_utf8_keep_the_session() {
         String::from_utf8_lossy(&stdout)
     );
 }
+
+#[tokio::test]
+async fn an_idle_listener_gets_notifications_at_once_with_its_own_pid() {
+    use common::raw::Raw;
+    let proxy = Proxy::start("listen_idle").await;
+    let mut listener = Raw::connect(proxy.addr).await;
+    let r = listener.simple("LISTEN qw_jobs").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // Another client notifies; the listener sends nothing and waits on its
+    // socket, as psycopg's notifies() and JDBC's getNotifications do.
+    let other = proxy.connect().await;
+    other
+        .batch_execute("NOTIFY qw_jobs, 'from another'")
+        .await
+        .unwrap();
+    let msg = listener
+        .next_within(Duration::from_secs(10))
+        .await
+        .expect("the notification reached the idle listener");
+    assert_eq!(msg.tag, b'A');
+    let mut r = msg.reader();
+    let pid = r.i32().unwrap();
+    assert_eq!(r.cstr().unwrap(), "qw_jobs");
+    assert_eq!(r.cstr().unwrap(), "from another");
+    assert_ne!(pid, listener.backend_pid, "another session's notification");
+    // Its own notification carries the pid it was given.
+    let r = listener.simple("NOTIFY qw_jobs, 'mine'").await;
+    let own = r
+        .messages
+        .iter()
+        .find(|m| m.tag == b'A')
+        .expect("own notification with the reply");
+    assert_eq!(own.reader().i32().unwrap(), listener.backend_pid);
+}

@@ -81,6 +81,15 @@ pub fn negotiate_protocol_version(newest: i32, unsupported: &[String]) -> Messag
     })
 }
 
+/// NotificationResponse from `pid`; `rest` is the channel and payload as
+/// the backend sent them (two NUL-terminated strings).
+pub fn notification_response(pid: i32, rest: &[u8]) -> Message {
+    build(tag::NOTIFICATION_RESPONSE, |b| {
+        b.put_i32(pid);
+        b.put_slice(rest);
+    })
+}
+
 pub fn command_complete(command_tag: &str) -> Message {
     build(tag::COMMAND_COMPLETE, |b| put_cstr(b, command_tag))
 }

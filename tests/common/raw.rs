@@ -12,6 +12,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 pub struct Raw {
     pub stream: Box<dyn Stream>,
     buf: BytesMut,
+    /// The pid BackendKeyData gave this client.
+    pub backend_pid: i32,
 }
 
 /// What came back for one exchange, up to ReadyForQuery.
@@ -64,8 +66,12 @@ impl Raw {
         let mut raw = Raw {
             stream,
             buf: BytesMut::new(),
+            backend_pid: 0,
         };
         let r = raw.read_until_ready().await;
+        if let Some(key) = r.messages.iter().find(|m| m.tag == b'K') {
+            raw.backend_pid = key.reader().i32().expect("BackendKeyData");
+        }
         assert!(r.errors.is_empty(), "startup failed: {:?}", r.errors);
         raw
     }
@@ -112,6 +118,17 @@ impl Raw {
             }
             r.messages.push(msg);
         }
+    }
+
+    /// The next message, waiting at most `within` (`None`: nothing came).
+    pub async fn next_within(&mut self, within: std::time::Duration) -> Option<Message> {
+        tokio::time::timeout(
+            within,
+            read_message(&mut self.stream, &mut self.buf, 1 << 30),
+        )
+        .await
+        .ok()
+        .map(|m| m.expect("a message"))
     }
 
     pub async fn simple(&mut self, sql: &str) -> Replies {

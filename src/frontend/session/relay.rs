@@ -90,6 +90,11 @@ impl Session {
             self.client_parameter_status(&msg);
             return Ok(());
         }
+        if msg.tag == crate::protocol::tags::backend::NOTIFICATION_RESPONSE {
+            let notification = self.notification_for_client(&msg);
+            self.client.send(&notification);
+            return Ok(());
+        }
         if let Seen::Ready(status) = seen {
             // What the end of the exchange brings goes before its
             // ReadyForQuery.

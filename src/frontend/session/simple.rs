@@ -197,6 +197,10 @@ impl Session {
                     conn.note_parameter_status(&msg);
                     self.client_parameter_status(&msg);
                 }
+                tag::NOTIFICATION_RESPONSE => {
+                    let notification = self.notification_for_client(&msg);
+                    self.client.send(&notification);
+                }
                 _ => self.client.send(&msg),
             }
         }

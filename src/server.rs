@@ -18,6 +18,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// Connections of the timer firing loop (it fires one batch at a time).
+const TIMER_POOL_SIZE: usize = 2;
+
 /// `application_name` of queenwire's own background connections (schema
 /// apply, wake-ups), to tell them apart from the pool in pg_stat_activity.
 pub const BACKGROUND_APPLICATION_NAME: &str = "queenwire background";
@@ -324,11 +327,12 @@ impl Server {
             },
             pool.clone(),
             role_pools,
-            target,
+            target.clone(),
             engine.clone(),
             shutdown.signal(),
         ));
         let slots = shared.slots.clone();
+        let shared_target = target;
         let listener_task = tokio::spawn(frontend::serve(listener, shared));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
@@ -339,8 +343,15 @@ impl Server {
                 announcements,
                 shutdown.signal(),
             )),
+            // Connections of their own, which no client is ever handed.
             tokio::spawn(timers::fire_loop(
-                pool.clone(),
+                pool::build_pool(
+                    Arc::new(BackendTarget {
+                        application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
+                        ..(*shared_target).clone()
+                    }),
+                    TIMER_POOL_SIZE,
+                )?,
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),

@@ -408,3 +408,43 @@ async fn an_idle_listener_gets_notifications_at_once_with_its_own_pid() {
         .expect("own notification with the reply");
     assert_eq!(own.reader().i32().unwrap(), listener.backend_pid);
 }
+
+#[tokio::test]
+async fn background_work_never_runs_on_a_client_s_connection() {
+    let proxy = Proxy::start_with("own_state", |c| c.pool_size = 1).await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("SCHEDULE INTO own_q KEY 'k1' AFTER '0s' VALUES ('{\"n\":1}')")
+        .await
+        .unwrap();
+    // The timer fires on connections of its own.
+    let fired = client
+        .simple_query("POP FROM own_q LIMIT 1 WAIT 10 AUTO ACK")
+        .await
+        .unwrap();
+    assert!(
+        fired
+            .iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))),
+        "the timer fired"
+    );
+    // The one client-visible connection shows none of the fire loop's
+    // statements, and a client may prepare their names itself.
+    use queenwire::rewrite::calls::timers::{CLAIM_DUE, DELETE_FIRED, POSTPONE};
+    let background = [CLAIM_DUE.name, DELETE_FIRED.name, POSTPONE.name];
+    let rows = client
+        .query("SELECT name FROM pg_prepared_statements", &[])
+        .await
+        .unwrap();
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert!(
+        names.iter().all(|n| !background.contains(&n.as_str())),
+        "background statements on a client's connection: {names:?}"
+    );
+    for name in background {
+        client
+            .batch_execute(&format!("PREPARE {name} AS SELECT 1; DEALLOCATE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("PREPARE {name}: {e:?}"));
+    }
+}

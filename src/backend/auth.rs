@@ -179,6 +179,7 @@ mod tests {
             user: "alice".into(),
             password: password.map(|p| p.as_bytes().to_vec()),
             database: "db".into(),
+            application_name: None,
         }
     }
 

@@ -27,6 +27,9 @@ pub struct BackendTarget {
     pub user: String,
     pub password: Option<Vec<u8>>,
     pub database: String,
+    /// `application_name` in the startup packet (queenwire's own
+    /// connections say who they are in pg_stat_activity).
+    pub application_name: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -59,6 +62,7 @@ impl BackendTarget {
             database: config.get_dbname().unwrap_or(&user).to_string(),
             user,
             password: config.get_password().map(<[u8]>::to_vec),
+            application_name: None,
         })
     }
 

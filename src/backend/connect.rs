@@ -32,15 +32,14 @@ async fn send_startup_packet(
     conn: &mut BackendConn,
     target: &BackendTarget,
 ) -> Result<(), BackendError> {
-    conn.write(|b| {
-        pp::startup_message(
-            [
-                ("user", target.user.as_str()),
-                ("database", target.database.as_str()),
-            ],
-            b,
-        )
-    })?;
+    let mut params = vec![
+        ("user", target.user.as_str()),
+        ("database", target.database.as_str()),
+    ];
+    if let Some(name) = &target.application_name {
+        params.push(("application_name", name.as_str()));
+    }
+    conn.write(|b| pp::startup_message(params.iter().copied(), b))?;
     conn.flush().await
 }
 

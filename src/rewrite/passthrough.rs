@@ -147,6 +147,9 @@ pub fn session_effect(sql: &str) -> SessionEffect {
         Some(w) if w.eq_ignore_ascii_case("LISTEN") => true,
         Some(w) if w.eq_ignore_ascii_case("PREPARE") => !is(1, "TRANSACTION"),
         Some(w) if w.eq_ignore_ascii_case("LOAD") => true,
+        // A DO block's code runs now, and may SET, create temp objects or
+        // take session locks in SQL the proxy cannot read.
+        Some(w) if w.eq_ignore_ascii_case("DO") => true,
         Some(w) if w.eq_ignore_ascii_case("DECLARE") => words
             .windows(2)
             .any(|p| p[0].eq_ignore_ascii_case("WITH") && p[1].eq_ignore_ascii_case("HOLD")),
@@ -171,10 +174,9 @@ const BEFORE_TEMP: &[&str] = &["CREATE", "REPLACE", "GLOBAL", "LOCAL", "INTO"];
 const AFTER_TEMP: &[&str] = &["TABLE", "SEQUENCE", "VIEW", "RECURSIVE"];
 
 /// Whether the statement may create temporary objects, which only their
-/// session may ever see: the TEMP keyword, the `pg_temp` schema named in
-/// any form (`pg_temp.f`, `"pg_temp"`, `pg_temp_3`), or a DO block whose
-/// code mentions temp at all (it runs now, with dynamic SQL the proxy
-/// cannot read). Errs on the side of pinning.
+/// session may ever see: the TEMP keyword, or the `pg_temp` schema named
+/// in any form (`pg_temp.f`, `"pg_temp"`, `pg_temp_3`). Errs on the side
+/// of pinning.
 fn makes_temp_objects(sql: &str, words: &[&str]) -> bool {
     let is_any = |w: &str, list: &[&str]| list.iter().any(|k| w.eq_ignore_ascii_case(k));
     let temp_keyword = words.iter().enumerate().any(|(i, w)| {
@@ -221,7 +223,6 @@ mod tests {
             "SELECT temp FROM weather",
             "SELECT 'CREATE TEMP TABLE x'",
             "CREATE TABLE t (temp int)",
-            "DO $$ BEGIN PERFORM 1; END $$",
             "DECLARE c CURSOR FOR SELECT 1",
             "PREPARE TRANSACTION 'x'",
         ] {
@@ -298,6 +299,8 @@ mod tests {
             "ALTER TABLE pg_temp.t ADD COLUMN x int",
             "DO $$ BEGIN EXECUTE 'CREATE TEMP TABLE t (id int)'; END $$",
             "DO 'BEGIN CREATE TEMPORARY TABLE t (id int); END'",
+            "DO $$ BEGIN SET enable_bitmapscan = off; END $$",
+            "DO $$ BEGIN PERFORM 1; END $$",
             "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
             "SELECT pg_advisory_lock(42)",
             "SELECT set_config('a.b', 'c', false)",

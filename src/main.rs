@@ -104,6 +104,13 @@ struct ServeArgs {
         default_value_t = 600
     )]
     idle_in_transaction_timeout: u64,
+    /// How client sessions share backend connections: `transaction` (a
+    /// connection per transaction, given back when idle) or `session` (one
+    /// connection for a client's whole session, for backend-local state such
+    /// as currval, session advisory locks or per-backend C state; see
+    /// docs/running.md).
+    #[arg(long, env = "QUEENWIRE_POOL_MODE", default_value = "transaction", value_parser = parse_pool_mode)]
+    pool_mode: queenwire::frontend::PoolMode,
     /// Apply the schema (`sql/`) at boot; 0 skips it, for a role that may
     /// not change the schema (see docs/security.md).
     #[arg(
@@ -115,6 +122,16 @@ struct ServeArgs {
         action = clap::ArgAction::Set
     )]
     apply_schema: bool,
+}
+
+fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "transaction" => Ok(queenwire::frontend::PoolMode::Transaction),
+        "session" => Ok(queenwire::frontend::PoolMode::Session),
+        other => Err(format!(
+            "unknown pool mode {other:?}: transaction or session"
+        )),
+    }
 }
 
 /// Any value but `0` applies the schema.
@@ -182,6 +199,7 @@ fn main() -> ExitCode {
         startup_timeout: std::time::Duration::from_secs(cli.startup_timeout.max(1)),
         idle_in_transaction_timeout: (cli.idle_in_transaction_timeout > 0)
             .then(|| std::time::Duration::from_secs(cli.idle_in_transaction_timeout)),
+        pool_mode: cli.pool_mode,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -54,6 +54,8 @@ pub struct Config {
     /// Idle time inside a transaction block after which the client is
     /// disconnected and its transaction rolled back (`None`: never).
     pub idle_in_transaction_timeout: Option<std::time::Duration>,
+    /// How sessions share backend connections.
+    pub pool_mode: crate::frontend::PoolMode,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +84,7 @@ impl Default for Config {
             max_connections: 1000,
             startup_timeout: std::time::Duration::from_secs(10),
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
+            pool_mode: crate::frontend::PoolMode::Transaction,
         }
     }
 }
@@ -322,6 +325,7 @@ impl Server {
                 max_connections: config.max_connections,
                 startup_timeout: config.startup_timeout,
                 idle_in_transaction_timeout: config.idle_in_transaction_timeout,
+                pool_mode: config.pool_mode,
                 decoy_secret: (0..32).map(|_| rand::random::<u8>()).collect(),
                 max_message_size: config.max_message_size,
             },

@@ -448,3 +448,48 @@ async fn background_work_never_runs_on_a_client_s_connection() {
             .unwrap_or_else(|e| panic!("PREPARE {name}: {e:?}"));
     }
 }
+
+async fn pid(c: &tokio_postgres::Client) -> i32 {
+    c.query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn session_pool_mode_keeps_backend_local_state_for_the_whole_session() {
+    let proxy = Proxy::start_with("session_mode", |c| {
+        c.pool_size = 3;
+        c.pool_mode = queenwire::frontend::PoolMode::Session;
+    })
+    .await;
+    let a = proxy.connect().await;
+    let b = proxy.connect().await;
+    a.batch_execute("CREATE SEQUENCE sm_seq").await.unwrap();
+    let (a_pid, b_pid) = (pid(&a).await, pid(&b).await);
+    assert_ne!(a_pid, b_pid, "each session has a connection of its own");
+    a.query_one("SELECT nextval('sm_seq')", &[]).await.unwrap();
+    b.query_one("SELECT nextval('sm_seq')", &[]).await.unwrap();
+    // Later transactions of the same session see its own backend-local state.
+    let current: i64 = a
+        .query_one("SELECT currval('sm_seq')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(current, 1);
+    let last: i64 = b.query_one("SELECT lastval()", &[]).await.unwrap().get(0);
+    assert_eq!(last, 2);
+    assert_eq!(pid(&a).await, a_pid);
+    // Dialect statements work on the session's connection.
+    a.batch_execute("PUSH INTO sm_q VALUES ('{\"n\":1}')")
+        .await
+        .unwrap();
+    let popped = b
+        .simple_query("POP FROM sm_q LIMIT 1 WAIT 5 AUTO ACK")
+        .await
+        .unwrap();
+    assert!(popped
+        .iter()
+        .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))));
+    assert_eq!(pid(&b).await, b_pid);
+}

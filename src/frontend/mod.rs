@@ -18,7 +18,7 @@ pub mod shared;
 pub mod slots;
 pub mod startup;
 
-pub use shared::{CancelRegistry, FrontendConfig, SessionHandle, Shared, StatementNames};
+pub use shared::{CancelRegistry, FrontendConfig, PoolMode, SessionHandle, Shared, StatementNames};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 

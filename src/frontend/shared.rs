@@ -28,8 +28,21 @@ pub struct FrontendConfig {
     /// A client idle this long inside a transaction block is disconnected
     /// and its transaction rolled back (`None`: never).
     pub idle_in_transaction_timeout: Option<std::time::Duration>,
+    /// How sessions share backend connections.
+    pub pool_mode: PoolMode,
     /// Largest message a client may send.
     pub max_message_size: usize,
+}
+
+/// How client sessions share backend connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PoolMode {
+    /// A connection per transaction (or per pinned session), given back
+    /// when idle.
+    #[default]
+    Transaction,
+    /// One connection for each client session's whole life.
+    Session,
 }
 
 /// What every session shares.

@@ -86,9 +86,14 @@ pub fn resets(sql: &str) -> Option<Resets> {
     if word(0, "DISCARD") && word(1, "ALL") {
         return Some(Resets::All);
     }
+    // TIME ZONE is the SQL standard's spelling of timezone.
+    let time_zone_at = |i: usize| word(i, "TIME") && word(i + 1, "ZONE");
     if word(0, "RESET") {
         if word(1, "ALL") {
             return Some(Resets::All);
+        }
+        if time_zone_at(1) {
+            return Some(Resets::Setting("timezone".into()));
         }
         if word(1, "SESSION") || word(1, "ROLE") {
             return None;
@@ -99,6 +104,12 @@ pub fn resets(sql: &str) -> Option<Resets> {
         let at = if word(1, "SESSION") { 2 } else { 1 };
         if word(1, "LOCAL") {
             return None;
+        }
+        if time_zone_at(at) {
+            let value = at + 2;
+            let default =
+                (word(value, "DEFAULT") || word(value, "LOCAL")) && parts.len() == value + 1;
+            return default.then(|| Resets::Setting("timezone".into()));
         }
         let name = name_at(at)?;
         let value_at = at + 1;
@@ -118,6 +129,9 @@ pub fn sets_setting(sql: &str) -> Option<String> {
         return None;
     }
     let at = if is(1, "SESSION") { 2 } else { 1 };
+    if is(at, "TIME") && is(at + 1, "ZONE") {
+        return Some("timezone".into());
+    }
     words.get(at).map(|w| w.to_ascii_lowercase())
 }
 
@@ -244,6 +258,11 @@ mod tests {
         assert_eq!(resets("RESET ROLE"), None);
         assert_eq!(resets("RESET SESSION AUTHORIZATION"), None);
         assert_eq!(resets("SELECT 1"), None);
+        assert_eq!(resets("RESET TIME ZONE"), one("timezone"));
+        assert_eq!(resets("SET TIME ZONE LOCAL"), one("timezone"));
+        assert_eq!(resets("SET TIME ZONE DEFAULT"), one("timezone"));
+        assert_eq!(resets("SET TIME ZONE 'UTC'"), None);
+        assert_eq!(sets_setting("SET TIME ZONE 'UTC'"), Some("timezone".into()));
         assert_eq!(
             sets_setting("SET DateStyle TO 'SQL'"),
             Some("datestyle".into())

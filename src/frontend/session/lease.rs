@@ -30,6 +30,8 @@ pub struct Lease {
     /// Session parameters from the startup packet, as SQL value text.
     desired: BTreeMap<String, String>,
     handle: Arc<SessionHandle>,
+    /// Session pool mode: the first connection is kept for good.
+    session_mode: bool,
 }
 
 /// A connection set aside while a dialect statement runs on an engine
@@ -45,6 +47,7 @@ impl Lease {
         role_pool: Option<Pool>,
         desired: BTreeMap<String, String>,
         handle: Arc<SessionHandle>,
+        session_mode: bool,
     ) -> Lease {
         Lease {
             conn: None,
@@ -53,6 +56,7 @@ impl Lease {
             engine_pool,
             desired,
             handle,
+            session_mode,
         }
     }
 
@@ -71,6 +75,12 @@ impl Lease {
             }
             self.handle.set_backend(Some(conn.key));
             self.conn = Some(conn);
+            // In session mode the session's own connection stays with it; a
+            // connection of the engine's pool (a users-file user's dialect
+            // statement outside its transactions) still goes back.
+            if self.session_mode && (purpose == For::Client || self.role_pool.is_none()) {
+                self.pinned = true;
+            }
         }
         match self.conn.as_deref_mut() {
             Some(conn) => Ok(conn),

@@ -331,6 +331,10 @@ impl Server {
             },
             pool.clone(),
             role_pools,
+            match config.users {
+                None => Some(pool::build_pool(target.clone(), config.pool_size)?),
+                Some(_) => None,
+            },
             target.clone(),
             engine.clone(),
             shutdown.signal(),

@@ -447,6 +447,37 @@ async fn background_work_never_runs_on_a_client_s_connection() {
             .await
             .unwrap_or_else(|e| panic!("PREPARE {name}: {e:?}"));
     }
+    // Dialect statements outside a transaction run on the engine's own
+    // connections too: none of queenwire's statements is left on the
+    // client's, and the client may use their names.
+    client
+        .batch_execute("PUSH INTO own_q VALUES ('{\"n\":2}')")
+        .await
+        .unwrap();
+    client
+        .simple_query("POP FROM own_q LIMIT 1 AUTO ACK")
+        .await
+        .unwrap();
+    let rows = client
+        .query("SELECT name FROM pg_prepared_statements", &[])
+        .await
+        .unwrap();
+    let left: Vec<String> = rows
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|n| queenwire::rewrite::calls::ALL.iter().any(|s| s.name == n))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "queenwire statements on a client's connection: {left:?}"
+    );
+    for spec in queenwire::rewrite::calls::ALL {
+        let name = spec.name;
+        client
+            .batch_execute(&format!("PREPARE {name} AS SELECT 1; DEALLOCATE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("PREPARE {name}: {e:?}"));
+    }
 }
 
 async fn pid(c: &tokio_postgres::Client) -> i32 {

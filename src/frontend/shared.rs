@@ -52,6 +52,10 @@ pub struct Shared {
     /// Pools logged in as the tenants' backend roles, by (tenant,
     /// read-only): plain SQL of users with a passthrough policy runs there.
     pub role_pools: HashMap<(uuid::Uuid, bool), Pool>,
+    /// Without a users file: the pool clients' plain SQL (and everything
+    /// inside their transactions) runs on, apart from the engine's, so the
+    /// engine's own statements stay off connections clients are handed.
+    pub client_pool: Option<Pool>,
     pub target: Arc<BackendTarget>,
     pub registry: CancelRegistry,
     pub statement_names: StatementNames,
@@ -68,11 +72,13 @@ impl Shared {
         config: FrontendConfig,
         pool: Pool,
         role_pools: HashMap<(uuid::Uuid, bool), Pool>,
+        client_pool: Option<Pool>,
         target: Arc<BackendTarget>,
         engine: Arc<Engine>,
         shutdown: ShutdownSignal,
     ) -> Shared {
         Shared {
+            client_pool,
             slots: SessionSlots::new(config.max_connections),
             shutdown,
             config,

@@ -87,14 +87,16 @@ impl Session {
         if self.replies.skipping() {
             return Ok(None);
         }
-        // A user of the users file: outside its transactions, a dialect
-        // statement runs on a connection of the engine's pool, committed
-        // before it is answered, and that connection goes back at once. So
-        // no plain SQL of the user can ever run on an engine connection
-        // (the two never share one), and a read-only role's pinned session
-        // can still POP and ACK. Inside the user's transaction (a block, or
-        // a pipeline's implicit one) it runs there, as the user's role,
-        // through the guarded entry points.
+        // Outside the client's transactions, a dialect statement runs on a
+        // connection of the engine's pool, committed before it is
+        // answered, and that connection goes back at once. So no plain SQL
+        // of a client ever runs on an engine connection (the two never
+        // share one), the engine's prepared statements stay off the
+        // connections clients are handed, and a read-only role's pinned
+        // session can still POP and ACK. Inside the client's transaction (a
+        // block, or a pipeline's implicit one) it runs there — as the
+        // user's tenant role with a users file, through the guarded entry
+        // points.
         let own_transaction = self.txn.forwarded_since_sync
             || self.replies.owed()
             || self.lease.status().in_transaction();

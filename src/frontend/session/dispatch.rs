@@ -161,6 +161,7 @@ impl Session {
             ..
         } = started;
         let role_pool = match passthrough {
+            _ if shared.config.users.is_none() => shared.client_pool.clone(),
             Passthrough::None => None,
             Passthrough::ReadOnly => shared.role_pools.get(&(tenant, true)).cloned(),
             Passthrough::Full => shared.role_pools.get(&(tenant, false)).cloned(),

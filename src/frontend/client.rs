@@ -91,6 +91,14 @@ impl Client {
         self.write_buf.len()
     }
 
+    /// Sends what is buffered, then a FATAL error (`errors::send_fatal`):
+    /// the session ends after it.
+    pub async fn send_fatal(&mut self, err: &crate::protocol::SqlError) {
+        if self.flush().await.is_ok() {
+            super::errors::send_fatal(&mut self.stream, err).await;
+        }
+    }
+
     pub async fn flush(&mut self) -> std::io::Result<()> {
         if !self.write_buf.is_empty() {
             let r = self.stream.write_all(&self.write_buf).await;

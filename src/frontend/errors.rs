@@ -4,6 +4,25 @@
 use crate::backend::BackendError;
 use crate::engine::StatementError;
 use crate::protocol::SqlError;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// How long a refused client gets to take its FATAL error.
+const FATAL_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The one way a connection ends with an error: the FATAL ErrorResponse
+/// written (within a second: a client that reads nothing cannot hold the
+/// task), then the caller closes the connection.
+pub async fn send_fatal(stream: &mut (impl AsyncWrite + Unpin), err: &SqlError) {
+    let mut fatal = err.clone();
+    fatal.severity = "FATAL";
+    let mut buf = bytes::BytesMut::new();
+    fatal.to_message().encode(&mut buf);
+    let _ = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
+        stream.write_all(&buf).await?;
+        stream.flush().await
+    })
+    .await;
+}
 use crate::protocol::SqlState;
 
 /// The error a client sees when the backend could not serve it.

@@ -22,20 +22,6 @@ pub use shared::{CancelRegistry, FrontendConfig, PoolMode, SessionHandle, Shared
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// A FATAL error to a client that is not let in, then the close.
-async fn refuse(
-    stream: &mut tokio::net::TcpStream,
-    state: crate::protocol::SqlState,
-    message: &str,
-) {
-    use tokio::io::AsyncWriteExt;
-    let mut buf = bytes::BytesMut::new();
-    crate::protocol::SqlError::fatal(state, message)
-        .to_message()
-        .encode(&mut buf);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.write_all(&buf)).await;
-}
-
 /// Accepts clients until shutdown begins. Sessions already in go on.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let shutdown = shared.shutdown.clone();
@@ -45,11 +31,11 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 Ok((mut stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     if shared.config.users.is_none() && !peer.ip().is_loopback() {
-                        refuse(&mut stream, crate::protocol::SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "no users file: queenwire accepts loopback connections only").await;
+                        errors::send_fatal(&mut stream, &crate::protocol::SqlError::fatal(crate::protocol::SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "no users file: queenwire accepts loopback connections only")).await;
                         continue;
                     }
                     let Some(slot) = shared.slots.try_take() else {
-                        refuse(&mut stream, crate::protocol::SqlState::TOO_MANY_CONNECTIONS, "sorry, too many clients already").await;
+                        errors::send_fatal(&mut stream, &crate::protocol::SqlError::fatal(crate::protocol::SqlState::TOO_MANY_CONNECTIONS, "sorry, too many clients already")).await;
                         continue;
                     };
                     let shared = shared.clone();

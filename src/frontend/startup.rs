@@ -80,13 +80,13 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
                     SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
                     "queenwire requires TLS: connect with sslmode=require",
                 );
-                refuse(&mut stream, err).await;
+                refuse_with(&mut stream, err).await;
                 return None;
             }
             code if code >> 16 == 3 => match read_parameters(&mut r, code & 0xffff) {
                 Ok(s) => break s,
                 Err(msg) => {
-                    refuse(
+                    refuse_with(
                         &mut stream,
                         SqlError::fatal(SqlState::PROTOCOL_VIOLATION, msg),
                     )
@@ -100,7 +100,7 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
                     other >> 16,
                     other & 0xffff
                 );
-                refuse(
+                refuse_with(
                     &mut stream,
                     SqlError::fatal(SqlState::FEATURE_NOT_SUPPORTED, msg),
                 )
@@ -129,8 +129,7 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
                         startup.user
                     ),
                 );
-                client.send(&err.to_message());
-                let _ = client.flush().await;
+                client.send_fatal(&err).await;
                 return None;
             }
         },
@@ -239,11 +238,8 @@ fn command_line_options(options: &str) -> Result<Vec<(String, String)>, String> 
     Ok(settings)
 }
 
-async fn refuse(stream: &mut ClientStream, err: SqlError) {
-    let mut buf = bytes::BytesMut::new();
-    err.to_message().encode(&mut buf);
-    let _ = stream.write_all(&buf).await;
-    let _ = stream.flush().await;
+async fn refuse_with(stream: &mut ClientStream, err: SqlError) {
+    super::errors::send_fatal(stream, &err).await;
 }
 
 /// Who a session acts for.

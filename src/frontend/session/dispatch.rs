@@ -349,8 +349,7 @@ impl Session {
 
     /// Sends a FATAL error and ends the session.
     pub(super) async fn fatal(&mut self, err: SqlError) -> End {
-        self.client.send(&err.to_message());
-        let _ = self.client.flush().await;
+        self.client.send_fatal(&err).await;
         End::Fatal(err.message)
     }
 

@@ -72,6 +72,17 @@ impl Lender for Lent<'_> {
 }
 
 impl Session {
+    /// The session's connection and transaction, lent to the engine.
+    fn lend(&mut self, end: CallEnd) -> Lent<'_> {
+        Lent {
+            replies_owed: self.replies.owed(),
+            lease: &mut self.lease,
+            txn: &mut self.txn,
+            handle: &self.handle,
+            end,
+        }
+    }
+
     /// Runs one dialect statement; `end` says how its calls end when it is
     /// a transaction of its own. `None` when it failed: the error has been
     /// sent and the backend has failed the statement too, so a transaction
@@ -122,13 +133,7 @@ impl Session {
         end: CallEnd,
     ) -> Result<Option<Outcome>, End> {
         let engine = self.shared.engine.clone();
-        let mut lent = Lent {
-            lease: &mut self.lease,
-            txn: &mut self.txn,
-            handle: &self.handle,
-            replies_owed: self.replies.owed(),
-            end,
-        };
+        let mut lent = self.lend(end);
         let fused = matches!(stmt.as_ref(), Statement::Push(_)) && lent.view().detached();
         let result = engine.execute(&mut lent, stmt, params, self.tenant).await;
         // The statement's work is in the backend's current transaction: a
@@ -159,13 +164,7 @@ impl Session {
     /// after making the backend fail the statement as well.
     pub(super) async fn refuse(&mut self, refusal: SqlError, end: CallEnd) -> Result<(), End> {
         let engine = self.shared.engine.clone();
-        let mut lent = Lent {
-            lease: &mut self.lease,
-            txn: &mut self.txn,
-            handle: &self.handle,
-            replies_owed: self.replies.owed(),
-            end,
-        };
+        let mut lent = self.lend(end);
         match engine.refuse(&mut lent, refusal).await {
             StatementError::Lost(e) => Err(self.backend_lost(e).await),
             other => {

@@ -133,9 +133,10 @@ impl Session {
         end: CallEnd,
     ) -> Result<Option<Outcome>, End> {
         let engine = self.shared.engine.clone();
+        let tenant = self.tenant;
         let mut lent = self.lend(end);
         let fused = matches!(stmt.as_ref(), Statement::Push(_)) && lent.view().detached();
-        let result = engine.execute(&mut lent, stmt, params, self.tenant).await;
+        let result = engine.execute(&mut lent, stmt, params, tenant).await;
         // The statement's work is in the backend's current transaction: a
         // later POP of this pipeline must not end it early to park.
         if !fused {

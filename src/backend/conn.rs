@@ -118,6 +118,36 @@ pub enum BackendError {
     /// PostgreSQL answered with an ErrorResponse.
     #[error("{}", .0.message)]
     Server(SqlError),
+    /// The connection broke (the cause inside) after a request reached
+    /// PostgreSQL and before its reply ended with ReadyForQuery: whatever
+    /// the request asked may or may not have happened. Only `flush` and
+    /// `recv` make it.
+    #[error("the outcome is unknown: {0}")]
+    OutcomeUnknown(Box<BackendError>),
+}
+
+impl BackendError {
+    /// Whether a request may have taken effect although its reply is lost.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, BackendError::OutcomeUnknown(_))
+    }
+
+    /// Why the connection failed, without the outcome of what was on it.
+    pub fn cause(&self) -> &BackendError {
+        match self {
+            BackendError::OutcomeUnknown(cause) => cause,
+            other => other,
+        }
+    }
+
+    /// The same failure for a caller whose own request was never sent on
+    /// that connection (the proxy's housekeeping round trip broke first).
+    pub fn into_cause(self) -> BackendError {
+        match self {
+            BackendError::OutcomeUnknown(cause) => *cause,
+            other => other,
+        }
+    }
 }
 
 fn pool_timeout_stage(stage: &deadpool::managed::TimeoutType) -> &'static str {
@@ -167,6 +197,9 @@ pub struct BackendConn {
     /// Set when the connection may hold state the pool cannot vouch for
     /// (protocol confusion, session state): it is then closed, not reused.
     pub broken: bool,
+    /// Bytes reached the socket since the last ReadyForQuery: if the
+    /// connection breaks now, what they asked has an unknown outcome.
+    awaiting_reply: bool,
 }
 
 impl BackendConn {
@@ -195,6 +228,7 @@ impl BackendConn {
             autosync: false,
             status: TxStatus::Idle,
             broken: false,
+            awaiting_reply: false,
         };
         conn.startup(target).await?;
         Ok(conn)
@@ -306,24 +340,95 @@ impl BackendConn {
         !self.write_buf.is_empty()
     }
 
+    /// Whether a request was sent since the last ReadyForQuery (its
+    /// outcome would be unknown if the connection broke now).
+    pub fn awaiting_reply(&self) -> bool {
+        self.awaiting_reply
+    }
+
+    /// Writes what `send` and `write` queued. A failure after any byte
+    /// reached the socket, or while an earlier request is unanswered, is
+    /// [`BackendError::OutcomeUnknown`]; before that, the plain cause.
     pub async fn flush(&mut self) -> Result<(), BackendError> {
-        if !self.write_buf.is_empty() {
-            let r = self.stream.write_all(&self.write_buf).await;
+        if !self.awaiting_reply && !self.write_buf.is_empty() && self.peer_closed() {
+            // PostgreSQL went away before this request: it was never sent.
             self.write_buf.clear();
-            if let Err(e) = r {
-                self.broken = true;
-                return Err(e.into());
+            self.broken = true;
+            return Err(BackendError::Closed);
+        }
+        let mut written = 0;
+        let mut failure = None;
+        while written < self.write_buf.len() {
+            match self.stream.write(&self.write_buf[written..]).await {
+                Ok(0) => {
+                    failure = Some(std::io::Error::from(std::io::ErrorKind::WriteZero));
+                    break;
+                }
+                Ok(n) => written += n,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             }
         }
-        Ok(())
+        self.write_buf.clear();
+        self.awaiting_reply |= written > 0;
+        match failure {
+            None => Ok(()),
+            Some(e) => {
+                self.broken = true;
+                Err(self.lost(e.into()))
+            }
+        }
     }
 
     pub async fn recv(&mut self) -> Result<Message, BackendError> {
         match read_message(&mut self.stream, &mut self.read_buf, MAX_BACKEND_MESSAGE).await {
-            Ok(m) => Ok(m),
+            Ok(m) => {
+                if m.tag == tag::READY_FOR_QUERY {
+                    self.awaiting_reply = false;
+                }
+                Ok(m)
+            }
             Err(e) => {
                 self.broken = true;
-                Err(e.into())
+                Err(self.lost(e.into()))
+            }
+        }
+    }
+
+    /// A broken connection's error, marked when a request was in flight.
+    fn lost(&self, cause: BackendError) -> BackendError {
+        if self.awaiting_reply {
+            BackendError::OutcomeUnknown(Box::new(cause))
+        } else {
+            cause
+        }
+    }
+
+    /// Whether an idle connection's socket is still quiet: no message
+    /// arrived since its last ReadyForQuery and PostgreSQL has not closed
+    /// it. A backend that was terminated or restarted leaves an error or an
+    /// end of stream behind, which this sees without waiting, so the pool
+    /// drops the connection before a client's request is sent on it (and
+    /// that request's outcome would be unknown).
+    pub fn is_quiet(&mut self) -> bool {
+        !self.peer_closed() && self.read_buf.is_empty()
+    }
+
+    /// Reads whatever the backend already sent, without waiting (it stays
+    /// in the read buffer for `recv`); whether the stream has ended.
+    fn peer_closed(&mut self) -> bool {
+        use futures::FutureExt;
+        use tokio::io::AsyncReadExt;
+        loop {
+            match self.stream.read_buf(&mut self.read_buf).now_or_never() {
+                None => return false,
+                Some(Ok(0)) | Some(Err(_)) => {
+                    self.broken = true;
+                    return true;
+                }
+                Some(Ok(_)) => continue,
             }
         }
     }

@@ -27,6 +27,9 @@ impl managed::Manager for Manager {
         if conn.broken || conn.status.in_transaction() || conn.has_unflushed() {
             return Err(RecycleError::message("connection not clean"));
         }
+        if !conn.is_quiet() {
+            return Err(RecycleError::message("the backend closed the connection"));
+        }
         // Each borrower chooses how its calls end.
         conn.autosync = false;
         conn.trim_prepared(MAX_PREPARED_PER_CONNECTION)

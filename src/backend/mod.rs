@@ -3,6 +3,7 @@
 mod auth;
 pub mod call;
 pub mod conn;
+pub mod health;
 pub mod pool;
 
 pub use conn::{BackendConn, BackendError, BackendKey, BackendTarget};

@@ -6,6 +6,7 @@
 //! shared cluster goes on serving the other tests.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, UnixStream};
 use tokio::task::AbortHandle;
@@ -13,6 +14,8 @@ use tokio::task::AbortHandle;
 pub struct Cutter {
     pub port: u16,
     live: Arc<Mutex<Vec<AbortHandle>>>,
+    /// While set, new connections are closed as soon as they arrive.
+    down: Arc<AtomicBool>,
     accept: AbortHandle,
 }
 
@@ -27,8 +30,14 @@ impl Cutter {
         let port = listener.local_addr().unwrap().port();
         let live: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let relays = live.clone();
+        let down: Arc<AtomicBool> = Arc::default();
+        let refusing = down.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
+                if refusing.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 let socket = socket.clone();
                 let relay = tokio::spawn(async move {
                     if let Ok(mut server) = UnixStream::connect(&socket).await {
@@ -39,7 +48,12 @@ impl Cutter {
             }
         })
         .abort_handle();
-        Cutter { port, live, accept }
+        Cutter {
+            port,
+            live,
+            down,
+            accept,
+        }
     }
 
     /// A configuration for `database` through the relay.
@@ -50,6 +64,17 @@ impl Cutter {
             .user(database.get_user().unwrap())
             .dbname(database.get_dbname().unwrap());
         cfg
+    }
+
+    /// Cuts every connection and refuses new ones until [`Cutter::up`]:
+    /// PostgreSQL is unreachable.
+    pub fn down(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        self.cut();
+    }
+
+    pub fn up(&self) {
+        self.down.store(false, Ordering::SeqCst);
     }
 
     /// Closes every connection through the relay now.

@@ -175,7 +175,8 @@ mod tests {
 
     fn target(password: Option<&str>) -> BackendTarget {
         BackendTarget {
-            address: BackendAddress::Tcp("unused".into(), 0),
+            addresses: vec![BackendAddress::Tcp("unused".into(), 0)],
+            read_write: false,
             user: "alice".into(),
             password: password.map(|p| p.as_bytes().to_vec()),
             database: "db".into(),
@@ -239,7 +240,14 @@ mod tests {
 
     fn started(conn: Result<BackendConn, BackendError>) -> BackendConn {
         let conn = conn.unwrap_or_else(|e| panic!("startup failed: {e}"));
-        assert_eq!(conn.key, BackendKey { pid: 7, secret: 9 });
+        assert_eq!(
+            conn.key,
+            BackendKey {
+                pid: 7,
+                secret: 9,
+                host: 0
+            }
+        );
         assert_eq!(conn.reported["server_version"], "17.0");
         conn
     }

@@ -23,7 +23,14 @@ const MAX_BACKEND_MESSAGE: usize = 1 << 30;
 /// Where and how to reach PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct BackendTarget {
-    pub address: BackendAddress,
+    /// The hosts, in the order libpq tries them (`host=a,b`,
+    /// `postgres://a,b/…`): a new connection goes to the first that
+    /// accepts it (and, with `read_write`, is not read-only), so after a
+    /// failover the pool follows the promoted standby.
+    pub addresses: Vec<BackendAddress>,
+    /// `target_session_attrs=read-write`: skip hosts that are read-only
+    /// (a hot standby, or `default_transaction_read_only`).
+    pub read_write: bool,
     pub user: String,
     pub password: Option<Vec<u8>>,
     pub database: String,
@@ -36,34 +43,67 @@ pub enum BackendAddress {
     Unix(PathBuf),
 }
 
+impl std::fmt::Display for BackendAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendAddress::Tcp(host, port) => write!(f, "{host}:{port}"),
+            BackendAddress::Unix(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 impl BackendTarget {
-    /// Reads the first host of a tokio-postgres configuration (URL or
-    /// key=value form, already parsed).
+    /// Reads the hosts of a tokio-postgres configuration (URL or key=value
+    /// form, already parsed), as libpq does: one port for every host, or
+    /// one per host.
     pub fn from_config(config: &tokio_postgres::Config) -> Result<BackendTarget, BackendError> {
-        let port = config.get_ports().first().copied().unwrap_or(5432);
-        let address = match config.get_hosts().first() {
-            Some(tokio_postgres::config::Host::Tcp(host)) => {
-                BackendAddress::Tcp(host.clone(), port)
+        let ports = config.get_ports();
+        let port_of = |i: usize| match ports.len() {
+            0 => Ok(5432),
+            1 => Ok(ports[0]),
+            n if n == config.get_hosts().len() => Ok(ports[i]),
+            n => Err(BackendError::Config(format!(
+                "{n} ports for {} hosts",
+                config.get_hosts().len()
+            ))),
+        };
+        let mut addresses = Vec::new();
+        for (i, host) in config.get_hosts().iter().enumerate() {
+            let port = port_of(i)?;
+            addresses.push(match host {
+                tokio_postgres::config::Host::Tcp(host) => BackendAddress::Tcp(host.clone(), port),
+                tokio_postgres::config::Host::Unix(dir) => {
+                    BackendAddress::Unix(dir.join(format!(".s.PGSQL.{port}")))
+                }
+            });
+        }
+        if addresses.is_empty() {
+            addresses.push(BackendAddress::Tcp("localhost".into(), port_of(0)?));
+        }
+        let read_write = match config.get_target_session_attrs() {
+            tokio_postgres::config::TargetSessionAttrs::Any => false,
+            tokio_postgres::config::TargetSessionAttrs::ReadWrite => true,
+            other => {
+                return Err(BackendError::Config(format!(
+                    "target_session_attrs {other:?} is not supported (any or read-write)"
+                )))
             }
-            Some(tokio_postgres::config::Host::Unix(dir)) => {
-                BackendAddress::Unix(dir.join(format!(".s.PGSQL.{port}")))
-            }
-            None => BackendAddress::Tcp("localhost".into(), port),
         };
         let user = config
             .get_user()
             .map(str::to_string)
             .ok_or_else(|| BackendError::Config("the backend URL names no user".into()))?;
         Ok(BackendTarget {
-            address,
+            addresses,
+            read_write,
             database: config.get_dbname().unwrap_or(&user).to_string(),
             user,
             password: config.get_password().map(<[u8]>::to_vec),
         })
     }
 
-    pub async fn open_stream(&self) -> std::io::Result<Box<dyn Stream>> {
-        Ok(match &self.address {
+    pub async fn open_stream(address: &BackendAddress) -> std::io::Result<Box<dyn Stream>> {
+        Ok(match address {
             BackendAddress::Tcp(host, port) => {
                 let s = TcpStream::connect((host.as_str(), *port)).await?;
                 s.set_nodelay(true)?;
@@ -73,9 +113,13 @@ impl BackendTarget {
         })
     }
 
-    /// Sends a CancelRequest for `key` on a fresh connection.
+    /// Sends a CancelRequest for `key` on a fresh connection to the host
+    /// that connection is on.
     pub async fn cancel(&self, key: BackendKey) -> std::io::Result<()> {
-        let mut stream = self.open_stream().await?;
+        let Some(address) = self.addresses.get(key.host) else {
+            return Ok(());
+        };
+        let mut stream = BackendTarget::open_stream(address).await?;
         let mut packet = BytesMut::with_capacity(16);
         pp::cancel_request(key.pid, key.secret, &mut packet);
         stream.write_all(&packet).await?;
@@ -90,6 +134,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Stream for T {}
 pub struct BackendKey {
     pub pid: i32,
     pub secret: i32,
+    /// Which of the target's addresses the connection is on.
+    pub host: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -203,9 +249,38 @@ pub struct BackendConn {
 }
 
 impl BackendConn {
+    /// A connection to the first of the target's hosts that takes it (and
+    /// is writable, with `read_write`); else the last host's error.
     pub async fn connect(target: &BackendTarget, id: u64) -> Result<BackendConn, BackendError> {
-        let stream = target.open_stream().await?;
-        BackendConn::start(stream, target, id).await
+        let mut last = BackendError::Config("no backend host".into());
+        for (host, address) in target.addresses.iter().enumerate() {
+            let started = match BackendTarget::open_stream(address).await {
+                Ok(stream) => BackendConn::start(stream, target, id).await,
+                Err(e) => Err(e.into()),
+            };
+            match started {
+                Ok(conn) if target.read_write && conn.read_only() => {
+                    last = BackendError::Config(format!(
+                        "{address} is read-only (target_session_attrs=read-write)"
+                    ));
+                }
+                Ok(mut conn) => {
+                    conn.key.host = host;
+                    return Ok(conn);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Whether the server said, at startup, that it takes no writes (a hot
+    /// standby, or `default_transaction_read_only`; PostgreSQL 14 and newer
+    /// report both).
+    pub fn read_only(&self) -> bool {
+        ["in_hot_standby", "default_transaction_read_only"]
+            .iter()
+            .any(|name| self.reported.get(*name).map(String::as_str) == Some("on"))
     }
 
     /// The startup exchange on a stream already open to the backend.
@@ -219,7 +294,11 @@ impl BackendConn {
             stream,
             read_buf: BytesMut::with_capacity(8192),
             write_buf: BytesMut::with_capacity(8192),
-            key: BackendKey { pid: 0, secret: 0 },
+            key: BackendKey {
+                pid: 0,
+                secret: 0,
+                host: 0,
+            },
             reported: HashMap::new(),
             applied: BTreeMap::new(),
             prepared: HashSet::new(),
@@ -268,7 +347,11 @@ impl BackendConn {
                     let malformed = |e: protocol::Malformed| BackendError::Protocol(e.to_string());
                     let pid = r.i32().map_err(malformed)?;
                     let secret = r.i32().map_err(malformed)?;
-                    self.key = BackendKey { pid, secret };
+                    self.key = BackendKey {
+                        pid,
+                        secret,
+                        host: self.key.host,
+                    };
                 }
                 tag::ERROR_RESPONSE => {
                     return Err(BackendError::Server(SqlError::parse(&msg.body)))
@@ -537,4 +620,34 @@ pub fn quote_ident(name: &str) -> String {
 /// E'' literal, with backslashes and quotes escaped.
 pub fn quote_literal(value: &str) -> String {
     format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(config: &str) -> Result<BackendTarget, BackendError> {
+        BackendTarget::from_config(&config.parse().unwrap())
+    }
+
+    #[test]
+    fn several_hosts_are_tried_in_order_as_libpq_takes_them() {
+        let t = target("host=a,/run/pg port=5433 user=u target_session_attrs=read-write").unwrap();
+        let addresses: Vec<String> = t.addresses.iter().map(ToString::to_string).collect();
+        assert_eq!(addresses, ["a:5433", "/run/pg/.s.PGSQL.5433"]);
+        assert!(t.read_write);
+        let t = target("postgres://u@a:1,b:2/db").unwrap();
+        let addresses: Vec<String> = t.addresses.iter().map(ToString::to_string).collect();
+        assert_eq!(addresses, ["a:1", "b:2"]);
+        assert!(!t.read_write);
+        assert_eq!(t.database, "db");
+        assert!(matches!(
+            target("host=a,b,c port=1,2 user=u"),
+            Err(BackendError::Config(_))
+        ));
+        assert!(matches!(
+            target("host=a user=u target_session_attrs=read-only"),
+            Err(BackendError::Config(_))
+        ));
+    }
 }

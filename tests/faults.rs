@@ -337,3 +337,85 @@ async fn a_repeated_ack_answers_acked_for_its_own_lease_only() {
         ["stale"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_sql_whose_reply_is_lost_gets_08007() {
+    let s = setup("faults_plain").await;
+    s.direct
+        .batch_execute("CREATE TABLE counter (n int); INSERT INTO counter VALUES (0); GRANT ALL ON counter TO PUBLIC")
+        .await
+        .unwrap();
+    s.hold("SELECT 1 FROM counter FOR UPDATE").await;
+    let client = s.proxy.connect().await;
+    let update =
+        tokio::spawn(async move { client.simple_query("UPDATE counter SET n = n + 1").await });
+    s.until_blocked().await;
+    s.cutter.cut();
+    let e = update
+        .await
+        .unwrap()
+        .expect_err("the UPDATE's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    s.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_reply_is_lost_gets_08007_and_its_retry_finds_it_committed() {
+    let s = setup("faults_commit").await;
+    // A deferred unique check makes the COMMIT wait for a direct session
+    // that inserted the same key first.
+    s.direct
+        .batch_execute(
+            "CREATE TABLE claims (k int UNIQUE DEFERRABLE INITIALLY DEFERRED);
+             GRANT ALL ON claims TO PUBLIC",
+        )
+        .await
+        .unwrap();
+    s.hold("INSERT INTO claims VALUES (1)").await;
+    let client = s.proxy.connect().await;
+    client.batch_execute("BEGIN").await.unwrap();
+    rows(
+        &client,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('1', 't1')",
+    )
+    .await;
+    client
+        .batch_execute("INSERT INTO claims VALUES (1)")
+        .await
+        .unwrap();
+    let commit = tokio::spawn(async move { client.simple_query("COMMIT").await });
+    s.until_blocked().await;
+    s.cutter.cut();
+    let e = commit
+        .await
+        .unwrap()
+        .expect_err("the COMMIT's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    // PostgreSQL had the COMMIT: once the direct session gives way, it
+    // commits, and the retry of the PUSH says so.
+    s.release().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = s
+            .direct
+            .query_one("SELECT count(*) FROM claims", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if n == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the COMMIT did not complete");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let retried = rows(
+        &s.proxy.connect().await,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('1', 't1')",
+    )
+    .await;
+    assert_eq!(
+        retried[0].get("status").cloned().flatten().unwrap(),
+        "duplicate"
+    );
+    assert_eq!(s.stored_transaction_ids("jobs").await, ["t1"]);
+}

@@ -227,19 +227,17 @@ BEGIN
             v_cursor := queen.log_acked_prefix_v1(v_c.cursor_offset, v_acked);
             -- This lease has acknowledged its batch up to the cursor: the
             -- newest entry of the history, the oldest beyond 32 forgotten.
+            -- Plain array expressions, no query: this runs on every ACK.
             v_h_tokens := v_c.acked_lease_tokens;
             v_h_to := v_c.acked_lease_to;
             IF v_cursor >= v_c.batch_from THEN
-                SELECT array_agg(h.tok ORDER BY h.ord), array_agg(h.upto ORDER BY h.ord)
-                INTO v_h_tokens, v_h_to
-                FROM (SELECT v_c.lease_token AS tok, v_cursor AS upto, 0::BIGINT AS ord
-                      UNION ALL
-                      SELECT o.tok, o.upto, o.ord
-                      FROM unnest(v_c.acked_lease_tokens, v_c.acked_lease_to)
-                           WITH ORDINALITY AS o(tok, upto, ord)
-                      WHERE o.tok <> v_c.lease_token
-                      ORDER BY 3
-                      LIMIT 32) h;
+                v_j := array_position(v_h_tokens, v_c.lease_token);
+                IF v_j IS NOT NULL THEN
+                    v_h_to[v_j] := v_cursor;
+                ELSE
+                    v_h_tokens := v_c.lease_token || v_h_tokens[1:31];
+                    v_h_to := v_cursor || v_h_to[1:31];
+                END IF;
             END IF;
             IF v_cursor >= v_c.batch_to THEN
                 UPDATE queen.log_consumers c

@@ -5,6 +5,7 @@ pub mod call;
 pub mod conn;
 pub mod health;
 pub mod pool;
+mod target;
 
 pub use conn::{BackendConn, BackendError, BackendKey, BackendTarget};
 pub use pool::{Pool, PooledConn};

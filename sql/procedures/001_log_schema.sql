@@ -131,6 +131,15 @@ CREATE TABLE IF NOT EXISTS queen.log_consumers (
     -- Messages given up without a DLQ snapshot (dead_letter_queue = false or
     -- dlq_after_max_retries = false).
     failed_count     BIGINT NOT NULL DEFAULT 0,
+    -- The leases of this row that acknowledged something, newest first
+    -- (at most 32): token i acknowledged every offset of its batch up to
+    -- acked_lease_to[i]. Kept so that an ACK repeated after its reply was
+    -- lost answers acked although its lease is gone (queen.log_ack_v1);
+    -- a receipt carries its own token, so no other lease's delivery can
+    -- match. Parallel arrays on the row rather than a table: no pruning,
+    -- and the row is updated by every ACK anyway.
+    acked_lease_tokens UUID[],
+    acked_lease_to     BIGINT[],
     PRIMARY KEY (partition_id, consumer_group),
     CONSTRAINT log_consumers_lease_ck CHECK (
         (lease_token IS NULL) = (lease_expires_at IS NULL)

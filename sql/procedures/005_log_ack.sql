@@ -102,7 +102,10 @@ $$;
 --   acked          (p_failed = false) recorded; the cursor advances over the
 --                  contiguous acked prefix of the batch and the lease is
 --                  released when the whole batch is acked; re-acking an
---                  acked offset of the live batch answers acked again;
+--                  offset its own lease already acknowledged answers acked
+--                  again and changes nothing, also once that lease is gone
+--                  (log_consumers.acked_lease_tokens: a client whose ACK
+--                  lost its reply retries and learns the truth);
 --   retry          (p_failed) the message comes back with everything after
 --                  it, once the queue's retry_delay has passed;
 --   dead_lettered  (p_failed) the message exhausted retry_limit: snapshot in
@@ -146,6 +149,9 @@ DECLARE
     v_retries   INTEGER;
     v_any_retry BOOLEAN;
     v_i         INTEGER;
+    v_j         INTEGER;
+    v_h_tokens  UUID[];
+    v_h_to      BIGINT[];
 BEGIN
     PERFORM queen.tenant_guard_v1(p_tenant);
     IF cardinality(p_offsets) IS DISTINCT FROM v_n
@@ -186,6 +192,20 @@ BEGIN
     LOOP
         SELECT c.* INTO v_c FROM queen.log_consumers c
         WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
+        -- A receipt whose own lease already acknowledged its offset (the
+        -- lease may be gone since): acked again, nothing changes. A receipt
+        -- is authenticated and carries the token of the lease that
+        -- delivered it, so another lease's delivery of the same offset
+        -- never matches; FAILED is never idempotent (the message comes
+        -- again, which is what stale says).
+        IF NOT v_failed AND v_c.acked_lease_tokens IS NOT NULL THEN
+            FOR v_i IN 1 .. cardinality(v_key.positions) LOOP
+                v_j := array_position(v_c.acked_lease_tokens, v_key.tokens[v_i]);
+                IF v_j IS NOT NULL AND v_key.offsets[v_i] <= v_c.acked_lease_to[v_j] THEN
+                    v_status[v_key.positions[v_i]] := 'acked';
+                END IF;
+            END LOOP;
+        END IF;
         CONTINUE WHEN v_c.lease_token IS NULL OR v_c.lease_expires_at <= v_now;
 
         -- The receipts of this lease that fall inside its batch; the others
@@ -205,18 +225,33 @@ BEGIN
             END LOOP;
             v_acked := v_acked || v_offs;
             v_cursor := queen.log_acked_prefix_v1(v_c.cursor_offset, v_acked);
+            -- This lease has acknowledged its batch up to the cursor: the
+            -- newest entry of the history, the oldest beyond 32 forgotten.
+            -- Plain array expressions, no query: this runs on every ACK.
+            v_h_tokens := v_c.acked_lease_tokens;
+            v_h_to := v_c.acked_lease_to;
+            IF v_cursor >= v_c.batch_from THEN
+                v_j := array_position(v_h_tokens, v_c.lease_token);
+                IF v_j IS NOT NULL THEN
+                    v_h_to[v_j] := v_cursor;
+                ELSE
+                    v_h_tokens := v_c.lease_token || v_h_tokens[1:31];
+                    v_h_to := v_cursor || v_h_to[1:31];
+                END IF;
+            END IF;
             IF v_cursor >= v_c.batch_to THEN
                 UPDATE queen.log_consumers c
                 SET cursor_offset = v_cursor, retry_count = 0, lease_token = NULL,
                     lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
-                    batch_acked = NULL
+                    batch_acked = NULL, acked_lease_tokens = v_h_tokens, acked_lease_to = v_h_to
                 WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
             ELSE
                 UPDATE queen.log_consumers c
                 SET cursor_offset = v_cursor,
                     retry_count = CASE WHEN v_cursor > v_c.cursor_offset THEN 0 ELSE c.retry_count END,
                     batch_acked = NULLIF(ARRAY(SELECT DISTINCT o FROM unnest(v_acked) o
-                                               WHERE o > v_cursor ORDER BY o), '{}')
+                                               WHERE o > v_cursor ORDER BY o), '{}'),
+                    acked_lease_tokens = v_h_tokens, acked_lease_to = v_h_to
                 WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
             END IF;
             CONTINUE;

@@ -3,7 +3,8 @@
 //! (cleartext, MD5, SCRAM-SHA-256), then AuthenticationOk is expected.
 //! Kerberos, GSSAPI and SSPI are not spoken.
 
-use super::conn::{BackendConn, BackendError, BackendTarget};
+use super::conn::{BackendConn, BackendError};
+use super::target::BackendTarget;
 use crate::protocol::tags::backend as tag;
 use crate::protocol::{Malformed, Message, SqlError};
 use postgres_protocol::authentication::{md5_hash, sasl};
@@ -168,14 +169,16 @@ fn password(target: &BackendTarget) -> Result<&[u8], BackendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::conn::{BackendAddress, BackendKey};
+    use crate::backend::conn::BackendKey;
+    use crate::backend::target::BackendAddress;
     use crate::protocol::{self, read_message};
     use bytes::BytesMut;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
     fn target(password: Option<&str>) -> BackendTarget {
         BackendTarget {
-            address: BackendAddress::Tcp("unused".into(), 0),
+            addresses: vec![BackendAddress::Tcp("unused".into(), 0)],
+            read_write: false,
             user: "alice".into(),
             password: password.map(|p| p.as_bytes().to_vec()),
             database: "db".into(),
@@ -240,7 +243,14 @@ mod tests {
 
     fn started(conn: Result<BackendConn, BackendError>) -> BackendConn {
         let conn = conn.unwrap_or_else(|e| panic!("startup failed: {e}"));
-        assert_eq!(conn.key, BackendKey { pid: 7, secret: 9 });
+        assert_eq!(
+            conn.key,
+            BackendKey {
+                pid: 7,
+                secret: 9,
+                host: 0
+            }
+        );
         assert_eq!(conn.reported["server_version"], "17.0");
         conn
     }

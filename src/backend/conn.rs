@@ -11,81 +11,12 @@ use crate::protocol::{read_message, FrameError, Message, SqlError, TxStatus};
 use bytes::BytesMut;
 use postgres_protocol::message::frontend as pp;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
 
 /// Largest message accepted from the backend (PostgreSQL's own limit on a
 /// field is 1 GB).
 const MAX_BACKEND_MESSAGE: usize = 1 << 30;
-
-/// Where and how to reach PostgreSQL.
-#[derive(Debug, Clone)]
-pub struct BackendTarget {
-    pub address: BackendAddress,
-    pub user: String,
-    pub password: Option<Vec<u8>>,
-    pub database: String,
-    /// `application_name` in the startup packet (queenwire's own
-    /// connections say who they are in pg_stat_activity).
-    pub application_name: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub enum BackendAddress {
-    Tcp(String, u16),
-    /// Full path of the socket file (`<dir>/.s.PGSQL.<port>`).
-    Unix(PathBuf),
-}
-
-impl BackendTarget {
-    /// Reads the first host of a tokio-postgres configuration (URL or
-    /// key=value form, already parsed).
-    pub fn from_config(config: &tokio_postgres::Config) -> Result<BackendTarget, BackendError> {
-        let port = config.get_ports().first().copied().unwrap_or(5432);
-        let address = match config.get_hosts().first() {
-            Some(tokio_postgres::config::Host::Tcp(host)) => {
-                BackendAddress::Tcp(host.clone(), port)
-            }
-            Some(tokio_postgres::config::Host::Unix(dir)) => {
-                BackendAddress::Unix(dir.join(format!(".s.PGSQL.{port}")))
-            }
-            None => BackendAddress::Tcp("localhost".into(), port),
-        };
-        let user = config
-            .get_user()
-            .map(str::to_string)
-            .ok_or_else(|| BackendError::Config("the backend URL names no user".into()))?;
-        Ok(BackendTarget {
-            address,
-            database: config.get_dbname().unwrap_or(&user).to_string(),
-            user,
-            password: config.get_password().map(<[u8]>::to_vec),
-            application_name: None,
-        })
-    }
-
-    pub async fn open_stream(&self) -> std::io::Result<Box<dyn Stream>> {
-        Ok(match &self.address {
-            BackendAddress::Tcp(host, port) => {
-                let s = TcpStream::connect((host.as_str(), *port)).await?;
-                s.set_nodelay(true)?;
-                Box::new(s)
-            }
-            BackendAddress::Unix(path) => Box::new(UnixStream::connect(path).await?),
-        })
-    }
-
-    /// Sends a CancelRequest for `key` on a fresh connection.
-    pub async fn cancel(&self, key: BackendKey) -> std::io::Result<()> {
-        let mut stream = self.open_stream().await?;
-        let mut packet = BytesMut::with_capacity(16);
-        pp::cancel_request(key.pid, key.secret, &mut packet);
-        stream.write_all(&packet).await?;
-        stream.flush().await
-    }
-}
 
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Stream for T {}
@@ -94,6 +25,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Stream for T {}
 pub struct BackendKey {
     pub pid: i32,
     pub secret: i32,
+    /// Which of the target's addresses the connection is on.
+    pub host: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +55,36 @@ pub enum BackendError {
     /// PostgreSQL answered with an ErrorResponse.
     #[error("{}", .0.message)]
     Server(SqlError),
+    /// The connection broke (the cause inside) after a request reached
+    /// PostgreSQL and before its reply ended with ReadyForQuery: whatever
+    /// the request asked may or may not have happened. Only `flush` and
+    /// `recv` make it.
+    #[error("the outcome is unknown: {0}")]
+    OutcomeUnknown(Box<BackendError>),
+}
+
+impl BackendError {
+    /// Whether a request may have taken effect although its reply is lost.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, BackendError::OutcomeUnknown(_))
+    }
+
+    /// Why the connection failed, without the outcome of what was on it.
+    pub fn cause(&self) -> &BackendError {
+        match self {
+            BackendError::OutcomeUnknown(cause) => cause,
+            other => other,
+        }
+    }
+
+    /// The same failure for a caller whose own request was never sent on
+    /// that connection (the proxy's housekeeping round trip broke first).
+    pub fn into_cause(self) -> BackendError {
+        match self {
+            BackendError::OutcomeUnknown(cause) => *cause,
+            other => other,
+        }
+    }
 }
 
 fn pool_timeout_stage(stage: &deadpool::managed::TimeoutType) -> &'static str {
@@ -171,6 +134,9 @@ pub struct BackendConn {
     /// Set when the connection may hold state the pool cannot vouch for
     /// (protocol confusion, session state): it is then closed, not reused.
     pub broken: bool,
+    /// Bytes reached the socket since the last ReadyForQuery: if the
+    /// connection breaks now, what they asked has an unknown outcome.
+    awaiting_reply: bool,
 }
 
 impl BackendConn {
@@ -182,7 +148,11 @@ impl BackendConn {
             stream,
             read_buf: BytesMut::with_capacity(8192),
             write_buf: BytesMut::with_capacity(8192),
-            key: BackendKey { pid: 0, secret: 0 },
+            key: BackendKey {
+                pid: 0,
+                secret: 0,
+                host: 0,
+            },
             reported: HashMap::new(),
             applied: BTreeMap::new(),
             prepared: HashSet::new(),
@@ -191,6 +161,7 @@ impl BackendConn {
             autosync: false,
             status: TxStatus::Idle,
             broken: false,
+            awaiting_reply: false,
         }
     }
 
@@ -246,24 +217,95 @@ impl BackendConn {
         !self.write_buf.is_empty()
     }
 
+    /// Whether a request was sent since the last ReadyForQuery (its
+    /// outcome would be unknown if the connection broke now).
+    pub fn awaiting_reply(&self) -> bool {
+        self.awaiting_reply
+    }
+
+    /// Writes what `send` and `write` queued. A failure after any byte
+    /// reached the socket, or while an earlier request is unanswered, is
+    /// [`BackendError::OutcomeUnknown`]; before that, the plain cause.
     pub async fn flush(&mut self) -> Result<(), BackendError> {
-        if !self.write_buf.is_empty() {
-            let r = self.stream.write_all(&self.write_buf).await;
+        if !self.awaiting_reply && !self.write_buf.is_empty() && self.peer_closed() {
+            // PostgreSQL went away before this request: it was never sent.
             self.write_buf.clear();
-            if let Err(e) = r {
-                self.broken = true;
-                return Err(e.into());
+            self.broken = true;
+            return Err(BackendError::Closed);
+        }
+        let mut written = 0;
+        let mut failure = None;
+        while written < self.write_buf.len() {
+            match self.stream.write(&self.write_buf[written..]).await {
+                Ok(0) => {
+                    failure = Some(std::io::Error::from(std::io::ErrorKind::WriteZero));
+                    break;
+                }
+                Ok(n) => written += n,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             }
         }
-        Ok(())
+        self.write_buf.clear();
+        self.awaiting_reply |= written > 0;
+        match failure {
+            None => Ok(()),
+            Some(e) => {
+                self.broken = true;
+                Err(self.lost(e.into()))
+            }
+        }
     }
 
     pub async fn recv(&mut self) -> Result<Message, BackendError> {
         match read_message(&mut self.stream, &mut self.read_buf, MAX_BACKEND_MESSAGE).await {
-            Ok(m) => Ok(m),
+            Ok(m) => {
+                if m.tag == tag::READY_FOR_QUERY {
+                    self.awaiting_reply = false;
+                }
+                Ok(m)
+            }
             Err(e) => {
                 self.broken = true;
-                Err(e.into())
+                Err(self.lost(e.into()))
+            }
+        }
+    }
+
+    /// A broken connection's error, marked when a request was in flight.
+    fn lost(&self, cause: BackendError) -> BackendError {
+        if self.awaiting_reply {
+            BackendError::OutcomeUnknown(Box::new(cause))
+        } else {
+            cause
+        }
+    }
+
+    /// Whether an idle connection's socket is still quiet: no message
+    /// arrived since its last ReadyForQuery and PostgreSQL has not closed
+    /// it. A backend that was terminated or restarted leaves an error or an
+    /// end of stream behind, which this sees without waiting, so the pool
+    /// drops the connection before a client's request is sent on it (and
+    /// that request's outcome would be unknown).
+    pub fn is_quiet(&mut self) -> bool {
+        !self.peer_closed() && self.read_buf.is_empty()
+    }
+
+    /// Reads whatever the backend already sent, without waiting (it stays
+    /// in the read buffer for `recv`); whether the stream has ended.
+    fn peer_closed(&mut self) -> bool {
+        use futures::FutureExt;
+        use tokio::io::AsyncReadExt;
+        loop {
+            match self.stream.read_buf(&mut self.read_buf).now_or_never() {
+                None => return false,
+                Some(Ok(0)) | Some(Err(_)) => {
+                    self.broken = true;
+                    return true;
+                }
+                Some(Ok(_)) => continue,
             }
         }
     }

@@ -3,15 +3,45 @@
 //! method), then the parameter statuses and the cancel key up to the first
 //! ReadyForQuery.
 
-use super::conn::{BackendConn, BackendError, BackendKey, BackendTarget, Stream};
+use super::conn::{BackendConn, BackendError, BackendKey, Stream};
+use super::target::BackendTarget;
 use crate::protocol::tags::backend as tag;
 use crate::protocol::{self, SqlError, TxStatus};
 use postgres_protocol::message::frontend as pp;
 
 impl BackendConn {
+    /// A connection to the first of the target's hosts that takes it (and
+    /// is writable, with `read_write`); else the last host's error.
     pub async fn connect(target: &BackendTarget, id: u64) -> Result<BackendConn, BackendError> {
-        let stream = target.open_stream().await?;
-        BackendConn::start(stream, target, id).await
+        let mut last = BackendError::Config("no backend host".into());
+        for (host, address) in target.addresses.iter().enumerate() {
+            let started = match BackendTarget::open_stream(address).await {
+                Ok(stream) => BackendConn::start(stream, target, id).await,
+                Err(e) => Err(e.into()),
+            };
+            match started {
+                Ok(conn) if target.read_write && conn.read_only() => {
+                    last = BackendError::Config(format!(
+                        "{address} is read-only (target_session_attrs=read-write)"
+                    ));
+                }
+                Ok(mut conn) => {
+                    conn.key.host = host;
+                    return Ok(conn);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Whether the server said, at startup, that it takes no writes (a hot
+    /// standby, or `default_transaction_read_only`; PostgreSQL 14 and newer
+    /// report both).
+    pub fn read_only(&self) -> bool {
+        ["in_hot_standby", "default_transaction_read_only"]
+            .iter()
+            .any(|name| self.reported.get(*name).map(String::as_str) == Some("on"))
     }
 
     /// The startup exchange on a stream already open to the backend.
@@ -21,10 +51,17 @@ impl BackendConn {
         id: u64,
     ) -> Result<BackendConn, BackendError> {
         let mut conn = BackendConn::new(stream, id);
-        send_startup_packet(&mut conn, target).await?;
-        super::auth::authenticate(&mut conn, target).await?;
-        read_startup_info(&mut conn).await?;
-        Ok(conn)
+        let started = async {
+            send_startup_packet(&mut conn, target).await?;
+            super::auth::authenticate(&mut conn, target).await?;
+            read_startup_info(&mut conn).await
+        };
+        // Nothing of a client's was sent yet: a failure here has no
+        // unknown outcome, only its cause.
+        match started.await {
+            Ok(()) => Ok(conn),
+            Err(e) => Err(e.into_cause()),
+        }
     }
 }
 
@@ -55,7 +92,11 @@ async fn read_startup_info(conn: &mut BackendConn) -> Result<(), BackendError> {
                 let malformed = |e: protocol::Malformed| BackendError::Protocol(e.to_string());
                 let pid = r.i32().map_err(malformed)?;
                 let secret = r.i32().map_err(malformed)?;
-                conn.key = BackendKey { pid, secret };
+                conn.key = BackendKey {
+                    pid,
+                    secret,
+                    host: conn.key.host,
+                };
             }
             tag::ERROR_RESPONSE => return Err(BackendError::Server(SqlError::parse(&msg.body))),
             tag::NOTICE_RESPONSE => {}

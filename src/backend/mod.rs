@@ -7,7 +7,10 @@ mod auth;
 pub mod call;
 pub mod conn;
 mod connect;
+pub mod health;
 pub mod pool;
+pub mod target;
 
-pub use conn::{BackendConn, BackendError, BackendKey, BackendTarget};
+pub use conn::{BackendConn, BackendError, BackendKey};
 pub use pool::{Pool, PooledConn};
+pub use target::{BackendAddress, BackendTarget};

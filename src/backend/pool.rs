@@ -4,7 +4,8 @@
 //! and comes back only when it is idle and clean; anything else is closed
 //! instead of recycled.
 
-use super::conn::{BackendConn, BackendError, BackendTarget};
+use super::conn::{BackendConn, BackendError};
+use super::target::BackendTarget;
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +27,9 @@ impl managed::Manager for Manager {
     async fn recycle(&self, conn: &mut BackendConn, _: &Metrics) -> RecycleResult<BackendError> {
         if conn.broken || conn.status.in_transaction() || conn.has_unflushed() {
             return Err(RecycleError::message("connection not clean"));
+        }
+        if !conn.is_quiet() {
+            return Err(RecycleError::message("the backend closed the connection"));
         }
         // Each borrower chooses how its calls end.
         conn.autosync = false;

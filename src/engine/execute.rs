@@ -21,7 +21,12 @@ pub enum StatementError {
     Failed(SqlError),
     /// No backend connection could be had for it: nothing was sent.
     Unavailable(BackendError),
-    /// The session's backend connection broke.
+    /// It was sent on a connection that is not the session's (a fused
+    /// PUSH's writer) and the reply was lost: it may have taken effect.
+    /// The session goes on.
+    OutcomeUnknown(BackendError),
+    /// The session's backend connection broke (the error says whether the
+    /// statement was in flight: [`BackendError::outcome_unknown`]).
     Lost(BackendError),
 }
 
@@ -43,7 +48,8 @@ impl Engine {
         }
         let end = lender.call_end();
         if let Err(e) = lender.connection().await {
-            return Err(StatementError::Unavailable(e));
+            // Only the lease's own housekeeping ran: the statement was not sent.
+            return Err(StatementError::Unavailable(e.into_cause()));
         }
         let in_block = lender.view().status.in_transaction();
         if let Err(refusal) = lender.lock_order().check(stmt, in_block) {
@@ -107,6 +113,9 @@ impl Engine {
                 Err(StatementError::Failed(fields))
             }
             // The writer's connection failed, not this session's.
+            Err(ExecError::Lost(e)) if e.outcome_unknown() => {
+                Err(StatementError::OutcomeUnknown(e))
+            }
             Err(ExecError::Lost(e)) => Err(StatementError::Unavailable(e)),
         }
     }

@@ -80,11 +80,9 @@ impl Fuser {
             let fuser = self.clone();
             tokio::spawn(async move { fuser.write_loop(lane, tenant).await });
         }
-        rx.await.unwrap_or_else(|_| {
-            Err(ExecError::Lost(BackendError::Protocol(
-                "the push writer stopped".into(),
-            )))
-        })
+        // A writer that stopped may have been mid-write.
+        rx.await
+            .unwrap_or_else(|_| Err(lost(true, "the push writer stopped")))
     }
 
     async fn write_loop(&self, lane: Arc<Mutex<Lane>>, tenant: Uuid) {
@@ -130,7 +128,7 @@ impl Fuser {
             }
             Ok(()) => {
                 conn.broken = true;
-                fail_all(replies, "the push transaction did not commit");
+                fail_all(replies, false, "the push transaction did not commit");
             }
             Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) => {
                 if preps.len() == 1 {
@@ -148,7 +146,11 @@ impl Fuser {
                     }
                 }
             }
-            Err(e) => fail_all(replies, &e.to_string()),
+            // The connection broke: every statement of the write shares
+            // its outcome, known or not.
+            Err(ExecError::Lost(e)) => {
+                fail_all(replies, e.outcome_unknown(), &e.cause().to_string())
+            }
         }
         conn.autosync = false;
         pool::release(conn);
@@ -158,12 +160,20 @@ impl Fuser {
     }
 }
 
-fn fail_all(replies: Vec<Reply>, why: &str) {
+/// Fails every statement of a write; `unknown`: it may have committed.
+fn fail_all(replies: Vec<Reply>, unknown: bool, why: &str) {
     for reply in replies {
-        let _ = reply.send(Err(ExecError::Lost(BackendError::Protocol(
-            why.to_string(),
-        ))));
+        let _ = reply.send(Err(lost(unknown, why)));
     }
+}
+
+fn lost(unknown: bool, why: &str) -> ExecError {
+    let cause = BackendError::Protocol(why.to_string());
+    ExecError::Lost(if unknown {
+        BackendError::OutcomeUnknown(Box::new(cause))
+    } else {
+        cause
+    })
 }
 
 fn lock(lane: &Mutex<Lane>) -> std::sync::MutexGuard<'_, Lane> {

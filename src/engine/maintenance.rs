@@ -5,6 +5,7 @@
 
 use super::kv::{KvState, Quota};
 use crate::backend::call::{execute, query, ClientCallError};
+use crate::backend::health::Health;
 use crate::rewrite::calls::maintenance::{
     ExpirePending, PruneShard, QuotaPoll, TryLease, UsageRollup,
 };
@@ -41,6 +42,7 @@ pub async fn run(config: tokio_postgres::Config, kv: Arc<KvState>, shutdown: Shu
 async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>) {
     let holder = Uuid::now_v7().to_string();
     let mut sweeps = 0u32;
+    let mut health = Health::new("maintenance");
     loop {
         let client = match config.connect(tokio_postgres::NoTls).await {
             Ok((client, connection)) => {
@@ -50,31 +52,42 @@ async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>) {
                 client
             }
             Err(e) => {
-                tracing::warn!("maintenance connection: {e}; retrying");
+                health.lost(&e);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
         };
         loop {
             if let Err(e) = poll_quotas(&client, &kv).await {
-                tracing::warn!("KV quota poll: {e}");
+                report(&mut health, &client, "KV quota poll", &e);
                 tokio::time::sleep(QUOTA_POLL).await;
                 break;
             }
+            health.ok();
             if let Err(e) = expire_pending(&client, &holder).await {
-                tracing::warn!("expiring pending messages: {e}");
+                report(&mut health, &client, "expiring pending messages", &e);
             }
             match sweep(&client, &holder, sweeps.is_multiple_of(ROLLUP_EVERY)).await {
                 Ok(true) => sweeps += 1,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!("KV sweep: {e}");
+                    report(&mut health, &client, "KV sweep", &e);
                     tokio::time::sleep(SWEEP_INTERVAL).await;
                     break;
                 }
             }
             tokio::time::sleep(QUOTA_POLL.min(SWEEP_INTERVAL)).await;
         }
+    }
+}
+
+/// A step failed: a lost connection is the outage's business, anything
+/// else is worth a WARN of its own.
+fn report(health: &mut Health, client: &tokio_postgres::Client, step: &str, e: &ClientCallError) {
+    if client.is_closed() {
+        health.lost(e);
+    } else {
+        tracing::warn!("{step}: {e}");
     }
 }
 

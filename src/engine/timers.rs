@@ -9,6 +9,7 @@ use super::queues::{write_pushes, PreparedPush, DEFAULT_PARTITION};
 use super::values::{Cell, Params};
 use super::wake::{queue_key, Announcer};
 use super::ExecError;
+use crate::backend::health::Health;
 use crate::backend::{pool, BackendConn, Pool};
 use crate::rewrite::calls::timers::{
     self as calls, ClaimDue, DeleteFired, List, Postpone, TimerKeys,
@@ -92,11 +93,16 @@ pub async fn fire_loop(pool: Pool, announcer: Announcer, shutdown: ShutdownSigna
 }
 
 async fn fire_forever(pool: Pool, announcer: Announcer) {
+    let mut health = Health::new("timers");
     loop {
         match fire_due(&pool, &announcer).await {
             // A full batch: more may be due at once.
-            Ok(n) if n >= FIRE_BATCH as usize => continue,
-            Ok(_) => {}
+            Ok(n) if n >= FIRE_BATCH as usize => {
+                health.ok();
+                continue;
+            }
+            Ok(_) => health.ok(),
+            Err(ExecError::Lost(e)) => health.lost(&e),
             Err(e) => tracing::warn!("firing timers: {e}"),
         }
         tokio::time::sleep(FIRE_INTERVAL).await;

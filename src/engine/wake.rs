@@ -15,6 +15,7 @@
 //! computes alike and no tenant can.
 
 use crate::backend::call::execute;
+use crate::backend::health::Health;
 use crate::rewrite::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
@@ -138,11 +139,12 @@ async fn relay(
     mut announcements: mpsc::UnboundedReceiver<String>,
 ) {
     use futures::StreamExt;
+    let mut health = Health::new("wake-ups");
     loop {
         let (client, mut connection) = match config.connect(tokio_postgres::NoTls).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!("wake-up connection: {e}; retrying");
+                health.lost(&e);
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 continue;
             }
@@ -164,9 +166,11 @@ async fn relay(
             let _ = fail_tx.send(());
         });
         if let Err(e) = client.batch_execute(LISTEN_WAKEUPS).await {
-            tracing::warn!("LISTEN failed: {e}");
+            health.lost(&e);
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             continue;
         }
+        health.ok();
         let mut prune = tokio::time::interval(std::time::Duration::from_secs(60));
         loop {
             tokio::select! {
@@ -182,13 +186,16 @@ async fn relay(
                         }
                     }
                     let notify = NotifyPushed { channel: CHANNEL, payloads: &keys };
-                    if execute(&client, &notify).await.is_err()
-                    {
+                    if let Err(e) = execute(&client, &notify).await {
+                        health.lost(&e);
                         break;
                     }
                 }
                 _ = prune.tick() => waiters.prune(),
-                _ = &mut fail_rx => break,
+                _ = &mut fail_rx => {
+                    health.lost(&"the LISTEN connection closed");
+                    break;
+                }
             }
         }
     }

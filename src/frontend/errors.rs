@@ -25,9 +25,10 @@ pub async fn send_fatal(stream: &mut (impl AsyncWrite + Unpin), err: &SqlError) 
 }
 use crate::protocol::SqlState;
 
-/// The error a client sees when the backend could not serve it.
+/// The error a client sees when the backend could not serve it: nothing
+/// of its request was sent (08006).
 pub fn backend_unavailable(e: &BackendError) -> SqlError {
-    match e {
+    match e.cause() {
         BackendError::Server(fields) => fields.clone(),
         other => SqlError::error(
             SqlState::CONNECTION_FAILURE,
@@ -36,12 +37,41 @@ pub fn backend_unavailable(e: &BackendError) -> SqlError {
     }
 }
 
+/// The error a client sees when its request reached PostgreSQL and the
+/// reply was lost (08007): it may or may not have taken effect.
+pub fn outcome_unknown(e: &BackendError) -> SqlError {
+    SqlError::error(
+        SqlState::TRANSACTION_RESOLUTION_UNKNOWN,
+        format!(
+            "the backend connection broke before the reply: the outcome of the statement is unknown \
+             (it may have been committed); {}",
+            e.cause()
+        ),
+    )
+}
+
+/// What ends a session whose backend connection broke: 08007 when a
+/// request was in flight on it, else 08006.
+pub fn lost_backend(e: &BackendError) -> SqlError {
+    let mut err = if e.outcome_unknown() {
+        outcome_unknown(e)
+    } else {
+        SqlError::error(
+            SqlState::CONNECTION_FAILURE,
+            format!("lost the backend connection: {e}"),
+        )
+    };
+    err.severity = "FATAL";
+    err
+}
+
 /// What a failed dialect statement tells the client; `None`: the session's
 /// connection was lost, which ends the session.
 pub fn statement_error(e: &StatementError) -> Option<SqlError> {
     match e {
         StatementError::Failed(fields) => Some(fields.clone()),
         StatementError::Unavailable(e) => Some(backend_unavailable(e)),
+        StatementError::OutcomeUnknown(e) => Some(outcome_unknown(e)),
         StatementError::Lost(_) => None,
     }
 }

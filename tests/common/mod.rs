@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod cut;
 pub mod proxy;
 pub mod raw;
 pub mod sql;

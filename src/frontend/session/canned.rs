@@ -59,10 +59,3 @@ pub fn message_too_large(len: usize, max: usize) -> SqlError {
 pub fn protocol_violation(what: impl Into<String>) -> SqlError {
     SqlError::fatal(SqlState::PROTOCOL_VIOLATION, what)
 }
-
-pub fn lost_backend(e: &impl std::fmt::Display) -> SqlError {
-    SqlError::fatal(
-        SqlState::CONNECTION_FAILURE,
-        format!("lost the backend connection: {e}"),
-    )
-}

@@ -1,14 +1,13 @@
 //! Forwarding to the backend and relaying its replies to the client, in
 //! the order `Replies` keeps.
 
-use super::canned;
 use super::dispatch::Undo;
 use super::dispatch::CLIENT_FLUSH_THRESHOLD;
 use super::lease::For;
 use super::replies::{Expect, Seen};
 use super::{End, Session};
 use crate::backend::BackendError;
-use crate::frontend::errors::backend_unavailable;
+use crate::frontend::errors::{self, backend_unavailable};
 use crate::protocol::{self, Message};
 
 impl Session {
@@ -74,11 +73,13 @@ impl Session {
         self.drain().await
     }
 
-    /// The backend connection broke: it is closed and the session ends.
+    /// The backend connection broke: it is closed and the session ends,
+    /// with 08007 when a request was in flight on it (its outcome is
+    /// unknown), else 08006.
     pub(super) async fn backend_lost(&mut self, e: BackendError) -> End {
         self.replies.lost();
         self.lease.discard();
-        self.fatal(canned::lost_backend(&e)).await
+        self.fatal(errors::lost_backend(&e)).await
     }
 
     async fn on_backend_message(&mut self, msg: Message) -> Result<(), End> {

@@ -1,0 +1,421 @@
+//! Honest outcomes under faults: a statement whose request reached
+//! PostgreSQL and whose reply was lost gets 08007 (its outcome is unknown),
+//! one that was never sent gets 08006, and the retries the dialect page
+//! calls safe tell the truth afterwards (PUSH with a transaction id:
+//! `duplicate` when the first one committed; ACK: `acked` again).
+//!
+//! The connection is broken by `common::cut`, a relay between queenwire
+//! and PostgreSQL: a statement is held in flight by a row lock taken on a
+//! direct connection, the relay is cut, then the lock is released.
+
+mod common;
+
+use common::cut::Cutter;
+use common::proxy::{connect, Proxy};
+use common::sql::rows;
+use std::time::{Duration, Instant};
+use tokio_postgres::Client;
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map(|d| d.code().code().to_string())
+        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
+
+struct Setup {
+    cutter: Cutter,
+    proxy: Proxy,
+    /// Straight to the proxy's database, not through the relay.
+    direct: Client,
+    database: String,
+}
+
+async fn setup(prefix: &str) -> Setup {
+    let db = common::cluster::fresh_database(prefix);
+    let cutter = Cutter::start().await;
+    let proxy = Proxy::start_on(cutter.config(&db), |_| {}).await;
+    let direct = connect(&db).await;
+    Setup {
+        cutter,
+        proxy,
+        direct,
+        database: db.get_dbname().unwrap().to_string(),
+    }
+}
+
+impl Setup {
+    /// Holds `lock_sql`'s rows on the direct connection until `release`.
+    async fn hold(&self, lock_sql: &str) {
+        self.direct.batch_execute("BEGIN").await.unwrap();
+        self.direct.batch_execute(lock_sql).await.unwrap();
+    }
+
+    async fn release(&self) {
+        self.direct.batch_execute("ROLLBACK").await.unwrap();
+    }
+
+    /// Waits until a backend of the proxy waits for a lock.
+    async fn until_blocked(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let n: i64 = self
+                .direct
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = $1 AND wait_event_type = 'Lock'",
+                    &[&self.database],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if n > 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no statement became blocked");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Transaction ids stored in `queue`, one entry per stored message.
+    async fn stored_transaction_ids(&self, queue: &str) -> Vec<String> {
+        let client = self.proxy.connect().await;
+        let mut ids: Vec<String> = rows(
+            &client,
+            &format!("POP FROM {queue} GROUP audit LIMIT 1000 PARTITIONS 100 AUTO ACK"),
+        )
+        .await
+        .iter()
+        .filter_map(|r| r.get("transaction_id").cloned().flatten())
+        .collect();
+        ids.sort();
+        ids
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_in_a_block_whose_reply_is_lost_gets_08007_then_the_session_ends() {
+    let s = setup("faults_block").await;
+    let client = s.proxy.connect().await;
+    rows(
+        &client,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('1', 't1')",
+    )
+    .await;
+    s.hold("SELECT 1 FROM queen.log_partitions FOR UPDATE")
+        .await;
+    client.batch_execute("BEGIN").await.unwrap();
+    let push = tokio::spawn(async move {
+        let r = client
+            .simple_query("PUSH INTO jobs (payload, transaction_id) VALUES ('2', 't2')")
+            .await;
+        (r.map(|_| ()), client)
+    });
+    s.until_blocked().await;
+    s.cutter.cut();
+    let (result, client) = push.await.unwrap();
+    let e = result.expect_err("the PUSH's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    assert!(
+        e.as_db_error().unwrap().message().contains("outcome"),
+        "{e:?}"
+    );
+    assert!(client.is_closed() || client.simple_query("SELECT 1").await.is_err());
+    s.release().await;
+    // The block never committed; its retry is stored once.
+    let again = s.proxy.connect().await;
+    let retried = rows(
+        &again,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('2', 't2')",
+    )
+    .await;
+    assert_eq!(
+        retried[0].get("status").cloned().flatten().unwrap(),
+        "queued"
+    );
+    assert_eq!(s.stored_transaction_ids("jobs").await, ["t1", "t2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fused_push_whose_reply_is_lost_gets_08007_and_its_retry_is_a_duplicate() {
+    let s = setup("faults_fused").await;
+    let client = s.proxy.connect().await;
+    rows(
+        &client,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('1', 't1')",
+    )
+    .await;
+    s.hold("SELECT 1 FROM queen.log_partitions FOR UPDATE")
+        .await;
+    let pusher = s.proxy.connect().await;
+    let push = tokio::spawn(async move {
+        let r = pusher
+            .simple_query("PUSH INTO jobs (payload, transaction_id) VALUES ('2', 't2')")
+            .await;
+        (r.map(|_| ()), pusher)
+    });
+    s.until_blocked().await;
+    s.cutter.cut();
+    let (result, pusher) = push.await.unwrap();
+    let e = result.expect_err("the writer's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    // The writer's connection broke, not the session's: it goes on.
+    rows(&pusher, "SELECT 1").await;
+    // The request was on its way: once the lock goes, PostgreSQL runs and
+    // commits it, and the retry finds it.
+    s.release().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let committed: i64 = s
+            .direct
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+                &[&s.database],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if committed == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let retried = rows(
+        &pusher,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('2', 't2')",
+    )
+    .await;
+    let status = retried[0].get("status").cloned().flatten().unwrap();
+    assert!(status == "duplicate" || status == "queued", "{status}");
+    assert_eq!(s.stored_transaction_ids("jobs").await, ["t1", "t2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_whose_reply_is_lost_gets_08007_and_its_retry_answers_acked() {
+    let s = setup("faults_ack").await;
+    let client = s.proxy.connect().await;
+    rows(&client, "PUSH INTO jobs VALUES ('1'), ('2')").await;
+    let popped = rows(&client, "POP FROM jobs LIMIT 2").await;
+    let receipts: Vec<String> = popped
+        .iter()
+        .map(|r| r.get("receipt").cloned().flatten().unwrap())
+        .collect();
+    s.hold("SELECT 1 FROM queen.log_consumers FOR UPDATE").await;
+    let ack_sql = format!("ACK {}, {}", quote(&receipts[0]), quote(&receipts[1]));
+    let sql = ack_sql.clone();
+    let ack = tokio::spawn(async move { client.simple_query(&sql).await.map(|_| ()) });
+    s.until_blocked().await;
+    s.cutter.cut();
+    let e = ack.await.unwrap().expect_err("the ACK's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    s.release().await;
+    let again = s.proxy.connect().await;
+    let statuses: Vec<String> = rows(&again, &ack_sql)
+        .await
+        .iter()
+        .map(|r| r.get("status").cloned().flatten().unwrap())
+        .collect();
+    assert_eq!(statuses, ["acked", "acked"]);
+    assert!(rows(&again, "POP FROM jobs").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_on_a_connection_that_broke_before_it_was_sent_gets_08006() {
+    let s = setup("faults_unsent").await;
+    let client = s.proxy.connect().await;
+    client.batch_execute("BEGIN").await.unwrap();
+    s.cutter.cut();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let e = client
+        .simple_query("PUSH INTO jobs VALUES ('1')")
+        .await
+        .expect_err("the connection is gone");
+    assert_eq!(code(&e), "08006", "{e:?}");
+    // A new session is served on a new connection.
+    let again = s.proxy.connect().await;
+    rows(&again, "SELECT 1").await;
+}
+
+#[tokio::test]
+async fn pooled_connections_a_restart_broke_are_not_handed_out() {
+    let s = setup("faults_pool").await;
+    let client = s.proxy.connect().await;
+    rows(&client, "PUSH INTO jobs VALUES ('1')").await;
+    s.cutter.cut();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The pool's idle connections are dead; the next statements get fresh ones.
+    for _ in 0..4 {
+        rows(&client, "SELECT 1").await;
+        rows(&client, "PUSH INTO jobs VALUES ('2')").await;
+    }
+}
+
+fn statuses(rs: &[common::sql::Row]) -> Vec<String> {
+    rs.iter()
+        .map(|r| r.get("status").cloned().flatten().unwrap())
+        .collect()
+}
+
+fn receipt(r: &common::sql::Row) -> String {
+    r.get("receipt").cloned().flatten().unwrap()
+}
+
+#[tokio::test]
+async fn a_repeated_ack_answers_acked_for_its_own_lease_only() {
+    let proxy = Proxy::start("ack_twice").await;
+    let c = proxy.connect().await;
+    rows(&c, "PUSH INTO jobs VALUES ('0'), ('1'), ('2')").await;
+    let batch = rows(&c, "POP FROM jobs LIMIT 2").await;
+    let (r0, r1) = (receipt(&batch[0]), receipt(&batch[1]));
+    let ack = |list: Vec<&String>| {
+        let list: Vec<String> = list.into_iter().map(|r| quote(r)).collect();
+        format!("ACK {}", list.join(", "))
+    };
+    assert_eq!(statuses(&rows(&c, &ack(vec![&r0])).await), ["acked"]);
+    // Live lease: again acked.
+    assert_eq!(statuses(&rows(&c, &ack(vec![&r0])).await), ["acked"]);
+    // The whole batch: the lease is released.
+    assert_eq!(statuses(&rows(&c, &ack(vec![&r1])).await), ["acked"]);
+    // Released lease: still acked, and nothing moves.
+    assert_eq!(
+        statuses(&rows(&c, &ack(vec![&r0, &r1])).await),
+        ["acked", "acked"]
+    );
+    let next = rows(&c, "POP FROM jobs LEASE 1").await;
+    assert_eq!(next[0].get("offset").cloned().flatten().unwrap(), "2");
+
+    // A lease lost before its ACK stays stale, also after another lease
+    // acknowledged the same message.
+    let lost = receipt(&next[0]);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let redelivered = rows(&c, "POP FROM jobs").await;
+    assert_eq!(
+        redelivered[0]
+            .get("retry_count")
+            .cloned()
+            .flatten()
+            .unwrap(),
+        "1"
+    );
+    let taken_over = receipt(&redelivered[0]);
+    assert_eq!(
+        statuses(&rows(&c, &ack(vec![&taken_over])).await),
+        ["acked"]
+    );
+    assert_eq!(statuses(&rows(&c, &ack(vec![&lost])).await), ["stale"]);
+    assert_eq!(
+        statuses(&rows(&c, &ack(vec![&taken_over])).await),
+        ["acked"]
+    );
+
+    // A lease that expired after acknowledging part of its batch: its
+    // acknowledged message answers acked, the other stale and comes again.
+    rows(&c, "PUSH INTO jobs VALUES ('3'), ('4')").await;
+    let part = rows(&c, "POP FROM jobs LIMIT 2 LEASE 1").await;
+    let (r3, r4) = (receipt(&part[0]), receipt(&part[1]));
+    assert_eq!(statuses(&rows(&c, &ack(vec![&r3])).await), ["acked"]);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert_eq!(
+        statuses(&rows(&c, &ack(vec![&r3, &r4])).await),
+        ["acked", "stale"]
+    );
+    let again = rows(&c, "POP FROM jobs LIMIT 2").await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].get("offset").cloned().flatten().unwrap(), "4");
+    assert_eq!(
+        statuses(&rows(&c, &ack(vec![&receipt(&again[0])])).await),
+        ["acked"]
+    );
+    // FAILED is not repeated as a success: a failed message comes again.
+    assert_eq!(
+        statuses(&rows(&c, &format!("ACK {} FAILED", quote(&r0))).await),
+        ["stale"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_sql_whose_reply_is_lost_gets_08007() {
+    let s = setup("faults_plain").await;
+    s.direct
+        .batch_execute("CREATE TABLE counter (n int); INSERT INTO counter VALUES (0); GRANT ALL ON counter TO PUBLIC")
+        .await
+        .unwrap();
+    s.hold("SELECT 1 FROM counter FOR UPDATE").await;
+    let client = s.proxy.connect().await;
+    let update =
+        tokio::spawn(async move { client.simple_query("UPDATE counter SET n = n + 1").await });
+    s.until_blocked().await;
+    s.cutter.cut();
+    let e = update
+        .await
+        .unwrap()
+        .expect_err("the UPDATE's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    s.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_reply_is_lost_gets_08007_and_its_retry_finds_it_committed() {
+    let s = setup("faults_commit").await;
+    // A deferred unique check makes the COMMIT wait for a direct session
+    // that inserted the same key first.
+    s.direct
+        .batch_execute(
+            "CREATE TABLE claims (k int UNIQUE DEFERRABLE INITIALLY DEFERRED);
+             GRANT ALL ON claims TO PUBLIC",
+        )
+        .await
+        .unwrap();
+    s.hold("INSERT INTO claims VALUES (1)").await;
+    let client = s.proxy.connect().await;
+    client.batch_execute("BEGIN").await.unwrap();
+    rows(
+        &client,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('1', 't1')",
+    )
+    .await;
+    client
+        .batch_execute("INSERT INTO claims VALUES (1)")
+        .await
+        .unwrap();
+    let commit = tokio::spawn(async move { client.simple_query("COMMIT").await });
+    s.until_blocked().await;
+    s.cutter.cut();
+    let e = commit
+        .await
+        .unwrap()
+        .expect_err("the COMMIT's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    // PostgreSQL had the COMMIT: once the direct session gives way, it
+    // commits, and the retry of the PUSH says so.
+    s.release().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = s
+            .direct
+            .query_one("SELECT count(*) FROM claims", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if n == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the COMMIT did not complete");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let retried = rows(
+        &s.proxy.connect().await,
+        "PUSH INTO jobs (payload, transaction_id) VALUES ('1', 't1')",
+    )
+    .await;
+    assert_eq!(
+        retried[0].get("status").cloned().flatten().unwrap(),
+        "duplicate"
+    );
+    assert_eq!(s.stored_transaction_ids("jobs").await, ["t1"]);
+}

@@ -51,6 +51,9 @@ pub struct Config {
     /// Idle time inside a transaction block after which the client is
     /// disconnected and its transaction rolled back (`None`: never).
     pub idle_in_transaction_timeout: Option<std::time::Duration>,
+    /// The retention and cleanup cycle (the queues' options say what is
+    /// due; this says how often and how old an empty partition must be).
+    pub retention: crate::engine::retention::RetentionSettings,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +82,7 @@ impl Default for Config {
             max_connections: 1000,
             startup_timeout: std::time::Duration::from_secs(10),
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
+            retention: crate::engine::retention::RetentionSettings::default(),
         }
     }
 }
@@ -344,7 +348,12 @@ impl Server {
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),
-            tokio::spawn(maintenance::run(background, kv.clone(), shutdown.signal())),
+            tokio::spawn(maintenance::run(
+                background,
+                kv.clone(),
+                config.retention,
+                shutdown.signal(),
+            )),
         ];
         Ok(Server {
             local_addr,

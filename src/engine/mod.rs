@@ -13,6 +13,7 @@ pub mod lock_order;
 pub mod maintenance;
 pub mod queues;
 pub mod receipt;
+pub mod retention;
 pub mod schema;
 pub mod timers;
 pub mod values;

@@ -1,15 +1,17 @@
 //! Retention and partition cleanup, run by exactly one queenwire per cycle.
 //!
-//! Every queenwire runs [`run`], which ticks twice per
+//! Every queenwire runs [`run`], which ticks four times per
 //! [`RetentionSettings::interval`] and asks `queen.maintenance_try_lease_v1`
 //! (029) for the lease of each task, `log_retention` and `log_cleanup`,
 //! for one interval. The holder renews it at every tick and runs a pass
-//! when the last one is an interval old; every other queenwire is refused
+//! when its last one is an interval old; every other queenwire is refused
 //! until the holder stops renewing, so after a crash another one takes over
-//! at most an interval after the last renewal plus half an interval of
-//! ticking (1.5 cycles). A pass also renews the lease between pages of
+//! at most an interval after the last renewal plus a quarter interval of
+//! ticking (1.25 cycles). A pass also renews the lease between pages of
 //! work, and stops when it is lost, so two passes of one task never
-//! overlap.
+//! overlap, and passes are at least an interval apart whoever runs them (a
+//! new holder's first pass comes an interval after the old holder's last
+//! renewal, which followed its last pass).
 //!
 //! A retention pass pages through `queen.log_retention_work_v1` (the
 //! partitions whose oldest segment is due) and runs
@@ -96,7 +98,7 @@ struct Schedule {
 /// Runs the tasks on a connection of its own until the caller drops the
 /// future (the maintenance loop selects on shutdown).
 pub async fn run(config: tokio_postgres::Config, settings: RetentionSettings, holder: String) {
-    let tick = settings.interval / 2;
+    let tick = settings.interval / 4;
     let mut schedule = Schedule {
         last_retention: None,
         last_cleanup: None,

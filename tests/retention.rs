@@ -55,16 +55,25 @@ async fn partition_state(direct: &Client, id: i64) -> (i64, i64, i64, i64) {
     (row.get(0), row.get(1), row.get(2), row.get(3))
 }
 
-/// One retention step: (segments, messages, expired).
+/// Retention steps on one partition until one marks nothing (so the last
+/// batch marked is purged too): the sums of (segments, messages, expired).
 async fn step(direct: &Client, id: i64) -> (i32, i64, i64) {
-    let row = direct
-        .query_one(
-            "SELECT segments, messages, expired FROM queen.log_retention_step_v1($1, 100)",
-            &[&id],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1), row.get(2))
+    let mut total = (0, 0, 0);
+    loop {
+        let row = direct
+            .query_one(
+                "SELECT segments, messages, expired, more FROM queen.log_retention_step_v1($1, 100)",
+                &[&id],
+            )
+            .await
+            .unwrap();
+        let (segments, messages, expired): (i32, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        total = (total.0 + segments, total.1 + messages, total.2 + expired);
+        let more: bool = row.get(3);
+        if !more {
+            return total;
+        }
+    }
 }
 
 async fn cleanup(direct: &Client, age_seconds: i32) -> i32 {

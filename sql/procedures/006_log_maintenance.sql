@@ -8,11 +8,13 @@
 -- lock a try-lock, so a busy partition is simply left for the next cycle.
 --   log_expire_pending_v1          log_consumers SKIP LOCKED, ascending;
 --                                  leaf log_dlq.
---   log_retention_step_v1          one log_partitions row, FOR NO KEY UPDATE
+--   log_retention_step_v1          leaves log_segments, log_txns (deleting
+--                                  what the previous step marked), then one
+--                                  log_partitions row, FOR NO KEY UPDATE
 --                                  SKIP LOCKED (the push allocator's own
---                                  mode, so a push waits at most one bounded
---                                  batch of deletes); leaves log_segments,
---                                  log_txns. Reads log_consumers unlocked.
+--                                  mode), held only for a one-row UPDATE of
+--                                  the watermarks. Reads log_consumers
+--                                  unlocked.
 --   log_partition_cleanup_step_v1  log_partitions FOR UPDATE SKIP LOCKED, id
 --                                  ascending, in one statement; the queue
 --                                  key EXCLUSIVE as a try-lock (001: the
@@ -125,7 +127,8 @@ $$;
 -- The retention work list: partitions, id ascending after p_after, of
 -- queues with retention enabled whose OLDEST segment is due under one of
 -- the two rules (age: retention_seconds; completed: every group's cursor
--- past it and completed_retention_seconds old). Only the head segment is
+-- past it and completed_retention_seconds old) or already below
+-- first_offset (marked by a step, not yet purged). Only the head segment is
 -- looked at (one primary-key probe per partition), so a pass costs the
 -- partitions, not the segments. The engine pages through it and runs one
 -- queen.log_retention_step_v1 per partition, each its own transaction.
@@ -140,7 +143,7 @@ AS $$
     FROM queen.log_partitions p
     JOIN queen.queues q ON q.id = p.queue_id
     CROSS JOIN LATERAL (
-        SELECT s.max_created_at, s.base_offset + s.message_count - 1 AS last_offset
+        SELECT s.base_offset, s.max_created_at, s.base_offset + s.message_count - 1 AS last_offset
         FROM queen.log_segments s
         WHERE s.partition_id = p.id
         ORDER BY s.base_offset
@@ -148,7 +151,8 @@ AS $$
     ) h
     WHERE p.id > p_after
       AND q.retention_enabled
-      AND ((q.retention_seconds > 0
+      AND (h.base_offset < p.first_offset
+        OR (q.retention_seconds > 0
             AND h.max_created_at < clock_timestamp() - make_interval(secs => q.retention_seconds))
         OR (q.completed_retention_seconds > 0
             AND h.max_created_at < clock_timestamp() - make_interval(secs => q.completed_retention_seconds)
@@ -157,36 +161,52 @@ AS $$
     LIMIT p_limit
 $$;
 
--- One bounded retention step on one partition: deletes at most p_limit
--- segments from the front of the log, the longest prefix of segments that
--- are each due under the age rule (newest message older than
--- retention_seconds, consumed or not) or the completed rule (every group's
--- cursor at or past its last offset, and newest message older than
--- completed_retention_seconds). A prefix, never a hole: first_offset stays
--- a true low watermark, and a segment due out of order (clocks of several
--- queenwires differ) waits for the ones before it. Deletes the segments'
--- log_txns rows with them (no foreign key, 001), raises first_offset past
--- the last deleted offset and, when the age rule cut through messages some
--- group had not acknowledged, expired_offset to it. Cursors are not
--- touched: a POP starts at the oldest segment left (004), and a lease over
--- a deleted range still acknowledges (ACK reads only the consumer row).
--- Returns what it deleted; `more` is true when it stopped at p_limit.
--- Nothing (zeros) when the partition is locked by a push (SKIP LOCKED: try
--- again next cycle), gone, or its queue has retention disabled.
--- Locks: the log_partitions row FOR NO KEY UPDATE SKIP LOCKED (the queues
--- row is read, not locked); leaves log_segments, log_txns.
+-- One bounded retention step on one partition, in two halves so that the
+-- partition row (the push allocator) is held only for a one-row UPDATE:
+--   1. purge: delete the segments (and their log_txns rows, no foreign
+--      key, 001) that lie wholly below first_offset, i.e. those the
+--      previous step marked. No partition lock: they are leaf rows nobody
+--      else writes (pushes append at the other end), and the queue's
+--      deleter, the only other one who deletes them, holds the partition
+--      and waits for us, while we never wait for it (2. skips).
+--   2. mark: take the partition row FOR NO KEY UPDATE SKIP LOCKED and
+--      raise the watermarks past the longest prefix, among the first
+--      p_limit segments from first_offset, of segments each due under the
+--      age rule (newest message older than retention_seconds, consumed or
+--      not) or the completed rule (every group's cursor at or past its
+--      last offset, and newest message older than
+--      completed_retention_seconds). A prefix, never a hole: first_offset
+--      stays a true low watermark, and a segment due out of order (clocks
+--      of several queenwires differ) waits for the ones before it. When
+--      the age rule cut through messages some group had not acknowledged,
+--      expired_offset is raised to the last of them.
+-- From the mark on, SHOW and max_queue_size count the marked messages as
+-- gone; the next step deletes them, so the engine calls the step until
+-- `more` is false (a step that marked nothing, after purging). Cursors
+-- are not touched: a POP starts at the oldest segment left (004), and a
+-- lease over a deleted range still acknowledges (ACK reads only the
+-- consumer row).
+-- Returns what this step marked (segments, messages, bytes, expired);
+-- `more` when it marked anything (a purge is due, and maybe more to mark);
+-- `locked` when a push held the partition row, so nothing was marked (the
+-- engine retries shortly: never queueing behind the write path). Zeros
+-- when the partition is gone or its queue has retention disabled.
+-- Locks: leaves log_segments, log_txns (purge); then, for the UPDATE
+-- alone, the log_partitions row FOR NO KEY UPDATE SKIP LOCKED (the
+-- queues and log_consumers rows are read, not locked).
 CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
     p_partition_id BIGINT,
     p_limit        INTEGER
-) RETURNS TABLE (segments INTEGER, messages BIGINT, bytes BIGINT, expired BIGINT, more BOOLEAN)
+) RETURNS TABLE (segments INTEGER, messages BIGINT, bytes BIGINT, expired BIGINT, more BOOLEAN,
+                locked BOOLEAN)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now      TIMESTAMPTZ := clock_timestamp();
+    v_first    BIGINT;
     v_p        RECORD;
     v_floor    BIGINT;
     v_upto     BIGINT;
-    v_base     BIGINT;
     v_min_base BIGINT;
     v_count    INTEGER;
     v_messages BIGINT;
@@ -197,24 +217,43 @@ BEGIN
         RAISE EXCEPTION 'log_retention_step_v1: a partition and a positive limit are required'
             USING ERRCODE = '22023';
     END IF;
-    SELECT p.id, p.first_offset, p.expired_offset,
-           q.retention_seconds, q.completed_retention_seconds
+    -- 1. purge what the previous step marked.
+    SELECT p.first_offset INTO v_first
+    FROM queen.log_partitions p WHERE p.id = p_partition_id;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 0, 0::BIGINT, 0::BIGINT, 0::BIGINT, false, false;
+        RETURN;
+    END IF;
+    -- first_offset is always a segment boundary (it is only ever set past
+    -- a whole segment), so "below it" is a primary-key range.
+    DELETE FROM queen.log_segments s
+    WHERE s.partition_id = p_partition_id AND s.base_offset < v_first;
+    DELETE FROM queen.log_txns t
+    WHERE t.partition_id = p_partition_id AND t.base_offset < v_first;
+
+    -- 2. mark the next due prefix. It is found before the partition lock
+    -- is taken, so the lock covers only the UPDATE: segments below the
+    -- tail never change, cursors only move forward (a SEEK back races
+    -- with retention whether or not we hold the row: SEEK does not lock
+    -- it against us), and first_offset has no other writer.
+    SELECT p.first_offset, p.expired_offset, q.retention_seconds, q.completed_retention_seconds
       INTO v_p
     FROM queen.log_partitions p
     JOIN queen.queues q ON q.id = p.queue_id
-    WHERE p.id = p_partition_id AND q.retention_enabled
-    FOR NO KEY UPDATE OF p SKIP LOCKED;
+    WHERE p.id = p_partition_id AND q.retention_enabled;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 0, 0::BIGINT, 0::BIGINT, 0::BIGINT, false;
+        RETURN QUERY SELECT 0, 0::BIGINT, 0::BIGINT, 0::BIGINT, false, false;
         RETURN;
     END IF;
     v_floor := queen.log_partition_floor_v1(p_partition_id);
 
-    -- The due prefix among the first p_limit segments: bool_and over the
-    -- offset order is true exactly up to the first segment not due.
-    SELECT min(d.base_offset), max(d.base_offset), max(d.last_offset), count(*),
+    -- The due prefix among the next p_limit segments: bool_and over the
+    -- offset order is true exactly up to the first segment not due. The
+    -- range starts at first_offset (a segment boundary), so the scan
+    -- never walks the index entries of what was just purged.
+    SELECT min(d.base_offset), max(d.last_offset), count(*),
            COALESCE(sum(d.message_count), 0), COALESCE(sum(d.byte_size), 0)
-      INTO v_min_base, v_base, v_upto, v_count, v_messages, v_bytes
+      INTO v_min_base, v_upto, v_count, v_messages, v_bytes
     FROM (
         SELECT h.base_offset, h.last_offset, h.message_count, h.byte_size,
                bool_and(h.due) OVER (ORDER BY h.base_offset) AS prefix_due
@@ -230,30 +269,36 @@ BEGIN
                        AND s.base_offset + s.message_count - 1 <= v_floor), false) AS due
             FROM queen.log_segments s
             WHERE s.partition_id = p_partition_id
+              AND s.base_offset >= v_p.first_offset
             ORDER BY s.base_offset
             LIMIT p_limit
         ) h
     ) d
     WHERE d.prefix_due;
     IF v_count = 0 THEN
-        RETURN QUERY SELECT 0, 0::BIGINT, 0::BIGINT, 0::BIGINT, false;
+        RETURN QUERY SELECT 0, 0::BIGINT, 0::BIGINT, 0::BIGINT, false, false;
         RETURN;
     END IF;
 
-    DELETE FROM queen.log_segments s
-    WHERE s.partition_id = p_partition_id AND s.base_offset <= v_base;
-    DELETE FROM queen.log_txns t
-    WHERE t.partition_id = p_partition_id AND t.base_offset <= v_base;
+    PERFORM 1 FROM queen.log_partitions p
+    WHERE p.id = p_partition_id
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- A push holds it (or the queue was just dropped).
+        RETURN QUERY SELECT 0, 0::BIGINT, 0::BIGINT, 0::BIGINT, false,
+            EXISTS (SELECT 1 FROM queen.log_partitions p WHERE p.id = p_partition_id);
+        RETURN;
+    END IF;
+
     -- Messages above every group's cursor (all of them when no group
     -- exists) went unacknowledged: the age rule expired them.
-    v_expired := GREATEST(v_upto - GREATEST(COALESCE(v_floor, -1), v_min_base - 1), 0);
+    v_expired := GREATEST(v_upto - GREATEST(COALESCE(v_floor, -1), v_min_base - 1, v_p.first_offset - 1), 0);
     UPDATE queen.log_partitions p
     SET first_offset = GREATEST(p.first_offset, v_upto + 1),
         expired_offset = CASE WHEN v_expired > 0 THEN GREATEST(p.expired_offset, v_upto)
                               ELSE p.expired_offset END
     WHERE p.id = p_partition_id;
-    RETURN QUERY SELECT v_count, v_messages, v_bytes, v_expired,
-                        v_count >= p_limit;
+    RETURN QUERY SELECT v_count, v_messages, v_bytes, v_expired, true, false;
 END
 $$;
 

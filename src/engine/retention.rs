@@ -18,7 +18,8 @@
 //! `queen.log_retention_step_v1` on each: one transaction per step, one
 //! partition row lock taken with SKIP LOCKED, at most [`STEP_SEGMENTS`]
 //! segments deleted, so a push to that partition waits at most one bounded
-//! batch and a pop never waits. A cleanup pass runs
+//! batch and a pop never waits. A step that finds the partition held by a
+//! push returns `locked` and is retried after a short pause. A cleanup pass runs
 //! `queen.log_partition_cleanup_step_v1` in batches of [`CLEANUP_BATCH`].
 //! Each pass that ran writes one row of `queen.retention_history`, whether
 //! it deleted anything or not: the record of who ran which cycle.
@@ -61,6 +62,14 @@ pub const STEP_SEGMENTS: i32 = 500;
 /// Steps on one partition per pass before moving on, so one huge backlog
 /// does not starve the others.
 const STEPS_PER_PARTITION: usize = 20;
+/// A step that found its partition held by a push is retried after this
+/// pause, at most this many times per partition and pass (a busy partition
+/// is locked only while a push transaction runs, which is short).
+pub const LOCKED_PAUSE: Duration = Duration::from_millis(5);
+pub const LOCKED_RETRIES: usize = 20;
+/// The longest pause between two steps (a step slowed down by a busy
+/// server should not stall the pass for as long).
+const MAX_STEP_PAUSE: Duration = Duration::from_millis(100);
 /// Partitions read from the work list per page; the lease is renewed
 /// between pages.
 const WORK_PAGE: i32 = 64;
@@ -79,12 +88,82 @@ struct PassTotals {
 }
 
 impl PassTotals {
+    fn add(&mut self, trimmed: &Trimmed) {
+        self.partitions += i32::from(trimmed.segments > 0);
+        self.segments += trimmed.segments;
+        self.messages += trimmed.messages;
+        self.bytes += trimmed.bytes;
+        self.expired += trimmed.expired;
+    }
+}
+
+/// What retention took from one partition in one pass.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Trimmed {
+    pub segments: i64,
+    pub messages: i64,
+    pub bytes: i64,
+    /// Of `messages`, those deleted by age before every group had them.
+    pub expired: i64,
+    /// Steps that found the partition held by a push and were retried.
+    pub locked_retries: usize,
+    /// The longest step (one transaction of retention on the partition).
+    pub longest_step: Duration,
+}
+
+impl Trimmed {
     fn add_step(&mut self, step: &StepRow) {
         self.segments += i64::from(step.segments);
         self.messages += step.messages;
         self.bytes += step.bytes;
         self.expired += step.expired;
     }
+}
+
+/// Runs up to `max_steps` retention steps on one partition, until one
+/// marks nothing (which also purged the last batch marked). After each
+/// step it pauses as long as the step took, so retention uses at most half
+/// of its connection's time and leaves the rest of the database's to the
+/// write path (the measured cost of running flat out is in
+/// docs/internals/storage.md). A step that found the partition held by a
+/// push is retried after [`LOCKED_PAUSE`], at most [`LOCKED_RETRIES`]
+/// times. Public for the latency measurement (tests/retention_latency.rs),
+/// which must run exactly what a pass runs.
+pub async fn trim_partition(
+    client: &tokio_postgres::Client,
+    partition_id: i64,
+    max_steps: usize,
+) -> Result<Trimmed, ClientCallError> {
+    let mut trimmed = Trimmed::default();
+    let mut steps = 0;
+    while steps < max_steps {
+        let started = Instant::now();
+        let step = query(
+            client,
+            &Step {
+                partition_id,
+                limit: STEP_SEGMENTS,
+            },
+        )
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+        let took = started.elapsed();
+        trimmed.longest_step = trimmed.longest_step.max(took);
+        if step.locked && trimmed.locked_retries < LOCKED_RETRIES {
+            trimmed.locked_retries += 1;
+            tokio::time::sleep(LOCKED_PAUSE).await;
+            continue;
+        }
+        steps += 1;
+        trimmed.add_step(&step);
+        if !step.more {
+            break;
+        }
+        tokio::time::sleep(took.min(MAX_STEP_PAUSE)).await;
+    }
+    Ok(trimmed)
 }
 
 /// Per task: when this process last ran a pass, and where the retention
@@ -186,26 +265,9 @@ async fn retention_pass(
         )
         .await?;
         for partition in &page {
-            let mut touched = false;
-            for _ in 0..STEPS_PER_PARTITION {
-                let step = query(
-                    client,
-                    &Step {
-                        partition_id: partition.partition_id,
-                        limit: STEP_SEGMENTS,
-                    },
-                )
-                .await?
-                .into_iter()
-                .next()
-                .unwrap_or_default();
-                totals.add_step(&step);
-                touched |= step.segments > 0;
-                if !step.more {
-                    break;
-                }
-            }
-            totals.partitions += i32::from(touched);
+            let trimmed =
+                trim_partition(client, partition.partition_id, STEPS_PER_PARTITION).await?;
+            totals.add(&trimmed);
             after = partition.partition_id;
         }
         if page.len() < WORK_PAGE as usize {

@@ -41,7 +41,7 @@ impl FromRow for WorkRow {
 
 pub const STEP: CallSpec = CallSpec {
     name: "qw_log_retention_step_v1",
-    sql: "SELECT segments, messages, bytes, expired, more FROM queen.log_retention_step_v1(p_partition_id => $1, p_limit => $2)",
+    sql: "SELECT segments, messages, bytes, expired, more, locked FROM queen.log_retention_step_v1(p_partition_id => $1, p_limit => $2)",
     params: &[Type::INT8, Type::INT4],
     columns: &[
         column("segments", Type::INT4),
@@ -49,6 +49,7 @@ pub const STEP: CallSpec = CallSpec {
         column("bytes", Type::INT8),
         column("expired", Type::INT8),
         column("more", Type::BOOL),
+        column("locked", Type::BOOL),
     ],
 };
 
@@ -66,7 +67,8 @@ impl Call for Step {
     }
 }
 
-/// What one step deleted; `more` when it stopped at its limit.
+/// What one step deleted; `more` when it stopped at its limit, `locked`
+/// when a push held the partition and the step did nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StepRow {
     pub segments: i32,
@@ -74,6 +76,7 @@ pub struct StepRow {
     pub bytes: i64,
     pub expired: i64,
     pub more: bool,
+    pub locked: bool,
 }
 
 impl FromRow for StepRow {
@@ -84,6 +87,7 @@ impl FromRow for StepRow {
             bytes: row.get("bytes")?,
             expired: row.get("expired")?,
             more: row.get("more")?,
+            locked: row.get("locked")?,
         })
     }
 }

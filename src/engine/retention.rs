@@ -22,11 +22,15 @@
 //! push returns `locked` and is retried after a short pause. A cleanup pass runs
 //! `queen.log_partition_cleanup_step_v1` in batches of [`CLEANUP_BATCH`].
 //! Each pass that ran writes one row of `queen.retention_history`, whether
-//! it deleted anything or not: the record of who ran which cycle.
+//! it deleted anything or not: the record of who ran which cycle. Every
+//! tenth cycle the holder of a third lease, `log_retained_bytes`, measures
+//! what each queue retains into `queen.queue_retained_bytes` (028).
 
 use super::maintenance::elected;
 use crate::backend::call::{execute, query, ClientCallError};
-use crate::rewrite::calls::retention::{CleanupStep, Record, Step, StepRow, Work};
+use crate::rewrite::calls::retention::{
+    CleanupStep, Record, RetainedBytesStep, Step, StepRow, Work,
+};
 use std::time::{Duration, Instant};
 
 /// How retention and cleanup run; the queue's own options say what is due.
@@ -55,6 +59,14 @@ impl Default for RetentionSettings {
 /// Lease names in `queen.maintenance_leases`.
 pub const RETENTION_TASK: &str = "log_retention";
 pub const CLEANUP_TASK: &str = "log_cleanup";
+pub const RETAINED_BYTES_TASK: &str = "log_retained_bytes";
+
+/// The retained-bytes slow lane (028) runs every this many cycles: it
+/// reads every retained segment row, where retention reads one per
+/// partition.
+const RETAINED_BYTES_EVERY: u32 = 10;
+/// Queues measured per statement.
+const RETAINED_BYTES_PAGE: i32 = 100;
 
 /// Segments deleted per step (one transaction holding one partition row):
 /// bounds how long a push to that partition can wait behind retention.
@@ -171,6 +183,7 @@ pub async fn trim_partition(
 struct Schedule {
     last_retention: Option<Instant>,
     last_cleanup: Option<Instant>,
+    last_retained_bytes: Option<Instant>,
     resume_after: i64,
 }
 
@@ -181,6 +194,7 @@ pub async fn run(config: tokio_postgres::Config, settings: RetentionSettings, ho
     let mut schedule = Schedule {
         last_retention: None,
         last_cleanup: None,
+        last_retained_bytes: None,
         resume_after: 0,
     };
     loop {
@@ -235,7 +249,49 @@ async fn cycle(
     } else {
         schedule.last_cleanup = None;
     }
+    if elected(client, RETAINED_BYTES_TASK, holder, settings.interval).await? {
+        let slow = settings.interval * RETAINED_BYTES_EVERY;
+        if schedule
+            .last_retained_bytes
+            .is_none_or(|t| t.elapsed() >= slow)
+        {
+            schedule.last_retained_bytes = Some(Instant::now());
+            retained_bytes_lap(client, settings, holder).await?;
+        }
+    } else {
+        schedule.last_retained_bytes = None;
+    }
     Ok(())
+}
+
+/// One lap of the slow lane over every queue, a page at a time, while the
+/// lease holds.
+async fn retained_bytes_lap(
+    client: &tokio_postgres::Client,
+    settings: &RetentionSettings,
+    holder: &str,
+) -> Result<(), ClientCallError> {
+    let mut after = None;
+    loop {
+        let page = query(
+            client,
+            &RetainedBytesStep {
+                after,
+                limit: RETAINED_BYTES_PAGE,
+            },
+        )
+        .await?;
+        let Some(row) = page.into_iter().next() else {
+            return Ok(());
+        };
+        if row.queues < RETAINED_BYTES_PAGE || row.last_queue_id.is_none() {
+            return Ok(());
+        }
+        after = row.last_queue_id;
+        if !elected(client, RETAINED_BYTES_TASK, holder, settings.interval).await? {
+            return Ok(());
+        }
+    }
 }
 
 async fn retention_pass(

@@ -117,6 +117,7 @@ pub const ALL: &[&CallSpec] = &[
     &retention::STEP,
     &retention::CLEANUP_STEP,
     &retention::RECORD,
+    &retention::RETAINED_BYTES_STEP,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

@@ -1,10 +1,11 @@
 //! The retention and cleanup tasks' calls (`sql/procedures/006`), run by
 //! the elected maintainer on its own connection (`crate::engine::retention`):
-//! the work list, one bounded step per partition, the cleanup step and the
-//! history record of each pass.
+//! the work list, one bounded step per partition, the cleanup step, the
+//! history record of each pass, and the retained-bytes slow lane (028).
 
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
 use tokio_postgres::types::{ToSql, Type};
+use uuid::Uuid;
 
 pub const WORK: CallSpec = CallSpec {
     name: "qw_log_retention_work_v1",
@@ -168,5 +169,44 @@ impl Call for Record<'_> {
             &self.bytes,
             &self.expired,
         ]
+    }
+}
+
+pub const RETAINED_BYTES_STEP: CallSpec = CallSpec {
+    name: "qw_log_retained_bytes_step_v1",
+    sql: "SELECT last_queue_id, queues FROM queen.log_retained_bytes_step_v1(p_after => $1, p_limit => $2)",
+    params: &[Type::UUID, Type::INT4],
+    columns: &[
+        column("last_queue_id", Type::UUID),
+        column("queues", Type::INT4),
+    ],
+};
+
+/// Measures the retained bytes of up to `limit` queues after `after`
+/// (`None`: from the first).
+pub struct RetainedBytesStep {
+    pub after: Option<Uuid>,
+    pub limit: i32,
+}
+
+impl Call for RetainedBytesStep {
+    const SPEC: &'static CallSpec = &RETAINED_BYTES_STEP;
+    type Row = RetainedBytesRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.after, &self.limit]
+    }
+}
+
+pub struct RetainedBytesRow {
+    pub last_queue_id: Option<Uuid>,
+    pub queues: i32,
+}
+
+impl FromRow for RetainedBytesRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(RetainedBytesRow {
+            last_queue_id: row.get("last_queue_id")?,
+            queues: row.get("queues")?,
+        })
     }
 }

@@ -157,7 +157,8 @@ async fn retention_pass(direct: &Client) -> (Duration, Duration, i64) {
             break;
         }
         for row in &page {
-            let trimmed = trim_partition(direct, row.get(0), usize::MAX)
+            let until = Instant::now() + Duration::from_secs(3600);
+            let trimmed = trim_partition(direct, row.get(0), usize::MAX, until)
                 .await
                 .unwrap();
             longest = longest.max(trimmed.longest_step);

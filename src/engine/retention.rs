@@ -7,9 +7,9 @@
 //! when its last one is an interval old; every other queenwire is refused
 //! until the holder stops renewing, so after a crash another one takes over
 //! at most an interval after the last renewal plus a quarter interval of
-//! ticking (1.25 cycles). A pass also renews the lease between pages of
-//! work, and stops when it is lost, so two passes of one task never
-//! overlap, and passes are at least an interval apart whoever runs them (a
+//! ticking (1.25 cycles). A pass also renews the lease before each
+//! partition it trims, gives a partition at most half an interval, and
+//! stops when the lease is lost, so two passes of one task never overlap, and passes are at least an interval apart whoever runs them (a
 //! new holder's first pass comes an interval after the old holder's last
 //! renewal, which followed its last pass).
 //!
@@ -82,8 +82,7 @@ pub const LOCKED_RETRIES: usize = 20;
 /// The longest pause between two steps (a step slowed down by a busy
 /// server should not stall the pass for as long).
 const MAX_STEP_PAUSE: Duration = Duration::from_millis(100);
-/// Partitions read from the work list per page; the lease is renewed
-/// between pages.
+/// Partitions read from the work list per page.
 const WORK_PAGE: i32 = 64;
 /// Partitions deleted per cleanup step, and steps per pass.
 const CLEANUP_BATCH: i32 = 100;
@@ -133,7 +132,8 @@ impl Trimmed {
 }
 
 /// Runs up to `max_steps` retention steps on one partition, until one
-/// marks nothing (which also purged the last batch marked). After each
+/// marks nothing (which also purged the last batch marked), starting none
+/// after `until` (a step is short: at most [`STEP_SEGMENTS`]). After each
 /// step it pauses as long as the step took, so retention uses at most half
 /// of its connection's time and leaves the rest of the database's to the
 /// write path (the measured cost of running flat out is in
@@ -145,10 +145,11 @@ pub async fn trim_partition(
     client: &tokio_postgres::Client,
     partition_id: i64,
     max_steps: usize,
+    until: Instant,
 ) -> Result<Trimmed, ClientCallError> {
     let mut trimmed = Trimmed::default();
     let mut steps = 0;
-    while steps < max_steps {
+    while steps < max_steps && Instant::now() < until {
         let started = Instant::now();
         let step = query(
             client,
@@ -304,14 +305,7 @@ async fn retention_pass(
     let mut totals = PassTotals::default();
     let mut after = *resume_after;
     let mut wrapped = after == 0;
-    loop {
-        // Out of time or out of lease: the next pass goes on from here.
-        if started.elapsed() >= settings.interval
-            || !elected(client, RETENTION_TASK, holder, settings.interval).await?
-        {
-            *resume_after = after;
-            break;
-        }
+    'pass: loop {
         let page = query(
             client,
             &Work {
@@ -321,8 +315,19 @@ async fn retention_pass(
         )
         .await?;
         for partition in &page {
+            // Out of time or out of lease: the next pass goes on from here.
+            // The lease is renewed for an interval before each partition,
+            // and a partition's steps stop after half of one, so the lease
+            // outlives them: two passes never overlap.
+            if started.elapsed() >= settings.interval
+                || !elected(client, RETENTION_TASK, holder, settings.interval).await?
+            {
+                *resume_after = after;
+                break 'pass;
+            }
+            let until = Instant::now() + settings.interval / 2;
             let trimmed =
-                trim_partition(client, partition.partition_id, STEPS_PER_PARTITION).await?;
+                trim_partition(client, partition.partition_id, STEPS_PER_PARTITION, until).await?;
             totals.add(&trimmed);
             after = partition.partition_id;
         }

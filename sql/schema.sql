@@ -50,10 +50,19 @@ CREATE TABLE IF NOT EXISTS queen.queues (
     -- A partition is invisible to POP until its newest write is this old
     -- (seconds): a debounce.
     window_buffer               INTEGER NOT NULL DEFAULT 0 CHECK (window_buffer >= 0),
-    -- Retention policy, read by maintenance (seconds; 0 = keep).
+    -- Retention policy, applied by the elected maintainer (006; seconds,
+    -- 0 = that rule is off). On by default: a disk that only grows is not a
+    -- default an operator should have to discover (SEMANTICS.md).
+    --   retention_seconds: a segment whose newest message is older goes,
+    --     consumed or not. Off by default: unconsumed messages are never
+    --     deleted by age unless the queue says so.
+    --   completed_retention_seconds: a segment every group's cursor has
+    --     passed goes once its newest message is this old. 7 days: long
+    --     enough to replay and for a new group FROM BEGINNING, short enough
+    --     that an acknowledged stream stays bounded.
     retention_seconds           INTEGER NOT NULL DEFAULT 0 CHECK (retention_seconds >= 0),
-    completed_retention_seconds INTEGER NOT NULL DEFAULT 0 CHECK (completed_retention_seconds >= 0),
-    retention_enabled           BOOLEAN NOT NULL DEFAULT false,
+    completed_retention_seconds INTEGER NOT NULL DEFAULT 604800 CHECK (completed_retention_seconds >= 0),
+    retention_enabled           BOOLEAN NOT NULL DEFAULT true,
     -- Pending messages older than this go to the DLQ by maintenance
     -- (seconds; 0 = never).
     max_wait_time_seconds       INTEGER NOT NULL DEFAULT 0 CHECK (max_wait_time_seconds >= 0),
@@ -108,6 +117,32 @@ CREATE TABLE IF NOT EXISTS queen.proxy_secrets (
     name       TEXT PRIMARY KEY,
     secret     BYTEA NOT NULL,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- One row per pass of a retention or cleanup task (006), written by the
+-- queenwire that held the task's lease (029) for that cycle: who ran it,
+-- when, and what it deleted. The operator's record of how far retention
+-- went, and the proof that one runner ran per cycle. Global, not per
+-- tenant: a pass spans every tenant. A leaf of the global lock order
+-- (insert-only; its writer prunes rows older than 7 days).
+CREATE TABLE IF NOT EXISTS queen.retention_history (
+    id               BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- 'retention' (segments) or 'cleanup' (empty partitions).
+    task             TEXT NOT NULL,
+    -- The lease holder that ran the pass (029's holder: pid and instance).
+    holder           TEXT NOT NULL,
+    started_at       TIMESTAMPTZ NOT NULL,
+    -- The end of the pass (database clock).
+    executed_at      TIMESTAMPTZ NOT NULL,
+    -- Partitions trimmed (retention) or deleted (cleanup).
+    partitions       INTEGER NOT NULL,
+    segments         BIGINT NOT NULL,
+    messages         BIGINT NOT NULL,
+    -- Compressed bytes of the deleted segments (log_segments.byte_size).
+    bytes            BIGINT NOT NULL,
+    -- Of messages, those the age rule deleted before every group had
+    -- acknowledged them (counted, never silent).
+    expired_messages BIGINT NOT NULL
 );
 
 -- ---------------------------------------------------------------------------

@@ -122,6 +122,16 @@ struct ServeArgs {
         action = clap::ArgAction::Set
     )]
     apply_schema: bool,
+    /// Seconds between two passes of retention and of partition cleanup
+    /// (run by one elected queenwire per cycle; what is due comes from the
+    /// queues' retention options).
+    #[arg(long, env = "QUEENWIRE_RETENTION_INTERVAL", default_value_t = 30)]
+    retention_interval: u64,
+    /// Seconds an empty partition must have been idle (created and last
+    /// written that long ago) before cleanup deletes it; never while it
+    /// holds DLQ rows.
+    #[arg(long, env = "QUEENWIRE_PARTITION_CLEANUP_AGE", default_value_t = 7 * 24 * 3600)]
+    partition_cleanup_age: u64,
 }
 
 fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
@@ -200,6 +210,10 @@ fn main() -> ExitCode {
         idle_in_transaction_timeout: (cli.idle_in_transaction_timeout > 0)
             .then(|| std::time::Duration::from_secs(cli.idle_in_transaction_timeout)),
         pool_mode: cli.pool_mode,
+        retention: queenwire::engine::retention::RetentionSettings {
+            interval: std::time::Duration::from_secs(cli.retention_interval.max(1)),
+            cleanup_age: std::time::Duration::from_secs(cli.partition_cleanup_age),
+        },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -366,6 +380,17 @@ mod tests {
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn retention_defaults_match_the_engine_defaults() {
+        let cli = Cli::try_parse_from(["queenwire"]).unwrap();
+        let engine = queenwire::engine::retention::RetentionSettings::default();
+        assert_eq!(cli.serve.retention_interval, engine.interval.as_secs());
+        assert_eq!(
+            cli.serve.partition_cleanup_age,
+            engine.cleanup_age.as_secs()
+        );
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct Config {
     pub idle_in_transaction_timeout: Option<std::time::Duration>,
     /// How sessions share backend connections.
     pub pool_mode: crate::frontend::PoolMode,
+    /// The retention and cleanup cycle (the queues' options say what is
+    /// due; this says how often and how old an empty partition must be).
+    pub retention: crate::engine::retention::RetentionSettings,
 }
 
 #[derive(Debug, Clone)]
@@ -85,6 +88,7 @@ impl Default for Config {
             startup_timeout: std::time::Duration::from_secs(10),
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
             pool_mode: crate::frontend::PoolMode::Transaction,
+            retention: crate::engine::retention::RetentionSettings::default(),
         }
     }
 }
@@ -363,7 +367,12 @@ impl Server {
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),
-            tokio::spawn(maintenance::run(background, kv.clone(), shutdown.signal())),
+            tokio::spawn(maintenance::run(
+                background,
+                kv.clone(),
+                config.retention,
+                shutdown.signal(),
+            )),
         ];
         Ok(Server {
             local_addr,

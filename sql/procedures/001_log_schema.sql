@@ -49,10 +49,18 @@ CREATE TABLE IF NOT EXISTS queen.log_partitions (
     -- The offset allocator: the last offset assigned, -1 while empty. The
     -- UPDATE that bumps it is the per-partition write serializer.
     last_offset   BIGINT NOT NULL DEFAULT -1,
-    -- Retention low watermark: every offset below it may be gone. Raised by
-    -- the retention steps as they delete segments; counts of retained
+    -- The two retention watermarks, both raised only by
+    -- queen.log_retention_step_v1 (006) under this row's lock, in the same
+    -- transaction as the segment deletes they describe:
+    -- first_offset, the low watermark: every offset below it is gone, every
+    -- offset from it up to last_offset is still stored. Counts of retained
     -- messages (SHOW, max_queue_size) read it instead of scanning segments.
     first_offset  BIGINT NOT NULL DEFAULT 0,
+    -- expired_offset: the newest offset the age rule (retention_seconds)
+    -- deleted before every group had acknowledged it; -1 while none was.
+    -- A group whose cursor is below it lost offsets cursor+1 ..
+    -- expired_offset to age, which readers can report instead of hiding.
+    expired_offset BIGINT NOT NULL DEFAULT -1,
     -- Database clock of the last segment write; NULL while never written.
     -- window_buffer compares against it; the candidate scan filters on it.
     last_write_at TIMESTAMPTZ,

@@ -112,6 +112,8 @@ DECLARE
         'tenant_visible_v1'];
     v_engine TEXT[] := ARRAY[
         'receipt_secret_v1', 'log_expire_pending_v1', 'maintenance_try_lease_v1',
+        'log_retention_work_v1', 'log_retention_step_v1', 'log_partition_cleanup_step_v1',
+        'log_retention_record_v1', 'log_retained_bytes_step_v1',
         'kv_prune_shard_v1', 'kv_usage_rollup_v1', 'kv_quota_poll_v1',
         'timer_claim_due_v1', 'timer_delete_fired_v1', 'timer_postpone_v1',
         'tenant_role_ensure_v1'];

@@ -1,14 +1,16 @@
 //! Background work on a connection of its own: the KV quota poll (every
 //! queenwire, read-only), and, in one queenwire at a time (elected per
 //! cycle through `queen.maintenance_leases`), the KV sweeper and the
-//! max_wait_time_seconds expiry of pending messages to the DLQ.
+//! max_wait_time_seconds expiry of pending messages to the DLQ. Retention
+//! and partition cleanup run beside them on a second connection, on their
+//! own cycle ([`super::retention`]).
 
 use super::kv::{KvState, Quota};
+use super::leases::elected;
+use super::retention::{self, RetentionSettings};
 use crate::backend::call::{execute, query, ClientCallError};
 use crate::backend::health::Health;
-use crate::rewrite::calls::maintenance::{
-    ExpirePending, PruneShard, QuotaPoll, TryLease, UsageRollup,
-};
+use crate::rewrite::calls::maintenance::{ExpirePending, PruneShard, QuotaPoll, UsageRollup};
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,15 +34,29 @@ const ROLLUP_EVERY: u32 = 6;
 
 /// Runs the cycles until shutdown begins (mid-cycle too: each step is a
 /// transaction of its own, and the lease of an interrupted one expires).
-pub async fn run(config: tokio_postgres::Config, kv: Arc<KvState>, shutdown: ShutdownSignal) {
+pub async fn run(
+    config: tokio_postgres::Config,
+    kv: Arc<KvState>,
+    retention: RetentionSettings,
+    shutdown: ShutdownSignal,
+) {
+    let holder = holder_identity();
     tokio::select! {
-        () = run_forever(config, kv) => {}
+        () = run_forever(config.clone(), kv, &holder) => {}
+        () = retention::run(config, retention, holder.clone()) => {}
         () = shutdown.begun() => {}
     }
 }
 
-async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>) {
-    let holder = Uuid::now_v7().to_string();
+/// This process's name in `queen.maintenance_leases` and
+/// `queen.retention_history`: the pid, so an operator can tell which
+/// process runs a task, and a fresh UUIDv7, so a restarted process (or a
+/// second server in one process) is a new holder.
+fn holder_identity() -> String {
+    format!("pid {} {}", std::process::id(), Uuid::now_v7())
+}
+
+async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>, holder: &str) {
     let mut sweeps = 0u32;
     let mut health = Health::new("maintenance");
     loop {
@@ -64,10 +80,10 @@ async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>) {
                 break;
             }
             health.ok();
-            if let Err(e) = expire_pending(&client, &holder).await {
+            if let Err(e) = expire_pending(&client, holder).await {
                 report(&mut health, &client, "expiring pending messages", &e);
             }
-            match sweep(&client, &holder, sweeps.is_multiple_of(ROLLUP_EVERY)).await {
+            match sweep(&client, holder, sweeps.is_multiple_of(ROLLUP_EVERY)).await {
                 Ok(true) => sweeps += 1,
                 Ok(false) => {}
                 Err(e) => {
@@ -108,27 +124,13 @@ async fn poll_quotas(client: &tokio_postgres::Client, kv: &KvState) -> Result<()
     Ok(())
 }
 
-/// Whether this process holds (took or renewed) the lease of `task`.
-async fn elected(
-    client: &tokio_postgres::Client,
-    task: &'static str,
-    holder: &str,
-) -> Result<bool, ClientCallError> {
-    let call = TryLease {
-        task,
-        holder,
-        ttl_ms: (SWEEP_INTERVAL * 3).as_millis() as i64,
-    };
-    Ok(query(client, &call).await?.iter().any(|r| r.elected))
-}
-
 /// Messages pending past their queue's max_wait_time_seconds go to the
 /// DLQ, in bounded steps, by the elected queenwire.
 async fn expire_pending(
     client: &tokio_postgres::Client,
     holder: &str,
 ) -> Result<(), ClientCallError> {
-    if !elected(client, "log_expire", holder).await? {
+    if !elected(client, "log_expire", holder, SWEEP_INTERVAL * 3).await? {
         return Ok(());
     }
     for _ in 0..EXPIRE_ROUNDS {
@@ -153,7 +155,7 @@ async fn sweep(
     holder: &str,
     rollup: bool,
 ) -> Result<bool, ClientCallError> {
-    if !elected(client, "kv_sweep", holder).await? {
+    if !elected(client, "kv_sweep", holder, SWEEP_INTERVAL * 3).await? {
         return Ok(false);
     }
     for shard in 0..SHARDS {

@@ -36,6 +36,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("025_timers.sql"),
     procedure!("026_kv_sweep.sql"),
     procedure!("027_kv_quota.sql"),
+    procedure!("028_retained_bytes.sql"),
     procedure!("029_maintenance_leases.sql"),
     procedure!("034_privileges.sql"),
 ];

@@ -25,6 +25,7 @@
 //! | the KV batch                                   | [`kv`]          |
 //! | timers, and the fire loop's claim and delete   | [`timers`]      |
 //! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
+//! | retention and partition cleanup                | [`retention`]   |
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 
 pub mod admin;
@@ -32,6 +33,7 @@ pub mod json;
 pub mod kv;
 pub mod maintenance;
 pub mod queues;
+pub mod retention;
 mod row;
 pub mod show;
 pub mod timers;
@@ -111,6 +113,11 @@ pub const ALL: &[&CallSpec] = &[
     &maintenance::ADVISORY_LOCK,
     &maintenance::ADVISORY_UNLOCK,
     &maintenance::SERVER_VERSION,
+    &retention::WORK,
+    &retention::STEP,
+    &retention::CLEANUP_STEP,
+    &retention::RECORD,
+    &retention::RETAINED_BYTES_STEP,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

@@ -38,29 +38,91 @@ fn data_row(msg: Message) -> Result<RawRow, BackendError> {
     Ok(RawRow::new(msg.body, cells))
 }
 
-impl BackendConn {
+/// How the proxy's calls end on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEnd {
+    /// With Flush: the calls join whatever transaction the connection is in
+    /// and the borrower ends it later (a pipeline, a transaction block).
+    Flush,
+    /// With Sync: the call is a transaction of its own and is committed in
+    /// the same round trip (inside a block a Sync ends nothing).
+    Sync,
+}
+
+/// A backend connection lent for calls that end one way: the engine's
+/// functions take this, so how their calls end is an argument, not a flag
+/// left on the connection. Everything else of the connection is reached
+/// through it.
+pub struct Calls<'c> {
+    conn: &'c mut BackendConn,
+    end: CallEnd,
+}
+
+impl<'c> Calls<'c> {
+    pub fn new(conn: &'c mut BackendConn, end: CallEnd) -> Calls<'c> {
+        Calls { conn, end }
+    }
+
+    pub fn end(&self) -> CallEnd {
+        self.end
+    }
+
     /// Runs a call and decodes its rows.
     pub async fn run<C: Call>(&mut self, call: &C) -> Result<Vec<C::Row>, BackendError> {
-        let raw = self.call(C::SPEC, &call.params()).await?;
+        self.conn.run(call, self.end).await
+    }
+
+    /// Runs the statement of `spec` (see [`BackendConn::call`]).
+    pub async fn call(
+        &mut self,
+        spec: &CallSpec,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<RawRow>, BackendError> {
+        self.conn.call(spec, params, self.end).await
+    }
+}
+
+impl std::ops::Deref for Calls<'_> {
+    type Target = BackendConn;
+    fn deref(&self) -> &BackendConn {
+        self.conn
+    }
+}
+
+impl std::ops::DerefMut for Calls<'_> {
+    fn deref_mut(&mut self) -> &mut BackendConn {
+        self.conn
+    }
+}
+
+impl BackendConn {
+    /// Runs a call and decodes its rows.
+    pub async fn run<C: Call>(
+        &mut self,
+        call: &C,
+        end: CallEnd,
+    ) -> Result<Vec<C::Row>, BackendError> {
+        let raw = self.call(C::SPEC, &call.params(), end).await?;
         raw.iter()
             .map(|r| Row::decode(C::SPEC, r).map_err(BackendError::from))
             .collect()
     }
 
     /// Runs the statement of `spec` with these parameter values: Parse
-    /// (first time on this connection only), Bind, Execute, then Flush or,
-    /// with `autosync`, Sync.
+    /// (first time on this connection only), Bind, Execute, then Flush or
+    /// Sync as `end` says.
     ///
-    /// Without `autosync` it joins whatever implicit or explicit
-    /// transaction the connection is in and the caller decides where that
-    /// ends; after an error the backend skips to the next Sync, which the
-    /// caller must send. With `autosync` the call ends its implicit
-    /// transaction (commits, or rolls back on error) in the same round trip;
-    /// inside a transaction block a Sync ends nothing.
+    /// With Flush it joins whatever implicit or explicit transaction the
+    /// connection is in and the caller decides where that ends; after an
+    /// error the backend skips to the next Sync, which the caller must
+    /// send. With Sync the call ends its implicit transaction (commits, or
+    /// rolls back on error) in the same round trip; inside a transaction
+    /// block a Sync ends nothing.
     pub async fn call(
         &mut self,
         spec: &CallSpec,
         params: &[&(dyn ToSql + Sync)],
+        end: CallEnd,
     ) -> Result<Vec<RawRow>, BackendError> {
         if params.len() != spec.params.len() {
             return Err(BackendError::Protocol(format!(
@@ -99,9 +161,9 @@ impl BackendConn {
             )));
         }
         self.write(|b| pp::execute("", 0, b))?;
-        let autosync = self.autosync;
+        let ends_with_sync = end == CallEnd::Sync;
         self.write(|b| {
-            if autosync {
+            if ends_with_sync {
                 pp::sync(b)
             } else {
                 pp::flush(b)
@@ -120,13 +182,13 @@ impl BackendConn {
                 tag::BIND_COMPLETE | tag::NOTICE_RESPONSE => {}
                 tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
                 tag::DATA_ROW => rows.push(data_row(msg)?),
-                tag::COMMAND_COMPLETE if !autosync => return Ok(rows),
+                tag::COMMAND_COMPLETE if !ends_with_sync => return Ok(rows),
                 tag::COMMAND_COMPLETE => {}
-                tag::ERROR_RESPONSE if !autosync => {
+                tag::ERROR_RESPONSE if !ends_with_sync => {
                     return Err(BackendError::Server(SqlError::parse(&msg.body)))
                 }
                 tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
-                tag::READY_FOR_QUERY if autosync => {
+                tag::READY_FOR_QUERY if ends_with_sync => {
                     self.status = TxStatus::from_ready_body(&msg.body);
                     return match error {
                         Some(e) => Err(BackendError::Server(e)),

@@ -126,9 +126,6 @@ pub struct BackendConn {
     /// The proxy's own statements already prepared on this connection
     /// (`super::call`).
     pub(super) internal_prepared: HashSet<&'static str>,
-    /// `call` ends with Sync instead of Flush (see `super::call`). Whoever borrows
-    /// the connection sets it for its own use.
-    pub autosync: bool,
     /// Transaction status from the last ReadyForQuery.
     pub status: TxStatus,
     /// Set when the connection may hold state the pool cannot vouch for
@@ -158,7 +155,6 @@ impl BackendConn {
             prepared: HashSet::new(),
             unnamed_owner: None,
             internal_prepared: HashSet::new(),
-            autosync: false,
             status: TxStatus::Idle,
             broken: false,
             awaiting_reply: false,

@@ -31,8 +31,6 @@ impl managed::Manager for Manager {
         if !conn.is_quiet() {
             return Err(RecycleError::message("the backend closed the connection"));
         }
-        // Each borrower chooses how its calls end.
-        conn.autosync = false;
         conn.trim_prepared(MAX_PREPARED_PER_CONNECTION)
             .await
             .map_err(RecycleError::Backend)?;

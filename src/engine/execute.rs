@@ -3,10 +3,11 @@
 //! backend, so a client's transaction block aborts exactly as for an error
 //! of PostgreSQL's own.
 
-use super::lend::{CallEnd, Lender};
+use super::lend::Lender;
 use super::values::Params;
 use super::{queues, Engine, ExecError, Outcome, RAISE_CALL};
-use crate::backend::{BackendConn, BackendError};
+use crate::backend::call::Calls;
+use crate::backend::BackendError;
 use crate::protocol::SqlError;
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::Statement;
@@ -59,8 +60,8 @@ impl Engine {
             Statement::Pop(pop) => self.pop(lender, pop, params, tenant).await,
             _ => match lender.connection().await {
                 Ok(conn) => {
-                    conn.autosync = end == CallEnd::Sync;
-                    self.run_statement(conn, stmt, params, tenant).await
+                    self.run_statement(&mut Calls::new(conn, end), stmt, params, tenant)
+                        .await
                 }
                 Err(e) => Err(ExecError::Lost(e)),
             },
@@ -81,7 +82,7 @@ impl Engine {
     pub async fn refuse<L: Lender>(&self, lender: &mut L, refusal: SqlError) -> StatementError {
         let end = lender.call_end();
         if let Some(conn) = lender.held() {
-            if let Err(e) = raise(conn, end, &refusal).await {
+            if let Err(e) = raise(&mut Calls::new(conn, end), &refusal).await {
                 return StatementError::Lost(e);
             }
         }
@@ -122,12 +123,7 @@ impl Engine {
 }
 
 /// `queen.raise_v1` on `conn`: the backend fails its current statement.
-async fn raise(
-    conn: &mut BackendConn,
-    end: CallEnd,
-    refusal: &SqlError,
-) -> Result<(), BackendError> {
-    conn.autosync = end == CallEnd::Sync;
+async fn raise(conn: &mut Calls<'_>, refusal: &SqlError) -> Result<(), BackendError> {
     match conn
         .call(&RAISE_CALL, &[&refusal.code(), &refusal.message])
         .await

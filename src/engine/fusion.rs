@@ -13,6 +13,7 @@
 use super::queues::{write_pushes, PreparedPush};
 use super::wake::{queue_key, Announcer};
 use super::ExecError;
+use crate::backend::call::{CallEnd, Calls};
 use crate::backend::{pool, BackendError, Pool};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -115,10 +116,9 @@ impl Fuser {
         let key = jobs.first().map(|(p, _)| queue_key(tenant, &p.queue));
         let (mut preps, replies): (Vec<PreparedPush>, Vec<Reply>) = jobs.into_iter().unzip();
         // Each call commits (or rolls back) in its own round trip.
-        conn.autosync = true;
         let together = {
             let mut refs: Vec<&mut PreparedPush> = preps.iter_mut().collect();
-            write_pushes(&mut conn, &mut refs, tenant).await
+            write_pushes(&mut Calls::new(&mut conn, CallEnd::Sync), &mut refs, tenant).await
         };
         match together {
             Ok(()) if conn.status == crate::protocol::TxStatus::Idle => {
@@ -141,7 +141,12 @@ impl Fuser {
                     // fails by itself.
                     for (mut prep, reply) in preps.into_iter().zip(replies) {
                         prep.reset();
-                        let result = write_pushes(&mut conn, &mut [&mut prep], tenant).await;
+                        let result = write_pushes(
+                            &mut Calls::new(&mut conn, CallEnd::Sync),
+                            &mut [&mut prep],
+                            tenant,
+                        )
+                        .await;
                         let _ = reply.send(result.map(|()| prep));
                     }
                 }
@@ -152,7 +157,6 @@ impl Fuser {
                 fail_all(replies, e.outcome_unknown(), &e.cause().to_string())
             }
         }
-        conn.autosync = false;
         pool::release(conn);
         if let Some(key) = key {
             self.announcer.pushed(&key);

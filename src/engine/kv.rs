@@ -7,7 +7,7 @@
 
 use super::values::{Cell, Params};
 use super::ExecError;
-use crate::backend::BackendConn;
+use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
 use crate::rewrite::calls::kv::apply;
@@ -85,7 +85,7 @@ fn is_write(stmt: &KvStatement) -> bool {
 }
 
 pub async fn execute(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     stmt: &KvStatement,
     params: &Params<'_>,
     state: &KvState,

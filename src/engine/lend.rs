@@ -10,16 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-/// How the engine's calls end on the lent connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallEnd {
-    /// With Flush: the calls join whatever transaction the connection is in
-    /// and the session ends it later (a pipeline, a transaction block).
-    Flush,
-    /// With Sync: the statement is a transaction of its own and is
-    /// committed in the same round trip (see `BackendConn::call`).
-    Sync,
-}
+pub use crate::backend::call::CallEnd;
 
 /// Where the session's transaction stands when a statement starts.
 #[derive(Debug, Clone, Copy)]

@@ -29,7 +29,8 @@ pub mod wake;
 pub use execute::StatementError;
 pub use lend::{CallEnd, Lender, TxnView};
 
-use crate::backend::{BackendConn, BackendError};
+use crate::backend::call::Calls;
+use crate::backend::BackendError;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
 use crate::rewrite::calls::admin::{self, ConfigureMode};
@@ -113,7 +114,7 @@ impl Engine {
     /// [`Engine::execute`] calls it.
     async fn run_statement(
         &self,
-        conn: &mut BackendConn,
+        conn: &mut Calls<'_>,
         stmt: &Statement,
         params: &[Option<String>],
         tenant: Uuid,

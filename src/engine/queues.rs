@@ -8,7 +8,8 @@ use super::frame::{self, Frame};
 use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
 use super::values::{now_micros, Cell, Params};
 use super::ExecError;
-use crate::backend::{BackendConn, BackendError};
+use crate::backend::call::Calls;
+use crate::backend::BackendError;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
 use crate::rewrite::calls::admin::DeleteQueue;
@@ -232,7 +233,7 @@ impl PreparedPush {
 /// across fused statements counts as a duplicate of its first appearance,
 /// exactly as if the statements had run one after the other.
 pub async fn write_pushes(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     batch: &mut [&mut PreparedPush],
     tenant: Uuid,
 ) -> Result<(), ExecError> {
@@ -372,7 +373,7 @@ pub async fn write_pushes(
 /// PUSH on the session's own connection (inside its transaction); the
 /// statement's rows are then [`PreparedPush::rows`].
 pub async fn push(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     stmt: &Push,
     params: &Params<'_>,
     limits: &Limits,
@@ -401,7 +402,7 @@ pub fn plan_pop(stmt: &Pop, params: &Params<'_>) -> Result<PopPlan, SqlError> {
 
 /// One attempt of a POP: claims and decodes what is available now.
 pub async fn pop_once(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     plan: &PopPlan,
     key: &ReceiptKey,
     tenant: Uuid,
@@ -475,7 +476,7 @@ fn decode_receipts(
 }
 
 pub async fn ack(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     stmt: &Ack,
     params: &Params<'_>,
     key: &ReceiptKey,
@@ -525,7 +526,7 @@ pub async fn ack(
 }
 
 pub async fn renew(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     stmt: &Renew,
     params: &Params<'_>,
     key: &ReceiptKey,
@@ -568,7 +569,7 @@ pub async fn renew(
 
 /// Returns whether the queue existed.
 pub async fn drop_queue(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     queue: &str,
     tenant: Uuid,
 ) -> Result<bool, ExecError> {
@@ -576,10 +577,7 @@ pub async fn drop_queue(
     Ok(rows.first().and_then(|r| r.existed).unwrap_or(false))
 }
 
-pub async fn show_queues(
-    conn: &mut BackendConn,
-    tenant: Uuid,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
+pub async fn show_queues(conn: &mut Calls<'_>, tenant: Uuid) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn.run(&ShowQueues { tenant }).await?;
     Ok(rows
         .into_iter()
@@ -601,7 +599,7 @@ fn int8(v: Option<i64>) -> Cell {
 }
 
 pub async fn show_partitions(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     queue: &str,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
@@ -620,7 +618,7 @@ pub async fn show_partitions(
 }
 
 pub async fn show_groups(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     queue: Option<&str>,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
@@ -641,7 +639,7 @@ pub async fn show_groups(
 }
 
 pub async fn show_dlq(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     queue: &str,
     limit: i32,
     tenant: Uuid,

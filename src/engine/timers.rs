@@ -9,8 +9,9 @@ use super::queues::{write_pushes, PreparedPush, DEFAULT_PARTITION};
 use super::values::{Cell, Params};
 use super::wake::{queue_key, Announcer};
 use super::ExecError;
+use crate::backend::call::{CallEnd, Calls};
 use crate::backend::health::Health;
-use crate::backend::{pool, BackendConn, Pool};
+use crate::backend::{pool, Pool};
 use crate::rewrite::calls::timers::{
     self as calls, ClaimDue, DeleteFired, List, Postpone, TimerKeys,
 };
@@ -27,7 +28,7 @@ use uuid::Uuid;
 pub const RETRY_FAILED_FIRE: Duration = Duration::from_secs(10);
 
 pub async fn schedule(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     stmt: &Schedule,
     params: &Params<'_>,
     max_payload: usize,
@@ -44,7 +45,7 @@ pub async fn schedule(
 }
 
 pub async fn cancel(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     stmt: &CancelSchedule,
     params: &Params<'_>,
     tenant: Uuid,
@@ -60,7 +61,7 @@ pub async fn cancel(
 }
 
 pub async fn list(
-    conn: &mut BackendConn,
+    conn: &mut Calls<'_>,
     queue: Option<&str>,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
@@ -133,19 +134,18 @@ async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result
     let mut conn = pool
         .get()
         .await
-        .map_err(|e| ExecError::Lost(crate::backend::BackendError::Protocol(e.to_string())))?;
-    let result = fire_on(&mut conn, careful).await;
+        .map_err(|e| ExecError::Lost(crate::backend::BackendError::from(e)))?;
+    let result = fire_on(&mut Calls::new(&mut conn, CallEnd::Flush), careful).await;
     if let Err(e) = &result {
         if !matches!(e, ExecError::Failed(_)) {
             // The backend saw no error (the engine refused something): make
             // the transaction fail, so that Sync rolls it back rather than
             // committing a claim whose timers were not all fired.
-            let _ = conn
-                .run(&Raise {
-                    code: "XX000",
-                    message: "timer fire abandoned",
-                })
-                .await;
+            let abandoned = Raise {
+                code: "XX000",
+                message: "timer fire abandoned",
+            };
+            let _ = conn.run(&abandoned, CallEnd::Flush).await;
         }
     }
     let mut status = conn.sync().await;
@@ -178,13 +178,12 @@ fn push_refused(e: &ExecError) -> bool {
     matches!(e, ExecError::Refused(_) | ExecError::Failed(_))
 }
 
-async fn fire_on(conn: &mut BackendConn, careful: bool) -> Result<(usize, Vec<String>), ExecError> {
+async fn fire_on(conn: &mut Calls<'_>, careful: bool) -> Result<(usize, Vec<String>), ExecError> {
     // Claim, push and delete are one transaction: the claimed rows stay
     // locked until the commit, which is what makes a fire exactly once.
     // The careful fire needs savepoints, so an explicit block; the usual
     // one is the implicit transaction its Sync ends (two round trips fewer
     // on every poll).
-    conn.autosync = false;
     if careful {
         conn.call(&BEGIN, &[]).await?;
     }

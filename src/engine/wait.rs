@@ -7,6 +7,7 @@
 use super::lend::Lender;
 use super::values::Params;
 use super::{queues, wake, Engine, ExecError, Outcome};
+use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
 use crate::rewrite::dialect::pop::Pop;
@@ -45,8 +46,8 @@ impl Engine {
                     format!("no backend connection for POP: {e}"),
                 ))
             })?;
-            conn.autosync = end == super::CallEnd::Sync;
-            let rows = queues::pop_once(conn, &plan, &self.receipts, tenant).await?;
+            let mut calls = Calls::new(conn, end);
+            let rows = queues::pop_once(&mut calls, &plan, &self.receipts, tenant).await?;
             let remaining = deadline
                 .map(|d| d.saturating_duration_since(Instant::now()))
                 .unwrap_or_default();

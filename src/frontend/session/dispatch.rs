@@ -40,13 +40,6 @@ impl From<std::io::Error> for End {
     }
 }
 
-/// What came while the client was idle.
-enum Idle {
-    Client(Result<Message, FrameError>),
-    Backend(Result<Message, crate::backend::BackendError>),
-    TimedOut,
-}
-
 /// The session's side of the transaction in progress.
 #[derive(Default)]
 pub(super) struct Txn {
@@ -57,53 +50,7 @@ pub(super) struct Txn {
     pub(super) pushed: Vec<String>,
     pub(super) locks: LockOrder,
     /// Startup settings the client reset in the exchange in progress.
-    pub(super) reset: Reset,
-}
-
-/// Startup settings a client reset (`RESET`, `SET … TO DEFAULT`, `DISCARD
-/// ALL`) and has not set again since: PostgreSQL puts them back to their
-/// startup values, so queenwire sets those again when the exchange ends.
-#[derive(Default)]
-pub(super) struct Reset {
-    all: bool,
-    names: std::collections::HashSet<String>,
-    set_since: std::collections::HashSet<String>,
-}
-
-impl Reset {
-    /// A plain statement of the exchange, in order.
-    pub(super) fn note(&mut self, sql: &str) {
-        use crate::rewrite::passthrough::{resets, sets_setting, Resets};
-        match resets(sql) {
-            Some(Resets::All) => {
-                self.all = true;
-                self.names.clear();
-                self.set_since.clear();
-            }
-            Some(Resets::Setting(name)) => {
-                self.set_since.remove(&name);
-                self.names.insert(name);
-            }
-            None => {
-                if let Some(name) = sets_setting(sql) {
-                    if self.all || self.names.contains(&name) {
-                        self.names.remove(&name);
-                        self.set_since.insert(name);
-                    }
-                }
-            }
-        }
-    }
-
-    pub(super) fn pending(&self) -> bool {
-        self.all || !self.names.is_empty()
-    }
-
-    /// Whether startup setting `name` was reset and not set again.
-    pub(super) fn covers(&self, name: &str) -> bool {
-        let name = name.to_ascii_lowercase();
-        !self.set_since.contains(&name) && (self.all || self.names.contains(&name))
-    }
+    pub(super) reset: super::settings::Reset,
 }
 
 /// What a message of a pipeline did to the session's bookkeeping, undone
@@ -259,91 +206,6 @@ impl Session {
                     return Err(self.fatal(err).await);
                 }
             }
-        }
-    }
-
-    /// The client's next message, within the idle-in-transaction limit.
-    /// The client's next message, within the idle-in-transaction limit.
-    /// While the client is idle on a connection the session keeps, what
-    /// the backend sends unasked (notifications, notices, parameter
-    /// statuses) reaches the client at once, as from PostgreSQL itself.
-    async fn next_message(&mut self) -> Result<Message, End> {
-        let deadline = self
-            .shared
-            .config
-            .idle_in_transaction_timeout
-            .filter(|_| self.lease.status().in_transaction())
-            .map(|limit| tokio::time::Instant::now() + limit);
-        let max = self.shared.config.max_message_size;
-        loop {
-            let watch_backend = self.lease.pinned() && !self.replies.owed();
-            let event = {
-                let read = self.client.read(max);
-                let unsolicited = async {
-                    match self.lease.conn_mut() {
-                        Some(conn) if watch_backend => conn.recv().await,
-                        _ => std::future::pending().await,
-                    }
-                };
-                let limit = async {
-                    match deadline {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    next = read => Idle::Client(next),
-                    msg = unsolicited => Idle::Backend(msg),
-                    _ = limit => Idle::TimedOut,
-                }
-            };
-            match event {
-                Idle::Client(Ok(m)) => return Ok(m),
-                Idle::Client(Err(FrameError::TooLarge(len, max))) => {
-                    return Err(self.fatal(canned::message_too_large(len, max)).await)
-                }
-                Idle::Client(Err(e)) => return Err(e.into()),
-                Idle::TimedOut => {
-                    return Err(self.fatal(canned::idle_in_transaction_timeout()).await)
-                }
-                Idle::Backend(Ok(msg)) => {
-                    self.unsolicited(&msg);
-                    self.client.flush().await?;
-                }
-                Idle::Backend(Err(e)) => return Err(self.backend_lost(e).await),
-            }
-        }
-    }
-
-    /// A backend message nobody asked for: passed on at once.
-    fn unsolicited(&mut self, msg: &Message) {
-        use crate::protocol::tags::backend as tag;
-        match msg.tag {
-            tag::PARAMETER_STATUS => {
-                if let Some(conn) = self.lease.conn_mut() {
-                    conn.note_parameter_status(msg);
-                }
-                self.client_parameter_status(msg);
-            }
-            tag::NOTIFICATION_RESPONSE => {
-                let notification = self.notification_for_client(msg);
-                self.client.send(&notification);
-            }
-            _ => self.client.send(msg),
-        }
-    }
-
-    /// A NotificationResponse as the client must see it: a notification
-    /// from this session's own backend carries the pid the client was given
-    /// in BackendKeyData (clients compare it to skip their own).
-    pub(super) fn notification_for_client(&self, msg: &Message) -> Message {
-        let own = self.lease.conn().map(|c| c.key.pid);
-        let mut r = msg.reader();
-        match (r.i32(), own) {
-            (Ok(pid), Some(own)) if pid == own => {
-                protocol::notification_response(self.id as i32, r.remaining())
-            }
-            _ => msg.clone(),
         }
     }
 

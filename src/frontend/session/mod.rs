@@ -5,6 +5,8 @@
 //!   order (no I/O; one unit test per flow);
 //! - `lease` — the backend connection: which pool, when held, pinning;
 //! - `relay` — forwarding to the backend and relaying its replies;
+//! - `idle` — waiting for the client, relaying what the backend sends unasked;
+//! - `settings` — startup settings as the session's defaults after RESET;
 //! - `simple`, `extended`, `copy` — the simple and extended query
 //!   protocols and COPY FROM STDIN;
 //! - `prepared`, `portals` — the client's statements and portals;
@@ -17,12 +19,14 @@ mod copy;
 mod dialect;
 mod dispatch;
 mod extended;
+mod idle;
 mod lease;
 mod portals;
 mod prepared;
 mod relay;
 mod replies;
 mod rows;
+mod settings;
 mod simple;
 
 pub use dispatch::{End, Session};

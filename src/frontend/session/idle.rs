@@ -1,0 +1,102 @@
+//! Waiting for the client: its next message, within the idle-in-transaction
+//! limit, while what the backend sends unasked on a connection the session
+//! keeps (notifications, notices, parameter statuses) reaches the client at
+//! once.
+
+use super::canned;
+use super::{End, Session};
+use crate::protocol::{self, FrameError, Message};
+
+/// What came while the client was idle.
+enum Idle {
+    Client(Result<Message, FrameError>),
+    Backend(Result<Message, crate::backend::BackendError>),
+    TimedOut,
+}
+
+impl Session {
+    /// The client's next message, within the idle-in-transaction limit.
+    /// The client's next message, within the idle-in-transaction limit.
+    /// While the client is idle on a connection the session keeps, what
+    /// the backend sends unasked (notifications, notices, parameter
+    /// statuses) reaches the client at once, as from PostgreSQL itself.
+    pub(super) async fn next_message(&mut self) -> Result<Message, End> {
+        let deadline = self
+            .shared
+            .config
+            .idle_in_transaction_timeout
+            .filter(|_| self.lease.status().in_transaction())
+            .map(|limit| tokio::time::Instant::now() + limit);
+        let max = self.shared.config.max_message_size;
+        loop {
+            let watch_backend = self.lease.pinned() && !self.replies.owed();
+            let event = {
+                let read = self.client.read(max);
+                let unsolicited = async {
+                    match self.lease.conn_mut() {
+                        Some(conn) if watch_backend => conn.recv().await,
+                        _ => std::future::pending().await,
+                    }
+                };
+                let limit = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    next = read => Idle::Client(next),
+                    msg = unsolicited => Idle::Backend(msg),
+                    _ = limit => Idle::TimedOut,
+                }
+            };
+            match event {
+                Idle::Client(Ok(m)) => return Ok(m),
+                Idle::Client(Err(FrameError::TooLarge(len, max))) => {
+                    return Err(self.fatal(canned::message_too_large(len, max)).await)
+                }
+                Idle::Client(Err(e)) => return Err(e.into()),
+                Idle::TimedOut => {
+                    return Err(self.fatal(canned::idle_in_transaction_timeout()).await)
+                }
+                Idle::Backend(Ok(msg)) => {
+                    self.unsolicited(&msg);
+                    self.client.flush().await?;
+                }
+                Idle::Backend(Err(e)) => return Err(self.backend_lost(e).await),
+            }
+        }
+    }
+
+    /// A backend message nobody asked for: passed on at once.
+    fn unsolicited(&mut self, msg: &Message) {
+        use crate::protocol::tags::backend as tag;
+        match msg.tag {
+            tag::PARAMETER_STATUS => {
+                if let Some(conn) = self.lease.conn_mut() {
+                    conn.note_parameter_status(msg);
+                }
+                self.client_parameter_status(msg);
+            }
+            tag::NOTIFICATION_RESPONSE => {
+                let notification = self.notification_for_client(msg);
+                self.client.send(&notification);
+            }
+            _ => self.client.send(msg),
+        }
+    }
+
+    /// A NotificationResponse as the client must see it: a notification
+    /// from this session's own backend carries the pid the client was given
+    /// in BackendKeyData (clients compare it to skip their own).
+    pub(super) fn notification_for_client(&self, msg: &Message) -> Message {
+        let own = self.lease.conn().map(|c| c.key.pid);
+        let mut r = msg.reader();
+        match (r.i32(), own) {
+            (Ok(pid), Some(own)) if pid == own => {
+                protocol::notification_response(self.id as i32, r.remaining())
+            }
+            _ => msg.clone(),
+        }
+    }
+}

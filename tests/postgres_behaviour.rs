@@ -524,3 +524,46 @@ async fn session_pool_mode_keeps_backend_local_state_for_the_whole_session() {
         .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))));
     assert_eq!(pid(&b).await, b_pid);
 }
+
+#[tokio::test]
+async fn a_prepared_statement_never_outlives_the_ddl_its_parse_saw() {
+    // One backend connection: both sessions land on it.
+    let proxy = Proxy::start_with("stale_statements", |c| c.pool_size = 1).await;
+    let a = proxy.connect().await;
+    a.batch_execute("BEGIN; CREATE TYPE qw_mood AS ENUM ('x')")
+        .await
+        .unwrap();
+    a.prepare("SELECT $1::qw_mood::text").await.unwrap();
+    a.batch_execute("ROLLBACK").await.unwrap();
+    drop(a);
+    // The type is gone: PostgreSQL answers the same statement's Parse
+    // with 42704, as it would for any session parsing it now.
+    let b = proxy.connect().await;
+    let err = b
+        .prepare("SELECT $1::qw_mood::text")
+        .await
+        .expect_err("the type was rolled back");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::UNDEFINED_OBJECT),
+        "{err:?}"
+    );
+    // After DROP and CREATE of a type, a new Parse sees the new one.
+    b.batch_execute("CREATE TYPE qw_mood AS ENUM ('y')")
+        .await
+        .unwrap();
+    let s1 = b.prepare("SELECT 'y'::qw_mood::text AS m").await.unwrap();
+    assert_eq!(
+        b.query_one(&s1, &[]).await.unwrap().get::<_, String>(0),
+        "y"
+    );
+    b.batch_execute("DROP TYPE qw_mood; CREATE TYPE qw_mood AS ENUM ('y', 'z')")
+        .await
+        .unwrap();
+    let c = proxy.connect().await;
+    let s2 = c.prepare("SELECT 'y'::qw_mood::text AS m").await.unwrap();
+    assert_eq!(
+        c.query_one(&s2, &[]).await.unwrap().get::<_, String>(0),
+        "y"
+    );
+}

@@ -154,38 +154,19 @@ impl CancelRegistry {
     }
 }
 
-/// Proxy-global names for prepared statements: the same text and parameter
-/// types get the same name on every backend connection, so a client's
-/// statement can be re-parsed wherever its session lands.
-/// (text, parameter types).
-type StatementKey = (Arc<str>, Arc<[u32]>);
-
-/// Distinct (text, types) pairs the proxy remembers global names for.
-const MAX_STATEMENT_NAMES: usize = 10_000;
-
+/// Names for the client's prepared statements on backend connections: one
+/// of its own for each named Parse a client sends, so a statement is only
+/// ever parsed from that Parse (again, where the session lands on a
+/// connection that lacks it) and never taken over from another session's,
+/// which may have been parsed before DDL this one saw.
 #[derive(Default)]
 pub struct StatementNames {
-    names: Mutex<HashMap<StatementKey, Arc<str>>>,
     next: AtomicU64,
 }
 
 impl StatementNames {
-    pub fn name_for(&self, query: &Arc<str>, types: &Arc<[u32]>) -> Arc<str> {
-        let mut map = match self.names.lock() {
-            Ok(m) => m,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        // Bounded: past the limit the map starts afresh. Names are never
-        // reused, so a statement named before keeps working; the same text
-        // prepared again just gets a new name.
-        if map.len() >= MAX_STATEMENT_NAMES && !map.contains_key(&(query.clone(), types.clone())) {
-            map.clear();
-        }
-        map.entry((query.clone(), types.clone()))
-            .or_insert_with(|| {
-                let n = self.next.fetch_add(1, Ordering::Relaxed);
-                Arc::from(format!("qw_s{n}"))
-            })
-            .clone()
+    pub fn fresh(&self) -> Arc<str> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        Arc::from(format!("qw_s{n}"))
     }
 }

@@ -103,12 +103,7 @@ impl Session {
                 },
             );
         } else {
-            // The same bytes mean other text in another encoding.
-            let key: Arc<str> = match &raw {
-                Some(_) => Arc::from(format!("{:?}\0{query}", self.client_encoding)),
-                None => query.clone(),
-            };
-            let global = self.shared.statement_names.name_for(&key, &param_types);
+            let global = self.shared.statement_names.fresh();
             let prepared = Prepared {
                 query,
                 raw,
@@ -122,11 +117,9 @@ impl Session {
                 name: p.name.to_string(),
                 previous,
             };
-            if self.backend_has(&global) {
-                self.reply_local_undoable(protocol::parse_complete(), undo);
-            } else {
-                self.send_parse(&prepared, Some(undo));
-            }
+            // A new name: the Parse always reaches PostgreSQL, as the
+            // client asked.
+            self.send_parse(&prepared, Some(undo));
         }
         Ok(())
     }

@@ -64,7 +64,7 @@ fn run<F: Future>(f: F) -> F::Output {
 fn startup_body(packet: &[u8]) {
     let mut r = BodyReader::from_slice(packet);
     let Ok(code) = r.i32() else { return };
-    if code == 80877102 {
+    if code == queenwire::protocol::tags::startup::CANCEL_REQUEST {
         let _ = (r.i32(), r.i32());
         return;
     }

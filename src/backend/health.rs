@@ -4,7 +4,7 @@
 //! an operator, not a WARN per retry of every loop.
 
 use std::fmt::Display;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One task's view of its backend connection.
 pub struct Health {
@@ -46,5 +46,27 @@ impl Health {
 
     pub fn is_lost(&self) -> bool {
         self.outage.is_some()
+    }
+}
+
+/// A tokio-postgres client on `config`, retried every second until the
+/// backend takes it; the outage is reported through `health`.
+pub async fn connect_client(
+    config: &tokio_postgres::Config,
+    health: &mut Health,
+) -> tokio_postgres::Client {
+    loop {
+        match config.connect(tokio_postgres::NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                return client;
+            }
+            Err(e) => {
+                health.lost(&e);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use super::kv::{KvState, Quota};
 use super::leases::elected;
 use super::retention::{self, RetentionSettings};
 use crate::backend::call::{execute, query, ClientCallError};
-use crate::backend::health::Health;
+use crate::backend::health::{connect_client, Health};
 use crate::rewrite::calls::maintenance::{ExpirePending, PruneShard, QuotaPoll, UsageRollup};
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
@@ -60,19 +60,7 @@ async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>, holder: &
     let mut sweeps = 0u32;
     let mut health = Health::new("maintenance");
     loop {
-        let client = match config.connect(tokio_postgres::NoTls).await {
-            Ok((client, connection)) => {
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                client
-            }
-            Err(e) => {
-                health.lost(&e);
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let client = connect_client(&config, &mut health).await;
         loop {
             if let Err(e) = poll_quotas(&client, &kv).await {
                 report(&mut health, &client, "KV quota poll", &e);

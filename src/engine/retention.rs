@@ -28,6 +28,7 @@
 
 use super::leases::elected;
 use crate::backend::call::{execute, query, ClientCallError};
+use crate::backend::health::{connect_client, Health};
 use crate::rewrite::calls::retention::{
     CleanupStep, Record, RetainedBytesStep, Step, StepRow, Work,
 };
@@ -198,26 +199,18 @@ pub async fn run(config: tokio_postgres::Config, settings: RetentionSettings, ho
         last_retained_bytes: None,
         resume_after: 0,
     };
+    let mut health = Health::new("retention");
     loop {
-        let client = match config.connect(tokio_postgres::NoTls).await {
-            Ok((client, connection)) => {
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                });
-                client
-            }
-            Err(e) => {
-                tracing::warn!("retention connection: {e}; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
+        let client = connect_client(&config, &mut health).await;
         loop {
-            if let Err(e) = cycle(&client, &settings, &holder, &mut schedule).await {
-                tracing::warn!("retention: {e}");
-                if client.is_closed() {
+            match cycle(&client, &settings, &holder, &mut schedule).await {
+                Ok(()) => health.ok(),
+                // A lost connection is the outage's business.
+                Err(e) if client.is_closed() => {
+                    health.lost(&e);
                     break;
                 }
+                Err(e) => tracing::warn!("retention: {e}"),
             }
             tokio::time::sleep(tick).await;
         }

@@ -108,7 +108,7 @@ impl RateConn {
             Family::Push => {
                 let part = format!("p{:04}", i as usize % self.partitions);
                 let body = payload(i);
-                let r = if i % 2 == 0 {
+                let r = if i.is_multiple_of(2) {
                     let txn = format!("soak-{i}");
                     self.client
                         .query(&self.stmts[1], &[&part, &Json(&body), &txn])
@@ -134,7 +134,7 @@ impl RateConn {
             }
             Family::Kv => {
                 let key = format!("k{}", (i / 2) % KEYS);
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     let body = payload(i);
                     let r = self
                         .client
@@ -155,7 +155,7 @@ impl RateConn {
             }
             Family::Sql => {
                 let k = ((i / 2) % KEYS) as i32;
-                if i % 2 == 0 {
+                if i.is_multiple_of(2) {
                     let note = format!("note {i}");
                     let r = self
                         .client

@@ -101,6 +101,13 @@ pub(super) async fn idle(
                 }
             }
         }
+        if open.len().is_multiple_of(2000) {
+            eprintln!(
+                "soak: {} idle open after {:.1} s",
+                open.len(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
     }
     let opened_in = t0.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -78,7 +78,7 @@ pub(super) async fn idle(
     let t0 = Instant::now();
     let mut open = Vec::with_capacity(n);
     let mut failure = None;
-    const AT_ONCE: usize = 200;
+    const AT_ONCE: usize = 100;
     while open.len() < n && failure.is_none() {
         let mut batch = tokio::task::JoinSet::new();
         for _ in 0..AT_ONCE.min(n - open.len()) {

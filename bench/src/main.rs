@@ -13,6 +13,7 @@ mod pgtypes;
 mod procfs;
 mod runner;
 mod setup;
+mod soak;
 
 use ops::{Op, SeqProducer, Worker};
 use payload::Payloads;
@@ -42,7 +43,8 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
                  a prefix: queenwire covers queenwire 1000p), e.g. to profile
   --prefill-cap  most messages queued before one consume slice (default 400000)
   --queenwire    the queenwire binary (default: built next to this one)
-  --keep         keep the data directory (/tmp/qwbench-PID)";
+  --keep         keep the data directory (/tmp/qwbench-PID)
+  --soak [MIN]   the soak mode instead (default 30 minutes; --soak --help)";
 
 const WORKLOADS: &[&str] = &[
     "push1",
@@ -234,6 +236,10 @@ fn duration(secs: f64) -> Duration {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.iter().any(|a| a == "--soak") {
+        return soak_main(&argv);
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -264,8 +270,40 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--soak`: see soak.rs.
+fn soak_main(argv: &[String]) -> ExitCode {
+    let args = match soak::parse_args(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("queenwire-bench: {e}");
+            }
+            eprintln!("{}", soak::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("queenwire-bench: runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(soak::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("queenwire-bench: {}", setup::describe(&*e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Kills what we started if the whole run overstays its limit.
-fn watchdog(limit: Duration, pids: Arc<(AtomicU64, AtomicU64)>) {
+pub(crate) fn watchdog(limit: Duration, pids: Arc<(AtomicU64, AtomicU64)>) {
     std::thread::spawn(move || {
         std::thread::sleep(limit);
         eprintln!("queenwire-bench: the run exceeded {limit:?}; stopping");
@@ -313,8 +351,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
             binary.display(),
             args.pool_size
         );
-        let proxy =
-            setup::start_proxy(&binary, &cluster.conninfo(), args.pool_size, &cluster.dir).await?;
+        let proxy = setup::start_proxy(
+            &binary,
+            &cluster.conninfo(),
+            args.pool_size,
+            &cluster.dir,
+            &[],
+            false,
+        )
+        .await?;
         pids.0.store(u64::from(proxy.pid), Ordering::Relaxed);
         let proxy_cfg = proxy.client_config();
         let qw_admin = setup::connect(&proxy_cfg).await?;

@@ -74,6 +74,30 @@ pub fn status_kb(pid: u32, field: &str) -> Option<u64> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
+/// Open file descriptors of a process (entries of /proc/<pid>/fd).
+pub fn fd_count(pid: u32) -> Option<usize> {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()
+        .map(|d| d.count())
+}
+
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit; returns the
+/// soft limit now in force.
+pub fn raise_nofile() -> u64 {
+    // SAFETY: getrlimit and setrlimit write/read the struct we pass.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        lim.rlim_cur = lim.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        }
+        lim.rlim_cur
+    }
+}
+
 /// A short description of the machine: cores, memory, CPU model.
 pub fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

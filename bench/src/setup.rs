@@ -177,11 +177,16 @@ pub fn queenwire_binary(explicit: Option<&Path>) -> Result<PathBuf, BoxError> {
 }
 
 /// Starts the proxy on a free loopback port and waits until it answers.
+/// `extra` is appended to its arguments; with `raise_nofile` its soft
+/// RLIMIT_NOFILE is raised to the hard limit before exec (queenwire does not
+/// raise its own, and an idle client costs it one descriptor).
 pub async fn start_proxy(
     binary: &Path,
     backend: &str,
     pool_size: usize,
     log_dir: &Path,
+    extra: &[String],
+    raise_nofile: bool,
 ) -> Result<Proxy, BoxError> {
     let port = {
         let l = TcpListener::bind("127.0.0.1:0")?;
@@ -194,12 +199,19 @@ pub async fn start_proxy(
     // Its own process group, so a Ctrl-C reaches only the benchmark, which
     // then stops it; and SIGTERM if the benchmark dies without doing so.
     command.process_group(0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs in the child
-    // between fork and exec.
+    // SAFETY: prctl, getrlimit and setrlimit are async-signal-safe; nothing
+    // else runs in the child between fork and exec.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if raise_nofile {
+                let mut lim: libc::rlimit = std::mem::zeroed();
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                    lim.rlim_cur = lim.rlim_max;
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
             }
             Ok(())
         });
@@ -213,6 +225,7 @@ pub async fn start_proxy(
         .arg(pool_size.to_string())
         .arg("--log-level")
         .arg("warn")
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file)

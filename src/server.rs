@@ -18,6 +18,37 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// Connections a listener queues before they are accepted: many clients
+/// reconnecting at once (after a restart) must not wait for SYN retries
+/// (tokio's default is 128; the kernel caps it at somaxconn).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the first address `listen` resolves to that takes it.
+async fn listen(listen: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(listen).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket
+            .bind(addr)
+            .and_then(|()| socket.listen(LISTEN_BACKLOG))
+        {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+    }))
+}
+
 /// Connections of the timer firing loop (it fires one batch at a time).
 const TIMER_POOL_SIZE: usize = 2;
 
@@ -290,7 +321,7 @@ impl Server {
         let _ = conn_task.await;
 
         let pool = pool::build_pool(target.clone(), config.pool_size)?;
-        let listener = TcpListener::bind(&config.listen)
+        let listener = listen(&config.listen)
             .await
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
         if config.users.is_none() {

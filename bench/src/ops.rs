@@ -3,32 +3,20 @@
 //! (tokio-postgres, extended protocol, statements prepared once per
 //! connection, binary parameters) and the same payloads.
 
+// The call queenwire's engine makes for a PUSH, made here directly on
+// PostgreSQL: the same spec, so the two never drift apart.
 use crate::payload::{payload, seq_of, Payloads};
 use crate::pgtypes::{Json, JsonText};
 use crate::setup::{connect, BoxError};
 use queenwire::engine::frame::{self, Frame};
 use queenwire::engine::values::{now_micros, system_time};
 use queenwire::engine::DEFAULT_TENANT;
+use queenwire::rewrite::calls::queues::PUSH;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Row, Statement};
 use uuid::Uuid;
-
-/// The call queenwire's engine makes for a PUSH (src/engine/queues.rs,
-/// `PUSH_CALL`), made here directly on PostgreSQL.
-const DIRECT_PUSH_SQL: &str = "SELECT msg_index, status, \"offset\", message_id FROM queen.log_push_v1($1, $2, $3, $4, $5, $6, $7, $8, $9)";
-const DIRECT_PUSH_TYPES: &[Type] = &[
-    Type::TEXT,
-    Type::TEXT_ARRAY,
-    Type::INT4_ARRAY,
-    Type::BYTEA_ARRAY,
-    Type::INT8_ARRAY,
-    Type::UUID_ARRAY,
-    Type::TIMESTAMPTZ_ARRAY,
-    Type::TIMESTAMPTZ_ARRAY,
-    Type::UUID,
-];
 
 /// pgmq's visibility timeout for read (seconds): longer than any slice.
 const PGMQ_VT: i32 = 120;
@@ -151,11 +139,7 @@ impl Worker {
                 );
             }
             Op::DirectPush { .. } => {
-                stmts.push(
-                    client
-                        .prepare_typed(DIRECT_PUSH_SQL, DIRECT_PUSH_TYPES)
-                        .await?,
-                );
+                stmts.push(client.prepare_typed(PUSH.sql, PUSH.params).await?);
             }
             Op::QwPop {
                 queue,

@@ -352,8 +352,27 @@ async fn cancel_reaches_the_backend_query() {
     let client = proxy.connect().await;
     let token = client.cancel_token();
     let started = Instant::now();
+    // Cancel once the sleep is seen running on PostgreSQL: a cancel that
+    // lands while the statement is still being parsed cancels the parse
+    // instead, and one that lands between messages may be kept by the
+    // backend for whatever it runs next (as it would be on PostgreSQL).
+    let direct = proxy.connect_direct().await;
     let canceller = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..300 {
+            let running = direct
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE query = 'SELECT pg_sleep(30)' AND state = 'active'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0);
+            if running > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         token.cancel_query(tokio_postgres::NoTls).await.unwrap();
     });
     let err = client
@@ -363,7 +382,7 @@ async fn cancel_reaches_the_backend_query() {
     canceller.await.unwrap();
     assert_eq!(err.code().unwrap().code(), "57014");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );

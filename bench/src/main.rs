@@ -7,6 +7,7 @@
 //! figures. Traffic goes only to 127.0.0.1 and the cluster's Unix socket;
 //! every loop is bounded in time and count.
 
+mod extra;
 mod ops;
 mod payload;
 mod pgtypes;
@@ -37,8 +38,9 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
   --secs S       seconds per slice (default 1.5; quick 1)
   --concurrency  client connections per cell (default 1,8,32; quick 8)
   --pool-size N  queenwire's backend pool (default 16, queenwire's default)
-  --only         workloads: push1,push100,popack1,popack100,autoack1,
-                 autoack100,e2e,fanout,select1
+  --only         workloads: push1,push100,push1_100p,push100_100p,push1_text,
+                 push100_text,popack1,popack100,autoack1,autoack100,e2e,
+                 fanout,select1,pop_scale,tpcb,idle1000
   --systems      run only these systems (queenwire, pgmq, INSERT, direct;
                  a prefix: queenwire covers queenwire 1000p), e.g. to profile
   --prefill-cap  most messages queued before one consume slice (default 400000)
@@ -49,6 +51,10 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
 const WORKLOADS: &[&str] = &[
     "push1",
     "push100",
+    "push1_100p",
+    "push100_100p",
+    "push1_text",
+    "push100_text",
     "popack1",
     "popack100",
     "autoack1",
@@ -56,7 +62,23 @@ const WORKLOADS: &[&str] = &[
     "e2e",
     "fanout",
     "select1",
+    "pop_scale",
+    "tpcb",
+    "idle1000",
 ];
+/// Partitions of the spread-push workloads (a random one per statement).
+const SPREAD_PARTITIONS: usize = 100;
+
+/// How a push workload sends its statements.
+#[derive(Clone, Copy, PartialEq)]
+enum PushShape {
+    /// Extended protocol, prepared, into one partition.
+    OnePartition,
+    /// Extended protocol, prepared, a random partition of 100 per statement.
+    Spread,
+    /// Text over the simple protocol, into one partition.
+    Text,
+}
 /// Partitions of the many-partition consume queue.
 const MANY_PARTITIONS: usize = 1000;
 /// End-to-end workload: offered rate, producers, consumers, partitions.
@@ -218,6 +240,8 @@ struct Bench {
     args: Args,
     proxy_cfg: Config,
     direct_cfg: Config,
+    /// The cluster over TCP on 127.0.0.1.
+    direct_tcp_cfg: Config,
     qw_admin: Client,
     pg_admin: Client,
     payloads: Arc<Payloads>,
@@ -229,6 +253,7 @@ struct Bench {
     estimates: HashMap<(String, String, usize), f64>,
     serial: usize,
     started: Instant,
+    extras: extra::Extras,
 }
 
 fn duration(secs: f64) -> Duration {
@@ -356,8 +381,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
             &cluster.conninfo(),
             args.pool_size,
             &cluster.dir,
-            &[],
-            false,
+            // Room for the idle-clients workload's 1,000 beside the others.
+            &["--max-connections".to_string(), "1200".to_string()],
+            true,
         )
         .await?;
         pids.0.store(u64::from(proxy.pid), Ordering::Relaxed);
@@ -367,6 +393,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             args: args.clone(),
             proxy_cfg,
             direct_cfg,
+            direct_tcp_cfg: cluster.tcp_config(),
             qw_admin,
             pg_admin,
             payloads: Arc::new(Payloads::new(4096)),
@@ -379,14 +406,22 @@ async fn run(args: Args) -> Result<(), BoxError> {
             estimates: HashMap::new(),
             serial: 0,
             started,
+            extras: extra::Extras::default(),
         };
         // A signal ends the measuring, not the cleanup: the partial report is
         // printed and both servers are stopped below.
         let outcome = tokio::select! {
-            r = bench.run_all() => r,
+            r = bench.run_all(&cluster) => r,
             s = interrupted() => Err(format!("interrupted by {s}; partial results").into()),
         };
+        // The peak of the workloads, before the idle clients raise it.
         let rss = proxy.peak_rss_mb();
+        let outcome = match outcome {
+            Ok(()) if bench.wants("idle1000") && bench.runs("queenwire") => {
+                bench.idle_clients(proxy.pid).await
+            }
+            other => other,
+        };
         proxy.stop().await;
         let header = Header {
             machine: procfs::machine(),
@@ -395,7 +430,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             args: args.clone(),
             elapsed: started.elapsed(),
         };
-        print_report(&bench.cells, rss, &header);
+        print_report(&bench.cells, &bench.extras, rss, &header);
         outcome
     }
     .await;
@@ -492,13 +527,19 @@ impl Bench {
         self.cell(workload, system, c).slices.push(slice);
     }
 
-    async fn run_all(&mut self) -> Result<(), BoxError> {
+    async fn run_all(&mut self, cluster: &setup::Cluster) -> Result<(), BoxError> {
         let concurrency = self.args.concurrency.clone();
-        for batch in [1usize, 100] {
-            let w = format!("push{batch}");
-            if self.wants(&w) {
-                for &c in &concurrency {
-                    self.push_workload(&w, batch, c).await?;
+        for (suffix, shape) in [
+            ("", PushShape::OnePartition),
+            ("_100p", PushShape::Spread),
+            ("_text", PushShape::Text),
+        ] {
+            for batch in [1usize, 100] {
+                let w = format!("push{batch}{suffix}");
+                if self.wants(&w) {
+                    for &c in &concurrency {
+                        self.push_workload(&w, batch, c, shape).await?;
+                    }
                 }
             }
         }
@@ -547,6 +588,7 @@ impl Bench {
                     for (system, cfg) in [
                         ("queenwire", self.proxy_cfg.clone()),
                         ("direct", self.direct_cfg.clone()),
+                        ("direct tcp", self.direct_tcp_cfg.clone()),
                     ] {
                         if !self.runs(system) {
                             continue;
@@ -569,12 +611,28 @@ impl Bench {
                 }
             }
         }
+        if self.wants("tpcb") {
+            let (dir, port) = (cluster.pg.socket_dir().to_path_buf(), cluster.pg.port());
+            let (user, db) = (cluster.pg.user().to_string(), cluster.pg.database().to_string());
+            self.tpcb(&dir, port, &user, &db).await?;
+        }
+        if self.wants("pop_scale") && self.runs("queenwire") {
+            self.pop_scale().await?;
+        }
         Ok(())
     }
 
     // ---- push ------------------------------------------------------------
 
-    async fn push_workload(&mut self, w: &str, batch: usize, c: usize) -> Result<(), BoxError> {
+    async fn push_workload(
+        &mut self,
+        w: &str,
+        batch: usize,
+        c: usize,
+        shape: PushShape,
+    ) -> Result<(), BoxError> {
+        let spread = (shape == PushShape::Spread).then_some(SPREAD_PARTITIONS);
+        let text = shape == PushShape::Text;
         for round in 0..self.args.rounds {
             for system in ["queenwire", "pgmq", "INSERT", "direct"] {
                 if !self.runs(system) {
@@ -586,28 +644,48 @@ impl Bench {
                         self.qw_admin
                             .simple_query(&format!("CREATE QUEUE {queue}"))
                             .await?;
-                        (
-                            self.proxy_cfg.clone(),
+                        let op = if text {
+                            Op::QwPushText {
+                                queue: queue.clone(),
+                                batch,
+                            }
+                        } else {
                             Op::QwPush {
                                 queue: queue.clone(),
                                 batch,
-                                partitions: None,
-                            },
-                        )
+                                partitions: spread,
+                                random: true,
+                            }
+                        };
+                        (self.proxy_cfg.clone(), op)
                     }
                     "pgmq" => {
                         self.pg_admin
                             .execute("SELECT pgmq.create($1)", &[&queue])
                             .await?;
-                        (
-                            self.direct_cfg.clone(),
+                        let op = if text {
+                            Op::PgmqSendText {
+                                queue: queue.clone(),
+                                batch,
+                            }
+                        } else {
                             Op::PgmqSend {
                                 queue: queue.clone(),
                                 batch,
-                            },
-                        )
+                            }
+                        };
+                        (self.direct_cfg.clone(), op)
                     }
-                    "INSERT" => (self.direct_cfg.clone(), Op::Insert { batch }),
+                    "INSERT" if text => (self.direct_cfg.clone(), Op::InsertText { batch }),
+                    "INSERT" => (
+                        self.direct_cfg.clone(),
+                        Op::Insert {
+                            batch,
+                            partitions: spread,
+                        },
+                    ),
+                    // The engine's own call has no text form worth measuring.
+                    _ if text => continue,
                     _ => {
                         self.qw_admin
                             .simple_query(&format!("CREATE QUEUE {queue}"))
@@ -617,6 +695,7 @@ impl Bench {
                             Op::DirectPush {
                                 queue: queue.clone(),
                                 batch,
+                                partitions: spread,
                             },
                         )
                     }
@@ -682,6 +761,7 @@ impl Bench {
                     queue: "cons_p1".into(),
                     batch: 100,
                     partitions: None,
+                    random: false,
                 },
             ),
             "qw:cons_p1000" => (
@@ -690,6 +770,7 @@ impl Bench {
                     queue: "cons_p1000".into(),
                     batch: 100,
                     partitions: Some(MANY_PARTITIONS),
+                    random: false,
                 },
             ),
             "pgmq:cons" => (
@@ -735,6 +816,7 @@ impl Bench {
                 queue: queue.into(),
                 batch: 100,
                 partitions: Some(FANOUT_PARTITIONS),
+                random: false,
             },
         ))
     }
@@ -1092,7 +1174,7 @@ fn per_msg(cpu_us: u64, msgs: u64) -> String {
     }
 }
 
-fn print_report(cells: &[Cell], rss: Option<f64>, h: &Header) {
+fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &Header) {
     println!("## queenwire-bench");
     println!();
     println!(
@@ -1174,6 +1256,8 @@ fn print_report(cells: &[Cell], rss: Option<f64>, h: &Header) {
     println!("spread: (max − min) / 2 / median over the rounds. CPU: /proc times of the cluster's processes, the queenwire process and this load generator over the timed part, per message moved (per request for select1).");
     println!();
 
+    print_extras(extras);
+
     let c = if h.args.concurrency.contains(&8) {
         8
     } else {
@@ -1253,6 +1337,40 @@ fn print_report(cells: &[Cell], rss: Option<f64>, h: &Header) {
             ),
         ),
         (
+            "push1_100p_vs_pgmq",
+            ratio(rate("push1_100p", "queenwire"), rate("push1_100p", "pgmq")),
+        ),
+        (
+            "push100_100p_vs_pgmq",
+            ratio(rate("push100_100p", "queenwire"), rate("push100_100p", "pgmq")),
+        ),
+        (
+            "push100_100p_vs_insert",
+            ratio(rate("push100_100p", "queenwire"), rate("push100_100p", "INSERT")),
+        ),
+        (
+            "push1_text_vs_pgmq",
+            ratio(rate("push1_text", "queenwire"), rate("push1_text", "pgmq")),
+        ),
+        (
+            "push100_text_vs_pgmq",
+            ratio(rate("push100_text", "queenwire"), rate("push100_text", "pgmq")),
+        ),
+        ("pop_scale", pop_scale(extras)),
+        (
+            "provision_partitions_per_s",
+            extras
+                .provisioning
+                .iter()
+                .max_by_key(|(n, _)| *n)
+                .map_or("n/a".into(), |(_, r)| format!("{r:.0}")),
+        ),
+        ("tpcb_vs_direct", tpcb_ratio(extras)),
+        (
+            "select1_vs_direct_tcp",
+            ratio(rate("select1", "queenwire"), rate("select1", "direct tcp")),
+        ),
+        (
             "overhead_vs_direct",
             ratio(rate("push100", "queenwire"), rate("push100", "direct")),
         ),
@@ -1286,9 +1404,85 @@ fn print_report(cells: &[Cell], rss: Option<f64>, h: &Header) {
             "queenwire_peak_rss_mb",
             rss.map_or("n/a".into(), |r| format!("{r:.1}")),
         ),
+        (
+            "idle1000_rss_mb",
+            extras
+                .idle_rss_mb
+                .map_or("n/a".into(), |(with, _)| format!("{with:.1}")),
+        ),
     ];
     let line: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("ratios (C={c}): see above; the line below is the machine-readable summary.");
     println!();
     println!("ratios: {}", line.join(" "));
+}
+
+/// POP latency at the fewest partitions ÷ at the most (1.0: flat).
+fn pop_scale(extras: &extra::Extras) -> String {
+    let first = extras.pop_latency.iter().min_by_key(|(n, _, _)| *n);
+    let last = extras.pop_latency.iter().max_by_key(|(n, _, _)| *n);
+    match (first, last) {
+        (Some((a, la, _)), Some((b, lb, _))) if a != b && *lb > 0.0 => format!("{:.2}", la / lb),
+        _ => "n/a".into(),
+    }
+}
+
+/// Median TPC-B tps through queenwire ÷ median direct.
+fn tpcb_ratio(extras: &extra::Extras) -> String {
+    let of = |s: &str| {
+        let mut v: Vec<f64> = extras.tpcb.iter().filter(|(x, _)| *x == s).map(|(_, t)| *t).collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    match (of("queenwire"), of("direct")) {
+        (Some(q), Some(d)) if d > 0.0 => format!("{:.2}", q / d),
+        _ => "n/a".into(),
+    }
+}
+
+fn print_extras(extras: &extra::Extras) {
+    if !extras.pop_latency.is_empty() {
+        println!("POP latency against partitions (one client, `POP FROM q LIMIT 1 AUTO ACK`, extended protocol), and the rate at which pushing one message into each new partition made them (8 clients):");
+        println!();
+        println!("| partitions | POP p50 ms | POP p99 ms | provisioning partitions/s |");
+        println!("|---:|---:|---:|---:|");
+        for (n, p50, p99) in &extras.pop_latency {
+            let prov = extras
+                .provisioning
+                .iter()
+                .find(|(m, _)| m == n)
+                .map_or("–".into(), |(_, r)| format!("{r:.0}"));
+            println!("| {n} | {:.2} | {:.2} | {prov} |", p50 / 1000.0, p99 / 1000.0);
+        }
+        println!();
+    }
+    if !extras.tpcb.is_empty() {
+        let list = |s: &str| {
+            extras
+                .tpcb
+                .iter()
+                .filter(|(x, _)| *x == s)
+                .map(|(_, t)| format!("{t:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "TPC-B (pgbench's built-in script, scale 10, 8 clients, 2 threads, simple protocol), tps per round: direct (Unix socket) {}; through queenwire {}.",
+            list("direct"),
+            list("queenwire")
+        );
+        println!();
+    }
+    if let Some((with, before)) = extras.idle_rss_mb {
+        println!(
+            "queenwire RSS with {} idle clients (startup done, silent): {with:.1} MB ({before:.1} MB before).",
+            extra::IDLE_CLIENTS
+        );
+        println!();
+    }
+    for n in &extras.notes {
+        println!("note: {n}");
+    }
+    if !extras.notes.is_empty() {
+        println!();
+    }
 }

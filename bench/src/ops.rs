@@ -29,13 +29,27 @@ pub enum Op {
         batch: usize,
         /// Partitions cycled through, one statement each (None: Default).
         partitions: Option<usize>,
+        /// Pick the partition at random per statement instead of cycling.
+        random: bool,
     },
+    /// The same PUSH as text over the simple protocol (as psql sends it),
+    /// into partition Default.
+    QwPushText { queue: String, batch: usize },
+    /// `pgmq.send` / `pgmq.send_batch` as text over the simple protocol.
+    PgmqSendText { queue: String, batch: usize },
+    /// The plain INSERT as text over the simple protocol.
+    InsertText { batch: usize },
+    /// `PUSH INTO q PARTITION p VALUES ($1)` into a new partition each time:
+    /// partitions `first`, `first + step`, … (provisioning).
+    QwProvision { queue: String, first: usize, step: usize },
     /// `pgmq.send` (batch 1) or `pgmq.send_batch`.
     PgmqSend { queue: String, batch: usize },
-    /// `INSERT INTO bench_insert (payload) VALUES ($1), … RETURNING id`.
-    Insert { batch: usize },
-    /// `queen.log_push_v1` called directly, framed here as the engine does.
-    DirectPush { queue: String, batch: usize },
+    /// `INSERT INTO bench_insert (part, payload) VALUES ($1, $2), …
+    /// RETURNING id`; `part` random among `partitions` when given.
+    Insert { batch: usize, partitions: Option<usize> },
+    /// `queen.log_push_v1` called directly, framed here as the engine does;
+    /// into a random partition among `partitions` when given.
+    DirectPush { queue: String, batch: usize, partitions: Option<usize> },
     /// `POP FROM q [GROUP g] LIMIT n [WAIT w] [AUTO ACK]`, then `ACK` of
     /// every receipt unless auto ack.
     QwPop {
@@ -65,13 +79,6 @@ pub struct Worker {
     partition_cursor: usize,
 }
 
-fn values_list(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("(${i})"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn refs<T: ToSql + Sync>(v: &[T]) -> Vec<&(dyn ToSql + Sync)> {
     v.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
@@ -94,6 +101,7 @@ impl Worker {
                 queue,
                 batch,
                 partitions,
+                ..
             } => {
                 let part = if partitions.is_some() {
                     " PARTITION $1"
@@ -128,16 +136,27 @@ impl Worker {
                         .await?
                 });
             }
-            Op::Insert { batch } => {
+            Op::Insert { batch, .. } => {
+                let values = (0..*batch)
+                    .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 stmts.push(
                     client
                         .prepare(&format!(
-                            "INSERT INTO bench_insert (payload) VALUES {} RETURNING id",
-                            values_list(*batch)
+                            "INSERT INTO bench_insert (part, payload) VALUES {values} RETURNING id"
                         ))
                         .await?,
                 );
             }
+            Op::QwProvision { queue, .. } => {
+                stmts.push(
+                    client
+                        .prepare(&format!("PUSH INTO {queue} PARTITION $1 VALUES ($2)"))
+                        .await?,
+                );
+            }
+            Op::QwPushText { .. } | Op::PgmqSendText { .. } | Op::InsertText { .. } => {}
             Op::DirectPush { .. } => {
                 stmts.push(client.prepare_typed(PUSH.sql, PUSH.params).await?);
             }
@@ -217,6 +236,16 @@ impl Worker {
         })
     }
 
+    /// A partition name, at random among `n` (xorshift on the cursor).
+    fn random_partition(&mut self, n: usize) -> String {
+        let mut x = (self.partition_cursor as u64) | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.partition_cursor = x as usize;
+        partition_name((x % n.max(1) as u64) as usize)
+    }
+
     /// The positions of the next `n` payloads in the pool.
     fn advance(&mut self, n: usize) -> usize {
         let start = self.cursor;
@@ -231,11 +260,18 @@ impl Worker {
         let op = self.op.clone();
         match op {
             Op::QwPush {
-                batch, partitions, ..
+                batch,
+                partitions,
+                random,
+                ..
             } => {
                 let part = partitions.map(|p| {
-                    self.partition_cursor = (self.partition_cursor + 1) % p;
-                    partition_name(self.partition_cursor)
+                    if random {
+                        self.random_partition(p)
+                    } else {
+                        self.partition_cursor = (self.partition_cursor + 1) % p;
+                        partition_name(self.partition_cursor)
+                    }
                 });
                 let stmt = self.stmts[0].clone();
                 let pool = self.payloads.clone();
@@ -265,17 +301,71 @@ impl Worker {
                 };
                 check_count("pgmq send", n, batch)
             }
-            Op::Insert { batch } => {
+            Op::Insert { batch, partitions } => {
                 let stmt = self.stmts[0].clone();
                 let pool = self.payloads.clone();
                 let start = self.advance(batch);
+                let part: Option<String> = partitions.map(|p| self.random_partition(p));
                 let payloads: Vec<Json> = (0..batch)
                     .map(|i| Json(pool.get(start.wrapping_add(i))))
                     .collect();
-                let n = self.client.execute(&stmt, &refs(&payloads)).await?;
+                let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(2 * batch);
+                for p in &payloads {
+                    params.push(&part);
+                    params.push(p);
+                }
+                let n = self.client.execute(&stmt, &params).await?;
                 check_count("INSERT", n, batch)
             }
-            Op::DirectPush { queue, batch } => {
+            Op::QwProvision { first, step, .. } => {
+                let stmt = self.stmts[0].clone();
+                let part = partition_name(first + step * self.partition_cursor);
+                self.partition_cursor += 1;
+                let pool = self.payloads.clone();
+                let start = self.advance(1);
+                let body = Json(pool.get(start));
+                let n = self.client.execute(&stmt, &[&part, &body]).await?;
+                check_count("PUSH", n, 1)
+            }
+            Op::QwPushText { queue, batch } => {
+                let sql = format!("PUSH INTO {queue} VALUES {}", self.text_values(batch, ""));
+                let n = simple_count(&self.client, &sql).await?;
+                check_count("PUSH", n, batch)
+            }
+            Op::PgmqSendText { queue, batch } => {
+                let sql = if batch == 1 {
+                    format!(
+                        "SELECT * FROM pgmq.send('{queue}', {})",
+                        self.text_values(1, "::jsonb")
+                    )
+                } else {
+                    let list: Vec<String> = (0..batch)
+                        .map(|_| self.text_values(1, "::jsonb"))
+                        .collect();
+                    format!(
+                        "SELECT * FROM pgmq.send_batch('{queue}', ARRAY[{}])",
+                        list.join(", ")
+                    )
+                };
+                let n = simple_count(&self.client, &sql).await?;
+                check_count("pgmq send", n, batch)
+            }
+            Op::InsertText { batch } => {
+                let values: Vec<String> = (0..batch)
+                    .map(|_| format!("(NULL, {})", self.text_values(1, "")))
+                    .collect();
+                let sql = format!(
+                    "INSERT INTO bench_insert (part, payload) VALUES {} RETURNING id",
+                    values.join(", ")
+                );
+                let n = simple_count(&self.client, &sql).await?;
+                check_count("INSERT", n, batch)
+            }
+            Op::DirectPush {
+                queue,
+                batch,
+                partitions,
+            } => {
                 let stmt = self.stmts[0].clone();
                 let now = now_micros();
                 let start = self.advance(batch);
@@ -289,7 +379,8 @@ impl Worker {
                     })
                     .collect();
                 let blob = frame::encode(&frames)?;
-                let names = vec!["Default"];
+                let part = partitions.map_or_else(|| "Default".to_string(), |p| self.random_partition(p));
+                let names = vec![part.as_str()];
                 let counts = vec![batch as i32];
                 let blobs = vec![blob];
                 let hashes: Vec<Option<i64>> = vec![None; batch];
@@ -388,6 +479,20 @@ impl Worker {
         }
     }
 
+    /// `('payload')cast, ('payload')cast, …` for `n` payloads of the pool
+    /// (with `n` = 1: `'payload'cast`, no parentheses), quoted for SQL text.
+    fn text_values(&mut self, n: usize, cast: &str) -> String {
+        let start = self.advance(n);
+        let one = |p: &str| format!("'{}'{cast}", p.replace('\'', "''"));
+        if n == 1 && !cast.is_empty() {
+            return one(self.payloads.get(start));
+        }
+        (0..n)
+            .map(|i| format!("({})", one(self.payloads.get(start.wrapping_add(i)))))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     async fn ack_statement(&mut self, n: usize) -> Result<Statement, BoxError> {
         if let Some(s) = self.acks.get(&n) {
             return Ok(s.clone());
@@ -400,6 +505,22 @@ impl Worker {
         self.acks.insert(n, stmt.clone());
         Ok(stmt)
     }
+}
+
+/// Runs one statement as text over the simple protocol; its rows (or its
+/// command tag's count when it returns none).
+async fn simple_count(client: &Client, sql: &str) -> Result<u64, BoxError> {
+    use tokio_postgres::SimpleQueryMessage;
+    let mut rows = 0;
+    let mut tagged = None;
+    for m in client.simple_query(sql).await? {
+        match m {
+            SimpleQueryMessage::Row(_) => rows += 1,
+            SimpleQueryMessage::CommandComplete(n) => tagged = Some(n),
+            _ => {}
+        }
+    }
+    Ok(if rows > 0 { rows } else { tagged.unwrap_or(0) })
 }
 
 fn check_count(what: &str, got: u64, want: usize) -> Result<u64, BoxError> {

@@ -29,7 +29,10 @@ pub async fn start_cluster() -> Result<Cluster, BoxError> {
     fs::create_dir_all(&dir)?;
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))?;
     let d = dir.clone();
-    let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start(&d)).await??;
+    // Also on 127.0.0.1, for the direct-over-TCP comparison.
+    let tcp_port = free_port()?;
+    let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start_listening(&d, Some(tcp_port)))
+        .await??;
     let client = connect(&pg.client_config()).await?;
     let version: String = client
         .query_one("SELECT current_setting('server_version')", &[])
@@ -57,12 +60,28 @@ impl Cluster {
         )
     }
 
+    /// The cluster over TCP on 127.0.0.1 (same user and database).
+    pub fn tcp_config(&self) -> Config {
+        let mut cfg = Config::new();
+        cfg.host("127.0.0.1")
+            .port(self.pg.port())
+            .user(self.pg.user())
+            .dbname(self.pg.database());
+        cfg
+    }
+
     pub fn stop(mut self, keep: bool) {
         let _ = self.pg.stop();
         if !keep {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> Result<u16, BoxError> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
 }
 
 pub async fn connect(cfg: &Config) -> Result<Client, tokio_postgres::Error> {
@@ -285,12 +304,12 @@ pub async fn install_pgmq(cluster: &Cluster) -> Result<String, BoxError> {
 }
 
 /// The table of the plain-INSERT baseline: what a hand-rolled queue table
-/// looks like at its simplest (an id and a jsonb payload).
+/// looks like at its simplest (an id, a partition key and a jsonb payload).
 pub async fn create_insert_table(client: &Client) -> Result<(), tokio_postgres::Error> {
     client
         .batch_execute(
             "DROP TABLE IF EXISTS bench_insert; \
-             CREATE TABLE bench_insert (id BIGSERIAL PRIMARY KEY, payload JSONB NOT NULL)",
+             CREATE TABLE bench_insert (id BIGSERIAL PRIMARY KEY, part TEXT, payload JSONB NOT NULL)",
         )
         .await
 }

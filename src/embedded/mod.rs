@@ -100,12 +100,24 @@ pub struct EmbeddedPostgres {
     data_dir: PathBuf,
     socket_dir: PathBuf,
     log_path: PathBuf,
+    port: u16,
 }
 
 impl EmbeddedPostgres {
     /// Blocking. initdb on first start, recover a leftover, start, wait until
     /// it accepts connections.
     pub fn start(data_dir: &Path) -> Result<EmbeddedPostgres, EmbeddedError> {
+        EmbeddedPostgres::start_listening(data_dir, None)
+    }
+
+    /// [`start`](Self::start), and with `Some(port)` also listening on
+    /// 127.0.0.1:`port` (trust authentication, as on the socket: for the
+    /// benchmark's direct-over-TCP comparison, never for serving).
+    pub fn start_listening(
+        data_dir: &Path,
+        tcp_port: Option<u16>,
+    ) -> Result<EmbeddedPostgres, EmbeddedError> {
+        let port = tcp_port.unwrap_or(PORT);
         let run_as = unprivileged_user_if_root()?;
 
         fs::create_dir_all(data_dir).map_err(io_error("create the data directory", data_dir))?;
@@ -121,7 +133,7 @@ impl EmbeddedPostgres {
             Some(major) => find_binaries_for_cluster(major, &pgdata)?,
             None => find_newest_binaries()?,
         };
-        check_socket_path_length(&socket_dir)?;
+        check_socket_path_length(&socket_dir, port)?;
         if let Some(user) = &run_as {
             check_traversable(&data_dir, user)?;
         }
@@ -159,9 +171,13 @@ impl EmbeddedPostgres {
             .arg("-D")
             .arg(&pgdata)
             .arg("-p")
-            .arg(PORT.to_string())
+            .arg(port.to_string())
             .arg("-c")
-            .arg("listen_addresses=")
+            .arg(if tcp_port.is_some() {
+                "listen_addresses=127.0.0.1"
+            } else {
+                "listen_addresses="
+            })
             .arg("-c")
             .arg(socket_directories_setting(&socket_dir))
             .arg("-c")
@@ -180,6 +196,7 @@ impl EmbeddedPostgres {
             data_dir,
             socket_dir,
             log_path,
+            port,
         };
         embedded.wait_until_ready()?;
         tracing::info!(
@@ -196,9 +213,9 @@ impl EmbeddedPostgres {
         &self.socket_dir
     }
 
-    /// Only names the socket file: the cluster listens on no TCP port.
+    /// Names the socket file; also the TCP port when started listening.
     pub fn port(&self) -> u16 {
-        PORT
+        self.port
     }
 
     /// The superuser initdb created.
@@ -225,7 +242,7 @@ impl EmbeddedPostgres {
         let mut config = tokio_postgres::Config::new();
         config
             .host_path(&self.socket_dir)
-            .port(PORT)
+            .port(self.port)
             .user(USER)
             .dbname(DATABASE);
         config
@@ -295,8 +312,8 @@ impl Drop for EmbeddedPostgres {
     }
 }
 
-fn check_socket_path_length(socket_dir: &Path) -> Result<(), EmbeddedError> {
-    let path = socket_dir.join(format!(".s.PGSQL.{PORT}"));
+fn check_socket_path_length(socket_dir: &Path, port: u16) -> Result<(), EmbeddedError> {
+    let path = socket_dir.join(format!(".s.PGSQL.{port}"));
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH_BYTES {
         return Err(EmbeddedError::SocketPathTooLong { path, len });

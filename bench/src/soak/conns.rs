@@ -14,7 +14,7 @@ use tokio_postgres::Config;
 // ---- part 2: idle connections ---------------------------------------------
 
 /// A TCP connection that has finished startup (up to ReadyForQuery).
-async fn raw_startup(addr: SocketAddr) -> Result<TcpStream, BoxError> {
+pub(crate) async fn raw_startup(addr: SocketAddr) -> Result<TcpStream, BoxError> {
     let mut stream = TcpStream::connect(addr).await?;
     let mut packet = BytesMut::new();
     postgres_protocol::message::frontend::startup_message(

@@ -22,7 +22,7 @@
 //! Every loop is bounded (the load by its minutes, the parts by counts and
 //! timeouts, the whole run by a watchdog); traffic stays on loopback.
 
-mod conns;
+pub(crate) mod conns;
 mod load;
 
 use crate::procfs;

@@ -1,0 +1,274 @@
+//! The workloads measured once per run rather than per concurrency level:
+//! POP latency against the number of partitions (and how fast PUSH
+//! provisions new partitions), pgbench's TPC-B through queenwire and
+//! directly, and queenwire's memory with 1,000 idle clients.
+
+use crate::ops::Op;
+use crate::runner::{percentile, run_slice, SliceSpec};
+use crate::setup::{self, BoxError};
+use crate::{duration, Bench};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Partition counts of the POP-latency workload.
+pub const POP_SCALE_PARTITIONS: &[usize] = &[10, 1_000, 10_000, 100_000];
+/// Messages queued before the POP slices of one partition count.
+const POP_SCALE_MESSAGES: u64 = 20_000;
+/// Clients that provision partitions.
+const PROVISIONERS: usize = 8;
+/// pgbench's scale factor for TPC-B (1,000,000 accounts).
+const TPCB_SCALE: u32 = 10;
+/// Idle client connections held open for the memory figure.
+pub const IDLE_CLIENTS: usize = 1_000;
+
+#[derive(Default)]
+pub struct Extras {
+    /// (partitions, median POP latency µs, p99 µs).
+    pub pop_latency: Vec<(usize, f64, f64)>,
+    /// (partitions provisioned, partitions per second).
+    pub provisioning: Vec<(usize, f64)>,
+    /// (system, transactions per second) per round.
+    pub tpcb: Vec<(&'static str, f64)>,
+    /// queenwire's RSS with the idle clients open, and before (MB).
+    pub idle_rss_mb: Option<(f64, f64)>,
+    pub notes: Vec<String>,
+}
+
+impl Bench {
+    /// One single-client `POP … LIMIT 1 AUTO ACK` latency per partition
+    /// count; partitions are made by pushing one message into each (eight
+    /// clients), which is also the provisioning rate.
+    pub async fn pop_scale(&mut self) -> Result<(), BoxError> {
+        for &n in POP_SCALE_PARTITIONS {
+            let queue = self.next_name("popscale");
+            self.qw_admin
+                .simple_query(&format!("CREATE QUEUE {queue}"))
+                .await?;
+            eprintln!("bench: pop_scale: provisioning {n} partitions");
+            let ops = (0..PROVISIONERS)
+                .map(|w| Op::QwProvision {
+                    queue: queue.clone(),
+                    first: w,
+                    step: PROVISIONERS,
+                })
+                .collect();
+            let slice = run_slice(
+                SliceSpec {
+                    cfg: &self.proxy_cfg,
+                    ops,
+                    duration: Duration::from_secs(600),
+                    budget: Some(n as u64),
+                    warmup: false,
+                    label: String::new(),
+                },
+                &self.payloads,
+                self.probes,
+            )
+            .await;
+            if let Some(e) = slice.error {
+                return Err(format!("provisioning {n} partitions: {e}").into());
+            }
+            self.extras.provisioning.push((n, slice.rate()));
+            eprintln!(
+                "bench: pop_scale: {n} partitions at {:.0} partitions/s",
+                slice.rate()
+            );
+            let mut queued = slice.msgs;
+            if queued < POP_SCALE_MESSAGES {
+                let top_up = run_slice(
+                    SliceSpec {
+                        cfg: &self.proxy_cfg,
+                        ops: vec![
+                            Op::QwPush {
+                                queue: queue.clone(),
+                                batch: 100,
+                                partitions: Some(n),
+                                random: false,
+                            };
+                            4
+                        ],
+                        duration: Duration::from_secs(120),
+                        budget: Some(POP_SCALE_MESSAGES - queued),
+                        warmup: false,
+                        label: String::new(),
+                    },
+                    &self.payloads,
+                    self.probes,
+                )
+                .await;
+                if let Some(e) = top_up.error {
+                    return Err(format!("filling the {n}-partition queue: {e}").into());
+                }
+                queued += top_up.msgs;
+            }
+            let system = format!("queenwire {n}p");
+            for round in 0..self.args.rounds {
+                let slice = run_slice(
+                    SliceSpec {
+                        cfg: &self.proxy_cfg,
+                        ops: vec![Op::QwPop {
+                            queue: queue.clone(),
+                            limit: 1,
+                            auto_ack: true,
+                            group: None,
+                            wait: None,
+                        }],
+                        duration: duration(self.args.secs),
+                        budget: Some(queued.saturating_sub(1)),
+                        warmup: false,
+                        label: format!("pop_scale {system}"),
+                    },
+                    &self.payloads,
+                    self.probes,
+                )
+                .await;
+                queued = queued.saturating_sub(slice.msgs);
+                self.record("pop_scale", &system, 1, round, slice);
+            }
+            let mut lat: Vec<u32> = self
+                .cells
+                .iter()
+                .filter(|c| c.workload == "pop_scale" && c.system == system)
+                .flat_map(|c| c.slices.iter())
+                .filter(|s| s.error.is_none())
+                .flat_map(|s| s.lat_us.iter().copied())
+                .collect();
+            lat.sort_unstable();
+            if let (Some(p50), Some(p99)) = (percentile(&lat, 0.5), percentile(&lat, 0.99)) {
+                self.extras.pop_latency.push((n, p50, p99));
+            }
+            // Dropping 100,000 partitions is slow and not what is measured:
+            // the queue stays (the data directory goes at the end).
+        }
+        Ok(())
+    }
+
+    /// pgbench's built-in TPC-B script, 8 clients, scale 10, alternating
+    /// direct (Unix socket) and through queenwire, simple protocol.
+    pub async fn tpcb(&mut self, socket_dir: &Path, pg_port: u16, user: &str, db: &str) -> Result<(), BoxError> {
+        let Some(pgbench) = find_pgbench() else {
+            self.extras
+                .notes
+                .push("tpcb: no pgbench binary found".into());
+            return Ok(());
+        };
+        eprintln!("bench: tpcb: pgbench -i -s {TPCB_SCALE}");
+        let socket = socket_dir.display().to_string();
+        let out = Command::new(&pgbench)
+            .args(["-i", "-q", "-s", &TPCB_SCALE.to_string(), "-h", &socket])
+            .args(["-p", &pg_port.to_string(), "-U", user, db])
+            .output()?;
+        if !out.status.success() {
+            return Err(format!(
+                "pgbench -i failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        let secs = (self.args.secs * 3.0).round().max(2.0) as u32;
+        let proxy_port = self.proxy_cfg.get_ports().first().copied().unwrap_or(5432);
+        for round in 0..self.args.rounds {
+            for system in ["direct", "queenwire"] {
+                let (host, port, login) = match system {
+                    "direct" => (socket.clone(), pg_port, user.to_string()),
+                    _ => ("127.0.0.1".to_string(), proxy_port, "bench".to_string()),
+                };
+                let out = Command::new(&pgbench)
+                    .args(["-n", "-c", "8", "-j", "2", "-T", &secs.to_string()])
+                    .args(["-h", &host, "-p", &port.to_string(), "-U", &login, db])
+                    .output()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                match parse_tps(&text) {
+                    Some(tps) if out.status.success() => {
+                        eprintln!("bench: tpcb round {} {system:<10} {tps:.0} tps", round + 1);
+                        self.extras.tpcb.push((system, tps));
+                    }
+                    _ => {
+                        let why = format!(
+                            "tpcb {system} round {}: {}{}",
+                            round + 1,
+                            text.lines().last().unwrap_or(""),
+                            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+                        );
+                        eprintln!("bench: {why}");
+                        self.extras.notes.push(why);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// queenwire's RSS with [`IDLE_CLIENTS`] clients connected (startup
+    /// done) and silent.
+    pub async fn idle_clients(&mut self, proxy_pid: u32) -> Result<(), BoxError> {
+        let addr = self
+            .proxy_cfg
+            .get_ports()
+            .first()
+            .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], *p)))
+            .ok_or("no proxy port")?;
+        crate::procfs::raise_nofile();
+        let rss = || crate::procfs::status_kb(proxy_pid, "VmRSS").map(|kb| kb as f64 / 1024.0);
+        let before = rss().unwrap_or(0.0);
+        eprintln!("bench: idle1000: opening {IDLE_CLIENTS} idle connections");
+        let mut open = Vec::with_capacity(IDLE_CLIENTS);
+        while open.len() < IDLE_CLIENTS {
+            let mut batch = tokio::task::JoinSet::new();
+            for _ in 0..100.min(IDLE_CLIENTS - open.len()) {
+                batch.spawn(tokio::time::timeout(
+                    Duration::from_secs(30),
+                    crate::soak::conns::raw_startup(addr),
+                ));
+            }
+            while let Some(r) = batch.join_next().await {
+                match r {
+                    Ok(Ok(Ok(s))) => open.push(s),
+                    Ok(Ok(Err(e))) => return Err(format!("idle client: {}", setup::describe(&*e)).into()),
+                    _ => return Err("an idle client's startup failed or took more than 30 s".into()),
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let with = rss().ok_or("no VmRSS for queenwire")?;
+        drop(open);
+        self.extras.idle_rss_mb = Some((with, before));
+        eprintln!("bench: idle1000: RSS {before:.1} MB before, {with:.1} MB with them open");
+        Ok(())
+    }
+}
+
+fn find_pgbench() -> Option<std::path::PathBuf> {
+    if let Ok(out) = Command::new("pgbench").arg("--version").output() {
+        if out.status.success() {
+            return Some("pgbench".into());
+        }
+    }
+    let mut found: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin/pgbench"))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// `tps = 1234.5 (without initial connection time)`.
+fn parse_tps(out: &str) -> Option<f64> {
+    out.lines()
+        .find(|l| l.starts_with("tps = ") && l.contains("without initial connection"))
+        .and_then(|l| l["tps = ".len()..].split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reads_pgbench_tps() {
+        let out = "latency average = 1.2 ms\ninitial connection time = 3.1 ms\ntps = 6543.210987 (without initial connection time)\n";
+        assert_eq!(super::parse_tps(out), Some(6543.210987));
+        assert_eq!(super::parse_tps("tps = x"), None);
+    }
+}

@@ -111,3 +111,84 @@ fn schema_files_apply_in_lexical_order() {
     sorted.sort();
     assert_eq!(names, sorted);
 }
+
+/// The write step of log_push_v1 is one set-based statement: segments of a
+/// partition named twice in one call take offsets in input order, each
+/// partition counts on from its own last offset, and a segment's
+/// transaction hashes are kept only when it has any.
+#[tokio::test]
+async fn one_push_call_places_repeated_partitions_in_input_order() {
+    let proxy = Proxy::start("push_set_based").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute(
+            "SELECT count(*) FROM queen.log_push_v1('setq', ARRAY['b'], ARRAY[1], \
+             ARRAY['\\x00'::bytea], NULL, ARRAY[gen_random_uuid()], ARRAY[now()], ARRAY[now()])",
+        )
+        .await
+        .unwrap();
+    let rows = direct
+        .query(
+            "SELECT msg_index, status, partition_name, \"offset\" FROM queen.log_push_v1( \
+             'setq', ARRAY['a', 'b', 'a'], ARRAY[2, 1, 3], \
+             ARRAY['\\x01', '\\x02', '\\x03']::bytea[], \
+             ARRAY[NULL, NULL, 7, NULL, NULL, NULL]::bigint[], \
+             ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 6)), \
+             ARRAY[now(), now(), now()], ARRAY[now(), now(), now()])",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(i32, String, String, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let want: Vec<(i32, String, String, i64)> = [
+        (0, "a", 0),
+        (1, "a", 1),
+        (2, "b", 1),
+        (3, "a", 2),
+        (4, "a", 3),
+        (5, "a", 4),
+    ]
+    .iter()
+    .map(|(i, p, o)| (*i, "queued".to_string(), p.to_string(), *o))
+    .collect();
+    assert_eq!(got, want);
+    let segments: Vec<(String, i64, i32, bool)> = direct
+        .query(
+            "SELECT p.name, s.base_offset, s.message_count, t.txn_hashes IS NOT NULL \
+             FROM queen.log_segments s \
+             JOIN queen.log_partitions p ON p.id = s.partition_id \
+             JOIN queen.queues q ON q.id = p.queue_id \
+             JOIN queen.log_txns t ON t.partition_id = s.partition_id AND t.base_offset = s.base_offset \
+             WHERE q.name = 'setq' ORDER BY p.name, s.base_offset",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        segments,
+        vec![
+            ("a".to_string(), 0, 2, false),
+            ("a".to_string(), 2, 3, false),
+            ("b".to_string(), 0, 1, false),
+            ("b".to_string(), 1, 1, true),
+        ]
+    );
+    let last: Vec<(String, i64)> = direct
+        .query(
+            "SELECT p.name, p.last_offset FROM queen.log_partitions p \
+             JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'setq' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(last, vec![("a".to_string(), 4), ("b".to_string(), 1)]);
+}

@@ -7,7 +7,8 @@
 -- engine; log_txns is the per-segment sidecar of transaction-id hashes and
 -- message ids; log_consumers holds, per (partition, group), a cursor (last
 -- acknowledged offset) plus at most one lease over a contiguous batch.
--- Offsets are contiguous: they are assigned only by queen.log_push_one_v1
+-- Offsets are contiguous: they are assigned only by the write step of
+-- queen.log_push_v1 and by queen.log_push_one_v1
 -- under the partition row lock, and an aborted push rolls its offsets back.
 --
 -- Storage parameters are applied by the DO block at the end, only when the

@@ -204,7 +204,7 @@ $$;
 --   2. log_partitions: provisioning inserts, name ascending (COLLATE "C"),
 --      then every named partition FOR NO KEY UPDATE in id ascending order
 --      (a partition inserted in step 2 is re-locked, not acquired);
---   3. leaves: log_segments, log_txns inserts (log_push_one_v1).
+--   3. leaves: log_segments, log_txns inserts (step 4, one statement).
 -- The order holds per call. A client transaction block can still invert it
 -- across statements, as on plain PostgreSQL: two blocks pushing into the
 -- same partitions in opposite orders, or a block whose first PUSH ran while
@@ -243,10 +243,9 @@ DECLARE
     v_dup_idx   INTEGER[] := '{}';
     v_dup_off   BIGINT[] := '{}';
     v_dup_id    UUID[] := '{}';
-    v_first     INTEGER := 0;
-    v_base      BIGINT;
-    v_pid       BIGINT;
     v_attempt   INTEGER;
+    v_now       TIMESTAMPTZ;
+    v_any_hash  BOOLEAN := COALESCE(cardinality(array_remove(p_txn_hashes, NULL)) > 0, false);
 BEGIN
     PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NULL OR v_segments = 0 THEN
@@ -258,14 +257,16 @@ BEGIN
        OR cardinality(p_min_created_at) IS DISTINCT FROM v_segments
        OR cardinality(p_max_created_at) IS DISTINCT FROM v_segments
        OR array_position(p_partitions, NULL) IS NOT NULL
-       OR EXISTS (SELECT 1 FROM unnest(p_counts) c WHERE c IS NULL OR c < 1) THEN
-        RAISE EXCEPTION 'log_push_v1: partitions, counts, blobs and created_at bounds must be parallel arrays of % non-null entries, counts >= 1',
+       OR EXISTS (SELECT 1 FROM unnest(p_counts, p_blobs, p_min_created_at, p_max_created_at) x(c, b, lo, hi)
+                  WHERE c IS NULL OR c < 1 OR b IS NULL OR lo IS NULL OR hi IS NULL OR lo > hi) THEN
+        RAISE EXCEPTION 'log_push_v1: partitions, counts, blobs and created_at bounds must be parallel arrays of % non-null entries, counts >= 1, min_created_at <= max_created_at',
             v_segments
             USING ERRCODE = '22023';
     END IF;
     SELECT sum(c) INTO v_total FROM unnest(p_counts) c;
     IF cardinality(p_message_ids) IS DISTINCT FROM v_total::INTEGER
-       OR (p_txn_hashes IS NOT NULL AND cardinality(p_txn_hashes) <> v_total) THEN
+       OR (p_txn_hashes IS NOT NULL AND cardinality(p_txn_hashes) <> v_total)
+       OR array_position(p_message_ids, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'log_push_v1: % messages need % message ids and % transaction hashes (or NULL)',
             v_total, v_total, v_total
             USING ERRCODE = '22023';
@@ -306,16 +307,15 @@ BEGIN
     ORDER BY n COLLATE "C"
     ON CONFLICT (queue_id, name) DO NOTHING;
 
-    FOR v_row IN
-        SELECT p.id, p.name
-        FROM queen.log_partitions p
-        WHERE p.queue_id = v_queue.id AND p.name = ANY (v_names)
-        ORDER BY p.id
-        FOR NO KEY UPDATE
-    LOOP
-        v_pids := v_pids || v_row.id;
-        v_pnames := v_pnames || v_row.name;
-    END LOOP;
+    -- Locked in id order: the row locks are taken above the sort.
+    SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),
+           COALESCE(array_agg(l.name ORDER BY l.id), '{}')
+    INTO v_pids, v_pnames
+    FROM (SELECT p.id, p.name
+          FROM queen.log_partitions p
+          WHERE p.queue_id = v_queue.id AND p.name = ANY (v_names)
+          ORDER BY p.id
+          FOR NO KEY UPDATE) l;
     IF cardinality(v_pids) <> cardinality(v_names) THEN
         RAISE EXCEPTION 'a partition of queue "%" was removed while being pushed to; retry', p_queue
             USING ERRCODE = '40001';
@@ -394,24 +394,59 @@ BEGIN
         RETURN;
     END IF;
 
-    -- 4. Write, segment by segment in input order.
-    FOR v_row IN
-        SELECT s.pname, s.cnt, s.blob, s.min_at, s.max_at, s.ord
+    -- 4. Write every segment at once, set-based: one UPDATE of the
+    -- partitions (each advanced by all its segments), one INSERT into
+    -- log_segments, one into log_txns. Within a partition, segments take
+    -- offsets in input order (the running sum of the counts before them).
+    -- Measured 2026-12-01 against the segment-by-segment loop calling
+    -- log_push_one_v1 (pgbench -M prepared, one client, synchronous_commit
+    -- off, 3 alternating 4 s runs on a loaded 2-core machine): a 10-segment
+    -- call of 100 messages 0.85-1.13 ms vs 1.13-1.74 ms; a 1-segment call
+    -- 0.34-0.42 ms vs 0.31-0.48 ms (no difference within the noise).
+    v_now := clock_timestamp();
+    RETURN QUERY
+    WITH seg AS (
+        SELECT s.pname, s.cnt, s.blob, s.min_at, s.max_at,
+               (sum(s.cnt) OVER (ORDER BY s.ord) - s.cnt)::INTEGER AS first_idx,
+               sum(s.cnt) OVER (PARTITION BY s.pname ORDER BY s.ord) - s.cnt AS earlier
         FROM unnest(p_partitions, p_counts, p_blobs, p_min_created_at, p_max_created_at)
              WITH ORDINALITY AS s(pname, cnt, blob, min_at, max_at, ord)
-        ORDER BY s.ord
-    LOOP
-        v_pid := v_pids[array_position(v_pnames, v_row.pname)];
-        v_base := queen.log_push_one_v1(
-            v_pid, v_row.cnt, v_row.blob,
-            p_txn_hashes[v_first + 1 : v_first + v_row.cnt],
-            p_message_ids[v_first + 1 : v_first + v_row.cnt],
-            v_row.min_at, v_row.max_at, 0, p_tenant);
-        RETURN QUERY
-        SELECT (v_first + g)::INTEGER, 'queued'::TEXT, v_row.pname::TEXT,
-               v_base + g, p_message_ids[v_first + g + 1]
-        FROM generate_series(0, v_row.cnt - 1) AS g;
-        v_first := v_first + v_row.cnt;
-    END LOOP;
+    ), tot AS (
+        SELECT pp.pid, pp.pname, sum(seg.cnt) AS total
+        FROM unnest(v_pids, v_pnames) AS pp(pid, pname)
+        JOIN seg ON seg.pname = pp.pname
+        GROUP BY pp.pid, pp.pname
+    ), upd AS (
+        UPDATE queen.log_partitions p
+        SET last_offset = p.last_offset + tot.total,
+            last_write_at = v_now
+        FROM tot
+        WHERE p.id = tot.pid
+        RETURNING p.id AS pid, tot.pname, p.last_offset - tot.total AS prior_last
+    ), placed AS (
+        SELECT seg.pname, seg.cnt, seg.blob, seg.min_at, seg.max_at, seg.first_idx,
+               upd.pid, upd.prior_last + seg.earlier + 1 AS base
+        FROM seg
+        JOIN upd ON upd.pname = seg.pname
+    ), segs AS (
+        INSERT INTO queen.log_segments
+            (partition_id, base_offset, min_created_at, max_created_at, message_count, byte_size, blob)
+        SELECT pl.pid, pl.base, pl.min_at, pl.max_at, pl.cnt, octet_length(pl.blob), pl.blob
+        FROM placed pl
+    ), txns AS (
+        INSERT INTO queen.log_txns (partition_id, base_offset, created_at, txn_hashes, message_ids)
+        SELECT pl.pid, pl.base, v_now,
+               CASE WHEN v_any_hash
+                         AND cardinality(array_remove(
+                                 p_txn_hashes[pl.first_idx + 1 : pl.first_idx + pl.cnt], NULL)) > 0
+                    THEN p_txn_hashes[pl.first_idx + 1 : pl.first_idx + pl.cnt] END,
+               p_message_ids[pl.first_idx + 1 : pl.first_idx + pl.cnt]
+        FROM placed pl
+    )
+    SELECT (pl.first_idx + g)::INTEGER, 'queued'::TEXT, pl.pname::TEXT,
+           pl.base + g, p_message_ids[pl.first_idx + g + 1]
+    FROM placed pl
+    CROSS JOIN generate_series(0, pl.cnt - 1) AS g
+    ORDER BY 1;
 END
 $$;

@@ -32,6 +32,8 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("011_log_stats.sql"),
     procedure!("012_configure.sql"),
     procedure!("013_analytics.sql"),
+    procedure!("019_worker_metrics.sql"),
+    procedure!("020_log_partition_counters.sql"),
     procedure!("024_kv.sql"),
     procedure!("025_timers.sql"),
     procedure!("026_kv_sweep.sql"),

@@ -478,6 +478,48 @@ async fn background_work_never_runs_on_a_client_s_connection() {
             .await
             .unwrap_or_else(|e| panic!("PREPARE {name}: {e:?}"));
     }
+
+    // Inside a transaction block the dialect runs on the client's own
+    // connection: still nothing of queenwire's is left under a name there,
+    // and a client statement prepared before (named, and the unnamed one)
+    // still runs after.
+    use queenwire::rewrite::calls::queues::{ACK, POP, PUSH};
+    let own = client.prepare("SELECT $1::int4 + 1").await.unwrap();
+    client
+        .batch_execute(&format!(
+            "BEGIN; PREPARE {0} AS SELECT 41; PUSH INTO own_q VALUES ('{{\"n\":3}}')",
+            PUSH.name
+        ))
+        .await
+        .unwrap();
+    let popped = client
+        .query("POP FROM own_q LIMIT 1", &[])
+        .await
+        .unwrap();
+    let receipt: String = popped[0].get("receipt");
+    client
+        .query(&format!("ACK '{receipt}'"), &[])
+        .await
+        .unwrap();
+    let rows = client
+        .query("SELECT name FROM pg_prepared_statements", &[])
+        .await
+        .unwrap();
+    let left: Vec<String> = rows
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|n| [PUSH.name, POP.name, ACK.name].contains(&n.as_str()))
+        .collect();
+    assert_eq!(left, vec![PUSH.name.to_string()], "only the client's own");
+    let got: i32 = client.query_one(&own, &[&1i32]).await.unwrap().get(0);
+    assert_eq!(got, 2);
+    let mine: i32 = client
+        .query_one(&format!("EXECUTE {}", PUSH.name), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(mine, 41);
+    client.batch_execute("COMMIT").await.unwrap();
 }
 
 async fn pid(c: &tokio_postgres::Client) -> i32 {

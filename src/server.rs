@@ -375,11 +375,17 @@ impl Server {
             shutdown.signal(),
         ));
         let slots = shared.slots.clone();
+        let listen_hub = shared.listen.clone();
         let shared_target = target;
         let listener_task = tokio::spawn(frontend::serve(listener, shared));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
         let background_tasks = vec![
+            tokio::spawn(frontend::listen::run(
+                background.clone(),
+                listen_hub,
+                shutdown.signal(),
+            )),
             tokio::spawn(wake::run(
                 background.clone(),
                 waiters,

@@ -11,6 +11,7 @@
 pub mod client;
 pub mod encoding;
 pub mod errors;
+pub mod listen;
 pub mod params;
 pub mod scram;
 pub mod session;

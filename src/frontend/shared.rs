@@ -64,6 +64,8 @@ pub struct Shared {
     pub shutdown: ShutdownSignal,
     /// The connection cap; a session's task holds a slot while it lives.
     pub slots: SessionSlots,
+    /// Clients' LISTEN served from one shared connection.
+    pub listen: Arc<crate::frontend::listen::ListenHub>,
     next_session: AtomicU64,
 }
 
@@ -87,6 +89,7 @@ impl Shared {
             target,
             engine,
             registry: CancelRegistry::default(),
+            listen: Arc::default(),
             statement_names: StatementNames::default(),
             next_session: AtomicU64::new(1),
         }

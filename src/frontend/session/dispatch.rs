@@ -89,6 +89,9 @@ pub struct Session {
     pub(super) txn: Txn,
     /// The client's `client_encoding`, as the backend last reported it.
     pub(super) client_encoding: ClientEncoding,
+    /// Notifications of the channels it listens on through the shared
+    /// listening connection (`frontend::listen`), once it does.
+    pub(super) notifications: Option<crate::frontend::listen::Notifications>,
 }
 
 impl Session {
@@ -139,6 +142,7 @@ impl Session {
             portals: Portals::default(),
             txn: Txn::default(),
             client_encoding: ClientEncoding::Utf8,
+            notifications: None,
         }
     }
 
@@ -177,6 +181,9 @@ impl Session {
     /// connection clean or closes it.
     pub async fn run(mut self) -> End {
         let end = self.serve().await;
+        if self.notifications.is_some() {
+            self.shared.listen.leave(self.id);
+        }
         self.lease.finish(self.replies.owed(), &self.shared.target);
         end.err().unwrap_or(End::ClientGone)
     }

@@ -11,6 +11,8 @@ use crate::protocol::{self, FrameError, Message};
 enum Idle {
     Client(Result<Message, FrameError>),
     Backend(Result<Message, crate::backend::BackendError>),
+    /// From the shared listening connection (`None`: it let go).
+    Notified(Option<crate::frontend::listen::Notification>),
     TimedOut,
 }
 
@@ -30,8 +32,17 @@ impl Session {
         let max = self.shared.config.max_message_size;
         loop {
             let watch_backend = self.lease.pinned() && !self.replies.owed();
+            // Held while a transaction block is open, as PostgreSQL holds
+            // them until it ends.
+            let deliver = !self.replies.owed() && !self.lease.status().in_transaction();
             let event = {
                 let read = self.client.read(max);
+                let notified = async {
+                    match self.notifications.as_mut() {
+                        Some(rx) if deliver => rx.recv().await,
+                        _ => std::future::pending().await,
+                    }
+                };
                 let unsolicited = async {
                     match self.lease.conn_mut() {
                         Some(conn) if watch_backend => conn.recv().await,
@@ -47,6 +58,7 @@ impl Session {
                 tokio::select! {
                     next = read => Idle::Client(next),
                     msg = unsolicited => Idle::Backend(msg),
+                    n = notified => Idle::Notified(n),
                     _ = limit => Idle::TimedOut,
                 }
             };
@@ -64,6 +76,17 @@ impl Session {
                     self.client.flush().await?;
                 }
                 Idle::Backend(Err(e)) => return Err(self.backend_lost(e).await),
+                Idle::Notified(Some(n)) => {
+                    let mut rest = Vec::with_capacity(n.channel.len() + n.payload.len() + 2);
+                    rest.extend_from_slice(n.channel.as_bytes());
+                    rest.push(0);
+                    rest.extend_from_slice(n.payload.as_bytes());
+                    rest.push(0);
+                    self.client
+                        .send(&protocol::notification_response(n.pid, &rest));
+                    self.client.flush().await?;
+                }
+                Idle::Notified(None) => self.notifications = None,
             }
         }
     }

@@ -15,7 +15,14 @@ impl Session {
     /// the client if none can be had. Whether the session has one now.
     pub(super) async fn ensure_backend(&mut self, purpose: For) -> bool {
         match self.lease.acquire(purpose).await {
-            Ok(_) => true,
+            Ok(conn) => {
+                // A notification this connection sends is the session's.
+                if self.shared.listen.active() {
+                    let pid = conn.key.pid;
+                    self.shared.listen.note_holder(pid, self.id);
+                }
+                true
+            }
             Err(e) => {
                 self.local_error(backend_unavailable(&e));
                 false

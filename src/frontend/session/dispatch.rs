@@ -89,6 +89,8 @@ pub struct Session {
     pub(super) txn: Txn,
     /// The client's `client_encoding`, as the backend last reported it.
     pub(super) client_encoding: ClientEncoding,
+    /// The server's shutdown as this session watches it (`idle.rs`).
+    pub(super) stopping: super::idle::Stopping,
 }
 
 impl Session {
@@ -110,8 +112,8 @@ impl Session {
         let role_pool = match passthrough {
             _ if shared.config.users.is_none() => shared.client_pool.clone(),
             Passthrough::None => None,
-            Passthrough::ReadOnly => shared.role_pools.get(&(tenant, true)).cloned(),
-            Passthrough::Full => shared.role_pools.get(&(tenant, false)).cloned(),
+            Passthrough::ReadOnly => shared.role_pool(tenant, true),
+            Passthrough::Full => shared.role_pool(tenant, false),
         };
         // A user from the users file never runs plain SQL as the engine's
         // own role: without a tenant role, no plain SQL at all.
@@ -120,6 +122,7 @@ impl Session {
         } else {
             passthrough
         };
+        let stopping = super::idle::Stopping::new(&shared);
         Session {
             id,
             tenant,
@@ -139,6 +142,7 @@ impl Session {
             portals: Portals::default(),
             txn: Txn::default(),
             client_encoding: ClientEncoding::Utf8,
+            stopping,
         }
     }
 

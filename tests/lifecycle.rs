@@ -527,7 +527,7 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm_and_exits_0() {
 
     // SIGHUP with a broken users file: logged, and the old users stay.
     std::fs::write(&users, "not = [toml").unwrap();
-    signal(&child, libc::SIGHUP);
+    signal(child, libc::SIGHUP);
     until("the failed reload is logged", || async {
         logged().contains("users file not reloaded")
     })
@@ -535,7 +535,7 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm_and_exits_0() {
     login(cfg, "alice").await.unwrap();
     // SIGHUP with bob instead of alice.
     save(&users, vec![user("bob", 0xb, Passthrough::Full)]);
-    signal(&child, libc::SIGHUP);
+    signal(child, libc::SIGHUP);
     until("bob can log in", || async {
         login(cfg, "bob").await.is_ok()
     })
@@ -562,7 +562,7 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm_and_exits_0() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    signal(&child, libc::SIGTERM);
+    signal(child, libc::SIGTERM);
     until_refused(cfg).await;
     let (popped, _waiter) = tokio::time::timeout(HANG, pop).await.unwrap().unwrap();
     assert!(popped.is_empty());

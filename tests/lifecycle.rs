@@ -589,3 +589,34 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm_and_exits_0() {
         .get(0);
     assert_eq!(n, 2);
 }
+
+#[tokio::test]
+async fn a_second_signal_ends_the_wait_for_open_transactions() {
+    let proxy = Proxy::start_with("lifecycle_hurry", |c| {
+        c.shutdown_timeout = Duration::from_secs(600)
+    })
+    .await;
+    let cfg = proxy.client_config();
+    let (txn, txn_ended) = watched(&cfg).await;
+    txn.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let (again, hurry) = tokio::sync::oneshot::channel::<()>();
+    let stopping = tokio::spawn(async move {
+        proxy
+            .server
+            .drain(async move {
+                let _ = hurry.await;
+            })
+            .await
+    });
+    until_refused(&cfg).await;
+    // The transaction may go on for now…
+    txn.batch_execute("SELECT 2").await.unwrap();
+    // …until the second signal.
+    again.send(()).unwrap();
+    let report = tokio::time::timeout(HANG, stopping)
+        .await
+        .expect("the drain ends at the second signal")
+        .unwrap();
+    assert_eq!((report.terminated, report.abandoned), (1, 0), "{report:?}");
+    assert_eq!(ended_with(txn_ended).await.as_deref(), Some("57P01"));
+}

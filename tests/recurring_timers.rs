@@ -326,3 +326,30 @@ async fn bad_recurrences_are_refused_and_change_nothing() {
 fn serde_free_json() -> &'static str {
     "{\"n\":1}"
 }
+
+#[tokio::test]
+async fn a_timers_table_from_before_recurrence_gains_its_columns() {
+    let proxy = Proxy::start("recurring_upgrade").await;
+    let direct = proxy.connect_direct().await;
+    rows(
+        &proxy.connect().await,
+        "SCHEDULE INTO old KEY o AFTER 600 VALUES ('1')",
+    )
+    .await;
+    // The table as the previous release made it.
+    direct
+        .batch_execute(
+            "ALTER TABLE queen.log_timers DROP COLUMN every_ms, DROP COLUMN cron, \
+             DROP COLUMN cron_spec, DROP COLUMN time_zone, DROP COLUMN catch_up",
+        )
+        .await
+        .unwrap();
+    // The next start applies the schema again.
+    let again = Proxy::start_on(proxy.direct.clone(), |_| {}).await;
+    let client = again.connect().await;
+    rows(&client, "SCHEDULE INTO old KEY r EVERY '1h' VALUES ('2')").await;
+    let shown = rows(&client, "SHOW SCHEDULES ON old").await;
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert_eq!(shown[0]["recurrence"], None);
+    assert_eq!(shown[1]["recurrence"].as_deref(), Some("every 3600 s"));
+}

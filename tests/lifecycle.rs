@@ -620,3 +620,33 @@ async fn a_second_signal_ends_the_wait_for_open_transactions() {
     assert_eq!((report.terminated, report.abandoned), (1, 0), "{report:?}");
     assert_eq!(ended_with(txn_ended).await.as_deref(), Some("57P01"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_one_of_many_idle_sessions_is_told_57p01() {
+    const SESSIONS: usize = 200;
+    let proxy = Proxy::start("lifecycle_many").await;
+    let cfg = proxy.client_config();
+    let mut ended = Vec::with_capacity(SESSIONS);
+    let mut clients = Vec::with_capacity(SESSIONS);
+    for _ in 0..SESSIONS {
+        let (client, end) = watched(&cfg).await;
+        clients.push(client);
+        ended.push(end);
+    }
+    let started = Instant::now();
+    let report = tokio::time::timeout(HANG, drain(proxy))
+        .await
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        (report.drained, report.terminated),
+        (SESSIONS, 0),
+        "{report:?}"
+    );
+    for end in ended {
+        assert_eq!(ended_with(end).await.as_deref(), Some("57P01"));
+    }
+    // A figure for the docs, not a pass/fail bound.
+    eprintln!("{SESSIONS} idle sessions drained in {took:?}");
+}

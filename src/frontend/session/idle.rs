@@ -81,12 +81,20 @@ impl Session {
                         None => std::future::pending().await,
                     }
                 };
+                let waiting = async {
+                    tokio::select! {
+                        next = read => Idle::Client(next),
+                        msg = unsolicited => Idle::Backend(msg),
+                        _ = limit => Idle::TimedOut,
+                    }
+                };
+                // The shutdown first: a statement that is already waiting
+                // when the drain begins is not started at an idle point.
                 let stopping = self.stopping.next().begun();
                 tokio::select! {
-                    next = read => Idle::Client(next),
-                    msg = unsolicited => Idle::Backend(msg),
-                    _ = limit => Idle::TimedOut,
+                    biased;
                     () = stopping => Idle::Stopping,
+                    event = waiting => event,
                 }
             };
             match event {

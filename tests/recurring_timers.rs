@@ -353,3 +353,111 @@ async fn a_timers_table_from_before_recurrence_gains_its_columns() {
     assert_eq!(shown[0]["recurrence"], None);
     assert_eq!(shown[1]["recurrence"].as_deref(), Some("every 3600 s"));
 }
+
+/// A `queenwire` process on a test database, killed if the test fails.
+struct Process(std::process::Child, u16);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Process {
+    async fn start(direct: &tokio_postgres::Config) -> Process {
+        let host = match direct.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Unix(dir)) => dir.display().to_string(),
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            None => panic!("no host"),
+        };
+        let backend = format!(
+            "host={host} port={} user={} dbname={}",
+            direct.get_ports().first().copied().unwrap_or(5432),
+            direct.get_user().unwrap(),
+            direct.get_dbname().unwrap()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_queenwire"))
+            .args(["--backend", &backend, "--pool-size", "2"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env_remove("DATABASE_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut process = Process(child, port);
+        let deadline = Instant::now() + HANG;
+        while process.try_connect().await.is_none() {
+            assert!(process.0.try_wait().unwrap().is_none(), "queenwire exited");
+            assert!(Instant::now() < deadline, "queenwire never served");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        process
+    }
+
+    async fn try_connect(&self) -> Option<Client> {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host("127.0.0.1").port(self.1).user("t").dbname("t");
+        let (client, connection) = cfg.connect(tokio_postgres::NoTls).await.ok()?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Some(client)
+    }
+
+    /// SIGTERM, and the exit status.
+    async fn stop(mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + HANG;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "queenwire did not exit");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_queenwire_processes_fire_each_occurrence_once() {
+    let direct_cfg = common::cluster::fresh_database("recurring_processes");
+    let a = Process::start(&direct_cfg).await;
+    let b = Process::start(&direct_cfg).await;
+    let direct = common::proxy::connect(&direct_cfg).await;
+    let client = a.try_connect().await.unwrap();
+    let first = rows(
+        &client,
+        "SCHEDULE INTO beats KEY beat EVERY '1s' CATCH UP VALUES ('{}')",
+    )
+    .await[0]["fire_at"]
+        .clone()
+        .unwrap();
+    let deadline = Instant::now() + HANG;
+    loop {
+        let fired: i64 = direct
+            .query_one(
+                "SELECT round(extract(epoch FROM fire_at - $1::text::timestamptz))::int8 FROM queen.log_timers WHERE timer_key = 'beat'",
+                &[&first],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if fired >= 8 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {fired} occurrences fired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let occurrences = stop_and_count(&direct, "beat", &first, 1.0).await;
+    let pushed = drain_queue(&b.try_connect().await.unwrap(), "beats").await;
+    assert_eq!(pushed as i64, occurrences, "one message per occurrence");
+    drop(client);
+    assert!(a.stop().await.success());
+    assert!(b.stop().await.success());
+}

@@ -532,7 +532,7 @@ impl Server {
             self.shared.cancel_statements().await;
             report.abandoned = all_gone(TERMINATE_GRACE).await;
         }
-        report.terminated = left - report.abandoned;
+        report.terminated = left.saturating_sub(report.abandoned);
         report.drained = at_start.saturating_sub(left);
         self.shutdown.begin();
         for task in self.background_tasks.drain(..) {

@@ -228,20 +228,22 @@ impl CancelRegistry {
 }
 
 impl CancelRegistry {
-    /// A cancel for every session (see [`CancelRegistry::cancel`]).
+    /// A cancel for every session (see [`CancelRegistry::cancel`]), all
+    /// at once.
     pub async fn cancel_all(&self, target: &BackendTarget) {
         let handles: Vec<Arc<SessionHandle>> = match self.sessions.lock() {
             Ok(map) => map.values().cloned().collect(),
             Err(_) => return,
         };
-        for handle in handles {
+        let cancels = handles.into_iter().map(|handle| async move {
             handle.cancel.notify_waiters();
             if let Some(key) = handle.backend() {
                 if let Err(e) = target.cancel(key).await {
                     tracing::debug!("cancelling a statement at shutdown failed: {e}");
                 }
             }
-        }
+        });
+        futures::future::join_all(cancels).await;
     }
 }
 

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// queenwire: Queen's message queues and key/value store as SQL, over the
-/// PostgreSQL wire protocol. Serves until SIGINT or SIGTERM.
+/// PostgreSQL wire protocol. Serves until SIGINT or SIGTERM (then drains:
+/// see --shutdown-timeout); SIGHUP reloads the users file and certificate.
 #[derive(Parser, Debug)]
 #[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -132,6 +133,11 @@ struct ServeArgs {
     /// holds DLQ rows.
     #[arg(long, env = "QUEENWIRE_PARTITION_CLEANUP_AGE", default_value_t = 7 * 24 * 3600)]
     partition_cleanup_age: u64,
+    /// Seconds a SIGTERM / SIGINT drain waits for open transactions and
+    /// running statements before it closes their sessions (57P01) and rolls
+    /// them back; idle sessions close at once. A second signal skips the wait.
+    #[arg(long, env = "QUEENWIRE_SHUTDOWN_TIMEOUT", default_value_t = 30)]
+    shutdown_timeout: u64,
 }
 
 fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
@@ -196,6 +202,8 @@ fn main() -> ExitCode {
         backend,
         pool_size: cli.pool_size.max(1),
         users,
+        users_path: cli.users,
+        shutdown_timeout: std::time::Duration::from_secs(cli.shutdown_timeout),
         apply_schema: cli.apply_schema,
         max_message_size: cli.max_message_size,
         max_payload: cli.max_payload,
@@ -242,14 +250,25 @@ fn main() -> ExitCode {
             server.local_addr,
             server.backend_description
         );
-        let kv = server.kv_state();
-        wait_for_signal(move |paused| {
-            kv.set_paused(paused);
-            tracing::info!(paused, "KV surface switched");
-        })
-        .await;
-        tracing::info!("shutting down");
-        server.shutdown().await;
+        let Some(mut signals) = Signals::new() else {
+            let _ = tokio::signal::ctrl_c().await;
+            server.shutdown().await;
+            return ExitCode::SUCCESS;
+        };
+        loop {
+            match signals.next().await {
+                Signal::Stop => break,
+                Signal::Kv(paused) => {
+                    server.set_kv_paused(paused);
+                    tracing::info!(paused, "KV surface switched");
+                }
+                // Errors are logged by the reload; the old files stay.
+                Signal::Reload => drop(server.reload().await),
+            }
+        }
+        tracing::info!("shutting down (a second SIGTERM or SIGINT skips the wait)");
+        let hurry = async move { while !matches!(signals.next().await, Signal::Stop) {} };
+        server.drain(hurry).await;
         ExitCode::SUCCESS
     })
 }
@@ -349,25 +368,38 @@ impl Drop for EchoOff {
     }
 }
 
-/// Waits for SIGINT or SIGTERM; SIGUSR1 / SIGUSR2 pause / resume the KV
-/// surface meanwhile.
-async fn wait_for_signal(kv_switch: impl Fn(bool)) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut usr1), Ok(mut usr2)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::user_defined2()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    loop {
+/// What a signal asks for.
+enum Signal {
+    /// SIGTERM or SIGINT: drain and exit.
+    Stop,
+    /// SIGUSR1 / SIGUSR2: pause / resume the KV surface.
+    Kv(bool),
+    /// SIGHUP: reload the users file and the TLS certificate and key.
+    Reload,
+}
+
+struct Signals([tokio::signal::unix::Signal; 5]);
+
+impl Signals {
+    fn new() -> Option<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Some(Signals([
+            signal(SignalKind::terminate()).ok()?,
+            signal(SignalKind::interrupt()).ok()?,
+            signal(SignalKind::user_defined1()).ok()?,
+            signal(SignalKind::user_defined2()).ok()?,
+            signal(SignalKind::hangup()).ok()?,
+        ]))
+    }
+
+    async fn next(&mut self) -> Signal {
+        let [term, int, usr1, usr2, hup] = &mut self.0;
         tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = usr1.recv() => kv_switch(true),
-            _ = usr2.recv() => kv_switch(false),
+            _ = term.recv() => Signal::Stop,
+            _ = int.recv() => Signal::Stop,
+            _ = usr1.recv() => Signal::Kv(true),
+            _ = usr2.recv() => Signal::Kv(false),
+            _ = hup.recv() => Signal::Reload,
         }
     }
 }

@@ -66,6 +66,11 @@ pub struct Config {
     /// The users file (SCRAM-SHA-256 verifiers, tenants, passthrough
     /// policies). `None`: only loopback clients, trusted.
     pub users: Option<Arc<crate::users::Users>>,
+    /// Where `users` was read from: [`Server::reload`] reads it again.
+    pub users_path: Option<PathBuf>,
+    /// How long a drain waits for sessions inside a transaction block (and
+    /// running statements) before it closes them.
+    pub shutdown_timeout: std::time::Duration,
     /// Apply `sql/` at boot (`QUEEN_APPLY_SCHEMA=0` turns it off).
     pub apply_schema: bool,
     /// Largest message a client may send, in bytes.
@@ -109,6 +114,8 @@ impl Default for Config {
             },
             pool_size: 16,
             users: None,
+            users_path: None,
+            shutdown_timeout: std::time::Duration::from_secs(30),
             apply_schema: true,
             max_message_size: 64 * 1024 * 1024,
             max_payload: 1024 * 1024,
@@ -164,11 +171,13 @@ fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartErro
 /// `queen.tenant_role_ensure_v1`, each with a pool of its own. The roles log
 /// in with queenwire's own backend password (PostgreSQL keeps a SCRAM
 /// verifier of it); users with passthrough `none` need no role.
+/// Pairs `have` says exist already are skipped (a reload adds only the new).
 async fn tenant_role_pools(
     client: &tokio_postgres::Client,
     users: &crate::users::Users,
     target: &BackendTarget,
     pool_size: usize,
+    have: impl Fn(uuid::Uuid, bool) -> bool,
 ) -> Result<HashMap<(uuid::Uuid, bool), pool::Pool>, StartError> {
     use crate::users::Passthrough;
     let mut needed: Vec<(uuid::Uuid, bool)> = users
@@ -180,6 +189,7 @@ async fn tenant_role_pools(
             Passthrough::Full => Some((u.tenant, false)),
         })
         .collect();
+    needed.retain(|(tenant, read_only)| !have(*tenant, *read_only));
     needed.sort();
     needed.dedup();
     let verifier = target
@@ -225,6 +235,33 @@ async fn tenant_role_pools(
     Ok(pools)
 }
 
+/// What [`Server::reload`] reads again and needs to make tenant roles.
+struct ReloadFrom {
+    users_path: Option<PathBuf>,
+    tls: Option<TlsFiles>,
+    /// queenwire's own backend login, for `queen.tenant_role_ensure_v1`.
+    background: tokio_postgres::Config,
+    target: Arc<BackendTarget>,
+    pool_size: usize,
+}
+
+/// How a drain went.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DrainReport {
+    /// Sessions that ended on their own or at an idle point.
+    pub drained: usize,
+    /// Sessions still open when the timeout passed (closed with 57P01,
+    /// their transactions rolled back).
+    pub terminated: usize,
+    /// Sessions that had not ended even after their statements were
+    /// cancelled (dropped with the process).
+    pub abandoned: usize,
+}
+
+/// After the drain timeout, how long closed sessions get to go (their
+/// statements cancelled, 57P01 sent, their connections given back).
+const TERMINATE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("tenant roles: {0} (the schema owner needs CREATEROLE, and queenwire's backend role membership in queen_engine; see docs/security.md)")]
@@ -253,6 +290,9 @@ pub struct Server {
     /// One line saying which backend serves this proxy.
     pub backend_description: String,
     shutdown: Shutdown,
+    shutdown_timeout: std::time::Duration,
+    shared: Arc<Shared>,
+    reload: ReloadFrom,
     listener_task: JoinHandle<()>,
     /// Wake-ups, timer firing, maintenance: each stops on the shutdown
     /// signal.
@@ -314,7 +354,9 @@ impl Server {
             .get(0);
         let target = Arc::new(BackendTarget::from_config(&client_config)?);
         let role_pools = match &config.users {
-            Some(users) => tenant_role_pools(&client, users, &target, config.pool_size).await?,
+            Some(users) => {
+                tenant_role_pools(&client, users, &target, config.pool_size, |_, _| false).await?
+            }
             None => HashMap::new(),
         };
         drop(client);
@@ -339,7 +381,9 @@ impl Server {
         let (announcer, announcements) = wake::Announcer::new(waiters.clone());
         let kv = Arc::new(KvState::default());
         kv.set_paused(config.kv_paused);
+        let shutdown = Shutdown::new();
         let engine = Arc::new(Engine {
+            draining: shutdown.drain_signal(),
             kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
             fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
@@ -348,7 +392,6 @@ impl Server {
             },
             announcer,
         });
-        let shutdown = Shutdown::new();
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 users: config.users.clone(),
@@ -372,14 +415,21 @@ impl Server {
             },
             target.clone(),
             engine.clone(),
-            shutdown.signal(),
+            &shutdown,
         ));
         let slots = shared.slots.clone();
         let listen_hub = shared.listen.clone();
         let shared_target = target;
-        let listener_task = tokio::spawn(frontend::serve(listener, shared));
+        let listener_task = tokio::spawn(frontend::serve(listener, shared.clone()));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
+        let reload = ReloadFrom {
+            users_path: config.users_path.clone(),
+            tls: config.tls.clone(),
+            background: background.clone(),
+            target: shared_target.clone(),
+            pool_size: config.pool_size,
+        };
         let background_tasks = vec![
             tokio::spawn(frontend::listen::run(
                 background.clone(),
@@ -415,6 +465,9 @@ impl Server {
             local_addr,
             backend_description: format!("{description} (PostgreSQL {version})"),
             shutdown,
+            shutdown_timeout: config.shutdown_timeout,
+            shared,
+            reload,
             listener_task,
             background_tasks,
             slots,
@@ -438,16 +491,124 @@ impl Server {
         self.slots.live()
     }
 
-    /// Stops accepting clients and the background tasks, then the embedded
-    /// cluster, if any. Sessions already in are not waited for.
-    pub async fn shutdown(mut self) {
-        self.shutdown.begin();
+    /// Drains (see [`Server::drain`]) with no second signal.
+    pub async fn shutdown(self) -> DrainReport {
+        self.drain(std::future::pending()).await
+    }
+
+    /// The graceful stop, in the steps of `shutdown.rs`: stop accepting
+    /// (the listener is closed), end parked POP WAITs with zero rows, close
+    /// each session with 57P01 at its next idle point; sessions inside a
+    /// transaction block (or running a statement) get until the shutdown
+    /// timeout, or until `hurry` resolves (a second SIGTERM), then their
+    /// statements are cancelled and they are closed with 57P01 (their
+    /// transactions rolled back). Then the background loops stop, then the
+    /// embedded cluster, if any.
+    pub async fn drain(mut self, hurry: impl std::future::Future<Output = ()>) -> DrainReport {
+        let mut report = DrainReport::default();
+        let at_start = self.slots.live();
+        self.shutdown.begin_drain();
         let _ = (&mut self.listener_task).await;
+        tracing::info!(
+            sessions = at_start,
+            timeout = ?self.shutdown_timeout,
+            "draining: no new clients; sessions close when idle"
+        );
+        let slots = self.slots.clone();
+        let all_gone = |within: std::time::Duration| {
+            let slots = slots.clone();
+            async move {
+                let deadline = tokio::time::Instant::now() + within;
+                while slots.live() > 0 && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                slots.live()
+            }
+        };
+        let left = tokio::select! {
+            left = all_gone(self.shutdown_timeout) => left,
+            () = hurry => self.slots.live(),
+        };
+        if left > 0 {
+            tracing::warn!(
+                sessions = left,
+                "drain timeout: closing the sessions left, rolling back their transactions"
+            );
+            self.shutdown.terminate();
+            self.shared.cancel_statements().await;
+            report.abandoned = all_gone(TERMINATE_GRACE).await;
+        }
+        report.terminated = left.saturating_sub(report.abandoned);
+        report.drained = at_start.saturating_sub(left);
+        self.shutdown.begin();
         for task in self.background_tasks.drain(..) {
             let _ = task.await;
         }
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }
+        tracing::info!(?report, "stopped");
+        report
+    }
+
+    /// Reads the users file and the TLS certificate and key again (SIGHUP).
+    /// New logins see the new users (the tenant roles of added users are
+    /// made first, as at start); sessions already in are untouched, also
+    /// those of a removed user. What fails to load is kept as it was and
+    /// reported; the other part is still replaced.
+    pub async fn reload(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        if let Some(path) = &self.reload.users_path {
+            match self.reload_users(path).await {
+                Ok(n) => tracing::info!(users = n, file = %path.display(), "users file reloaded"),
+                Err(e) => {
+                    tracing::error!("users file not reloaded, the old one stays: {e}");
+                    errors.push(e);
+                }
+            }
+        }
+        if let Some(files) = &self.reload.tls {
+            match tls_acceptor(files) {
+                Ok(acceptor) => {
+                    self.shared.replace_tls(acceptor);
+                    tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
+                }
+                Err(e) => {
+                    tracing::error!("TLS certificate not reloaded, the old one stays: {e}");
+                    errors.push(e.to_string());
+                }
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(errors.join("; ")),
+        }
+    }
+
+    async fn reload_users(&self, path: &std::path::Path) -> Result<usize, String> {
+        let users = crate::users::Users::load(path).map_err(|e| e.to_string())?;
+        if users.users.is_empty() {
+            return Err(format!("users file {} has no users", path.display()));
+        }
+        let from = &self.reload;
+        let (client, connection) = from
+            .background
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("backend: {e}"))?;
+        let conn_task = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let shared = &self.shared;
+        let pools = tenant_role_pools(&client, &users, &from.target, from.pool_size, |t, ro| {
+            shared.has_role_pool(t, ro)
+        })
+        .await
+        .map_err(|e| e.to_string());
+        drop(client);
+        let _ = conn_task.await;
+        let n = users.users.len();
+        self.shared.replace_users(Arc::new(users), pools?);
+        Ok(n)
     }
 }

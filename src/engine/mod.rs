@@ -106,6 +106,8 @@ pub struct Engine {
     pub fuser: Arc<fusion::Fuser>,
     pub limits: Limits,
     pub announcer: wake::Announcer,
+    /// Begins when the server drains: a POP … WAIT stops waiting.
+    pub draining: crate::shutdown::ShutdownSignal,
 }
 
 impl Engine {

@@ -92,6 +92,8 @@ pub struct Session {
     /// Notifications of the channels it listens on through the shared
     /// listening connection (`frontend::listen`), once it does.
     pub(super) notifications: Option<crate::frontend::listen::Notifications>,
+    /// The server's shutdown as this session watches it (`idle.rs`).
+    pub(super) stopping: super::idle::Stopping,
 }
 
 impl Session {
@@ -113,8 +115,8 @@ impl Session {
         let role_pool = match passthrough {
             _ if shared.config.users.is_none() => shared.client_pool.clone(),
             Passthrough::None => None,
-            Passthrough::ReadOnly => shared.role_pools.get(&(tenant, true)).cloned(),
-            Passthrough::Full => shared.role_pools.get(&(tenant, false)).cloned(),
+            Passthrough::ReadOnly => shared.role_pool(tenant, true),
+            Passthrough::Full => shared.role_pool(tenant, false),
         };
         // A user from the users file never runs plain SQL as the engine's
         // own role: without a tenant role, no plain SQL at all.
@@ -123,6 +125,7 @@ impl Session {
         } else {
             passthrough
         };
+        let stopping = super::idle::Stopping::new(&shared);
         Session {
             id,
             tenant,
@@ -143,6 +146,7 @@ impl Session {
             txn: Txn::default(),
             client_encoding: ClientEncoding::Utf8,
             notifications: None,
+            stopping,
         }
     }
 

@@ -25,6 +25,7 @@
 //! business through the proxy; `DROP ROLE` still passes through).
 
 pub mod ack;
+pub mod cron;
 mod cursor;
 mod duration;
 mod error;

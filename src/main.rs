@@ -132,6 +132,18 @@ struct ServeArgs {
     /// holds DLQ rows.
     #[arg(long, env = "QUEENWIRE_PARTITION_CLEANUP_AGE", default_value_t = 7 * 24 * 3600)]
     partition_cleanup_age: u64,
+    /// Serve Prometheus metrics (/metrics), /health and /ready over HTTP on
+    /// this address (e.g. 127.0.0.1:9187). Off when absent.
+    #[arg(long, env = "QUEENWIRE_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// Distinct queues with per-queue metric series; later queues share the
+    /// series labelled queue="other".
+    #[arg(long, env = "QUEENWIRE_METRICS_QUEUE_CAP", default_value_t = queenwire::metrics::DEFAULT_QUEUE_CAP)]
+    metrics_queue_cap: usize,
+    /// Log line format on standard error: text or json (one object a line
+    /// with timestamp, level, target, message and the event's fields).
+    #[arg(long, env = "QUEENWIRE_LOG_FORMAT", default_value = "text", value_parser = queenwire::metrics::log::LogFormat::parse)]
+    log_format: queenwire::metrics::log::LogFormat,
 }
 
 fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
@@ -177,7 +189,16 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Logs go to standard error, leaving standard output to `user list`.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        queenwire::metrics::log::LogFormat::Text => logs.init(),
+        queenwire::metrics::log::LogFormat::Json => {
+            logs.event_format(queenwire::metrics::log::JsonLines).init()
+        }
+    }
 
     let backend = match cli.backend.or_else(|| std::env::var("DATABASE_URL").ok()) {
         Some(url) => match url.parse::<tokio_postgres::Config>() {
@@ -214,6 +235,8 @@ fn main() -> ExitCode {
             interval: std::time::Duration::from_secs(cli.retention_interval.max(1)),
             cleanup_age: std::time::Duration::from_secs(cli.partition_cleanup_age),
         },
+        metrics_listen: cli.metrics_listen,
+        metrics_queue_cap: cli.metrics_queue_cap,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -242,6 +265,9 @@ fn main() -> ExitCode {
             server.local_addr,
             server.backend_description
         );
+        if let Some(addr) = server.metrics_addr {
+            tracing::info!("metrics on http://{addr}/metrics (/health, /ready)");
+        }
         let kv = server.kv_state();
         wait_for_signal(move |paused| {
             kv.set_paused(paused);

@@ -10,6 +10,9 @@ use crate::engine::schema::{self, SchemaError};
 use crate::engine::{maintenance, timers, wake, Engine};
 use crate::frontend::slots::SessionSlots;
 use crate::frontend::{self, FrontendConfig, Shared};
+use crate::metrics::gauges::Gauges;
+use crate::metrics::http::Exporter;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -90,6 +93,11 @@ pub struct Config {
     /// The retention and cleanup cycle (the queues' options say what is
     /// due; this says how often and how old an empty partition must be).
     pub retention: crate::engine::retention::RetentionSettings,
+    /// Address of the Prometheus endpoint (`/metrics`, `/health`,
+    /// `/ready`); `None`: off.
+    pub metrics_listen: Option<String>,
+    /// Distinct queues with per-queue series before the rest share `other`.
+    pub metrics_queue_cap: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -120,6 +128,8 @@ impl Default for Config {
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
             pool_mode: crate::frontend::PoolMode::Transaction,
             retention: crate::engine::retention::RetentionSettings::default(),
+            metrics_listen: None,
+            metrics_queue_cap: crate::metrics::DEFAULT_QUEUE_CAP,
         }
     }
 }
@@ -225,6 +235,17 @@ async fn tenant_role_pools(
     Ok(pools)
 }
 
+/// A tenant role pool's label in the metrics and the admin view: the
+/// backend role `queen.tenant_role_ensure_v1` names.
+fn tenant_role_label(tenant: uuid::Uuid, read_only: bool) -> String {
+    let hex = tenant.simple();
+    if read_only {
+        format!("queen_t_{hex}_ro")
+    } else {
+        format!("queen_t_{hex}")
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("tenant roles: {0} (the schema owner needs CREATEROLE, and queenwire's backend role membership in queen_engine; see docs/security.md)")]
@@ -252,6 +273,9 @@ pub struct Server {
     pub local_addr: SocketAddr,
     /// One line saying which backend serves this proxy.
     pub backend_description: String,
+    /// Where `/metrics` is served, when it is.
+    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: Arc<Metrics>,
     shutdown: Shutdown,
     listener_task: JoinHandle<()>,
     /// Wake-ups, timer firing, maintenance: each stops on the shutdown
@@ -339,7 +363,26 @@ impl Server {
         let (announcer, announcements) = wake::Announcer::new(waiters.clone());
         let kv = Arc::new(KvState::default());
         kv.set_paused(config.kv_paused);
+        let metrics = Arc::new(Metrics::new(
+            config.metrics_queue_cap,
+            config.users.is_none(),
+        ));
+        let metrics_listener = match &config.metrics_listen {
+            Some(addr) => Some(
+                listen(addr)
+                    .await
+                    .map_err(|e| StartError::Listen(addr.clone(), e))?,
+            ),
+            None => None,
+        };
+        let mut pools = vec![("engine".to_string(), pool.clone())];
+        pools.extend(
+            role_pools
+                .iter()
+                .map(|((tenant, read_only), p)| (tenant_role_label(*tenant, *read_only), p.clone())),
+        );
         let engine = Arc::new(Engine {
+            metrics: metrics.clone(),
             kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
             fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
@@ -349,6 +392,13 @@ impl Server {
             announcer,
         });
         let shutdown = Shutdown::new();
+        let client_pool = match config.users {
+            None => Some(pool::build_pool(target.clone(), config.pool_size)?),
+            Some(_) => None,
+        };
+        if let Some(p) = &client_pool {
+            pools.push(("clients".to_string(), p.clone()));
+        }
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 users: config.users.clone(),
@@ -366,10 +416,7 @@ impl Server {
             },
             pool.clone(),
             role_pools,
-            match config.users {
-                None => Some(pool::build_pool(target.clone(), config.pool_size)?),
-                Some(_) => None,
-            },
+            client_pool,
             target.clone(),
             engine.clone(),
             shutdown.signal(),
@@ -379,7 +426,16 @@ impl Server {
         let listener_task = tokio::spawn(frontend::serve(listener, shared));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
-        let background_tasks = vec![
+        let timer_pool = pool::build_pool(
+            Arc::new(BackendTarget {
+                application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
+                ..(*shared_target).clone()
+            }),
+            TIMER_POOL_SIZE,
+        )?;
+        pools.push(("timers".to_string(), timer_pool.clone()));
+        metrics.set_pools(pools);
+        let mut background_tasks = vec![
             tokio::spawn(wake::run(
                 background.clone(),
                 waiters,
@@ -388,26 +444,38 @@ impl Server {
             )),
             // Connections of their own, which no client is ever handed.
             tokio::spawn(timers::fire_loop(
-                pool::build_pool(
-                    Arc::new(BackendTarget {
-                        application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
-                        ..(*shared_target).clone()
-                    }),
-                    TIMER_POOL_SIZE,
-                )?,
+                timer_pool,
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),
-            tokio::spawn(maintenance::run(
-                background,
-                kv.clone(),
-                config.retention,
-                shutdown.signal(),
+            tokio::spawn(crate::metrics::MAINTENANCE.scope(
+                metrics.clone(),
+                maintenance::run(
+                    background.clone(),
+                    kv.clone(),
+                    config.retention,
+                    shutdown.signal(),
+                ),
             )),
         ];
+        let mut metrics_addr = None;
+        if let Some(listener) = metrics_listener {
+            metrics_addr = listener.local_addr().ok();
+            let exporter = Arc::new(Exporter {
+                metrics: metrics.clone(),
+                gauges: Gauges::new(background, config.metrics_queue_cap),
+            });
+            background_tasks.push(tokio::spawn(crate::metrics::http::serve(
+                listener,
+                exporter,
+                shutdown.signal(),
+            )));
+        }
         Ok(Server {
             local_addr,
             backend_description: format!("{description} (PostgreSQL {version})"),
+            metrics_addr,
+            metrics,
             shutdown,
             listener_task,
             background_tasks,

@@ -101,12 +101,17 @@ impl Shared {
 #[derive(Default)]
 pub struct SessionHandle {
     backend: Mutex<Option<BackendKey>>,
+    /// The session as the admin view lists it (set once it starts).
+    pub observed: std::sync::OnceLock<Arc<crate::metrics::clients::ClientInfo>>,
     /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
     pub cancel: Arc<tokio::sync::Notify>,
 }
 
 impl SessionHandle {
     pub fn set_backend(&self, key: Option<BackendKey>) {
+        if let Some(info) = self.observed.get() {
+            info.set_backend(key.map(|k| k.pid));
+        }
         if let Ok(mut guard) = self.backend.lock() {
             *guard = key;
         }

@@ -13,6 +13,7 @@ use crate::frontend::shared::{SessionHandle, Shared};
 use crate::frontend::startup::{Identity, Started};
 use crate::protocol::tags::frontend as tag;
 use crate::protocol::{self, FrameError, Message, SqlError};
+use crate::metrics::clients::{ClientEntry, NewClient, State as ClientState};
 use crate::users::Passthrough;
 use std::sync::Arc;
 
@@ -89,6 +90,8 @@ pub struct Session {
     pub(super) txn: Txn,
     /// The client's `client_encoding`, as the backend last reported it.
     pub(super) client_encoding: ClientEncoding,
+    /// The session in the admin view's list, while it lives.
+    pub(super) observed: ClientEntry,
 }
 
 impl Session {
@@ -105,8 +108,22 @@ impl Session {
                 passthrough,
             },
             settings,
-            ..
+            user,
         } = started;
+        let observed = shared.engine.metrics.clients.register(NewClient {
+            id,
+            user,
+            tenant,
+            application_name: settings
+                .get("application_name")
+                .map(|v| v.trim_matches('\'').replace("''", "'"))
+                .unwrap_or_default(),
+            client_addr: client
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+        });
+        let _ = handle.observed.set(observed.info.clone());
         let role_pool = match passthrough {
             _ if shared.config.users.is_none() => shared.client_pool.clone(),
             Passthrough::None => None,
@@ -139,6 +156,7 @@ impl Session {
             portals: Portals::default(),
             txn: Txn::default(),
             client_encoding: ClientEncoding::Utf8,
+            observed,
         }
     }
 
@@ -184,6 +202,7 @@ impl Session {
     async fn serve(&mut self) -> Result<(), End> {
         loop {
             let msg = self.next_message().await?;
+            self.observed.info.set_state(ClientState::Active);
             match msg.tag {
                 tag::TERMINATE => return Ok(()),
                 tag::SYNC => self.sync().await?,
@@ -206,11 +225,25 @@ impl Session {
                     return Err(self.fatal(err).await);
                 }
             }
+            self.observed_between_messages();
         }
+    }
+
+    /// What the admin view shows of the session while it waits for the
+    /// client.
+    fn observed_between_messages(&self) {
+        let info = &self.observed.info;
+        info.set_pinned(self.lease.pinned());
+        info.set_state(match self.lease.status() {
+            protocol::TxStatus::Idle => ClientState::Idle,
+            protocol::TxStatus::InBlock => ClientState::IdleInTransaction,
+            protocol::TxStatus::Failed => ClientState::IdleInFailedTransaction,
+        });
     }
 
     /// Sends a FATAL error and ends the session.
     pub(super) async fn fatal(&mut self, err: SqlError) -> End {
+        self.shared.engine.metrics.error(err.code());
         self.client.send_fatal(&err).await;
         End::Fatal(err.message)
     }
@@ -252,6 +285,7 @@ impl Session {
 
     /// An error the proxy reports itself; the pipeline skips to Sync.
     pub(super) fn local_error(&mut self, err: SqlError) {
+        self.shared.engine.metrics.error(err.code());
         if let Some(now) = self.replies.local_error(err.to_message()) {
             self.client.send(&now);
         }

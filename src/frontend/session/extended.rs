@@ -300,6 +300,11 @@ impl Session {
         if let Some((effect, query)) = self.portals.backend_effect(portal) {
             self.apply_effect(effect, &query);
         }
+        self.shared
+            .engine
+            .metrics
+            .passthrough_statements
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.forward(msg, Expect::Execute);
         Ok(())
     }

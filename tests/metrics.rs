@@ -405,9 +405,10 @@ fn json_logs_are_one_object_a_line() {
         .any(|l| l.contains(r#""level":"INFO""#) && l.contains(r#""target":"queenwire""#)));
 }
 
-/// Every metric name the dashboard's queries use, as python3 extracts them
-/// from the panels' `expr` fields (failing if the file is not JSON).
-fn dashboard_metric_names() -> BTreeSet<String> {
+/// Every metric name the dashboard's PromQL uses, as python3 extracts them
+/// from the panels' `expr` fields (failing if the file is not JSON), and
+/// the SQL of its PostgreSQL panels.
+fn dashboard_queries() -> (BTreeSet<String>, Vec<String>) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/grafana/queenwire.json");
     let script = r#"
 import json, re, sys
@@ -423,6 +424,8 @@ for p in panels(d["panels"]):
             n += 1
             for m in re.findall(r"queenwire_[a-z_]+", t["expr"]):
                 print(m)
+        if "rawSql" in t:
+            print("SQL\t" + t["rawSql"])
 assert n > 0, "no PromQL targets"
 "#;
     let out = Command::new("python3")
@@ -434,16 +437,23 @@ assert n > 0, "no PromQL targets"
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    let text = String::from_utf8(out.stdout).unwrap();
+    let sql = text
         .lines()
+        .filter_map(|l| l.strip_prefix("SQL\t"))
+        .map(str::to_string)
+        .collect();
+    let names = text
+        .lines()
+        .filter(|l| !l.starts_with("SQL\t"))
         .map(|n| {
             n.trim_end_matches("_bucket")
                 .trim_end_matches("_sum")
                 .trim_end_matches("_count")
                 .to_string()
         })
-        .collect()
+        .collect();
+    (names, sql)
 }
 
 #[tokio::test]
@@ -467,7 +477,7 @@ async fn the_dashboard_queries_metrics_the_exporter_emits() {
         .filter_map(|l| l.split(' ').next())
         .map(str::to_string)
         .collect();
-    let used = dashboard_metric_names();
+    let (used, sql) = dashboard_queries();
     let unknown: Vec<&String> = used.iter().filter(|n| !declared.contains(*n)).collect();
     assert!(unknown.is_empty(), "the dashboard queries {unknown:?}, which the exporter does not emit");
     let silent: Vec<&String> = used.iter().filter(|n| !emitted.contains(*n)).collect();
@@ -478,4 +488,13 @@ async fn the_dashboard_queries_metrics_the_exporter_emits() {
             .all(|n| n.as_str() == "queenwire_maintenance_runs_total"),
         "no samples for {silent:?}"
     );
+    // The PostgreSQL panels' SQL runs against the applied schema.
+    assert!(!sql.is_empty());
+    let direct = proxy.connect_direct().await;
+    for q in sql {
+        direct
+            .simple_query(&q)
+            .await
+            .unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
 }

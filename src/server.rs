@@ -377,9 +377,9 @@ impl Server {
         };
         let mut pools = vec![("engine".to_string(), pool.clone())];
         pools.extend(
-            role_pools
-                .iter()
-                .map(|((tenant, read_only), p)| (tenant_role_label(*tenant, *read_only), p.clone())),
+            role_pools.iter().map(|((tenant, read_only), p)| {
+                (tenant_role_label(*tenant, *read_only), p.clone())
+            }),
         );
         let engine = Arc::new(Engine {
             metrics: metrics.clone(),

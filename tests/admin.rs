@@ -58,10 +58,7 @@ async fn the_views_answer_over_both_protocols() {
         .iter()
         .any(|r| r.get::<_, String>("role") == "clients"));
 
-    let me = client
-        .query("SHOW QUEENWIRE CLIENTS", &[])
-        .await
-        .unwrap();
+    let me = client.query("SHOW QUEENWIRE CLIENTS", &[]).await.unwrap();
     assert_eq!(me.len(), 1);
     let me = &me[0];
     assert_eq!(me.get::<_, String>("user"), "tester");
@@ -69,9 +66,7 @@ async fn the_views_answer_over_both_protocols() {
     assert_eq!(me.get::<_, String>("application_name"), "admin-test");
     assert_eq!(me.get::<_, String>("state"), "active");
     assert!(!me.get::<_, bool>("pinned"));
-    assert!(me
-        .get::<_, String>("client_addr")
-        .starts_with("127.0.0.1:"));
+    assert!(me.get::<_, String>("client_addr").starts_with("127.0.0.1:"));
     assert!(me.get::<_, SystemTime>("since") <= SystemTime::now());
     let my_session: i64 = me.get("session");
 

@@ -114,7 +114,11 @@ async fn a_scrape_counts_what_ran_and_passes_promtool() {
         .batch_execute("CREATE QUEUE mq WITH (retry_limit = 0)")
         .await
         .unwrap();
-    rows(&client, "PUSH INTO mq VALUES ('{\"n\":1}'), ('{\"n\":2}'), ('{\"n\":3}')").await;
+    rows(
+        &client,
+        "PUSH INTO mq VALUES ('{\"n\":1}'), ('{\"n\":2}'), ('{\"n\":3}')",
+    )
+    .await;
     let popped = rows(&client, "POP FROM mq LIMIT 3 LEASE 60").await;
     assert_eq!(popped.len(), 3);
     let receipt = |i: usize| popped[i]["receipt"].clone().unwrap();
@@ -129,7 +133,10 @@ async fn a_scrape_counts_what_ran_and_passes_promtool() {
         .await
         .unwrap_err();
     assert_eq!(e.code().map(|c| c.code()), Some("42P01"));
-    let e = client.simple_query("ACK 'not-a-receipt'").await.unwrap_err();
+    let e = client
+        .simple_query("ACK 'not-a-receipt'")
+        .await
+        .unwrap_err();
     assert_eq!(e.code().map(|c| c.code()), Some("22P02"));
 
     let (status, page) = get(addr, "/metrics").await;
@@ -139,7 +146,10 @@ async fn a_scrape_counts_what_ran_and_passes_promtool() {
     assert_eq!(must(&page, &q("queenwire_messages_popped_total")), 3.0);
     assert_eq!(must(&page, &q("queenwire_messages_acked_total")), 1.0);
     assert_eq!(must(&page, &q("queenwire_messages_failed_total")), 1.0);
-    assert_eq!(must(&page, &q("queenwire_messages_dead_lettered_total")), 1.0);
+    assert_eq!(
+        must(&page, &q("queenwire_messages_dead_lettered_total")),
+        1.0
+    );
     assert_eq!(must(&page, &q("queenwire_queue_dlq_messages")), 1.0);
     assert_eq!(must(&page, &q("queenwire_queue_messages")), 3.0);
     assert!(value(&page, &q("queenwire_queue_pending_messages")).is_some());
@@ -192,10 +202,7 @@ async fn a_scrape_counts_what_ran_and_passes_promtool() {
     // A POP … WAIT in progress is a waiter.
     let waiter = proxy.connect().await;
     let parked = tokio::spawn(async move {
-        waiter
-            .simple_query("POP FROM mq WAIT '3s'")
-            .await
-            .unwrap();
+        waiter.simple_query("POP FROM mq WAIT '3s'").await.unwrap();
     });
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -386,7 +393,10 @@ fn json_logs_are_one_object_a_line() {
     });
     let mut lines = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !lines.iter().any(|l: &String| l.contains("metrics on http://")) {
+    while !lines
+        .iter()
+        .any(|l: &String| l.contains("metrics on http://"))
+    {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(line) => lines.push(line),
@@ -479,7 +489,10 @@ async fn the_dashboard_queries_metrics_the_exporter_emits() {
         .collect();
     let (used, sql) = dashboard_queries();
     let unknown: Vec<&String> = used.iter().filter(|n| !declared.contains(*n)).collect();
-    assert!(unknown.is_empty(), "the dashboard queries {unknown:?}, which the exporter does not emit");
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries {unknown:?}, which the exporter does not emit"
+    );
     let silent: Vec<&String> = used.iter().filter(|n| !emitted.contains(*n)).collect();
     // Maintenance runs need an elected cycle; everything else has samples.
     assert!(

@@ -83,9 +83,7 @@ pub fn rows(m: &Metrics, view: Console, tenant: Uuid) -> Vec<Vec<Cell>> {
                 vec![
                     Cell::Text(kind.as_str().to_string()),
                     Cell::Int8(i64::try_from(s.ok.load(Ordering::Relaxed)).unwrap_or(i64::MAX)),
-                    Cell::Int8(
-                        i64::try_from(s.failed.load(Ordering::Relaxed)).unwrap_or(i64::MAX),
-                    ),
+                    Cell::Int8(i64::try_from(s.failed.load(Ordering::Relaxed)).unwrap_or(i64::MAX)),
                     Cell::Int8(total_us),
                     Cell::Int8(if n > 0 { total_us / n } else { 0 }),
                 ]
@@ -121,7 +119,10 @@ mod tests {
         let trusted = Metrics::new(10, true);
         let _c = client(&trusted, 1, 1);
         let _d = client(&trusted, 2, 2);
-        assert_eq!(rows(&trusted, Console::Clients, Uuid::from_u128(1)).len(), 2);
+        assert_eq!(
+            rows(&trusted, Console::Clients, Uuid::from_u128(1)).len(),
+            2
+        );
     }
 
     #[test]

@@ -6,12 +6,12 @@
 use super::lend::Lender;
 use super::values::Params;
 use super::{console, observe, queues, Engine, ExecError, Outcome, RAISE_CALL};
-use crate::metrics::{Metrics, Waiting};
-use crate::protocol::{SqlState, TxStatus};
-use crate::rewrite::dialect::console::Console;
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
+use crate::metrics::{Metrics, Waiting};
 use crate::protocol::SqlError;
+use crate::protocol::{SqlState, TxStatus};
+use crate::rewrite::dialect::console::Console;
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::Statement;
 use uuid::Uuid;

@@ -177,7 +177,11 @@ pub fn render(m: &Metrics, gauges: &Snapshot) -> String {
     for l in &gauges.lag {
         o.sample(
             "queenwire_group_lag_messages",
-            &[("tenant", &l.tenant), ("queue", &l.queue), ("group", &l.group)],
+            &[
+                ("tenant", &l.tenant),
+                ("queue", &l.queue),
+                ("group", &l.group),
+            ],
             l.lag,
         );
     }
@@ -286,7 +290,11 @@ pub fn render(m: &Metrics, gauges: &Snapshot) -> String {
         "Most backend connections per pool (role).",
     );
     for p in &pools {
-        o.sample("queenwire_pool_max_connections", &[("role", &p.role)], p.max);
+        o.sample(
+            "queenwire_pool_max_connections",
+            &[("role", &p.role)],
+            p.max,
+        );
     }
     o.header(
         "queenwire_pool_waiting",
@@ -353,6 +361,7 @@ mod tests {
             "queenwire_messages_pushed_total{tenant=\"00000000-0000-0000-0000-000000000000\",queue=\"q\\\"1\"} 3"
         ));
         assert!(page.contains("queenwire_errors_total{class=\"42\"} 1"));
-        assert!(page.contains("queenwire_statement_duration_seconds_bucket{kind=\"push\",le=\"+Inf\"} 1"));
+        assert!(page
+            .contains("queenwire_statement_duration_seconds_bucket{kind=\"push\",le=\"+Inf\"} 1"));
     }
 }

@@ -111,7 +111,9 @@ impl Gauges {
         }
         let probe = async {
             let client = connected(&self.config, &mut state.client).await?;
-            let rows = query(client, &SchemaApplied).await.map_err(|e| e.to_string())?;
+            let rows = query(client, &SchemaApplied)
+                .await
+                .map_err(|e| e.to_string())?;
             Ok::<bool, String>(rows.first().and_then(|r| r.schema_applied) == Some(true))
         };
         let ready = match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
@@ -131,7 +133,9 @@ impl Gauges {
 
     async fn read(&self, client: &mut Option<tokio_postgres::Client>) -> Result<Snapshot, String> {
         let client = connected(&self.config, client).await?;
-        let depth_rows = query(client, &QueueDepth).await.map_err(|e| e.to_string())?;
+        let depth_rows = query(client, &QueueDepth)
+            .await
+            .map_err(|e| e.to_string())?;
         let lag_rows = query(client, &GroupLag).await.map_err(|e| e.to_string())?;
         let mut depth = Vec::new();
         let mut depth_overflow = false;

@@ -136,7 +136,10 @@ impl Exporter {
                 if self.gauges.ready().await {
                     plain(200, "ready")
                 } else {
-                    plain(503, "not ready: the backend is unreachable or the schema is not applied")
+                    plain(
+                        503,
+                        "not ready: the backend is unreachable or the schema is not applied",
+                    )
                 }
             }
             _ => plain(404, "not found: /metrics, /health or /ready"),

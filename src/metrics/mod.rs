@@ -101,21 +101,13 @@ pub struct KindStats {
 /// SQLSTATE classes are two characters of `0-9A-Z`: one counter each.
 const CLASSES: usize = 36 * 36;
 
-fn class_digit(b: u8) -> Option<usize> {
-    match b {
-        b'0'..=b'9' => Some((b - b'0') as usize),
-        b'A'..=b'Z' => Some((b - b'A') as usize + 10),
-        b'a'..=b'z' => Some((b - b'a') as usize + 10),
-        _ => None,
-    }
+/// A SQLSTATE character as a base-36 digit (`0-9`, then `A-Z`).
+fn class_digit(c: char) -> Option<usize> {
+    c.to_digit(36).map(|d| d as usize)
 }
 
 fn class_char(d: usize) -> char {
-    if d < 10 {
-        (b'0' + d as u8) as char
-    } else {
-        (b'A' + (d - 10) as u8) as char
-    }
+    char::from_digit(d as u32, 36).map_or('?', |c| c.to_ascii_uppercase())
 }
 
 /// The metrics of one server.
@@ -167,10 +159,10 @@ impl Metrics {
 
     /// A client was sent an error with this SQLSTATE.
     pub fn error(&self, sqlstate: &str) {
-        let b = sqlstate.as_bytes();
+        let mut chars = sqlstate.chars();
         let (Some(hi), Some(lo)) = (
-            b.first().and_then(|&c| class_digit(c)),
-            b.get(1).and_then(|&c| class_digit(c)),
+            chars.next().and_then(class_digit),
+            chars.next().and_then(class_digit),
         ) else {
             return;
         };

@@ -13,7 +13,7 @@
 //! from counts in `other`.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use uuid::Uuid;
@@ -98,9 +98,7 @@ impl QueueTable {
     }
 
     fn shard(&self, name: &str) -> &Shard {
-        let mut h = self.hasher.build_hasher();
-        name.hash(&mut h);
-        &self.shards[(h.finish() as usize) % SHARDS]
+        &self.shards[(self.hasher.hash_one(name) as usize) % SHARDS]
     }
 
     /// The counters of (tenant, queue): its own while under the cap, else

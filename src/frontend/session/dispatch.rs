@@ -11,9 +11,9 @@ use crate::frontend::client::Client;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::shared::{SessionHandle, Shared};
 use crate::frontend::startup::{Identity, Started};
+use crate::metrics::clients::{ClientEntry, NewClient, State as ClientState};
 use crate::protocol::tags::frontend as tag;
 use crate::protocol::{self, FrameError, Message, SqlError};
-use crate::metrics::clients::{ClientEntry, NewClient, State as ClientState};
 use crate::users::Passthrough;
 use std::sync::Arc;
 

@@ -91,7 +91,10 @@ mod tests {
 
     #[test]
     fn the_four_views_parse_in_any_case() {
-        assert_eq!(ok("SHOW QUEENWIRE POOLS"), Statement::Console(Console::Pools));
+        assert_eq!(
+            ok("SHOW QUEENWIRE POOLS"),
+            Statement::Console(Console::Pools)
+        );
         assert_eq!(
             ok("show queenwire clients;"),
             Statement::Console(Console::Clients)
@@ -100,7 +103,10 @@ mod tests {
             ok("Show QueenWire Servers -- c"),
             Statement::Console(Console::Servers)
         );
-        assert_eq!(ok("SHOW QUEENWIRE STATS"), Statement::Console(Console::Stats));
+        assert_eq!(
+            ok("SHOW QUEENWIRE STATS"),
+            Statement::Console(Console::Stats)
+        );
     }
 
     #[test]

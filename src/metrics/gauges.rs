@@ -5,9 +5,9 @@
 //! series are bounded like the counters: the first `cap` (tenant, queue)
 //! pairs in (tenant, queue) order, the rest summed into `other`.
 //!
-//! The readiness probe asks the same connection whether the schema is
-//! there; a failure to connect or to answer within [`PROBE_TIMEOUT`] is
-//! "not ready".
+//! The readiness probe asks a second connection whether the schema is
+//! there (so a slow read of the views never holds up a probe); a failure
+//! to connect or to answer within [`PROBE_TIMEOUT`] is "not ready".
 
 use crate::backend::call::query;
 use crate::rewrite::calls::metrics::{GroupLag, QueueDepth, SchemaApplied};
@@ -49,16 +49,26 @@ pub struct Snapshot {
     pub ok: bool,
 }
 
-struct State {
+/// A connection of the exporter's own and its last answer.
+struct Probe<T> {
     client: Option<tokio_postgres::Client>,
-    snapshot: Option<(Instant, Snapshot)>,
-    ready: Option<(Instant, bool)>,
+    last: Option<(Instant, T)>,
+}
+
+impl<T> Default for Probe<T> {
+    fn default() -> Probe<T> {
+        Probe {
+            client: None,
+            last: None,
+        }
+    }
 }
 
 pub struct Gauges {
     config: tokio_postgres::Config,
     cap: usize,
-    state: Mutex<State>,
+    views: Mutex<Probe<Snapshot>>,
+    ready: Mutex<Probe<bool>>,
 }
 
 impl Gauges {
@@ -68,19 +78,16 @@ impl Gauges {
         Gauges {
             config,
             cap,
-            state: Mutex::new(State {
-                client: None,
-                snapshot: None,
-                ready: None,
-            }),
+            views: Mutex::default(),
+            ready: Mutex::default(),
         }
     }
 
     /// The gauges, read again when the cached read is older than
     /// [`CACHE_FOR`].
     pub async fn snapshot(&self) -> Snapshot {
-        let mut state = self.state.lock().await;
-        if let Some((at, snap)) = &state.snapshot {
+        let mut state = self.views.lock().await;
+        if let Some((at, snap)) = &state.last {
             if at.elapsed() < CACHE_FOR {
                 return snap.clone();
             }
@@ -97,14 +104,14 @@ impl Gauges {
                 Snapshot::default()
             }
         };
-        state.snapshot = Some((Instant::now(), snap.clone()));
+        state.last = Some((Instant::now(), snap.clone()));
         snap
     }
 
     /// The backend answers and the schema is applied.
     pub async fn ready(&self) -> bool {
-        let mut state = self.state.lock().await;
-        if let Some((at, ready)) = state.ready {
+        let mut state = self.ready.lock().await;
+        if let Some((at, ready)) = state.last {
             if at.elapsed() < READY_CACHE_FOR {
                 return ready;
             }
@@ -127,7 +134,7 @@ impl Gauges {
         if !ready {
             state.client = None;
         }
-        state.ready = Some((Instant::now(), ready));
+        state.last = Some((Instant::now(), ready));
         ready
     }
 

@@ -146,6 +146,10 @@ impl QueueTable {
 
     /// POP handed out messages of `partition` of this queue.
     pub fn learn_partition(&self, partition: i64, counters: &Arc<QueueCounters>) {
+        // An unknown partition counts in `other` anyway.
+        if Arc::ptr_eq(counters, &self.other) {
+            return;
+        }
         {
             let map = match self.partitions.read() {
                 Ok(m) => m,
@@ -229,6 +233,33 @@ mod tests {
         let first = &samples[0].queue;
         QueueCounters::add(&t.get(tenant, first).pushed, 5);
         assert_eq!(t.samples()[0].pushed, 6);
+    }
+
+    #[test]
+    fn a_million_queues_cost_the_cap() {
+        let t = QueueTable::new(1000);
+        let mut name = String::new();
+        for i in 0..1_000_000u32 {
+            use std::fmt::Write;
+            name.clear();
+            let _ = write!(name, "queue-{i}");
+            let c = t.get(Uuid::from_u128(u128::from(i % 7)), &name);
+            QueueCounters::add(&c.pushed, 1);
+            t.learn_partition(i64::from(i), &c);
+        }
+        assert_eq!(t.len(), 1000);
+        let samples = t.samples();
+        assert_eq!(samples.len(), 1001);
+        assert_eq!(samples.iter().map(|s| s.pushed).sum::<u64>(), 1_000_000);
+        assert_eq!(samples.last().unwrap().pushed, 999_000);
+        let shards: usize = t
+            .shards
+            .iter()
+            .map(|s| s.read().unwrap().values().map(HashMap::len).sum::<usize>())
+            .sum();
+        assert_eq!(shards, 1000, "no entry for a queue past the cap");
+        // Only the partitions of queues with series of their own.
+        assert_eq!(t.partitions.read().unwrap().len(), 1000);
     }
 
     #[test]

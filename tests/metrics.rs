@@ -199,6 +199,14 @@ async fn a_scrape_counts_what_ran_and_passes_promtool() {
     assert_eq!(must(&page, "queenwire_queue_series_cap"), 1000.0);
     promtool(&page);
 
+    // AUTO ACK acknowledges at delivery.
+    rows(&client, "PUSH INTO auto_q VALUES ('{}')").await;
+    assert_eq!(rows(&client, "POP FROM auto_q AUTO ACK").await.len(), 1);
+    let (_, page) = get(addr, "/metrics").await;
+    let auto = |name: &str| format!("{name}{{tenant=\"{TENANT}\",queue=\"auto_q\"}}");
+    assert_eq!(must(&page, &auto("queenwire_messages_popped_total")), 1.0);
+    assert_eq!(must(&page, &auto("queenwire_messages_acked_total")), 1.0);
+
     // A POP … WAIT in progress is a waiter.
     let waiter = proxy.connect().await;
     let parked = tokio::spawn(async move {

@@ -42,21 +42,17 @@ fn text(row: &[Cell], at: usize) -> Option<&str> {
 }
 
 /// The counters of consecutive rows' queue, looked up once per run of rows
-/// naming the same queue.
-struct Last {
-    name: String,
-    counters: Option<Arc<QueueCounters>>,
-}
+/// naming the same queue (past the cap, the `other` bucket is looked up
+/// again for each row).
+struct Last(Option<Arc<QueueCounters>>);
 
 impl Last {
     fn get(&mut self, m: &Metrics, tenant: Uuid, queue: &str) -> Arc<QueueCounters> {
-        match &self.counters {
-            Some(c) if self.name == queue => c.clone(),
+        match &self.0 {
+            Some(c) if &*c.name == queue && c.tenant == Some(tenant) => c.clone(),
             _ => {
                 let c = m.queues.get(tenant, queue);
-                self.name.clear();
-                self.name.push_str(queue);
-                self.counters = Some(c.clone());
+                self.0 = Some(c.clone());
                 c
             }
         }
@@ -65,10 +61,7 @@ impl Last {
 
 /// Per-queue counts of a statement that succeeded with these rows.
 pub fn count_rows(m: &Metrics, stmt: &Statement, tenant: Uuid, rows: &[Vec<Cell>]) {
-    let mut last = Last {
-        name: String::new(),
-        counters: None,
-    };
+    let mut last = Last(None);
     match stmt {
         // message_id, queue, partition, offset, transaction_id, status
         Statement::Push(_) => {
@@ -81,12 +74,16 @@ pub fn count_rows(m: &Metrics, stmt: &Statement, tenant: Uuid, rows: &[Vec<Cell>
             }
         }
         // receipt, message_id, queue, …
-        Statement::Pop(_) => {
+        Statement::Pop(pop) => {
             let mut learned = None;
             for row in rows {
                 let Some(queue) = text(row, 2) else { continue };
                 let c = last.get(m, tenant, queue);
                 QueueCounters::add(&c.popped, 1);
+                // AUTO ACK: acknowledged at delivery.
+                if pop.auto_ack {
+                    QueueCounters::add(&c.acked, 1);
+                }
                 if let Some(partition) = text(row, 0).and_then(partition_of) {
                     if learned != Some(partition) {
                         m.queues.learn_partition(partition, &c);

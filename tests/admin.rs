@@ -180,3 +180,20 @@ async fn a_tenant_sees_its_own_clients_only() {
     assert!(!rows(&b, "SHOW QUEENWIRE STATS").await.is_empty());
     drop(a2);
 }
+
+#[tokio::test]
+async fn a_pinned_session_shows_as_pinned() {
+    let proxy = Proxy::start_with("admin_pinned", |c| {
+        c.pool_mode = queenwire::frontend::PoolMode::Session;
+    })
+    .await;
+    let client = proxy.connect().await;
+    rows(&client, "SELECT 1").await;
+    let me = rows(&client, "SHOW QUEENWIRE CLIENTS").await;
+    assert_eq!(me.len(), 1);
+    assert_eq!(me[0]["pinned"].as_deref(), Some("t"));
+    assert!(
+        me[0]["backend_pid"].is_some(),
+        "a session-mode session keeps its connection"
+    );
+}

@@ -519,3 +519,33 @@ async fn the_dashboard_queries_metrics_the_exporter_emits() {
             .unwrap_or_else(|e| panic!("{q}: {e}"));
     }
 }
+
+#[tokio::test]
+async fn maintenance_runs_are_counted_by_task() {
+    let proxy = Proxy::start_with("metrics_maintenance", |c| {
+        c.metrics_listen = Some("127.0.0.1:0".into());
+        c.retention.interval = Duration::from_secs(1);
+    })
+    .await;
+    let addr = proxy.server.metrics_addr.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, page) = get(addr, "/metrics").await;
+        let runs = |task: &str| {
+            value(
+                &page,
+                &format!("queenwire_maintenance_runs_total{{task=\"{task}\"}}"),
+            )
+            .unwrap_or(0.0)
+        };
+        // The only queenwire on its database is elected for every task.
+        if ["log_retention", "log_cleanup", "kv_sweep", "log_expire"]
+            .iter()
+            .all(|t| runs(t) >= 1.0)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not every task ran:\n{page}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -207,6 +207,23 @@ async fn a_scrape_counts_what_ran_and_passes_promtool() {
     assert_eq!(must(&page, &auto("queenwire_messages_popped_total")), 1.0);
     assert_eq!(must(&page, &auto("queenwire_messages_acked_total")), 1.0);
 
+    // Plain SQL over the extended protocol: counted and timed at its Sync.
+    let seven: i32 = client
+        .query_one("SELECT $1::int4", &[&7i32])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(seven, 7);
+    let (_, page) = get(addr, "/metrics").await;
+    assert_eq!(must(&page, "queenwire_passthrough_statements_total"), 3.0);
+    assert_eq!(
+        must(
+            &page,
+            "queenwire_statements_total{kind=\"passthrough\",outcome=\"ok\"}"
+        ),
+        2.0
+    );
+
     // A POP … WAIT in progress is a waiter.
     let waiter = proxy.connect().await;
     let parked = tokio::spawn(async move {

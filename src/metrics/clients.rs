@@ -102,6 +102,9 @@ pub struct ClientEntry {
     /// Errors the backend sent this session's client (the session's own
     /// count, to tell whether a passthrough statement failed).
     pub backend_errors: u64,
+    /// Passthrough Executes of the extended protocol since the last Sync:
+    /// the pipeline's round trip is timed at its Sync.
+    pub passthrough_executes: u64,
     live: Arc<Mutex<BTreeMap<u64, Arc<ClientInfo>>>>,
 }
 
@@ -132,6 +135,7 @@ impl Clients {
         ClientEntry {
             info,
             backend_errors: 0,
+            passthrough_executes: 0,
             live: self.live.clone(),
         }
     }

@@ -80,8 +80,9 @@ impl Session {
         self.observed.backend_errors += 1;
     }
 
-    /// One passthrough exchange (a simple query, or one statement of a
-    /// mixed script) of `statements` statements ended.
+    /// One passthrough exchange of `statements` statements ended: a simple
+    /// query, one statement of a mixed script, or an extended-protocol
+    /// pipeline up to its Sync (its messages reach the backend then).
     pub(super) fn passthrough_done(
         &mut self,
         statements: usize,

@@ -187,6 +187,20 @@ async fn serve_one(exporter: &Exporter, mut stream: TcpStream) {
     )
     .await;
     let _ = stream.shutdown().await;
+    // What the client still sends (the rest of a refused head, a body) is
+    // read and dropped for a moment: closing with unread input would reset
+    // the connection, and the client could lose the answer.
+    let linger = async {
+        let mut sink = [0u8; 4096];
+        let mut left = MAX_REQUEST * 8;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), linger).await;
 }
 
 /// Serves until shutdown begins.

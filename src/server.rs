@@ -235,15 +235,21 @@ async fn tenant_role_pools(
     Ok(pools)
 }
 
-/// A tenant role pool's label in the metrics and the admin view: the
-/// backend role `queen.tenant_role_ensure_v1` names.
-fn tenant_role_label(tenant: uuid::Uuid, read_only: bool) -> String {
-    let hex = tenant.simple();
-    if read_only {
-        format!("queen_t_{hex}_ro")
-    } else {
-        format!("queen_t_{hex}")
+/// The sessions' pools as the metrics and the admin view name them:
+/// `engine`, `clients`, and each tenant role by the name
+/// `queen.tenant_role_ensure_v1` gives it.
+fn pool_labels(shared: &Shared) -> Vec<(String, pool::Pool)> {
+    let mut pools = vec![("engine".to_string(), shared.pool.clone())];
+    if let Some(p) = &shared.client_pool {
+        pools.push(("clients".to_string(), p.clone()));
     }
+    let mut roles: Vec<_> = shared.role_pools.iter().collect();
+    roles.sort_by_key(|(key, _)| **key);
+    for ((tenant, read_only), p) in roles {
+        let suffix = if *read_only { "_ro" } else { "" };
+        pools.push((format!("queen_t_{}{suffix}", tenant.simple()), p.clone()));
+    }
+    pools
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -359,14 +365,6 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
-        let waiters = Arc::new(wake::Waiters::new(&secret));
-        let (announcer, announcements) = wake::Announcer::new(waiters.clone());
-        let kv = Arc::new(KvState::default());
-        kv.set_paused(config.kv_paused);
-        let metrics = Arc::new(Metrics::new(
-            config.metrics_queue_cap,
-            config.users.is_none(),
-        ));
         let metrics_listener = match &config.metrics_listen {
             Some(addr) => Some(
                 listen(addr)
@@ -375,12 +373,14 @@ impl Server {
             ),
             None => None,
         };
-        let mut pools = vec![("engine".to_string(), pool.clone())];
-        pools.extend(
-            role_pools.iter().map(|((tenant, read_only), p)| {
-                (tenant_role_label(*tenant, *read_only), p.clone())
-            }),
-        );
+        let waiters = Arc::new(wake::Waiters::new(&secret));
+        let (announcer, announcements) = wake::Announcer::new(waiters.clone());
+        let kv = Arc::new(KvState::default());
+        kv.set_paused(config.kv_paused);
+        let metrics = Arc::new(Metrics::new(
+            config.metrics_queue_cap,
+            config.users.is_none(),
+        ));
         let engine = Arc::new(Engine {
             metrics: metrics.clone(),
             kv: kv.clone(),
@@ -392,13 +392,6 @@ impl Server {
             announcer,
         });
         let shutdown = Shutdown::new();
-        let client_pool = match config.users {
-            None => Some(pool::build_pool(target.clone(), config.pool_size)?),
-            Some(_) => None,
-        };
-        if let Some(p) = &client_pool {
-            pools.push(("clients".to_string(), p.clone()));
-        }
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 users: config.users.clone(),
@@ -416,12 +409,16 @@ impl Server {
             },
             pool.clone(),
             role_pools,
-            client_pool,
+            match config.users {
+                None => Some(pool::build_pool(target.clone(), config.pool_size)?),
+                Some(_) => None,
+            },
             target.clone(),
             engine.clone(),
             shutdown.signal(),
         ));
         let slots = shared.slots.clone();
+        let mut pools = pool_labels(&shared);
         let shared_target = target;
         let listener_task = tokio::spawn(frontend::serve(listener, shared));
         let mut background = client_config.clone();

@@ -25,6 +25,7 @@ pub const NAMES: &[&str] = &[
     "queenwire_queue_dlq_messages",
     "queenwire_group_lag_messages",
     "queenwire_queue_gauges_up",
+    "queenwire_queue_gauges_omitted",
     "queenwire_pop_waiters",
     "queenwire_statements_total",
     "queenwire_statement_duration_seconds",
@@ -191,6 +192,12 @@ pub fn render(m: &Metrics, gauges: &Snapshot) -> String {
         "1 when the last read of the queue views succeeded.",
     );
     o.sample("queenwire_queue_gauges_up", &[], u8::from(gauges.ok));
+    o.header(
+        "queenwire_queue_gauges_omitted",
+        "gauge",
+        "Queues past the cap, without depth gauges (the queen views have them).",
+    );
+    o.sample("queenwire_queue_gauges_omitted", &[], gauges.omitted_queues);
 
     o.header(
         "queenwire_pop_waiters",

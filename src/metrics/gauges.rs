@@ -1,16 +1,19 @@
-//! Gauges read from PostgreSQL at scrape time: queue depth, DLQ depth and
-//! group lag from the `queen` views (011_log_stats), on one connection of
-//! the exporter's own, cached for [`CACHE_FOR`] so that scrapes in quick
-//! succession (several Prometheus servers, a dashboard) cost one read. The
-//! series are bounded like the counters: the first `cap` (tenant, queue)
-//! pairs in (tenant, queue) order, the rest summed into `other`.
+//! Gauges read from PostgreSQL at scrape time: queue depth and DLQ depth
+//! (`queen.queue_depth`'s numbers) and group lag (`queen.group_lag`), on
+//! one connection of the exporter's own, cached for [`CACHE_FOR`] so that
+//! scrapes in quick succession (several Prometheus servers, a dashboard)
+//! cost one read. The series are bounded like the counters: depth for the
+//! first `cap` queues in (tenant, queue) order only (the rest are counted
+//! in [`Snapshot::omitted_queues`]: summing their pending messages would
+//! cost the read of every queue the cap exists to avoid), lag for the
+//! first `cap` groups with the rest summed into `other`.
 //!
 //! The readiness probe asks a second connection whether the schema is
 //! there (so a slow read of the views never holds up a probe); a failure
 //! to connect or to answer within [`PROBE_TIMEOUT`] is "not ready".
 
 use crate::backend::call::query;
-use crate::rewrite::calls::metrics::{GroupLag, QueueDepth, SchemaApplied};
+use crate::rewrite::calls::metrics::{GroupLag, QueueCount, QueueDepth, SchemaApplied};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
@@ -44,6 +47,8 @@ pub struct Lag {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub depth: Vec<Depth>,
+    /// Queues past the cap, without depth gauges.
+    pub omitted_queues: i64,
     pub lag: Vec<Lag>,
     /// The read succeeded.
     pub ok: bool,
@@ -140,39 +145,28 @@ impl Gauges {
 
     async fn read(&self, client: &mut Option<tokio_postgres::Client>) -> Result<Snapshot, String> {
         let client = connected(&self.config, client).await?;
-        let depth_rows = query(client, &QueueDepth)
+        let limit = i64::try_from(self.cap).unwrap_or(i64::MAX);
+        let depth_rows = query(client, &QueueDepth { limit })
             .await
             .map_err(|e| e.to_string())?;
+        let queues = query(client, &QueueCount)
+            .await
+            .map_err(|e| e.to_string())?
+            .first()
+            .and_then(|r| r.queues)
+            .unwrap_or(0);
         let lag_rows = query(client, &GroupLag).await.map_err(|e| e.to_string())?;
-        let mut depth = Vec::new();
-        let mut depth_overflow = false;
-        let mut other = Depth {
-            tenant: super::queues::OTHER.into(),
-            queue: super::queues::OTHER.into(),
-            messages: 0,
-            pending: 0,
-            dead_lettered: 0,
-        };
-        for r in depth_rows {
-            let d = Depth {
+        let depth: Vec<Depth> = depth_rows
+            .into_iter()
+            .map(|r| Depth {
                 tenant: r.tenant_id.map(|t| t.to_string()).unwrap_or_default(),
                 queue: r.queue.unwrap_or_default(),
                 messages: r.messages.unwrap_or(0),
                 pending: r.pending.unwrap_or(0),
                 dead_lettered: r.dead_lettered.unwrap_or(0),
-            };
-            if depth.len() < self.cap {
-                depth.push(d);
-            } else {
-                depth_overflow = true;
-                other.messages += d.messages;
-                other.pending += d.pending;
-                other.dead_lettered += d.dead_lettered;
-            }
-        }
-        if depth_overflow {
-            depth.push(other);
-        }
+            })
+            .collect();
+        let omitted_queues = (queues - depth.len() as i64).max(0);
         let mut lag = Vec::new();
         let mut other_lag = 0i64;
         let mut lag_overflow = false;
@@ -200,6 +194,7 @@ impl Gauges {
         }
         Ok(Snapshot {
             depth,
+            omitted_queues,
             lag,
             ok: true,
         })

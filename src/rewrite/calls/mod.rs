@@ -121,6 +121,7 @@ pub const ALL: &[&CallSpec] = &[
     &retention::RECORD,
     &retention::RETAINED_BYTES_STEP,
     &metrics::QUEUE_DEPTH,
+    &metrics::QUEUE_COUNT,
     &metrics::GROUP_LAG,
     &metrics::SCHEMA_APPLIED,
     &transaction::RAISE,

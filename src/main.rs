@@ -138,6 +138,18 @@ struct ServeArgs {
     /// them back; idle sessions close at once. A second signal skips the wait.
     #[arg(long, env = "QUEENWIRE_SHUTDOWN_TIMEOUT", default_value_t = 30)]
     shutdown_timeout: u64,
+    /// Serve Prometheus metrics (/metrics), /health and /ready over HTTP on
+    /// this address (e.g. 127.0.0.1:9187). Off when absent.
+    #[arg(long, env = "QUEENWIRE_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// Distinct queues with per-queue metric series; later queues share the
+    /// series labelled queue="other".
+    #[arg(long, env = "QUEENWIRE_METRICS_QUEUE_CAP", default_value_t = queenwire::metrics::DEFAULT_QUEUE_CAP)]
+    metrics_queue_cap: usize,
+    /// Log line format on standard error: text or json (one object a line
+    /// with timestamp, level, target, message and the event's fields).
+    #[arg(long, env = "QUEENWIRE_LOG_FORMAT", default_value = "text", value_parser = queenwire::metrics::log::LogFormat::parse)]
+    log_format: queenwire::metrics::log::LogFormat,
 }
 
 fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
@@ -183,7 +195,16 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Logs go to standard error, leaving standard output to `user list`.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        queenwire::metrics::log::LogFormat::Text => logs.init(),
+        queenwire::metrics::log::LogFormat::Json => {
+            logs.event_format(queenwire::metrics::log::JsonLines).init()
+        }
+    }
 
     let backend = match cli.backend.or_else(|| std::env::var("DATABASE_URL").ok()) {
         Some(url) => match url.parse::<tokio_postgres::Config>() {
@@ -222,6 +243,8 @@ fn main() -> ExitCode {
             interval: std::time::Duration::from_secs(cli.retention_interval.max(1)),
             cleanup_age: std::time::Duration::from_secs(cli.partition_cleanup_age),
         },
+        metrics_listen: cli.metrics_listen,
+        metrics_queue_cap: cli.metrics_queue_cap,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -250,6 +273,9 @@ fn main() -> ExitCode {
             server.local_addr,
             server.backend_description
         );
+        if let Some(addr) = server.metrics_addr {
+            tracing::info!("metrics on http://{addr}/metrics (/health, /ready)");
+        }
         let Some(mut signals) = Signals::new() else {
             let _ = tokio::signal::ctrl_c().await;
             server.shutdown().await;

@@ -10,6 +10,9 @@ use crate::engine::schema::{self, SchemaError};
 use crate::engine::{maintenance, timers, wake, Engine};
 use crate::frontend::slots::SessionSlots;
 use crate::frontend::{self, FrontendConfig, Shared};
+use crate::metrics::gauges::Gauges;
+use crate::metrics::http::Exporter;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -95,6 +98,11 @@ pub struct Config {
     /// The retention and cleanup cycle (the queues' options say what is
     /// due; this says how often and how old an empty partition must be).
     pub retention: crate::engine::retention::RetentionSettings,
+    /// Address of the Prometheus endpoint (`/metrics`, `/health`,
+    /// `/ready`); `None`: off.
+    pub metrics_listen: Option<String>,
+    /// Distinct queues with per-queue series before the rest share `other`.
+    pub metrics_queue_cap: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -127,6 +135,8 @@ impl Default for Config {
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
             pool_mode: crate::frontend::PoolMode::Transaction,
             retention: crate::engine::retention::RetentionSettings::default(),
+            metrics_listen: None,
+            metrics_queue_cap: crate::metrics::DEFAULT_QUEUE_CAP,
         }
     }
 }
@@ -262,6 +272,23 @@ pub struct DrainReport {
 /// statements cancelled, 57P01 sent, their connections given back).
 const TERMINATE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The sessions' pools as the metrics and the admin view name them:
+/// `engine`, `clients`, and each tenant role by the name
+/// `queen.tenant_role_ensure_v1` gives it.
+fn pool_labels(shared: &Shared) -> Vec<(String, pool::Pool)> {
+    let mut pools = vec![("engine".to_string(), shared.pool.clone())];
+    if let Some(p) = &shared.client_pool {
+        pools.push(("clients".to_string(), p.clone()));
+    }
+    let mut roles = shared.role_pools();
+    roles.sort_by_key(|(key, _)| *key);
+    for ((tenant, read_only), p) in roles {
+        let suffix = if read_only { "_ro" } else { "" };
+        pools.push((format!("queen_t_{}{suffix}", tenant.simple()), p));
+    }
+    pools
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("tenant roles: {0} (the schema owner needs CREATEROLE, and queenwire's backend role membership in queen_engine; see docs/security.md)")]
@@ -289,6 +316,9 @@ pub struct Server {
     pub local_addr: SocketAddr,
     /// One line saying which backend serves this proxy.
     pub backend_description: String,
+    /// Where `/metrics` is served, when it is.
+    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: Arc<Metrics>,
     shutdown: Shutdown,
     shutdown_timeout: std::time::Duration,
     shared: Arc<Shared>,
@@ -377,13 +407,26 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+        let metrics_listener = match &config.metrics_listen {
+            Some(addr) => Some(
+                listen(addr)
+                    .await
+                    .map_err(|e| StartError::Listen(addr.clone(), e))?,
+            ),
+            None => None,
+        };
         let waiters = Arc::new(wake::Waiters::new(&secret));
         let (announcer, announcements) = wake::Announcer::new(waiters.clone());
         let kv = Arc::new(KvState::default());
         kv.set_paused(config.kv_paused);
         let shutdown = Shutdown::new();
+        let metrics = Arc::new(Metrics::new(
+            config.metrics_queue_cap,
+            config.users.is_none(),
+        ));
         let engine = Arc::new(Engine {
             draining: shutdown.drain_signal(),
+            metrics: metrics.clone(),
             kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
             fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
@@ -419,6 +462,7 @@ impl Server {
         ));
         let slots = shared.slots.clone();
         let listen_hub = shared.listen.clone();
+        let mut pools = pool_labels(&shared);
         let shared_target = target;
         let listener_task = tokio::spawn(frontend::serve(listener, shared.clone()));
         let mut background = client_config.clone();
@@ -430,7 +474,16 @@ impl Server {
             target: shared_target.clone(),
             pool_size: config.pool_size,
         };
-        let background_tasks = vec![
+        let timer_pool = pool::build_pool(
+            Arc::new(BackendTarget {
+                application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
+                ..(*shared_target).clone()
+            }),
+            TIMER_POOL_SIZE,
+        )?;
+        pools.push(("timers".to_string(), timer_pool.clone()));
+        metrics.set_pools(pools);
+        let mut background_tasks = vec![
             tokio::spawn(frontend::listen::run(
                 background.clone(),
                 listen_hub,
@@ -444,26 +497,38 @@ impl Server {
             )),
             // Connections of their own, which no client is ever handed.
             tokio::spawn(timers::fire_loop(
-                pool::build_pool(
-                    Arc::new(BackendTarget {
-                        application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
-                        ..(*shared_target).clone()
-                    }),
-                    TIMER_POOL_SIZE,
-                )?,
+                timer_pool,
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),
-            tokio::spawn(maintenance::run(
-                background,
-                kv.clone(),
-                config.retention,
-                shutdown.signal(),
+            tokio::spawn(crate::metrics::MAINTENANCE.scope(
+                metrics.clone(),
+                maintenance::run(
+                    background.clone(),
+                    kv.clone(),
+                    config.retention,
+                    shutdown.signal(),
+                ),
             )),
         ];
+        let mut metrics_addr = None;
+        if let Some(listener) = metrics_listener {
+            metrics_addr = listener.local_addr().ok();
+            let exporter = Arc::new(Exporter {
+                metrics: metrics.clone(),
+                gauges: Gauges::new(background, config.metrics_queue_cap),
+            });
+            background_tasks.push(tokio::spawn(crate::metrics::http::serve(
+                listener,
+                exporter,
+                shutdown.signal(),
+            )));
+        }
         Ok(Server {
             local_addr,
             backend_description: format!("{description} (PostgreSQL {version})"),
+            metrics_addr,
+            metrics,
             shutdown,
             shutdown_timeout: config.shutdown_timeout,
             shared,
@@ -609,6 +674,7 @@ impl Server {
         let _ = conn_task.await;
         let n = users.users.len();
         self.shared.replace_users(Arc::new(users), pools?);
+        self.metrics.add_pools(pool_labels(&self.shared));
         Ok(n)
     }
 }

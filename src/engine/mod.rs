@@ -9,6 +9,7 @@
 //! Knows nothing of the client's wire, the session's bookkeeping or the
 //! pool: a session lends it a backend connection through [`Lender`].
 
+mod console;
 mod execute;
 pub mod frame;
 pub mod fusion;
@@ -17,6 +18,7 @@ pub mod leases;
 pub mod lend;
 pub mod lock_order;
 pub mod maintenance;
+mod observe;
 pub mod queues;
 pub mod receipt;
 pub mod retention;
@@ -108,6 +110,8 @@ pub struct Engine {
     pub announcer: wake::Announcer,
     /// Begins when the server drains: a POP … WAIT stops waiting.
     pub draining: crate::shutdown::ShutdownSignal,
+    /// Counters and latencies of the statements run here.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Engine {
@@ -215,6 +219,8 @@ impl Engine {
                     .transpose()?;
                 timers::list(conn, queue.as_deref(), tenant).await?
             }
+            // Answered before any backend is asked (`execute.rs`).
+            Statement::Console(view) => console::rows(&self.metrics, *view, tenant),
         };
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),

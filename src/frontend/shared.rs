@@ -130,6 +130,13 @@ impl Shared {
             .and_then(|p| p.get(&(tenant, read_only)).cloned())
     }
 
+    /// Every tenant role's pool now, by (tenant, read-only).
+    pub fn role_pools(&self) -> Vec<((uuid::Uuid, bool), Pool)> {
+        self.live.role_pools.read().map_or(Vec::new(), |p| {
+            p.iter().map(|(k, v)| (*k, v.clone())).collect()
+        })
+    }
+
     /// Whether a pool for this (tenant, read-only) exists already.
     pub fn has_role_pool(&self, tenant: uuid::Uuid, read_only: bool) -> bool {
         self.role_pool(tenant, read_only).is_some()
@@ -177,12 +184,17 @@ struct Live {
 #[derive(Default)]
 pub struct SessionHandle {
     backend: Mutex<Option<BackendKey>>,
+    /// The session as the admin view lists it (set once it starts).
+    pub observed: std::sync::OnceLock<Arc<crate::metrics::clients::ClientInfo>>,
     /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
     pub cancel: Arc<tokio::sync::Notify>,
 }
 
 impl SessionHandle {
     pub fn set_backend(&self, key: Option<BackendKey>) {
+        if let Some(info) = self.observed.get() {
+            info.set_backend(key.map(|k| k.pid));
+        }
         if let Ok(mut guard) = self.backend.lock() {
             *guard = key;
         }

@@ -11,6 +11,7 @@ use crate::frontend::client::Client;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::shared::{SessionHandle, Shared};
 use crate::frontend::startup::{Identity, Started};
+use crate::metrics::clients::{ClientEntry, NewClient, State as ClientState};
 use crate::protocol::tags::frontend as tag;
 use crate::protocol::{self, FrameError, Message, SqlError};
 use crate::users::Passthrough;
@@ -94,6 +95,8 @@ pub struct Session {
     pub(super) notifications: Option<crate::frontend::listen::Notifications>,
     /// The server's shutdown as this session watches it (`idle.rs`).
     pub(super) stopping: super::idle::Stopping,
+    /// The session in the admin view's list, while it lives.
+    pub(super) observed: ClientEntry,
 }
 
 impl Session {
@@ -110,8 +113,22 @@ impl Session {
                 passthrough,
             },
             settings,
-            ..
+            user,
         } = started;
+        let observed = shared.engine.metrics.clients.register(NewClient {
+            id,
+            user,
+            tenant,
+            application_name: settings
+                .get("application_name")
+                .map(|v| v.trim_matches('\'').replace("''", "'"))
+                .unwrap_or_default(),
+            client_addr: client
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+        });
+        let _ = handle.observed.set(observed.info.clone());
         let role_pool = match passthrough {
             _ if shared.config.users.is_none() => shared.client_pool.clone(),
             Passthrough::None => None,
@@ -147,6 +164,7 @@ impl Session {
             client_encoding: ClientEncoding::Utf8,
             notifications: None,
             stopping,
+            observed,
         }
     }
 
@@ -195,6 +213,7 @@ impl Session {
     async fn serve(&mut self) -> Result<(), End> {
         loop {
             let msg = self.next_message().await?;
+            self.observed.info.set_state(ClientState::Active);
             match msg.tag {
                 tag::TERMINATE => return Ok(()),
                 tag::SYNC => self.sync().await?,
@@ -217,11 +236,25 @@ impl Session {
                     return Err(self.fatal(err).await);
                 }
             }
+            self.observed_between_messages();
         }
+    }
+
+    /// What the admin view shows of the session while it waits for the
+    /// client.
+    fn observed_between_messages(&self) {
+        let info = &self.observed.info;
+        info.set_pinned(self.lease.pinned());
+        info.set_state(match self.lease.status() {
+            protocol::TxStatus::Idle => ClientState::Idle,
+            protocol::TxStatus::InBlock => ClientState::IdleInTransaction,
+            protocol::TxStatus::Failed => ClientState::IdleInFailedTransaction,
+        });
     }
 
     /// Sends a FATAL error and ends the session.
     pub(super) async fn fatal(&mut self, err: SqlError) -> End {
+        self.shared.engine.metrics.error(err.code());
         self.client.send_fatal(&err).await;
         End::Fatal(err.message)
     }
@@ -263,6 +296,7 @@ impl Session {
 
     /// An error the proxy reports itself; the pipeline skips to Sync.
     pub(super) fn local_error(&mut self, err: SqlError) {
+        self.shared.engine.metrics.error(err.code());
         if let Some(now) = self.replies.local_error(err.to_message()) {
             self.client.send(&now);
         }

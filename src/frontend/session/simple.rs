@@ -70,8 +70,10 @@ impl Session {
                 // A simple query destroys the unnamed statement.
                 conn.unnamed_owner = None;
             }
+            let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
             self.forward(msg, Expect::Query);
             self.drain().await?;
+            self.passthrough_done(commands.len(), began, errors);
         } else {
             self.run_script(&text, &commands).await?;
         }
@@ -169,8 +171,12 @@ impl Session {
                         break;
                     }
                     self.apply_effect(*effect, &sql[range.clone()]);
-                    self.run_plain_statement(text.original(range.clone()))
-                        .await?
+                    let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
+                    let ok = self
+                        .run_plain_statement(text.original(range.clone()))
+                        .await?;
+                    self.passthrough_done(1, began, errors);
+                    ok
                 }
                 Command::Dialect(_)
                     if text.readable(range.clone(), &self.client_encoding).is_err() =>
@@ -238,6 +244,7 @@ impl Session {
                 tag::ERROR_RESPONSE => {
                     ok = false;
                     self.client.send(&msg);
+                    self.backend_error(&msg);
                 }
                 tag::COPY_IN_RESPONSE => {
                     self.client.send(&msg);

@@ -14,6 +14,7 @@
 //! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
+//! | `SHOW QUEENWIRE POOLS/CLIENTS/SERVERS/STATS`    | [`console`]     |
 //!
 //! The parser is pure: literals are checked here (names, JSON, durations,
 //! counts), `$n` are left for the engine, which applies the same public
@@ -26,6 +27,7 @@
 
 pub mod ack;
 pub mod cron;
+pub mod console;
 mod cursor;
 mod duration;
 mod error;
@@ -102,6 +104,8 @@ pub enum Statement {
         /// `None`: every queue of the tenant.
         queue: Option<Name>,
     },
+    /// The admin view, answered by the proxy.
+    Console(console::Console),
 }
 
 impl Statement {
@@ -126,6 +130,7 @@ impl Statement {
             Statement::Schedule(_) => timer::SCHEDULE_COLUMNS,
             Statement::CancelSchedule(_) => timer::CANCEL_COLUMNS,
             Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
+            Statement::Console(view) => view.columns(),
         }
     }
 
@@ -171,7 +176,7 @@ impl Statement {
             Statement::DropQueue(drop) => drop.describe_params(&mut params),
             Statement::SeekGroup(seek) => seek.describe_params(&mut params),
             Statement::DropGroup(drop) => drop.describe_params(&mut params),
-            Statement::ShowQueues => {}
+            Statement::ShowQueues | Statement::Console(_) => {}
             Statement::ShowPartitions { queue } => params.note(queue, oid::TEXT),
             Statement::ShowGroups { queue } | Statement::ShowSchedules { queue } => {
                 params.note_all(queue, oid::TEXT)
@@ -205,6 +210,7 @@ enum Family {
     DropGroup,
     Show,
     ShowSchedules,
+    Console,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -248,6 +254,13 @@ fn recognize(sql: &str) -> Option<Family> {
                 ("SEEK", "GROUP") => Family::SeekGroup,
                 ("SHOW", "QUEUES" | "PARTITIONS" | "GROUPS" | "DLQ") => Family::Show,
                 ("SHOW", "SCHEDULES") => Family::ShowSchedules,
+                // `SHOW queenwire` alone is a parameter lookup; a second
+                // bare word is a syntax error in PostgreSQL.
+                ("SHOW", "QUEENWIRE") => {
+                    let view = lexer.next_token().ok()?;
+                    word(&view)?;
+                    Family::Console
+                }
                 _ => return None,
             }
         }
@@ -283,6 +296,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::DropGroup => queue_admin::DropGroup::parse(&mut cursor).map(Statement::DropGroup),
         Family::Show => show::parse(&mut cursor),
         Family::ShowSchedules => timer::parse_show(&mut cursor),
+        Family::Console => console::parse(&mut cursor),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

@@ -1,7 +1,9 @@
 //! Three `queenwire` processes on one database: retention and cleanup run in
 //! exactly one of them per cycle (elected through `queen.maintenance_leases`,
 //! recorded in `queen.retention_history`), and another one takes over within
-//! two cycles after the runner is killed with `kill -9`.
+//! two cycles after the runner is killed with `kill -9`; the same for the
+//! other elected tasks (max_wait expiry, KV sweep, metrics rollup), seen in
+//! each process's `queenwire_maintenance_runs_total`.
 
 mod common;
 
@@ -51,7 +53,12 @@ impl Drop for Fleet {
 }
 
 fn spawn(backend: &str) -> Child {
+    spawn_with(backend, &[])
+}
+
+fn spawn_with(backend: &str, extra: &[String]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_queenwire"))
+        .args(extra)
         .args([
             "--backend",
             backend,
@@ -240,5 +247,134 @@ async fn three_processes_run_each_task_once_per_cycle_and_one_takes_over_after_k
             .collect();
         assert!(after.len() >= 2, "{task}: {after:?}");
         assert_one_runner_per_cycle(task, &after);
+    }
+}
+
+/// The maintenance tasks of `maintenance.rs`, each a 5 s cycle.
+const TASKS: [&str; 3] = ["log_expire", "kv_sweep", "metrics_rollup"];
+const TASK_CYCLE: Duration = Duration::from_secs(5);
+
+/// `queenwire_maintenance_runs_total` by task, from a process's /metrics
+/// (`None` while it does not answer).
+async fn runs(port: u16) -> Option<std::collections::HashMap<String, u64>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.ok()?;
+    let mut out = std::collections::HashMap::new();
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("queenwire_maintenance_runs_total{task=\"") else {
+            continue;
+        };
+        let Some((task, value)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        out.insert(task.to_string(), value.trim().parse().ok()?);
+    }
+    Some(out)
+}
+
+async fn all_runs(ports: &[u16]) -> Vec<std::collections::HashMap<String, u64>> {
+    let mut v = Vec::new();
+    for p in ports {
+        v.push(runs(*p).await.unwrap_or_default());
+    }
+    v
+}
+
+fn count(m: &std::collections::HashMap<String, u64>, task: &str) -> u64 {
+    m.get(task).copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn every_maintenance_task_has_one_runner_and_is_taken_over_after_kill_9() {
+    let db = common::cluster::fresh_database("maintenance_election");
+    let backend = backend_string(&db);
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut fleet = Fleet(
+        ports
+            .iter()
+            .map(|p| spawn_with(&backend, &["--metrics-listen".into(), format!("127.0.0.1:{p}")]))
+            .collect(),
+    );
+
+    // Each task runs a few cycles, always in one process.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let before = loop {
+        let now = all_runs(&ports).await;
+        if TASKS
+            .iter()
+            .all(|t| now.iter().map(|m| count(m, t)).sum::<u64>() >= 3)
+        {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "tasks never ran: {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut runner = Vec::new();
+    for task in TASKS {
+        let running: Vec<usize> = (0..3).filter(|i| count(&before[*i], task) > 0).collect();
+        assert_eq!(running.len(), 1, "{task}: runners {running:?} in {before:?}");
+        runner.push((task, running[0]));
+    }
+
+    // kill -9 the process running the KV sweep.
+    let victim = runner[1].1;
+    fleet.0[victim].kill().unwrap();
+    fleet.0[victim].wait().unwrap();
+    let killed = Instant::now();
+    let at_kill = all_runs(&ports).await;
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    let moved: Vec<&str> = runner
+        .iter()
+        .filter(|(_, i)| *i == victim)
+        .map(|(t, _)| *t)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut took_over = std::collections::HashMap::new();
+    while took_over.len() < moved.len() {
+        let now = all_runs(&ports).await;
+        for task in &moved {
+            if took_over.contains_key(task) {
+                continue;
+            }
+            if let Some(i) = survivors
+                .iter()
+                .find(|i| count(&now[**i], task) > count(&at_kill[**i], task))
+            {
+                took_over.insert(*task, (*i, killed.elapsed()));
+            }
+        }
+        assert!(Instant::now() < deadline, "nobody took over: {took_over:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (task, (i, after)) in &took_over {
+        eprintln!("{task}: taken over by process {i} {after:?} after the kill");
+        assert!(
+            *after <= TASK_CYCLE * 2,
+            "{task}: takeover after {after:?}, more than two cycles"
+        );
+    }
+
+    // And afterwards one run per cycle among the survivors (a holder that
+    // stalls for a whole lease under load may hand the task to the other
+    // survivor, but never do both run it in one cycle).
+    let settled = all_runs(&ports).await;
+    let window = Instant::now();
+    tokio::time::sleep(TASK_CYCLE * 3).await;
+    let later = all_runs(&ports).await;
+    let cycles = (window.elapsed().as_secs_f64() / TASK_CYCLE.as_secs_f64()).ceil() as u64;
+    for task in TASKS {
+        let ran: u64 = survivors
+            .iter()
+            .map(|i| count(&later[*i], task) - count(&settled[*i], task))
+            .sum();
+        assert!(
+            (1..=cycles + 1).contains(&ran),
+            "{task}: {ran} runs in {cycles} cycles after the takeover: {settled:?} then {later:?}"
+        );
     }
 }

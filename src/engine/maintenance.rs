@@ -1,9 +1,15 @@
 //! Background work on a connection of its own: the KV quota poll (every
 //! queenwire, read-only), and, in one queenwire at a time (elected per
-//! cycle through `queen.maintenance_leases`), the KV sweeper and the
-//! max_wait_time_seconds expiry of pending messages to the DLQ. Retention
-//! and partition cleanup run beside them on a second connection, on their
-//! own cycle ([`super::retention`]).
+//! cycle through `queen.maintenance_leases`), the KV sweeper with its usage
+//! rollup, the max_wait_time_seconds expiry of pending messages to the DLQ
+//! and the metrics rollup. Retention and partition cleanup run beside them
+//! on a second connection, on their own cycle ([`super::retention`]).
+//!
+//! Election as retention does it: every process ticks four times a cycle
+//! and asks for each task's lease (one cycle long) at every tick; the
+//! holder renews it so and runs the task once a cycle. A holder killed
+//! with `kill -9` stops renewing: its lease runs out within a cycle and
+//! another process takes the task at its next tick (within 1.25 cycles).
 
 use super::kv::{KvState, Quota};
 use super::leases::elected;
@@ -15,14 +21,17 @@ use crate::rewrite::calls::metrics::Rollup;
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 /// How often usage and quotas are re-read (the quota is soft and late by
 /// this much; chosen, not measured).
 const QUOTA_POLL: Duration = Duration::from_secs(5);
-/// How often the elected sweeper prunes expired keys.
+/// How often the elected sweeper prunes expired keys (and the other
+/// elected tasks run): one cycle, also the length of a task's lease.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// Every process asks for the leases four times a cycle.
+const TICK: Duration = Duration::from_millis(1250);
 /// Rows deleted per shard per statement.
 const PRUNE_BATCH: i32 = 1000;
 /// Shards of `queen.kv` (fixed at 64 by the table's generated column).
@@ -57,34 +66,68 @@ fn holder_identity() -> String {
     format!("pid {} {}", std::process::id(), Uuid::now_v7())
 }
 
+/// When this process last ran each elected task (`None`: not since it
+/// last took the task over).
+#[derive(Default)]
+struct Schedule {
+    quotas: Option<Instant>,
+    expire: Option<Instant>,
+    metrics: Option<Instant>,
+    sweep: Option<Instant>,
+}
+
+/// Whether this process holds `task`'s lease (renewing it) and the task is
+/// due; notes the run.
+async fn due(
+    client: &tokio_postgres::Client,
+    task: &'static str,
+    holder: &str,
+    last: &mut Option<Instant>,
+) -> Result<bool, ClientCallError> {
+    if !elected(client, task, holder, SWEEP_INTERVAL).await? {
+        *last = None;
+        return Ok(false);
+    }
+    if last.is_some_and(|t| t.elapsed() < SWEEP_INTERVAL) {
+        return Ok(false);
+    }
+    *last = Some(Instant::now());
+    Ok(true)
+}
+
 async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>, holder: &str) {
     let mut sweeps = 0u32;
     let mut health = Health::new("maintenance");
+    let mut at = Schedule::default();
     loop {
         let client = connect_client(&config, &mut health).await;
         loop {
-            if let Err(e) = poll_quotas(&client, &kv).await {
-                report(&mut health, &client, "KV quota poll", &e);
-                tokio::time::sleep(QUOTA_POLL).await;
-                break;
+            if at.quotas.is_none_or(|t| t.elapsed() >= QUOTA_POLL) {
+                if let Err(e) = poll_quotas(&client, &kv).await {
+                    report(&mut health, &client, "KV quota poll", &e);
+                    tokio::time::sleep(TICK).await;
+                    break;
+                }
+                at.quotas = Some(Instant::now());
             }
             health.ok();
-            if let Err(e) = expire_pending(&client, holder).await {
+            if let Err(e) = expire_pending(&client, holder, &mut at.expire).await {
                 report(&mut health, &client, "expiring pending messages", &e);
             }
-            if let Err(e) = metrics_rollup(&client, holder).await {
+            if let Err(e) = metrics_rollup(&client, holder, &mut at.metrics).await {
                 report(&mut health, &client, "metrics rollup", &e);
             }
-            match sweep(&client, holder, sweeps.is_multiple_of(ROLLUP_EVERY)).await {
+            let rollup = sweeps.is_multiple_of(ROLLUP_EVERY);
+            match sweep(&client, holder, rollup, &mut at.sweep).await {
                 Ok(true) => sweeps += 1,
                 Ok(false) => {}
                 Err(e) => {
                     report(&mut health, &client, "KV sweep", &e);
-                    tokio::time::sleep(SWEEP_INTERVAL).await;
+                    tokio::time::sleep(TICK).await;
                     break;
                 }
             }
-            tokio::time::sleep(QUOTA_POLL.min(SWEEP_INTERVAL)).await;
+            tokio::time::sleep(TICK).await;
         }
     }
 }
@@ -121,8 +164,9 @@ async fn poll_quotas(client: &tokio_postgres::Client, kv: &KvState) -> Result<()
 async fn expire_pending(
     client: &tokio_postgres::Client,
     holder: &str,
+    last: &mut Option<Instant>,
 ) -> Result<(), ClientCallError> {
-    if !elected(client, "log_expire", holder, SWEEP_INTERVAL * 3).await? {
+    if !due(client, "log_expire", holder, last).await? {
         return Ok(());
     }
     crate::metrics::count_maintenance_run("log_expire");
@@ -153,8 +197,9 @@ const METRICS_ROLLUP_ROUNDS: usize = 10;
 async fn metrics_rollup(
     client: &tokio_postgres::Client,
     holder: &str,
+    last: &mut Option<Instant>,
 ) -> Result<(), ClientCallError> {
-    if !elected(client, "metrics_rollup", holder, SWEEP_INTERVAL * 3).await? {
+    if !due(client, "metrics_rollup", holder, last).await? {
         return Ok(());
     }
     crate::metrics::count_maintenance_run("metrics_rollup");
@@ -179,8 +224,9 @@ async fn sweep(
     client: &tokio_postgres::Client,
     holder: &str,
     rollup: bool,
+    last: &mut Option<Instant>,
 ) -> Result<bool, ClientCallError> {
-    if !elected(client, "kv_sweep", holder, SWEEP_INTERVAL * 3).await? {
+    if !due(client, "kv_sweep", holder, last).await? {
         return Ok(false);
     }
     crate::metrics::count_maintenance_run("kv_sweep");

@@ -9,6 +9,7 @@
 //! Knows nothing of the client's wire, the session's bookkeeping or the
 //! pool: a session lends it a backend connection through [`Lender`].
 
+pub mod browse;
 mod execute;
 pub mod frame;
 pub mod fusion;
@@ -213,6 +214,7 @@ impl Engine {
                     .transpose()?;
                 timers::list(conn, queue.as_deref(), tenant).await?
             }
+            Statement::Browse(b) => browse::execute(conn, b, &params, tenant).await?,
         };
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),

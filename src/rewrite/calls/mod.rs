@@ -22,6 +22,7 @@
 //! | push, pop, ack, renew                          | [`queues`]      |
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
+//! | SHOW MESSAGES / MESSAGE (browse)               | [`messages`]    |
 //! | the KV batch                                   | [`kv`]          |
 //! | timers, and the fire loop's claim and delete   | [`timers`]      |
 //! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
@@ -32,6 +33,7 @@ pub mod admin;
 pub mod json;
 pub mod kv;
 pub mod maintenance;
+pub mod messages;
 pub mod queues;
 pub mod retention;
 mod row;
@@ -97,6 +99,8 @@ pub const ALL: &[&CallSpec] = &[
     &show::PARTITIONS,
     &show::GROUPS,
     &show::DLQ,
+    &messages::BROWSE,
+    &messages::BROWSE_MESSAGE,
     &kv::APPLY,
     &timers::SCHEDULE,
     &timers::CANCEL,

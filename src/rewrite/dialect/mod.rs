@@ -12,6 +12,7 @@
 //! | `ACK`, `RENEW`                                  | [`ack`]         |
 //! | `CREATE/ALTER/DROP QUEUE`, `SEEK/DROP GROUP`    | [`queue_admin`] |
 //! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
+//! | `SHOW MESSAGES`, `SHOW MESSAGE`                 | [`browse`]      |
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //!
@@ -25,6 +26,7 @@
 //! business through the proxy; `DROP ROLE` still passes through).
 
 pub mod ack;
+pub mod browse;
 mod cursor;
 mod duration;
 mod error;
@@ -101,6 +103,7 @@ pub enum Statement {
         /// `None`: every queue of the tenant.
         queue: Option<Name>,
     },
+    Browse(browse::Browse),
 }
 
 impl Statement {
@@ -125,6 +128,7 @@ impl Statement {
             Statement::Schedule(_) => timer::SCHEDULE_COLUMNS,
             Statement::CancelSchedule(_) => timer::CANCEL_COLUMNS,
             Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
+            Statement::Browse(_) => browse::COLUMNS,
         }
     }
 
@@ -182,6 +186,7 @@ impl Statement {
             Statement::Kv(kv) => kv.describe_params(&mut params),
             Statement::Schedule(schedule) => schedule.describe_params(&mut params),
             Statement::CancelSchedule(cancel) => cancel.describe_params(&mut params),
+            Statement::Browse(browse) => browse.describe_params(&mut params),
         }
         params.into_vec()
     }
@@ -204,6 +209,7 @@ enum Family {
     DropGroup,
     Show,
     ShowSchedules,
+    Browse,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -247,12 +253,23 @@ fn recognize(sql: &str) -> Option<Family> {
                 ("SEEK", "GROUP") => Family::SeekGroup,
                 ("SHOW", "QUEUES" | "PARTITIONS" | "GROUPS" | "DLQ") => Family::Show,
                 ("SHOW", "SCHEDULES") => Family::ShowSchedules,
+                // PostgreSQL's SHOW takes one name: a second word is a
+                // syntax error there.
+                ("SHOW", "MESSAGES" | "MESSAGE") if more_follows(&mut lexer) => Family::Browse,
                 _ => return None,
             }
         }
         _ => return None,
     };
     Some(family)
+}
+
+/// Whether another token follows (not `;`, not the end): `SHOW word` alone
+/// is PostgreSQL's (a configuration parameter), `SHOW word more…` never is.
+fn more_follows(lexer: &mut Lexer<'_>) -> bool {
+    lexer
+        .next_token()
+        .is_ok_and(|t| !matches!(t.kind, TokenKind::Eof | TokenKind::Semicolon))
 }
 
 /// `None`: the text is not a dialect statement (pass it through to
@@ -282,6 +299,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::DropGroup => queue_admin::DropGroup::parse(&mut cursor).map(Statement::DropGroup),
         Family::Show => show::parse(&mut cursor),
         Family::ShowSchedules => timer::parse_show(&mut cursor),
+        Family::Browse => browse::Browse::parse(&mut cursor).map(Statement::Browse),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

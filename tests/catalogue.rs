@@ -1,0 +1,227 @@
+//! The management plane and message surfaces end to end, through
+//! queenwire, against a real PostgreSQL: browsing without leasing, consumer
+//! group detail, DLQ replay, traces and the status overview.
+
+mod common;
+
+use common::proxy::Proxy;
+use common::sql::{rows, Row};
+use tokio_postgres::Client;
+
+fn col(row: &Row, name: &str) -> String {
+    row.get(name).cloned().flatten().unwrap_or_default()
+}
+
+async fn sql_error(client: &Client, sql: &str) -> tokio_postgres::error::DbError {
+    let err = client.simple_query(sql).await.expect_err(sql);
+    err.as_db_error()
+        .cloned()
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+}
+
+/// Every consumer row of the database, as text: what a browse must leave alone.
+async fn consumer_rows(direct: &Client) -> Vec<String> {
+    direct
+        .query(
+            "SELECT c::text FROM queen.log_consumers c ORDER BY partition_id, consumer_group",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// The forms the dialect takes are syntax errors in PostgreSQL itself, so
+/// no valid PostgreSQL statement is ever taken by the dialect; `SHOW word`
+/// alone is PostgreSQL's and goes through.
+#[tokio::test]
+async fn the_new_statements_are_not_postgresql_and_show_word_alone_passes_through() {
+    let proxy = Proxy::start("cat_notpg").await;
+    let direct = proxy.connect_direct().await;
+    for sql in [
+        "SHOW MESSAGES FROM q",
+        "SHOW MESSAGE '0190b2a4-7d1c-7000-8000-000000000001' FROM q",
+    ] {
+        let err = sql_error(&direct, sql).await;
+        assert_eq!(err.code().code(), "42601", "{sql} in PostgreSQL: {err}");
+    }
+    let client = proxy.connect().await;
+    let err = sql_error(&client, "SHOW messages").await;
+    assert_eq!(err.code().code(), "42704", "{err}");
+    assert!(err.message().contains("configuration parameter"), "{err}");
+}
+
+#[tokio::test]
+async fn show_messages_browses_in_offset_order_with_each_messages_state_and_leases_nothing() {
+    let proxy = Proxy::start("cat_browse").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    client
+        .batch_execute(
+            "PUSH INTO b (payload, partition, transaction_id, trace_id) VALUES \
+             ('{\"n\":0}', 'p1', 't0', 'tr'), ('{\"n\":1}', 'p1', 't1', NULL), \
+             ('{\"n\":2}', 'p1', NULL, NULL), ('{\"n\":3}', 'p2', NULL, NULL)",
+        )
+        .await
+        .unwrap();
+    // Queue mode: one message consumed, one leased, the rest pending.
+    let popped = rows(&client, "POP FROM b PARTITION p1 LIMIT 1").await;
+    rows(&client, &format!("ACK '{}'", col(&popped[0], "receipt"))).await;
+    rows(&client, "POP FROM b PARTITION p1 LIMIT 1 LEASE 300").await;
+    let before = consumer_rows(&direct).await;
+
+    let all = rows(&client, "SHOW MESSAGES FROM b").await;
+    let seen: Vec<(String, String, String, String)> = all
+        .iter()
+        .map(|r| {
+            (
+                col(r, "partition"),
+                col(r, "offset"),
+                col(r, "payload"),
+                col(r, "state"),
+            )
+        })
+        .collect();
+    let expect = |p: &str, o: &str, n: u32, s: &str| {
+        (
+            p.to_string(),
+            o.to_string(),
+            format!("{{\"n\":{n}}}"),
+            s.to_string(),
+        )
+    };
+    assert_eq!(
+        seen,
+        vec![
+            expect("p1", "0", 0, "consumed"),
+            expect("p1", "1", 1, "leased"),
+            expect("p1", "2", 2, "pending"),
+            expect("p2", "0", 3, "pending"),
+        ]
+    );
+    assert_eq!(col(&all[0], "transaction_id"), "t0");
+    assert_eq!(col(&all[0], "trace_id"), "tr");
+    assert_eq!(all[1].get("trace_id"), Some(&None));
+    assert!(!col(&all[0], "created_at").is_empty());
+
+    let cut = rows(
+        &client,
+        "SHOW MESSAGES FROM b PARTITION p1 FROM OFFSET 1 LIMIT 1",
+    )
+    .await;
+    assert_eq!(cut.len(), 1);
+    assert_eq!(col(&cut[0], "offset"), "1");
+    let future = rows(
+        &client,
+        "SHOW MESSAGES FROM b FROM '2999-01-01 00:00:00+00'",
+    )
+    .await;
+    assert!(future.is_empty());
+    let past = rows(&client, "SHOW MESSAGES FROM b FROM '2000-01-01'").await;
+    assert_eq!(past.len(), 4);
+
+    // By id, and for a named group that has popped nothing of p1 yet.
+    let id = col(&all[2], "message_id");
+    let one = rows(&client, &format!("SHOW MESSAGE '{id}' FROM b")).await;
+    assert_eq!(one.len(), 1);
+    assert_eq!(col(&one[0], "offset"), "2");
+    assert_eq!(col(&one[0], "partition"), "p1");
+    rows(&client, "POP FROM b PARTITION p2 GROUP g AUTO ACK").await;
+    let g = rows(&client, "SHOW MESSAGES FROM b GROUP g").await;
+    let states: Vec<String> = g.iter().map(|r| col(r, "state")).collect();
+    assert_eq!(states, ["pending", "pending", "pending", "consumed"]);
+    let missing = rows(
+        &client,
+        "SHOW MESSAGE '0190b2a4-7d1c-7000-8000-000000000001' FROM b",
+    )
+    .await;
+    assert!(missing.is_empty());
+
+    // Browsing changed no cursor, lease or retry count (the POP GROUP g
+    // added its own rows: compare the queue-mode ones).
+    let after: Vec<String> = consumer_rows(&direct)
+        .await
+        .into_iter()
+        .filter(|r| r.contains("__QUEUE_MODE__"))
+        .collect();
+    assert_eq!(before, after);
+}
+
+#[tokio::test]
+async fn show_messages_over_the_extended_protocol_is_described_before_execute() {
+    let proxy = Proxy::start("cat_browse_ext").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("PUSH INTO e VALUES ('{\"a\":1}'), ('[2]')")
+        .await
+        .unwrap();
+    let statement = client
+        .prepare("SHOW MESSAGES FROM $1 FROM OFFSET $2 LIMIT $3")
+        .await
+        .unwrap();
+    let names: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "partition",
+            "offset",
+            "message_id",
+            "created_at",
+            "transaction_id",
+            "trace_id",
+            "payload",
+            "state"
+        ]
+    );
+    let got = client
+        .query(&statement, &[&"e", &1i64, &10i32])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    let offset: i64 = got[0].get("offset");
+    assert_eq!(offset, 1);
+    let id: uuid::Uuid = got[0].get("message_id");
+    let by_id = client
+        .query("SHOW MESSAGE $1 FROM $2", &[&id.to_string(), &"e"])
+        .await
+        .unwrap();
+    assert_eq!(by_id.len(), 1);
+    let state: String = by_id[0].get("state");
+    assert_eq!(state, "pending");
+}
+
+#[tokio::test]
+async fn bad_browse_input_gets_a_clear_sqlstate() {
+    let proxy = Proxy::start("cat_browse_bad").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("PUSH INTO x VALUES ('1')")
+        .await
+        .unwrap();
+    for (sql, code) in [
+        ("SHOW MESSAGES FROM nope", "42704"),
+        ("SHOW MESSAGES FROM x PARTITION nope", "42704"),
+        ("SHOW MESSAGES FROM x GROUP nope", "42704"),
+        ("SHOW MESSAGES FROM x FROM 'not a time'", "22007"),
+        ("SHOW MESSAGES FROM x FROM OFFSET -3", "22023"),
+        ("SHOW MESSAGES FROM x FROM OFFSET 'z'", "22P02"),
+        ("SHOW MESSAGES FROM x LIMIT 10001", "54000"),
+        ("SHOW MESSAGE 'x' FROM x", "22P02"),
+        (
+            "SHOW MESSAGE '0190b2a4-7d1c-7000-8000-000000000001' FROM nope",
+            "42704",
+        ),
+    ] {
+        let err = sql_error(&client, sql).await;
+        assert_eq!(err.code().code(), code, "{sql}: {err}");
+    }
+    // A parameter is checked like a literal.
+    let err = client
+        .query("SHOW MESSAGES FROM x FROM OFFSET $1", &[&-1i64])
+        .await
+        .expect_err("negative offset");
+    assert_eq!(err.code().unwrap().code(), "22023");
+    assert_eq!(rows(&client, "SELECT 1 AS one").await.len(), 1);
+}

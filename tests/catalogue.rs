@@ -225,3 +225,131 @@ async fn bad_browse_input_gets_a_clear_sqlstate() {
     assert_eq!(err.code().unwrap().code(), "22023");
     assert_eq!(rows(&client, "SELECT 1 AS one").await.len(), 1);
 }
+
+#[tokio::test]
+async fn consumer_groups_show_state_detail_per_partition_and_lagging_partitions() {
+    let proxy = Proxy::start("cat_groups").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    client
+        .batch_execute(
+            "CREATE QUEUE g WITH (lease_time = 30); \
+             PUSH INTO g (payload, partition) VALUES ('1', 'a'), ('2', 'a'), ('3', 'b')",
+        )
+        .await
+        .unwrap();
+    let popped = rows(
+        &client,
+        "POP FROM g PARTITION a GROUP fast LIMIT 2 LEASE 300",
+    )
+    .await;
+    assert_eq!(popped.len(), 2);
+    rows(&client, &format!("ACK '{}'", col(&popped[0], "receipt"))).await;
+    rows(&client, "POP FROM g PARTITION b GROUP idle AUTO ACK").await;
+
+    // SHOW GROUPS keeps its columns and appends time lag, last claim, state.
+    let groups = rows(&client, "SHOW GROUPS ON g").await;
+    let by_group: Vec<(String, String, String)> = groups
+        .iter()
+        .map(|r| (col(r, "group"), col(r, "lag"), col(r, "state")))
+        .collect();
+    assert_eq!(
+        by_group,
+        vec![
+            ("fast".into(), "2".into(), "Stable".into()),
+            ("idle".into(), "2".into(), "Stable".into())
+        ]
+    );
+    // Age the idle group's pending messages past lease_time, then its last
+    // claim past 10 x lease_time: Lagging, then Dead.
+    direct
+        .batch_execute(
+            "UPDATE queen.log_segments s SET min_created_at = min_created_at - interval '2 minutes', \
+             max_created_at = max_created_at - interval '2 minutes'",
+        )
+        .await
+        .unwrap();
+    let state = |rows: &[Row], group: &str| {
+        rows.iter()
+            .find(|r| col(r, "group") == group)
+            .map(|r| col(r, "state"))
+            .unwrap()
+    };
+    let groups = rows(&client, "SHOW GROUPS ON g").await;
+    assert_eq!(state(&groups, "idle"), "Lagging");
+    assert!(col(&groups[1], "time_lag_seconds").parse::<i64>().unwrap() >= 119);
+    direct
+        .batch_execute(
+            "UPDATE queen.log_consumers SET last_claimed_at = now() - interval '1 hour' \
+             WHERE consumer_group = 'idle'",
+        )
+        .await
+        .unwrap();
+    let groups = rows(&client, "SHOW GROUPS").await;
+    assert_eq!(state(&groups, "idle"), "Dead");
+
+    let detail = rows(&client, "SHOW GROUP fast ON g").await;
+    assert_eq!(detail.len(), 2);
+    let a = &detail[0];
+    assert_eq!(col(a, "partition"), "a");
+    assert_eq!(col(a, "cursor_offset"), "0");
+    assert_eq!(col(a, "last_offset"), "1");
+    assert_eq!(col(a, "lag"), "1");
+    assert_eq!(col(a, "lease_from"), "0");
+    assert_eq!(col(a, "lease_to"), "1");
+    assert!(!col(a, "lease_expires_at").is_empty());
+    assert_eq!(col(a, "retry_count"), "0");
+    let b = &detail[1];
+    assert_eq!(
+        (col(b, "partition"), col(b, "cursor_offset"), col(b, "lag")),
+        ("b".into(), "-1".into(), "1".into())
+    );
+    assert_eq!(b.get("lease_expires_at"), Some(&None));
+
+    let lagging = rows(&client, "SHOW LAGGING PARTITIONS ON g OVER '1m'").await;
+    let pairs: Vec<(String, String)> = lagging
+        .iter()
+        .map(|r| (col(r, "group"), col(r, "partition")))
+        .collect();
+    assert!(pairs.contains(&("idle".into(), "a".into())), "{pairs:?}");
+    assert!(pairs.contains(&("fast".into(), "a".into())), "{pairs:?}");
+    let only = rows(&client, "SHOW LAGGING PARTITIONS ON g GROUP fast OVER '1h'").await;
+    assert!(only.is_empty());
+
+    // Extended protocol: described before execute.
+    let statement = client.prepare("SHOW GROUP $1 ON $2").await.unwrap();
+    assert_eq!(statement.columns().len(), 11);
+    assert_eq!(
+        client
+            .query(&statement, &[&"fast", &"g"])
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    let statement = client
+        .prepare("SHOW LAGGING PARTITIONS ON $1 GROUP $2 OVER $3")
+        .await
+        .unwrap();
+    let got = client
+        .query(&statement, &[&"g", &"idle", &"0"])
+        .await
+        .unwrap();
+    // idle has acknowledged all of b: only a lags.
+    assert_eq!(got.len(), 1);
+
+    for (sql, code) in [
+        ("SHOW GROUP fast ON nope", "42704"),
+        ("SHOW GROUP nope ON g", "42704"),
+        ("SHOW LAGGING PARTITIONS ON nope", "42704"),
+        ("SHOW LAGGING PARTITIONS ON g GROUP nope", "42704"),
+        ("SHOW LAGGING PARTITIONS ON g OVER 'later'", "22P02"),
+    ] {
+        let err = sql_error(&client, sql).await;
+        assert_eq!(err.code().code(), code, "{sql}: {err}");
+    }
+    for sql in ["SHOW GROUP fast ON g", "SHOW LAGGING PARTITIONS ON g"] {
+        let err = sql_error(&direct, sql).await;
+        assert_eq!(err.code().code(), "42601", "{sql} in PostgreSQL: {err}");
+    }
+}

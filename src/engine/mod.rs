@@ -13,6 +13,7 @@ pub mod browse;
 mod execute;
 pub mod frame;
 pub mod fusion;
+pub mod groups;
 pub mod kv;
 pub mod leases;
 pub mod lend;
@@ -215,6 +216,7 @@ impl Engine {
                 timers::list(conn, queue.as_deref(), tenant).await?
             }
             Statement::Browse(b) => browse::execute(conn, b, &params, tenant).await?,
+            Statement::GroupDetail(g) => groups::execute(conn, g, &params, tenant).await?,
         };
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),

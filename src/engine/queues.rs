@@ -633,6 +633,9 @@ pub async fn show_groups(
                 int8(r.lag),
                 Cell::timestamp(r.oldest_pending_at),
                 int8(r.leased_partitions),
+                int8(r.time_lag_seconds),
+                Cell::timestamp(r.last_claimed_at),
+                Cell::opt_text(r.state),
             ]
         })
         .collect())

@@ -32,6 +32,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("011_log_stats.sql"),
     procedure!("012_configure.sql"),
     procedure!("013_analytics.sql"),
+    procedure!("014_consumer_groups.sql"),
     procedure!("016_messages.sql"),
     procedure!("024_kv.sql"),
     procedure!("025_timers.sql"),

@@ -23,6 +23,7 @@
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
 //! | SHOW MESSAGES / MESSAGE (browse)               | [`messages`]    |
+//! | SHOW GROUP, SHOW LAGGING PARTITIONS            | [`groups`]      |
 //! | the KV batch                                   | [`kv`]          |
 //! | timers, and the fire loop's claim and delete   | [`timers`]      |
 //! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
@@ -30,6 +31,7 @@
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 
 pub mod admin;
+pub mod groups;
 pub mod json;
 pub mod kv;
 pub mod maintenance;
@@ -101,6 +103,8 @@ pub const ALL: &[&CallSpec] = &[
     &show::DLQ,
     &messages::BROWSE,
     &messages::BROWSE_MESSAGE,
+    &groups::DETAIL,
+    &groups::LAGGING,
     &kv::APPLY,
     &timers::SCHEDULE,
     &timers::CANCEL,

@@ -13,6 +13,7 @@
 //! | `CREATE/ALTER/DROP QUEUE`, `SEEK/DROP GROUP`    | [`queue_admin`] |
 //! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
 //! | `SHOW MESSAGES`, `SHOW MESSAGE`                 | [`browse`]      |
+//! | `SHOW GROUP`, `SHOW LAGGING PARTITIONS`         | [`groups`]      |
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //!
@@ -30,6 +31,7 @@ pub mod browse;
 mod cursor;
 mod duration;
 mod error;
+pub mod groups;
 mod json;
 pub mod kv;
 mod lexer;
@@ -104,6 +106,7 @@ pub enum Statement {
         queue: Option<Name>,
     },
     Browse(browse::Browse),
+    GroupDetail(groups::GroupDetail),
 }
 
 impl Statement {
@@ -129,6 +132,7 @@ impl Statement {
             Statement::CancelSchedule(_) => timer::CANCEL_COLUMNS,
             Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
             Statement::Browse(_) => browse::COLUMNS,
+            Statement::GroupDetail(detail) => detail.columns(),
         }
     }
 
@@ -187,6 +191,7 @@ impl Statement {
             Statement::Schedule(schedule) => schedule.describe_params(&mut params),
             Statement::CancelSchedule(cancel) => cancel.describe_params(&mut params),
             Statement::Browse(browse) => browse.describe_params(&mut params),
+            Statement::GroupDetail(detail) => detail.describe_params(&mut params),
         }
         params.into_vec()
     }
@@ -210,6 +215,7 @@ enum Family {
     Show,
     ShowSchedules,
     Browse,
+    GroupDetail,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -256,6 +262,7 @@ fn recognize(sql: &str) -> Option<Family> {
                 // PostgreSQL's SHOW takes one name: a second word is a
                 // syntax error there.
                 ("SHOW", "MESSAGES" | "MESSAGE") if more_follows(&mut lexer) => Family::Browse,
+                ("SHOW", "GROUP" | "LAGGING") if more_follows(&mut lexer) => Family::GroupDetail,
                 _ => return None,
             }
         }
@@ -300,6 +307,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::Show => show::parse(&mut cursor),
         Family::ShowSchedules => timer::parse_show(&mut cursor),
         Family::Browse => browse::Browse::parse(&mut cursor).map(Statement::Browse),
+        Family::GroupDetail => groups::GroupDetail::parse(&mut cursor).map(Statement::GroupDetail),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

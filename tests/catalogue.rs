@@ -353,3 +353,248 @@ async fn consumer_groups_show_state_detail_per_partition_and_lagging_partitions(
         assert_eq!(err.code().code(), "42601", "{sql} in PostgreSQL: {err}");
     }
 }
+
+#[tokio::test]
+async fn replay_dlq_moves_messages_back_as_new_ones_linked_to_the_originals() {
+    let proxy = Proxy::start("cat_replay").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE r WITH (retry_limit = 0, retry_delay = 0, lease_time = 1)")
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "PUSH INTO r (payload, trace_id) VALUES ('{\"a\":1}', 'tr-a'), ('{\"b\":2}', NULL)",
+        )
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let popped = rows(&client, "POP FROM r").await;
+        let acked = rows(
+            &client,
+            &format!(
+                "ACK '{}' FAILED REASON 'upstream timeout'",
+                col(&popped[0], "receipt")
+            ),
+        )
+        .await;
+        assert_eq!(col(&acked[0], "status"), "dead_lettered");
+    }
+    let dlq = rows(&client, "SHOW DLQ FROM r").await;
+    assert_eq!(dlq.len(), 2);
+    let originals: Vec<String> = dlq.iter().map(|r| col(r, "message_id")).collect();
+
+    let replayed = rows(&client, "REPLAY DLQ FROM r WHERE REASON LIKE 'upstream%'").await;
+    assert_eq!(replayed.len(), 2);
+    for r in &replayed {
+        assert_eq!(col(r, "status"), "queued");
+        assert_eq!(col(r, "group"), "__QUEUE_MODE__");
+        assert_eq!(col(r, "partition"), "Default");
+        assert!(originals.contains(&col(r, "original_message_id")));
+        assert!(!originals.contains(&col(r, "message_id")));
+    }
+    assert_eq!(col(&replayed[0], "offset"), "2");
+    assert_eq!(col(&replayed[1], "offset"), "3");
+    assert!(rows(&client, "SHOW DLQ FROM r").await.is_empty());
+
+    // The new messages carry the payload, the trace id and the link.
+    let again = rows(&client, "POP FROM r LIMIT 10").await;
+    assert_eq!(again.len(), 2);
+    assert_eq!(col(&again[0], "payload"), "{\"a\":1}");
+    assert_eq!(col(&again[0], "trace_id"), "tr-a");
+    assert_eq!(
+        col(&again[0], "transaction_id"),
+        format!("replay:{}", col(&replayed[0], "original_message_id"))
+    );
+
+    // Nothing matching: no rows, nothing changes.
+    assert!(rows(&client, "REPLAY DLQ FROM r WHERE REASON LIKE 'nope%'")
+        .await
+        .is_empty());
+    for (sql, code) in [
+        ("REPLAY DLQ FROM nope", "42704"),
+        ("REPLAY DLQ FROM r PARTITION nope", "42704"),
+        ("REPLAY DLQ FROM r LIMIT 0", "22023"),
+        ("REPLAY DLQ FROM r LIMIT 10001", "54000"),
+    ] {
+        let err = sql_error(&client, sql).await;
+        assert_eq!(err.code().code(), code, "{sql}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_replay_that_fails_or_rolls_back_leaves_every_row_in_the_dlq() {
+    let proxy = Proxy::start("cat_replay_atomic").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE ra WITH (retry_limit = 0)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("PUSH INTO ra VALUES ('1'), ('2'), ('3')")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let popped = rows(&client, "POP FROM ra").await;
+        rows(
+            &client,
+            &format!("ACK '{}' FAILED", col(&popped[0], "receipt")),
+        )
+        .await;
+    }
+    assert_eq!(rows(&client, "SHOW DLQ FROM ra").await.len(), 2);
+    client
+        .batch_execute("ALTER QUEUE ra SET (max_queue_size = 2)")
+        .await
+        .unwrap();
+    // The queue is full: the push half fails, so the take is undone too.
+    let err = sql_error(&client, "REPLAY DLQ FROM ra").await;
+    assert_eq!(err.code().code(), "54000", "{err}");
+    assert_eq!(rows(&client, "SHOW DLQ FROM ra").await.len(), 2);
+    // Over the extended protocol as well.
+    let err = client
+        .query("REPLAY DLQ FROM $1", &[&"ra"])
+        .await
+        .expect_err("full queue");
+    assert_eq!(err.code().unwrap().code(), "54000");
+    assert_eq!(rows(&client, "SHOW DLQ FROM ra").await.len(), 2);
+
+    // ROLLBACK undoes a replay inside a block.
+    client
+        .batch_execute("ALTER QUEUE ra SET (max_queue_size = 0)")
+        .await
+        .unwrap();
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(rows(&client, "REPLAY DLQ FROM ra").await.len(), 2);
+    assert!(rows(&client, "SHOW DLQ FROM ra").await.is_empty());
+    client.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(rows(&client, "SHOW DLQ FROM ra").await.len(), 2);
+    let messages = rows(&client, "SHOW MESSAGES FROM ra").await;
+    assert_eq!(messages.len(), 3);
+    // And COMMIT keeps it.
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(rows(&client, "REPLAY DLQ FROM ra LIMIT 1").await.len(), 1);
+    client.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(rows(&client, "SHOW DLQ FROM ra").await.len(), 1);
+    assert_eq!(rows(&client, "SHOW MESSAGES FROM ra").await.len(), 4);
+}
+
+/// Two sessions replaying the same DLQ at once, in small batches until it
+/// is empty: the ledger of original ids shows each dead-lettered message
+/// replayed exactly once, and the queue holds exactly one new message per
+/// DLQ row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_replays_replay_each_dlq_row_exactly_once() {
+    const MESSAGES: usize = 120;
+    let proxy = Proxy::start("cat_replay_race").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE rr WITH (retry_limit = 0, retry_delay = 0, lease_time = 1)")
+        .await
+        .unwrap();
+    let values: Vec<String> = (0..MESSAGES)
+        .map(|i| format!("('{{\"n\":{i}}}', 'p{}')", i % 4))
+        .collect();
+    client
+        .batch_execute(&format!(
+            "PUSH INTO rr (payload, partition) VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    // Dead-letter everything: fail every delivered message (the head of
+    // each batch dead-letters at once, the rest come again).
+    let mut dead = 0;
+    while dead < MESSAGES {
+        let popped = rows(&client, "POP FROM rr LIMIT 1 PARTITIONS 1").await;
+        assert!(!popped.is_empty(), "{dead} dead");
+        let acked = rows(
+            &client,
+            &format!("ACK '{}' FAILED", col(&popped[0], "receipt")),
+        )
+        .await;
+        assert_eq!(col(&acked[0], "status"), "dead_lettered");
+        dead += 1;
+    }
+    let originals: std::collections::BTreeSet<String> =
+        rows(&client, "SHOW DLQ FROM rr LIMIT 10000")
+            .await
+            .iter()
+            .map(|r| col(r, "message_id"))
+            .collect();
+    assert_eq!(originals.len(), MESSAGES);
+
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let cfg = proxy.client_config();
+        sessions.push(tokio::spawn(async move {
+            let client = common::proxy::connect(&cfg).await;
+            let mut ledger = Vec::new();
+            loop {
+                let got = rows(&client, "REPLAY DLQ FROM rr LIMIT 7").await;
+                if got.is_empty() {
+                    break;
+                }
+                ledger.extend(got.iter().map(|r| col(r, "original_message_id")));
+            }
+            ledger
+        }));
+    }
+    let mut replayed = Vec::new();
+    let mut per_session = Vec::new();
+    for s in sessions {
+        let ledger = s.await.unwrap();
+        per_session.push(ledger.len());
+        replayed.extend(ledger);
+    }
+    let unique: std::collections::BTreeSet<String> = replayed.iter().cloned().collect();
+    assert_eq!(unique.len(), replayed.len(), "a DLQ row replayed twice");
+    assert_eq!(unique, originals, "a DLQ row never replayed");
+    assert!(rows(&client, "SHOW DLQ FROM rr").await.is_empty());
+    let retained: i64 = col(&rows(&client, "SHOW QUEUES").await[0], "messages")
+        .parse()
+        .unwrap();
+    assert_eq!(retained as usize, 2 * MESSAGES, "sessions: {per_session:?}");
+}
+
+#[tokio::test]
+async fn another_tenants_dlq_cannot_be_replayed() {
+    use queenwire::users::{Passthrough, User, Users, Verifier};
+    use uuid::Uuid;
+    let mut users = Users::default();
+    for (name, tenant) in [("a", Uuid::from_u128(0xa)), ("b", Uuid::from_u128(0xb))] {
+        users.users.insert(
+            name.into(),
+            User {
+                name: name.into(),
+                tenant,
+                passthrough: Passthrough::None,
+                verifier: Verifier::new("pw"),
+            },
+        );
+    }
+    let users = std::sync::Arc::new(users);
+    let proxy = Proxy::start_with("cat_replay_tenant", |c| c.users = Some(users.clone())).await;
+    let login = |name: &'static str| {
+        let mut cfg = proxy.client_config();
+        cfg.user(name).password("pw");
+        cfg
+    };
+    let a = common::proxy::connect(&login("a")).await;
+    let b = common::proxy::connect(&login("b")).await;
+    a.batch_execute("CREATE QUEUE t WITH (retry_limit = 0)")
+        .await
+        .unwrap();
+    a.batch_execute("PUSH INTO t VALUES ('1')").await.unwrap();
+    let popped = rows(&a, "POP FROM t").await;
+    rows(&a, &format!("ACK '{}' FAILED", col(&popped[0], "receipt"))).await;
+    // b has no queue t: its replay, browse and group views see nothing of a's.
+    let err = sql_error(&b, "REPLAY DLQ FROM t").await;
+    assert_eq!(err.code().code(), "42704");
+    let err = sql_error(&b, "SHOW MESSAGES FROM t").await;
+    assert_eq!(err.code().code(), "42704");
+    b.batch_execute("CREATE QUEUE t").await.unwrap();
+    assert!(rows(&b, "REPLAY DLQ FROM t").await.is_empty());
+    assert_eq!(rows(&a, "SHOW DLQ FROM t").await.len(), 1);
+    assert_eq!(rows(&a, "REPLAY DLQ FROM t").await.len(), 1);
+}

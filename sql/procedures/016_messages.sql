@@ -1,10 +1,11 @@
 -- 016_messages: the seed's messages surface (management plane, 012-023):
 -- browsing a queue's messages without leasing them (SHOW MESSAGES, SHOW
--- MESSAGE).
+-- MESSAGE) and taking dead-lettered messages back (REPLAY DLQ).
 --
 -- Global lock order (seed): kv -> log_timers -> advisory -> queues ->
 -- log_partitions -> log_consumers -> leaves. The browse readers take no
 -- locks at all: a browse never moves a cursor and never touches a lease.
+-- The replay's locks are listed at it.
 --
 -- Messages live framed and compressed in log_segments.blob, so these
 -- readers return whole segments and the consumer state beside them; the
@@ -209,5 +210,103 @@ BEGIN
       AND s.min_created_at <= p_around + INTERVAL '1 second'
       AND s.max_created_at >= p_around - INTERVAL '1 second'
     ORDER BY p.name, s.base_offset;
+END
+$$;
+
+-- REPLAY DLQ FROM queue [PARTITION p] [GROUP g] [WHERE reason LIKE x]
+-- [LIMIT n], first half: takes up to p_limit of the queue's dead-lettered
+-- messages out of log_dlq, by partition and offset (so replayed messages
+-- keep their order), and returns each with its segment, from which the
+-- engine takes the frame and pushes it again through log_push_v1 in the
+-- SAME transaction (the engine ends both with one commit: a crash leaves
+-- each message either still in the DLQ or replayed, never both, never
+-- neither). Rows whose segment was already gone when they were
+-- dead-lettered (blob NULL) have no payload to replay and stay.
+-- Concurrent replays split the rows between them: a row another replay has
+-- taken is stepped over (SKIP LOCKED), so each row is replayed once.
+-- Errors: 42704 unknown queue or partition; 22023 p_limit < 1.
+-- Locks, in order (the push that follows takes the same ones again, which
+-- acquires nothing new, then its leaves):
+--   1. advisory: the queue key SHARED (excludes DROP QUEUE, which deletes
+--      DLQ rows holding it exclusively);
+--   2. log_partitions: the partitions of the candidate rows, id ascending,
+--      FOR NO KEY UPDATE (the push's own lock, taken before the leaf);
+--   3. leaf log_dlq: the rows taken, FOR UPDATE SKIP LOCKED, deleted.
+CREATE OR REPLACE FUNCTION queen.dlq_replay_take_v1(
+    p_queue       TEXT,
+    p_partition   TEXT DEFAULT NULL,
+    p_group       TEXT DEFAULT NULL,
+    p_reason_like TEXT DEFAULT NULL,
+    p_limit       INTEGER DEFAULT 100,
+    p_tenant      UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    partition_name TEXT,
+    message_offset BIGINT,
+    consumer_group TEXT,
+    reason         TEXT,
+    base_offset    BIGINT,
+    blob           BYTEA
+)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_queue_id UUID;
+    v_pids     BIGINT[];
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
+    END IF;
+    IF p_partition IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM queen.log_partitions p
+        WHERE p.queue_id = v_queue_id AND p.name = p_partition) THEN
+        RAISE EXCEPTION 'partition "%" does not exist in queue "%"', p_partition, p_queue
+            USING ERRCODE = '42704';
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue_id));
+
+    SELECT array_agg(DISTINCT d.partition_id) INTO v_pids
+    FROM queen.log_dlq d
+    JOIN queen.log_partitions p ON p.id = d.partition_id
+    WHERE p.queue_id = v_queue_id
+      AND (p_partition IS NULL OR p.name = p_partition)
+      AND (p_group IS NULL OR d.consumer_group = p_group)
+      AND (p_reason_like IS NULL OR d.reason LIKE p_reason_like)
+      AND d.blob IS NOT NULL;
+    IF v_pids IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM queen.log_partitions p
+    WHERE p.id = ANY (v_pids)
+    ORDER BY p.id
+    FOR NO KEY UPDATE;
+
+    RETURN QUERY
+    WITH taken AS (
+        SELECT d.id
+        FROM queen.log_dlq d
+        WHERE d.partition_id = ANY (v_pids)
+          AND (p_group IS NULL OR d.consumer_group = p_group)
+          AND (p_reason_like IS NULL OR d.reason LIKE p_reason_like)
+          AND d.blob IS NOT NULL
+        ORDER BY d.partition_id, d.message_offset, d.id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM queen.log_dlq d
+        USING taken t
+        WHERE d.id = t.id
+        RETURNING d.partition_id, d.message_offset, d.consumer_group, d.reason, d.base_offset,
+                  d.blob, d.id
+    )
+    SELECT p.name::TEXT, g.message_offset, g.consumer_group::TEXT, g.reason, g.base_offset, g.blob
+    FROM gone g
+    JOIN queen.log_partitions p ON p.id = g.partition_id
+    ORDER BY p.id, g.message_offset, g.id;
 END
 $$;

@@ -21,6 +21,7 @@ pub mod lock_order;
 pub mod maintenance;
 pub mod queues;
 pub mod receipt;
+pub mod replay;
 pub mod retention;
 pub mod schema;
 pub mod timers;
@@ -217,6 +218,13 @@ impl Engine {
             }
             Statement::Browse(b) => browse::execute(conn, b, &params, tenant).await?,
             Statement::GroupDetail(g) => groups::execute(conn, g, &params, tenant).await?,
+            Statement::ReplayDlq(r) => {
+                let (rows, queue) = replay::replay(conn, r, &params, &self.limits, tenant).await?;
+                if !rows.is_empty() {
+                    pushed = Some(wake::queue_key(tenant, &queue));
+                }
+                rows
+            }
         };
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),

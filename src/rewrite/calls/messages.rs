@@ -1,7 +1,8 @@
 //! The messages surface (`sql/procedures/016_messages.sql`): browsing
-//! without leasing (`log_browse_v1`, `log_browse_message_v1`). Both return
-//! whole segments with the group's consumer state beside them; the engine
-//! decodes the frames and decides each message's state.
+//! without leasing (`log_browse_v1`, `log_browse_message_v1`), which return
+//! whole segments with the group's consumer state beside them (the engine
+//! decodes the frames and decides each message's state), and the first half
+//! of REPLAY DLQ (`dlq_replay_take_v1`; the second is an ordinary push).
 
 use super::{column, Call, CallSpec, DecodeError, FromRow, ResultColumn, Row};
 use bytes::Bytes;
@@ -148,6 +149,75 @@ impl SegmentRow {
             }
             _ => "pending",
         }
+    }
+}
+
+pub const REPLAY_TAKE: CallSpec = CallSpec {
+    name: "qw_dlq_replay_take_v1",
+    sql: "SELECT partition_name, message_offset, consumer_group, reason, base_offset, blob FROM queen.dlq_replay_take_v1(p_queue => $1, p_partition => $2, p_group => $3, p_reason_like => $4, p_limit => $5, p_tenant => $6)",
+    params: &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT4,
+        Type::UUID,
+    ],
+    columns: &[
+        column("partition_name", Type::TEXT),
+        column("message_offset", Type::INT8),
+        column("consumer_group", Type::TEXT),
+        column("reason", Type::TEXT),
+        column("base_offset", Type::INT8),
+        column("blob", Type::BYTEA),
+    ],
+};
+
+pub struct ReplayTake<'a> {
+    pub queue: &'a str,
+    pub partition: Option<&'a str>,
+    pub group: Option<&'a str>,
+    pub reason_like: Option<&'a str>,
+    pub limit: i32,
+    pub tenant: Uuid,
+}
+
+impl Call for ReplayTake<'_> {
+    const SPEC: &'static CallSpec = &REPLAY_TAKE;
+    type Row = TakenRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.queue,
+            &self.partition,
+            &self.group,
+            &self.reason_like,
+            &self.limit,
+            &self.tenant,
+        ]
+    }
+}
+
+/// A dead-lettered message taken out of the DLQ, with the segment holding it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TakenRow {
+    pub partition_name: String,
+    pub message_offset: i64,
+    pub consumer_group: String,
+    pub reason: Option<String>,
+    pub base_offset: i64,
+    pub blob: Bytes,
+}
+
+impl FromRow for TakenRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(TakenRow {
+            partition_name: row.get("partition_name")?,
+            message_offset: row.get("message_offset")?,
+            consumer_group: row.get("consumer_group")?,
+            reason: row.get("reason")?,
+            base_offset: row.get("base_offset")?,
+            blob: row.bytes("blob")?,
+        })
     }
 }
 

@@ -14,6 +14,7 @@
 //! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
 //! | `SHOW MESSAGES`, `SHOW MESSAGE`                 | [`browse`]      |
 //! | `SHOW GROUP`, `SHOW LAGGING PARTITIONS`         | [`groups`]      |
+//! | `REPLAY DLQ`                                    | [`replay`]      |
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //!
@@ -39,6 +40,7 @@ pub mod options;
 pub mod pop;
 pub mod push;
 pub mod queue_admin;
+pub mod replay;
 pub mod show;
 pub mod timer;
 mod value;
@@ -107,6 +109,7 @@ pub enum Statement {
     },
     Browse(browse::Browse),
     GroupDetail(groups::GroupDetail),
+    ReplayDlq(replay::ReplayDlq),
 }
 
 impl Statement {
@@ -133,6 +136,7 @@ impl Statement {
             Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
             Statement::Browse(_) => browse::COLUMNS,
             Statement::GroupDetail(detail) => detail.columns(),
+            Statement::ReplayDlq(_) => replay::COLUMNS,
         }
     }
 
@@ -192,6 +196,7 @@ impl Statement {
             Statement::CancelSchedule(cancel) => cancel.describe_params(&mut params),
             Statement::Browse(browse) => browse.describe_params(&mut params),
             Statement::GroupDetail(detail) => detail.describe_params(&mut params),
+            Statement::ReplayDlq(replay) => replay.describe_params(&mut params),
         }
         params.into_vec()
     }
@@ -216,6 +221,7 @@ enum Family {
     ShowSchedules,
     Browse,
     GroupDetail,
+    ReplayDlq,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -238,7 +244,7 @@ fn recognize(sql: &str) -> Option<Family> {
         "RENEW" => Family::Renew,
         "KV" => Family::Kv,
         "SCHEDULE" => Family::Schedule,
-        "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" => {
+        "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" | "REPLAY" => {
             let second = lexer.next_token().ok()?;
             let second = word(&second)?.to_ascii_uppercase();
             match (first.as_str(), second.as_str()) {
@@ -257,6 +263,7 @@ fn recognize(sql: &str) -> Option<Family> {
                     Family::DropGroup
                 }
                 ("SEEK", "GROUP") => Family::SeekGroup,
+                ("REPLAY", "DLQ") => Family::ReplayDlq,
                 ("SHOW", "QUEUES" | "PARTITIONS" | "GROUPS" | "DLQ") => Family::Show,
                 ("SHOW", "SCHEDULES") => Family::ShowSchedules,
                 // PostgreSQL's SHOW takes one name: a second word is a
@@ -308,6 +315,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::ShowSchedules => timer::parse_show(&mut cursor),
         Family::Browse => browse::Browse::parse(&mut cursor).map(Statement::Browse),
         Family::GroupDetail => groups::GroupDetail::parse(&mut cursor).map(Statement::GroupDetail),
+        Family::ReplayDlq => replay::ReplayDlq::parse(&mut cursor).map(Statement::ReplayDlq),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

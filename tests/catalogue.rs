@@ -598,3 +598,83 @@ async fn another_tenants_dlq_cannot_be_replayed() {
     assert_eq!(rows(&a, "SHOW DLQ FROM t").await.len(), 1);
     assert_eq!(rows(&a, "REPLAY DLQ FROM t").await.len(), 1);
 }
+
+#[tokio::test]
+async fn show_trace_follows_a_trace_across_queues_with_each_groups_state() {
+    let proxy = Proxy::start("cat_trace").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    client
+        .batch_execute(
+            "CREATE QUEUE orders WITH (retry_limit = 0); \
+             PUSH INTO orders (payload, trace_id) VALUES ('{\"o\":1}', 'checkout-1'), ('{\"o\":2}', 'other'), ('{\"o\":3}', NULL); \
+             PUSH INTO emails (payload, partition, trace_id) VALUES ('{\"e\":1}', 'eu', 'checkout-1')",
+        )
+        .await
+        .unwrap();
+    // Untraced messages write no trace rows.
+    let traced: i64 = direct
+        .query_one("SELECT count(*) FROM queen.log_traces", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(traced, 3);
+    let trace = rows(&client, "SHOW TRACE 'checkout-1'").await;
+    let seen: Vec<(String, String, String)> = trace
+        .iter()
+        .map(|r| (col(r, "queue"), col(r, "group"), col(r, "state")))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("orders".into(), String::new(), "pushed".into()),
+            ("emails".into(), String::new(), "pushed".into()),
+        ]
+    );
+    assert_eq!(col(&trace[1], "partition"), "eu");
+    assert_eq!(col(&trace[0], "payload"), "{\"o\":1}");
+
+    // orders: group a acks, group b leases, queue mode dead-letters.
+    let a = rows(&client, "POP FROM orders GROUP a").await;
+    rows(&client, &format!("ACK '{}'", col(&a[0], "receipt"))).await;
+    rows(&client, "POP FROM orders GROUP b LEASE 300").await;
+    let q = rows(&client, "POP FROM orders").await;
+    rows(&client, &format!("ACK '{}' FAILED", col(&q[0], "receipt"))).await;
+    let trace = rows(&client, "SHOW TRACE 'checkout-1'").await;
+    let seen: Vec<(String, String, String)> = trace
+        .iter()
+        .map(|r| (col(r, "queue"), col(r, "group"), col(r, "state")))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "orders".into(),
+                "__QUEUE_MODE__".into(),
+                "dead_lettered".into()
+            ),
+            ("orders".into(), "a".into(), "acked".into()),
+            ("orders".into(), "b".into(), "leased".into()),
+            ("emails".into(), String::new(), "pushed".into()),
+        ]
+    );
+
+    // A replay keeps the trace: the new message joins it.
+    let replayed = rows(&client, "REPLAY DLQ FROM orders").await;
+    assert_eq!(replayed.len(), 1);
+    let trace = rows(&client, "SHOW TRACE $$checkout-1$$").await;
+    assert_eq!(trace.len(), 7, "{trace:?}");
+
+    // Extended protocol, unknown trace, bad input, not PostgreSQL.
+    let statement = client.prepare("SHOW TRACE $1").await.unwrap();
+    assert_eq!(statement.columns().len(), 9);
+    assert!(client
+        .query(&statement, &[&"nobody"])
+        .await
+        .unwrap()
+        .is_empty());
+    let err = sql_error(&client, "SHOW TRACE ''").await;
+    assert_eq!(err.code().code(), "22023");
+    let err = sql_error(&direct, "SHOW TRACE 'x'").await;
+    assert_eq!(err.code().code(), "42601");
+}

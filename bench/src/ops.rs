@@ -397,6 +397,7 @@ impl Worker {
                 let hashes: Vec<Option<i64>> = vec![None; batch];
                 let ids: Vec<Uuid> = frames.iter().map(|f| f.message_id).collect();
                 let times = vec![system_time(now)];
+                let no_traces: Option<Vec<Option<&str>>> = None;
                 let n = self
                     .client
                     .execute(
@@ -410,6 +411,7 @@ impl Worker {
                             &ids,
                             &times,
                             &times,
+                            &no_traces,
                             &DEFAULT_TENANT,
                         ],
                     )

@@ -1,4 +1,5 @@
-//! SHOW MESSAGES and SHOW MESSAGE: reading messages without leasing them.
+//! SHOW MESSAGES, SHOW MESSAGE and SHOW TRACE: reading messages without
+//! leasing them.
 //! The procedures hand back whole segments and the group's state beside
 //! them (`calls::messages`); here the frames are decoded, cut to the
 //! browse's start and limit, and each message gets its state. Nothing here
@@ -10,9 +11,10 @@ use super::ExecError;
 use crate::backend::call::Calls;
 use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::bind::parse_error;
-use crate::rewrite::calls::messages::{Browse as BrowseCall, BrowseMessage, SegmentRow};
+use crate::rewrite::calls::messages::{Browse as BrowseCall, BrowseMessage, SegmentRow, Trace};
 use crate::rewrite::dialect::browse::{
-    check_message_id, check_offset, Browse, BrowseFrom, ShowMessage, ShowMessages,
+    check_message_id, check_offset, check_trace_id, Browse, BrowseFrom, ShowMessage, ShowMessages,
+    MAX_TRACE_MESSAGES,
 };
 use std::time::Duration;
 use uuid::Uuid;
@@ -26,7 +28,54 @@ pub async fn execute(
     match stmt {
         Browse::Messages(m) => show_messages(conn, m, params, tenant).await,
         Browse::Message(m) => show_message(conn, m, params, tenant).await,
+        Browse::Trace(t) => {
+            let trace = params.text(t, "trace id")?;
+            check_trace_id(&trace).map_err(parse_error)?;
+            show_trace(conn, &trace, tenant).await
+        }
     }
+}
+
+/// One row per (message, group): the frame's own fields, the state named
+/// as a trace reads it (`pushed` for what the group has not been handed).
+async fn show_trace(
+    conn: &mut Calls<'_>,
+    trace: &str,
+    tenant: Uuid,
+) -> Result<Vec<Vec<Cell>>, ExecError> {
+    let rows = conn
+        .run(&Trace {
+            trace_id: trace,
+            limit: MAX_TRACE_MESSAGES as i32,
+            tenant,
+        })
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some((offset, f)) = frames(&row.segment, row.message_offset)?
+            .next()
+            .filter(|(_, f)| f.message_id == row.message_id)
+        else {
+            continue;
+        };
+        let state = match (&row.consumer_group, row.segment.state(offset)) {
+            (None, _) | (Some(_), "pending") => "pushed",
+            (Some(_), "consumed") => "acked",
+            (Some(_), other) => other,
+        };
+        out.push(vec![
+            Cell::Text(row.queue),
+            Cell::Text(row.segment.partition_name.clone()),
+            Cell::Int8(offset),
+            Cell::Uuid(f.message_id),
+            Cell::Timestamptz(f.created_at_micros),
+            Cell::opt_text(row.consumer_group),
+            Cell::Text(state.to_string()),
+            Cell::opt_text(f.transaction_id),
+            Cell::Jsonb(f.payload),
+        ]);
+    }
+    Ok(out)
 }
 
 async fn show_messages(

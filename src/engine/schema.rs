@@ -34,6 +34,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("013_analytics.sql"),
     procedure!("014_consumer_groups.sql"),
     procedure!("016_messages.sql"),
+    procedure!("017_traces.sql"),
     procedure!("024_kv.sql"),
     procedure!("025_timers.sql"),
     procedure!("026_kv_sweep.sql"),

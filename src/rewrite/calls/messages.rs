@@ -152,6 +152,66 @@ impl SegmentRow {
     }
 }
 
+pub const TRACE: CallSpec = CallSpec {
+    name: "qw_trace_messages_v1",
+    sql: "SELECT queue, message_id, message_offset, consumer_group, partition_name, base_offset, message_count, blob, from_offset, from_time, cursor_offset, lease_from, lease_to, lease_acked, dead_lettered FROM queen.trace_messages_v1(p_trace_id => $1, p_limit => $2, p_tenant => $3)",
+    params: &[Type::TEXT, Type::INT4, Type::UUID],
+    columns: &[
+        column("queue", Type::TEXT),
+        column("message_id", Type::UUID),
+        column("message_offset", Type::INT8),
+        column("consumer_group", Type::TEXT),
+        column("partition_name", Type::TEXT),
+        column("base_offset", Type::INT8),
+        column("message_count", Type::INT4),
+        column("blob", Type::BYTEA),
+        column("from_offset", Type::INT8),
+        column("from_time", Type::TIMESTAMPTZ),
+        column("cursor_offset", Type::INT8),
+        column("lease_from", Type::INT8),
+        column("lease_to", Type::INT8),
+        column("lease_acked", Type::INT8_ARRAY),
+        column("dead_lettered", Type::INT8_ARRAY),
+    ],
+};
+
+pub struct Trace<'a> {
+    pub trace_id: &'a str,
+    pub limit: i32,
+    pub tenant: Uuid,
+}
+
+impl Call for Trace<'_> {
+    const SPEC: &'static CallSpec = &TRACE;
+    type Row = TraceRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.trace_id, &self.limit, &self.tenant]
+    }
+}
+
+/// One traced message for one group of its queue (`consumer_group` NULL:
+/// the queue has none), with its segment and that group's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceRow {
+    pub queue: String,
+    pub message_id: Uuid,
+    pub message_offset: i64,
+    pub consumer_group: Option<String>,
+    pub segment: SegmentRow,
+}
+
+impl FromRow for TraceRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(TraceRow {
+            queue: row.get("queue")?,
+            message_id: row.get("message_id")?,
+            message_offset: row.get("message_offset")?,
+            consumer_group: row.get("consumer_group")?,
+            segment: SegmentRow::from_row(row)?,
+        })
+    }
+}
+
 pub const REPLAY_TAKE: CallSpec = CallSpec {
     name: "qw_dlq_replay_take_v1",
     sql: "SELECT partition_name, message_offset, consumer_group, reason, base_offset, blob FROM queen.dlq_replay_take_v1(p_queue => $1, p_partition => $2, p_group => $3, p_reason_like => $4, p_limit => $5, p_tenant => $6)",

@@ -22,7 +22,7 @@
 //! | push, pop, ack, renew                          | [`queues`]      |
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
-//! | SHOW MESSAGES / MESSAGE (browse), REPLAY DLQ   | [`messages`]    |
+//! | SHOW MESSAGES / MESSAGE / TRACE, REPLAY DLQ    | [`messages`]    |
 //! | SHOW GROUP, SHOW LAGGING PARTITIONS            | [`groups`]      |
 //! | the KV batch                                   | [`kv`]          |
 //! | timers, and the fire loop's claim and delete   | [`timers`]      |
@@ -104,6 +104,7 @@ pub const ALL: &[&CallSpec] = &[
     &messages::BROWSE,
     &messages::BROWSE_MESSAGE,
     &messages::REPLAY_TAKE,
+    &messages::TRACE,
     &groups::DETAIL,
     &groups::LAGGING,
     &kv::APPLY,

@@ -1,6 +1,7 @@
 //! Browsing without leasing: `SHOW MESSAGES FROM queue [PARTITION p]
-//! [GROUP g] [FROM OFFSET n | FROM 'timestamp'] [LIMIT k]` and
-//! `SHOW MESSAGE 'message-id' FROM queue [GROUP g]`.
+//! [GROUP g] [FROM OFFSET n | FROM 'timestamp'] [LIMIT k]`,
+//! `SHOW MESSAGE 'message-id' FROM queue [GROUP g]` and
+//! `SHOW TRACE 'trace-id'` (every message of a trace, across queues).
 //!
 //! Neither is PostgreSQL: its `SHOW` takes one configuration name, so a
 //! second word after `SHOW MESSAGES` is a syntax error there.
@@ -24,6 +25,24 @@ pub const COLUMNS: &[Column] = &[
     Column::new("payload", oid::JSONB),
     Column::new("state", oid::TEXT),
 ];
+
+/// `SHOW TRACE`: one row per (message, group of its queue); `group` is
+/// NULL for a queue no group has popped. `state` is `pushed`, `leased`,
+/// `acked` or `dead_lettered`.
+pub const TRACE_COLUMNS: &[Column] = &[
+    Column::new("queue", oid::TEXT),
+    Column::new("partition", oid::TEXT),
+    Column::new("offset", oid::INT8),
+    Column::new("message_id", oid::UUID),
+    Column::new("created_at", oid::TIMESTAMPTZ),
+    Column::new("group", oid::TEXT),
+    Column::new("state", oid::TEXT),
+    Column::new("transaction_id", oid::TEXT),
+    Column::new("payload", oid::JSONB),
+];
+
+/// `SHOW TRACE` reads at most this many messages of a trace.
+pub const MAX_TRACE_MESSAGES: u32 = 1000;
 
 /// `SHOW MESSAGES` without `LIMIT`.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -62,9 +81,18 @@ pub struct ShowMessage {
 pub enum Browse {
     Messages(ShowMessages),
     Message(ShowMessage),
+    /// The trace id, taken as written (1–255 bytes, as PUSH stores it).
+    Trace(Value<String>),
 }
 
 impl Browse {
+    pub fn columns(&self) -> &'static [Column] {
+        match self {
+            Browse::Messages(_) | Browse::Message(_) => COLUMNS,
+            Browse::Trace(_) => TRACE_COLUMNS,
+        }
+    }
+
     pub(crate) fn describe_params(&self, params: &mut ParamTypes) {
         match self {
             Browse::Messages(m) => {
@@ -83,12 +111,21 @@ impl Browse {
                 params.note(&m.queue, oid::TEXT);
                 params.note_all(&m.group, oid::TEXT);
             }
+            Browse::Trace(t) => params.note(t, oid::TEXT),
         }
     }
 
-    /// After `SHOW`: `MESSAGES …` or `MESSAGE …`.
+    /// After `SHOW`: `MESSAGES …`, `MESSAGE …` or `TRACE …`.
     pub(crate) fn parse(cursor: &mut Cursor<'_>) -> Result<Browse> {
         cursor.expect_keyword("SHOW")?;
+        if cursor.eat_keyword("TRACE") {
+            let token = cursor.peek().clone();
+            let trace = cursor.text_value("a trace id as a string literal or parameter")?;
+            if let Value::Literal(text) = &trace {
+                check_trace_id(text).map_err(|e| e.at(cursor.position(&token)))?;
+            }
+            return Ok(Browse::Trace(trace));
+        }
         if cursor.eat_keyword("MESSAGES") {
             return parse_messages(cursor).map(Browse::Messages);
         }
@@ -121,6 +158,17 @@ pub fn check_message_id(text: &str) -> std::result::Result<uuid::Uuid, ParseErro
             format!("invalid input syntax for type uuid: \"{text}\""),
         )
     })
+}
+
+/// A trace id is 1–255 bytes, as PUSH accepts it (`22023` otherwise).
+pub fn check_trace_id(text: &str) -> std::result::Result<(), ParseError> {
+    if text.is_empty() || text.len() > 255 {
+        return Err(ParseError::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("a trace id is 1 to 255 bytes, got {}", text.len()),
+        ));
+    }
+    Ok(())
 }
 
 fn parse_messages(cursor: &mut Cursor<'_>) -> Result<ShowMessages> {
@@ -246,6 +294,20 @@ mod tests {
         );
         let statement = ok("SHOW MESSAGES FROM q FROM $1");
         assert_eq!(statement.param_types(), vec![oid::TIMESTAMPTZ]);
+    }
+
+    #[test]
+    fn show_trace_takes_a_trace_id() {
+        let statement = ok("SHOW TRACE 'checkout-42'");
+        assert_eq!(
+            statement,
+            Statement::Browse(Browse::Trace(lit("checkout-42")))
+        );
+        assert_eq!(statement.columns(), TRACE_COLUMNS);
+        assert_eq!(ok("SHOW TRACE $1").param_types(), vec![oid::TEXT]);
+        assert_eq!(error("SHOW TRACE ''"), ("22023", Some(12)));
+        assert_eq!(error("SHOW TRACE x").0, "42601");
+        assert_eq!(error("SHOW TRACE 'a' FROM q").0, "42601");
     }
 
     #[test]

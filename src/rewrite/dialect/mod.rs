@@ -12,7 +12,7 @@
 //! | `ACK`, `RENEW`                                  | [`ack`]         |
 //! | `CREATE/ALTER/DROP QUEUE`, `SEEK/DROP GROUP`    | [`queue_admin`] |
 //! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
-//! | `SHOW MESSAGES`, `SHOW MESSAGE`                 | [`browse`]      |
+//! | `SHOW MESSAGES`, `SHOW MESSAGE`, `SHOW TRACE`   | [`browse`]      |
 //! | `SHOW GROUP`, `SHOW LAGGING PARTITIONS`         | [`groups`]      |
 //! | `REPLAY DLQ`                                    | [`replay`]      |
 //! | `KV …`                                          | [`kv`]          |
@@ -134,7 +134,7 @@ impl Statement {
             Statement::Schedule(_) => timer::SCHEDULE_COLUMNS,
             Statement::CancelSchedule(_) => timer::CANCEL_COLUMNS,
             Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
-            Statement::Browse(_) => browse::COLUMNS,
+            Statement::Browse(browse) => browse.columns(),
             Statement::GroupDetail(detail) => detail.columns(),
             Statement::ReplayDlq(_) => replay::COLUMNS,
         }
@@ -268,7 +268,9 @@ fn recognize(sql: &str) -> Option<Family> {
                 ("SHOW", "SCHEDULES") => Family::ShowSchedules,
                 // PostgreSQL's SHOW takes one name: a second word is a
                 // syntax error there.
-                ("SHOW", "MESSAGES" | "MESSAGE") if more_follows(&mut lexer) => Family::Browse,
+                ("SHOW", "MESSAGES" | "MESSAGE" | "TRACE") if more_follows(&mut lexer) => {
+                    Family::Browse
+                }
                 ("SHOW", "GROUP" | "LAGGING") if more_follows(&mut lexer) => Family::GroupDetail,
                 _ => return None,
             }

@@ -678,3 +678,80 @@ async fn show_trace_follows_a_trace_across_queues_with_each_groups_state() {
     let err = sql_error(&direct, "SHOW TRACE 'x'").await;
     assert_eq!(err.code().code(), "42601");
 }
+
+#[tokio::test]
+async fn show_status_and_the_status_view_give_the_tenants_overview() {
+    let proxy = Proxy::start("cat_status").await;
+    let client = proxy.connect().await;
+    let empty = rows(&client, "SHOW STATUS").await;
+    assert_eq!(empty.len(), 1);
+    assert_eq!(col(&empty[0], "queues"), "0");
+    client
+        .batch_execute(
+            "CREATE QUEUE s1 WITH (retry_limit = 0); \
+             PUSH INTO s1 (payload, partition) VALUES ('1', 'a'), ('2', 'a'), ('3', 'b'), ('4', 'c'); \
+             PUSH INTO s2 VALUES ('5')",
+        )
+        .await
+        .unwrap();
+    let held = rows(&client, "POP FROM s1 PARTITION a LIMIT 2 LEASE 300").await;
+    rows(&client, &format!("ACK '{}'", col(&held[0], "receipt"))).await;
+    let dead = rows(&client, "POP FROM s1 PARTITION b").await;
+    rows(
+        &client,
+        &format!("ACK '{}' FAILED", col(&dead[0], "receipt")),
+    )
+    .await;
+
+    let status = rows(&client, "SHOW STATUS").await;
+    let s = &status[0];
+    let get = |name: &str| col(s, name);
+    assert_eq!(get("queues"), "2");
+    assert_eq!(get("partitions"), "4");
+    assert_eq!(get("consumer_groups"), "1");
+    assert_eq!(get("messages"), "5");
+    // s1: a has 1 unacked (leased), b is past its dead-lettered one, c 1; s2 1.
+    assert_eq!(get("pending"), "3");
+    assert_eq!(get("processing"), "1");
+    assert_eq!(get("dead_lettered"), "1");
+    assert_eq!(get("active_leases"), "1");
+    assert_eq!(get("pushed_last_minute"), "5");
+    let throughput = get("throughput");
+    assert_eq!(throughput.matches("\"minute\"").count(), 16, "{throughput}");
+    assert!(throughput.contains("\"pushed\": 5"), "{throughput}");
+
+    // Described before execute; the view says the same.
+    let statement = client.prepare("SHOW STATUS").await.unwrap();
+    assert_eq!(statement.columns().len(), 10);
+    assert_eq!(
+        statement.columns()[9].type_(),
+        &tokio_postgres::types::Type::JSONB
+    );
+    let view = rows(
+        &client,
+        "SELECT queues, pending, processing, dead_lettered FROM queen.status",
+    )
+    .await;
+    assert_eq!(view.len(), 1);
+    assert_eq!(
+        (
+            col(&view[0], "queues"),
+            col(&view[0], "pending"),
+            col(&view[0], "processing")
+        ),
+        ("2".into(), "3".into(), "1".into())
+    );
+    let per_minute = rows(
+        &client,
+        "SELECT queue, sum(pushed) AS pushed FROM queen.throughput_per_minute GROUP BY queue ORDER BY queue",
+    )
+    .await;
+    assert_eq!(per_minute.len(), 2);
+    assert_eq!(col(&per_minute[0], "pushed"), "4");
+    let err = sql_error(&client, "SHOW STATUS OF q").await;
+    assert_eq!(err.code().code(), "42601");
+    // PostgreSQL itself knows no parameter "status": the statement can only fail there.
+    let direct = proxy.connect_direct().await;
+    let err = sql_error(&direct, "SHOW status").await;
+    assert_eq!(err.code().code(), "42704");
+}

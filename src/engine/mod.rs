@@ -24,6 +24,7 @@ pub mod receipt;
 pub mod replay;
 pub mod retention;
 pub mod schema;
+pub mod status;
 pub mod timers;
 pub mod values;
 mod wait;
@@ -218,6 +219,7 @@ impl Engine {
             }
             Statement::Browse(b) => browse::execute(conn, b, &params, tenant).await?,
             Statement::GroupDetail(g) => groups::execute(conn, g, &params, tenant).await?,
+            Statement::ShowStatus => status::show(conn, tenant).await?,
             Statement::ReplayDlq(r) => {
                 let (rows, queue) = replay::replay(conn, r, &params, &self.limits, tenant).await?;
                 if !rows.is_empty() {

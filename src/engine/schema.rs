@@ -33,6 +33,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("012_configure.sql"),
     procedure!("013_analytics.sql"),
     procedure!("014_consumer_groups.sql"),
+    procedure!("015_status.sql"),
     procedure!("016_messages.sql"),
     procedure!("017_traces.sql"),
     procedure!("024_kv.sql"),

@@ -24,6 +24,7 @@
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
 //! | SHOW MESSAGES / MESSAGE / TRACE, REPLAY DLQ    | [`messages`]    |
 //! | SHOW GROUP, SHOW LAGGING PARTITIONS            | [`groups`]      |
+//! | SHOW STATUS                                    | [`status`]      |
 //! | the KV batch                                   | [`kv`]          |
 //! | timers, and the fire loop's claim and delete   | [`timers`]      |
 //! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
@@ -40,6 +41,7 @@ pub mod queues;
 pub mod retention;
 mod row;
 pub mod show;
+pub mod status;
 pub mod timers;
 pub mod transaction;
 
@@ -105,6 +107,7 @@ pub const ALL: &[&CallSpec] = &[
     &messages::BROWSE_MESSAGE,
     &messages::REPLAY_TAKE,
     &messages::TRACE,
+    &status::STATUS,
     &groups::DETAIL,
     &groups::LAGGING,
     &kv::APPLY,

@@ -15,6 +15,7 @@
 //! | `SHOW MESSAGES`, `SHOW MESSAGE`, `SHOW TRACE`   | [`browse`]      |
 //! | `SHOW GROUP`, `SHOW LAGGING PARTITIONS`         | [`groups`]      |
 //! | `REPLAY DLQ`                                    | [`replay`]      |
+//! | `SHOW STATUS`                                   | [`status`]      |
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //!
@@ -42,6 +43,7 @@ pub mod push;
 pub mod queue_admin;
 pub mod replay;
 pub mod show;
+pub mod status;
 pub mod timer;
 mod value;
 
@@ -110,6 +112,7 @@ pub enum Statement {
     Browse(browse::Browse),
     GroupDetail(groups::GroupDetail),
     ReplayDlq(replay::ReplayDlq),
+    ShowStatus,
 }
 
 impl Statement {
@@ -137,6 +140,7 @@ impl Statement {
             Statement::Browse(browse) => browse.columns(),
             Statement::GroupDetail(detail) => detail.columns(),
             Statement::ReplayDlq(_) => replay::COLUMNS,
+            Statement::ShowStatus => status::COLUMNS,
         }
     }
 
@@ -182,7 +186,7 @@ impl Statement {
             Statement::DropQueue(drop) => drop.describe_params(&mut params),
             Statement::SeekGroup(seek) => seek.describe_params(&mut params),
             Statement::DropGroup(drop) => drop.describe_params(&mut params),
-            Statement::ShowQueues => {}
+            Statement::ShowQueues | Statement::ShowStatus => {}
             Statement::ShowPartitions { queue } => params.note(queue, oid::TEXT),
             Statement::ShowGroups { queue } | Statement::ShowSchedules { queue } => {
                 params.note_all(queue, oid::TEXT)
@@ -222,6 +226,7 @@ enum Family {
     Browse,
     GroupDetail,
     ReplayDlq,
+    ShowStatus,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -266,6 +271,7 @@ fn recognize(sql: &str) -> Option<Family> {
                 ("REPLAY", "DLQ") => Family::ReplayDlq,
                 ("SHOW", "QUEUES" | "PARTITIONS" | "GROUPS" | "DLQ") => Family::Show,
                 ("SHOW", "SCHEDULES") => Family::ShowSchedules,
+                ("SHOW", "STATUS") => Family::ShowStatus,
                 // PostgreSQL's SHOW takes one name: a second word is a
                 // syntax error there.
                 ("SHOW", "MESSAGES" | "MESSAGE" | "TRACE") if more_follows(&mut lexer) => {
@@ -318,6 +324,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::Browse => browse::Browse::parse(&mut cursor).map(Statement::Browse),
         Family::GroupDetail => groups::GroupDetail::parse(&mut cursor).map(Statement::GroupDetail),
         Family::ReplayDlq => replay::ReplayDlq::parse(&mut cursor).map(Statement::ReplayDlq),
+        Family::ShowStatus => status::parse(&mut cursor),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

@@ -42,15 +42,22 @@ async fn the_new_statements_are_not_postgresql_and_show_word_alone_passes_throug
     let direct = proxy.connect_direct().await;
     for sql in [
         "SHOW MESSAGES FROM q",
+        "SHOW MESSAGES FROM q PARTITION p GROUP g FROM OFFSET 1 LIMIT 2",
         "SHOW MESSAGE '0190b2a4-7d1c-7000-8000-000000000001' FROM q",
+        "SHOW GROUP g ON q",
+        "SHOW LAGGING PARTITIONS ON q OVER '1m'",
+        "SHOW TRACE 't'",
+        "REPLAY DLQ FROM q LIMIT 1",
     ] {
         let err = sql_error(&direct, sql).await;
         assert_eq!(err.code().code(), "42601", "{sql} in PostgreSQL: {err}");
     }
     let client = proxy.connect().await;
-    let err = sql_error(&client, "SHOW messages").await;
-    assert_eq!(err.code().code(), "42704", "{err}");
-    assert!(err.message().contains("configuration parameter"), "{err}");
+    for sql in ["SHOW messages", "SHOW message;", "SHOW lagging", "SHOW trace"] {
+        let err = sql_error(&client, sql).await;
+        assert_eq!(err.code().code(), "42704", "{sql}: {err}");
+        assert!(err.message().contains("configuration parameter"), "{err}");
+    }
 }
 
 #[tokio::test]

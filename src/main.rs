@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 /// queenwire: Queen's message queues and key/value store as SQL, over the
-/// PostgreSQL wire protocol. Serves until SIGINT or SIGTERM.
+/// PostgreSQL wire protocol. Serves until SIGINT or SIGTERM (then drains:
+/// see --shutdown-timeout); SIGHUP reloads the users file and certificate.
 #[derive(Parser, Debug)]
 #[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -132,6 +133,23 @@ struct ServeArgs {
     /// holds DLQ rows.
     #[arg(long, env = "QUEENWIRE_PARTITION_CLEANUP_AGE", default_value_t = 7 * 24 * 3600)]
     partition_cleanup_age: u64,
+    /// Seconds a SIGTERM / SIGINT drain waits for open transactions and
+    /// running statements before it closes their sessions (57P01) and rolls
+    /// them back; idle sessions close at once. A second signal skips the wait.
+    #[arg(long, env = "QUEENWIRE_SHUTDOWN_TIMEOUT", default_value_t = 30)]
+    shutdown_timeout: u64,
+    /// Serve Prometheus metrics (/metrics), /health and /ready over HTTP on
+    /// this address (e.g. 127.0.0.1:9187). Off when absent.
+    #[arg(long, env = "QUEENWIRE_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// Distinct queues with per-queue metric series; later queues share the
+    /// series labelled queue="other".
+    #[arg(long, env = "QUEENWIRE_METRICS_QUEUE_CAP", default_value_t = queenwire::metrics::DEFAULT_QUEUE_CAP)]
+    metrics_queue_cap: usize,
+    /// Log line format on standard error: text or json (one object a line
+    /// with timestamp, level, target, message and the event's fields).
+    #[arg(long, env = "QUEENWIRE_LOG_FORMAT", default_value = "text", value_parser = queenwire::metrics::log::LogFormat::parse)]
+    log_format: queenwire::metrics::log::LogFormat,
 }
 
 fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
@@ -177,7 +195,16 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Logs go to standard error, leaving standard output to `user list`.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        queenwire::metrics::log::LogFormat::Text => logs.init(),
+        queenwire::metrics::log::LogFormat::Json => {
+            logs.event_format(queenwire::metrics::log::JsonLines).init()
+        }
+    }
 
     let backend = match cli.backend.or_else(|| std::env::var("DATABASE_URL").ok()) {
         Some(url) => match url.parse::<tokio_postgres::Config>() {
@@ -196,6 +223,8 @@ fn main() -> ExitCode {
         backend,
         pool_size: cli.pool_size.max(1),
         users,
+        users_path: cli.users,
+        shutdown_timeout: std::time::Duration::from_secs(cli.shutdown_timeout),
         apply_schema: cli.apply_schema,
         max_message_size: cli.max_message_size,
         max_payload: cli.max_payload,
@@ -214,6 +243,8 @@ fn main() -> ExitCode {
             interval: std::time::Duration::from_secs(cli.retention_interval.max(1)),
             cleanup_age: std::time::Duration::from_secs(cli.partition_cleanup_age),
         },
+        metrics_listen: cli.metrics_listen,
+        metrics_queue_cap: cli.metrics_queue_cap,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -242,14 +273,28 @@ fn main() -> ExitCode {
             server.local_addr,
             server.backend_description
         );
-        let kv = server.kv_state();
-        wait_for_signal(move |paused| {
-            kv.set_paused(paused);
-            tracing::info!(paused, "KV surface switched");
-        })
-        .await;
-        tracing::info!("shutting down");
-        server.shutdown().await;
+        if let Some(addr) = server.metrics_addr {
+            tracing::info!("metrics on http://{addr}/metrics (/health, /ready)");
+        }
+        let Some(mut signals) = Signals::new() else {
+            let _ = tokio::signal::ctrl_c().await;
+            server.shutdown().await;
+            return ExitCode::SUCCESS;
+        };
+        loop {
+            match signals.next().await {
+                Signal::Stop => break,
+                Signal::Kv(paused) => {
+                    server.set_kv_paused(paused);
+                    tracing::info!(paused, "KV surface switched");
+                }
+                // Errors are logged by the reload; the old files stay.
+                Signal::Reload => drop(server.reload().await),
+            }
+        }
+        tracing::info!("shutting down (a second SIGTERM or SIGINT skips the wait)");
+        let hurry = async move { while !matches!(signals.next().await, Signal::Stop) {} };
+        server.drain(hurry).await;
         ExitCode::SUCCESS
     })
 }
@@ -349,25 +394,38 @@ impl Drop for EchoOff {
     }
 }
 
-/// Waits for SIGINT or SIGTERM; SIGUSR1 / SIGUSR2 pause / resume the KV
-/// surface meanwhile.
-async fn wait_for_signal(kv_switch: impl Fn(bool)) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut usr1), Ok(mut usr2)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::user_defined2()),
-    ) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    loop {
+/// What a signal asks for.
+enum Signal {
+    /// SIGTERM or SIGINT: drain and exit.
+    Stop,
+    /// SIGUSR1 / SIGUSR2: pause / resume the KV surface.
+    Kv(bool),
+    /// SIGHUP: reload the users file and the TLS certificate and key.
+    Reload,
+}
+
+struct Signals([tokio::signal::unix::Signal; 5]);
+
+impl Signals {
+    fn new() -> Option<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Some(Signals([
+            signal(SignalKind::terminate()).ok()?,
+            signal(SignalKind::interrupt()).ok()?,
+            signal(SignalKind::user_defined1()).ok()?,
+            signal(SignalKind::user_defined2()).ok()?,
+            signal(SignalKind::hangup()).ok()?,
+        ]))
+    }
+
+    async fn next(&mut self) -> Signal {
+        let [term, int, usr1, usr2, hup] = &mut self.0;
         tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = usr1.recv() => kv_switch(true),
-            _ = usr2.recv() => kv_switch(false),
+            _ = term.recv() => Signal::Stop,
+            _ = int.recv() => Signal::Stop,
+            _ = usr1.recv() => Signal::Kv(true),
+            _ = usr2.recv() => Signal::Kv(false),
+            _ = hup.recv() => Signal::Reload,
         }
     }
 }

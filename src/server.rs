@@ -10,6 +10,9 @@ use crate::engine::schema::{self, SchemaError};
 use crate::engine::{maintenance, timers, wake, Engine};
 use crate::frontend::slots::SessionSlots;
 use crate::frontend::{self, FrontendConfig, Shared};
+use crate::metrics::gauges::Gauges;
+use crate::metrics::http::Exporter;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -66,6 +69,11 @@ pub struct Config {
     /// The users file (SCRAM-SHA-256 verifiers, tenants, passthrough
     /// policies). `None`: only loopback clients, trusted.
     pub users: Option<Arc<crate::users::Users>>,
+    /// Where `users` was read from: [`Server::reload`] reads it again.
+    pub users_path: Option<PathBuf>,
+    /// How long a drain waits for sessions inside a transaction block (and
+    /// running statements) before it closes them.
+    pub shutdown_timeout: std::time::Duration,
     /// Apply `sql/` at boot (`QUEEN_APPLY_SCHEMA=0` turns it off).
     pub apply_schema: bool,
     /// Largest message a client may send, in bytes.
@@ -90,6 +98,11 @@ pub struct Config {
     /// The retention and cleanup cycle (the queues' options say what is
     /// due; this says how often and how old an empty partition must be).
     pub retention: crate::engine::retention::RetentionSettings,
+    /// Address of the Prometheus endpoint (`/metrics`, `/health`,
+    /// `/ready`); `None`: off.
+    pub metrics_listen: Option<String>,
+    /// Distinct queues with per-queue series before the rest share `other`.
+    pub metrics_queue_cap: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +122,8 @@ impl Default for Config {
             },
             pool_size: 16,
             users: None,
+            users_path: None,
+            shutdown_timeout: std::time::Duration::from_secs(30),
             apply_schema: true,
             max_message_size: 64 * 1024 * 1024,
             max_payload: 1024 * 1024,
@@ -120,6 +135,8 @@ impl Default for Config {
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
             pool_mode: crate::frontend::PoolMode::Transaction,
             retention: crate::engine::retention::RetentionSettings::default(),
+            metrics_listen: None,
+            metrics_queue_cap: crate::metrics::DEFAULT_QUEUE_CAP,
         }
     }
 }
@@ -164,11 +181,13 @@ fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartErro
 /// `queen.tenant_role_ensure_v1`, each with a pool of its own. The roles log
 /// in with queenwire's own backend password (PostgreSQL keeps a SCRAM
 /// verifier of it); users with passthrough `none` need no role.
+/// Pairs `have` says exist already are skipped (a reload adds only the new).
 async fn tenant_role_pools(
     client: &tokio_postgres::Client,
     users: &crate::users::Users,
     target: &BackendTarget,
     pool_size: usize,
+    have: impl Fn(uuid::Uuid, bool) -> bool,
 ) -> Result<HashMap<(uuid::Uuid, bool), pool::Pool>, StartError> {
     use crate::users::Passthrough;
     let mut needed: Vec<(uuid::Uuid, bool)> = users
@@ -180,6 +199,7 @@ async fn tenant_role_pools(
             Passthrough::Full => Some((u.tenant, false)),
         })
         .collect();
+    needed.retain(|(tenant, read_only)| !have(*tenant, *read_only));
     needed.sort();
     needed.dedup();
     let verifier = target
@@ -225,6 +245,50 @@ async fn tenant_role_pools(
     Ok(pools)
 }
 
+/// What [`Server::reload`] reads again and needs to make tenant roles.
+struct ReloadFrom {
+    users_path: Option<PathBuf>,
+    tls: Option<TlsFiles>,
+    /// queenwire's own backend login, for `queen.tenant_role_ensure_v1`.
+    background: tokio_postgres::Config,
+    target: Arc<BackendTarget>,
+    pool_size: usize,
+}
+
+/// How a drain went.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DrainReport {
+    /// Sessions that ended on their own or at an idle point.
+    pub drained: usize,
+    /// Sessions still open when the timeout passed (closed with 57P01,
+    /// their transactions rolled back).
+    pub terminated: usize,
+    /// Sessions that had not ended even after their statements were
+    /// cancelled (dropped with the process).
+    pub abandoned: usize,
+}
+
+/// After the drain timeout, how long closed sessions get to go (their
+/// statements cancelled, 57P01 sent, their connections given back).
+const TERMINATE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The sessions' pools as the metrics and the admin view name them:
+/// `engine`, `clients`, and each tenant role by the name
+/// `queen.tenant_role_ensure_v1` gives it.
+fn pool_labels(shared: &Shared) -> Vec<(String, pool::Pool)> {
+    let mut pools = vec![("engine".to_string(), shared.pool.clone())];
+    if let Some(p) = &shared.client_pool {
+        pools.push(("clients".to_string(), p.clone()));
+    }
+    let mut roles = shared.role_pools();
+    roles.sort_by_key(|(key, _)| *key);
+    for ((tenant, read_only), p) in roles {
+        let suffix = if read_only { "_ro" } else { "" };
+        pools.push((format!("queen_t_{}{suffix}", tenant.simple()), p));
+    }
+    pools
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("tenant roles: {0} (the schema owner needs CREATEROLE, and queenwire's backend role membership in queen_engine; see docs/security.md)")]
@@ -252,7 +316,13 @@ pub struct Server {
     pub local_addr: SocketAddr,
     /// One line saying which backend serves this proxy.
     pub backend_description: String,
+    /// Where `/metrics` is served, when it is.
+    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: Arc<Metrics>,
     shutdown: Shutdown,
+    shutdown_timeout: std::time::Duration,
+    shared: Arc<Shared>,
+    reload: ReloadFrom,
     listener_task: JoinHandle<()>,
     /// Wake-ups, timer firing, maintenance: each stops on the shutdown
     /// signal.
@@ -314,7 +384,9 @@ impl Server {
             .get(0);
         let target = Arc::new(BackendTarget::from_config(&client_config)?);
         let role_pools = match &config.users {
-            Some(users) => tenant_role_pools(&client, users, &target, config.pool_size).await?,
+            Some(users) => {
+                tenant_role_pools(&client, users, &target, config.pool_size, |_, _| false).await?
+            }
             None => HashMap::new(),
         };
         drop(client);
@@ -335,11 +407,26 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+        let metrics_listener = match &config.metrics_listen {
+            Some(addr) => Some(
+                listen(addr)
+                    .await
+                    .map_err(|e| StartError::Listen(addr.clone(), e))?,
+            ),
+            None => None,
+        };
         let waiters = Arc::new(wake::Waiters::new(&secret));
         let (announcer, announcements) = wake::Announcer::new(waiters.clone());
         let kv = Arc::new(KvState::default());
         kv.set_paused(config.kv_paused);
+        let shutdown = Shutdown::new();
+        let metrics = Arc::new(Metrics::new(
+            config.metrics_queue_cap,
+            config.users.is_none(),
+        ));
         let engine = Arc::new(Engine {
+            draining: shutdown.drain_signal(),
+            metrics: metrics.clone(),
             kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
             fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
@@ -348,7 +435,6 @@ impl Server {
             },
             announcer,
         });
-        let shutdown = Shutdown::new();
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 users: config.users.clone(),
@@ -372,14 +458,37 @@ impl Server {
             },
             target.clone(),
             engine.clone(),
-            shutdown.signal(),
+            &shutdown,
         ));
         let slots = shared.slots.clone();
+        let listen_hub = shared.listen.clone();
+        let mut pools = pool_labels(&shared);
         let shared_target = target;
-        let listener_task = tokio::spawn(frontend::serve(listener, shared));
+        let listener_task = tokio::spawn(frontend::serve(listener, shared.clone()));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
-        let background_tasks = vec![
+        let reload = ReloadFrom {
+            users_path: config.users_path.clone(),
+            tls: config.tls.clone(),
+            background: background.clone(),
+            target: shared_target.clone(),
+            pool_size: config.pool_size,
+        };
+        let timer_pool = pool::build_pool(
+            Arc::new(BackendTarget {
+                application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
+                ..(*shared_target).clone()
+            }),
+            TIMER_POOL_SIZE,
+        )?;
+        pools.push(("timers".to_string(), timer_pool.clone()));
+        metrics.set_pools(pools);
+        let mut background_tasks = vec![
+            tokio::spawn(frontend::listen::run(
+                background.clone(),
+                listen_hub,
+                shutdown.signal(),
+            )),
             tokio::spawn(wake::run(
                 background.clone(),
                 waiters,
@@ -388,27 +497,42 @@ impl Server {
             )),
             // Connections of their own, which no client is ever handed.
             tokio::spawn(timers::fire_loop(
-                pool::build_pool(
-                    Arc::new(BackendTarget {
-                        application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
-                        ..(*shared_target).clone()
-                    }),
-                    TIMER_POOL_SIZE,
-                )?,
+                timer_pool,
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),
-            tokio::spawn(maintenance::run(
-                background,
-                kv.clone(),
-                config.retention,
-                shutdown.signal(),
+            tokio::spawn(crate::metrics::MAINTENANCE.scope(
+                metrics.clone(),
+                maintenance::run(
+                    background.clone(),
+                    kv.clone(),
+                    config.retention,
+                    shutdown.signal(),
+                ),
             )),
         ];
+        let mut metrics_addr = None;
+        if let Some(listener) = metrics_listener {
+            metrics_addr = listener.local_addr().ok();
+            let exporter = Arc::new(Exporter {
+                metrics: metrics.clone(),
+                gauges: Gauges::new(background, config.metrics_queue_cap),
+            });
+            background_tasks.push(tokio::spawn(crate::metrics::http::serve(
+                listener,
+                exporter,
+                shutdown.signal(),
+            )));
+        }
         Ok(Server {
             local_addr,
             backend_description: format!("{description} (PostgreSQL {version})"),
+            metrics_addr,
+            metrics,
             shutdown,
+            shutdown_timeout: config.shutdown_timeout,
+            shared,
+            reload,
             listener_task,
             background_tasks,
             slots,
@@ -432,16 +556,125 @@ impl Server {
         self.slots.live()
     }
 
-    /// Stops accepting clients and the background tasks, then the embedded
-    /// cluster, if any. Sessions already in are not waited for.
-    pub async fn shutdown(mut self) {
-        self.shutdown.begin();
+    /// Drains (see [`Server::drain`]) with no second signal.
+    pub async fn shutdown(self) -> DrainReport {
+        self.drain(std::future::pending()).await
+    }
+
+    /// The graceful stop, in the steps of `shutdown.rs`: stop accepting
+    /// (the listener is closed), end parked POP WAITs with zero rows, close
+    /// each session with 57P01 at its next idle point; sessions inside a
+    /// transaction block (or running a statement) get until the shutdown
+    /// timeout, or until `hurry` resolves (a second SIGTERM), then their
+    /// statements are cancelled and they are closed with 57P01 (their
+    /// transactions rolled back). Then the background loops stop, then the
+    /// embedded cluster, if any.
+    pub async fn drain(mut self, hurry: impl std::future::Future<Output = ()>) -> DrainReport {
+        let mut report = DrainReport::default();
+        let at_start = self.slots.live();
+        self.shutdown.begin_drain();
         let _ = (&mut self.listener_task).await;
+        tracing::info!(
+            sessions = at_start,
+            timeout = ?self.shutdown_timeout,
+            "draining: no new clients; sessions close when idle"
+        );
+        let slots = self.slots.clone();
+        let all_gone = |within: std::time::Duration| {
+            let slots = slots.clone();
+            async move {
+                let deadline = tokio::time::Instant::now() + within;
+                while slots.live() > 0 && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                slots.live()
+            }
+        };
+        let left = tokio::select! {
+            left = all_gone(self.shutdown_timeout) => left,
+            () = hurry => self.slots.live(),
+        };
+        if left > 0 {
+            tracing::warn!(
+                sessions = left,
+                "drain timeout: closing the sessions left, rolling back their transactions"
+            );
+            self.shutdown.terminate();
+            self.shared.cancel_statements().await;
+            report.abandoned = all_gone(TERMINATE_GRACE).await;
+        }
+        report.terminated = left.saturating_sub(report.abandoned);
+        report.drained = at_start.saturating_sub(left);
+        self.shutdown.begin();
         for task in self.background_tasks.drain(..) {
             let _ = task.await;
         }
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }
+        tracing::info!(?report, "stopped");
+        report
+    }
+
+    /// Reads the users file and the TLS certificate and key again (SIGHUP).
+    /// New logins see the new users (the tenant roles of added users are
+    /// made first, as at start); sessions already in are untouched, also
+    /// those of a removed user. What fails to load is kept as it was and
+    /// reported; the other part is still replaced.
+    pub async fn reload(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        if let Some(path) = &self.reload.users_path {
+            match self.reload_users(path).await {
+                Ok(n) => tracing::info!(users = n, file = %path.display(), "users file reloaded"),
+                Err(e) => {
+                    tracing::error!("users file not reloaded, the old one stays: {e}");
+                    errors.push(e);
+                }
+            }
+        }
+        if let Some(files) = &self.reload.tls {
+            match tls_acceptor(files) {
+                Ok(acceptor) => {
+                    self.shared.replace_tls(acceptor);
+                    tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
+                }
+                Err(e) => {
+                    tracing::error!("TLS certificate not reloaded, the old one stays: {e}");
+                    errors.push(e.to_string());
+                }
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(errors.join("; ")),
+        }
+    }
+
+    async fn reload_users(&self, path: &std::path::Path) -> Result<usize, String> {
+        let users = crate::users::Users::load(path).map_err(|e| e.to_string())?;
+        if users.users.is_empty() {
+            return Err(format!("users file {} has no users", path.display()));
+        }
+        let from = &self.reload;
+        let (client, connection) = from
+            .background
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("backend: {e}"))?;
+        let conn_task = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let shared = &self.shared;
+        let pools = tenant_role_pools(&client, &users, &from.target, from.pool_size, |t, ro| {
+            shared.has_role_pool(t, ro)
+        })
+        .await
+        .map_err(|e| e.to_string());
+        drop(client);
+        let _ = conn_task.await;
+        let n = users.users.len();
+        self.shared.replace_users(Arc::new(users), pools?);
+        self.metrics.add_pools(pool_labels(&self.shared));
+        Ok(n)
     }
 }

@@ -53,7 +53,12 @@ async fn the_new_statements_are_not_postgresql_and_show_word_alone_passes_throug
         assert_eq!(err.code().code(), "42601", "{sql} in PostgreSQL: {err}");
     }
     let client = proxy.connect().await;
-    for sql in ["SHOW messages", "SHOW message;", "SHOW lagging", "SHOW trace"] {
+    for sql in [
+        "SHOW messages",
+        "SHOW message;",
+        "SHOW lagging",
+        "SHOW trace",
+    ] {
         let err = sql_error(&client, sql).await;
         assert_eq!(err.code().code(), "42704", "{sql}: {err}");
         assert!(err.message().contains("configuration parameter"), "{err}");

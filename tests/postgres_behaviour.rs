@@ -399,14 +399,111 @@ async fn an_idle_listener_gets_notifications_at_once_with_its_own_pid() {
     assert_eq!(r.cstr().unwrap(), "qw_jobs");
     assert_eq!(r.cstr().unwrap(), "from another");
     assert_ne!(pid, listener.backend_pid, "another session's notification");
-    // Its own notification carries the pid it was given.
+    // Its own notification carries the pid it was given. (Through the
+    // shared listening connection it comes just after the NOTIFY's
+    // ReadyForQuery, not before it as from PostgreSQL.)
     let r = listener.simple("NOTIFY qw_jobs, 'mine'").await;
-    let own = r
-        .messages
-        .iter()
-        .find(|m| m.tag == b'A')
-        .expect("own notification with the reply");
+    let own = match r.messages.iter().find(|m| m.tag == b'A') {
+        Some(m) => m.clone(),
+        None => listener
+            .next_within(Duration::from_secs(10))
+            .await
+            .expect("own notification"),
+    };
+    assert_eq!(own.tag, b'A');
     assert_eq!(own.reader().i32().unwrap(), listener.backend_pid);
+}
+
+/// LISTEN costs no backend connection: with a pool of two, ten idle
+/// listeners and clients running SQL coexist, every listener gets every
+/// notification, the sender's pid is the proxy pid of the sending session,
+/// UNLISTEN stops delivery, a notification sent while a listener's
+/// transaction block is open arrives after it ends, and a statement
+/// PostgreSQL refuses gets PostgreSQL's error.
+#[tokio::test]
+async fn listeners_share_one_listening_connection() {
+    use common::raw::Raw;
+    let proxy = Proxy::start_with("listen_shared", |c| c.pool_size = 2).await;
+    let mut listeners = Vec::new();
+    for _ in 0..10 {
+        let mut l = Raw::connect(proxy.addr).await;
+        let r = l.simple("LISTEN \"Shared Jobs\"").await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        listeners.push(l);
+    }
+    // The pooled connections are free: a client's SQL runs.
+    let mut sender = Raw::connect(proxy.addr).await;
+    let r = sender
+        .simple("SELECT pg_notify('Shared Jobs', 'one')")
+        .await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    for l in listeners.iter_mut() {
+        let msg = l
+            .next_within(Duration::from_secs(10))
+            .await
+            .expect("every listener is notified");
+        let mut r = msg.reader();
+        assert_eq!(
+            r.i32().unwrap(),
+            sender.backend_pid,
+            "the sending session's pid"
+        );
+        assert_eq!(r.cstr().unwrap(), "Shared Jobs");
+        assert_eq!(r.cstr().unwrap(), "one");
+    }
+    // UNLISTEN: the first listener hears nothing more; a listener inside a
+    // transaction block gets the notification only after COMMIT.
+    let r = listeners[0].simple("UNLISTEN *").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let r = listeners[1].simple("BEGIN").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    sender.simple("NOTIFY \"Shared Jobs\", 'two'").await;
+    let got = listeners[2]
+        .next_within(Duration::from_secs(10))
+        .await
+        .expect("an idle listener is notified");
+    assert_eq!(got.tag, b'A');
+    assert!(
+        listeners[0]
+            .next_within(Duration::from_millis(300))
+            .await
+            .is_none(),
+        "nothing after UNLISTEN"
+    );
+    let early = listeners[1].next_within(Duration::from_millis(300)).await;
+    assert!(
+        early.is_none(),
+        "nothing while the block is open: {:?}",
+        early.map(|m| (m.tag as char, String::from_utf8_lossy(&m.body).to_string()))
+    );
+    let r = listeners[1].simple("COMMIT").await;
+    let after = match r.messages.iter().find(|m| m.tag == b'A') {
+        Some(m) => m.clone(),
+        None => listeners[1]
+            .next_within(Duration::from_secs(10))
+            .await
+            .expect("delivered once the block ended"),
+    };
+    let mut rd = after.reader();
+    rd.i32().unwrap();
+    rd.cstr().unwrap();
+    assert_eq!(rd.cstr().unwrap(), "two");
+    // PostgreSQL's own verdict on a bad statement.
+    let r = listeners[3].simple("LISTEN select").await;
+    assert_eq!(r.errors.len(), 1, "{:?}", r.messages);
+    assert_eq!(r.errors[0].code(), "42601");
+    // The listeners still hold no connection: a pooled connection serves
+    // a client statement at once.
+    let client = proxy.connect().await;
+    let one: i32 = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.query_one("SELECT 1::int4", &[]),
+    )
+    .await
+    .expect("not blocked by listeners")
+    .unwrap()
+    .get(0);
+    assert_eq!(one, 1);
 }
 
 #[tokio::test]
@@ -478,6 +575,45 @@ async fn background_work_never_runs_on_a_client_s_connection() {
             .await
             .unwrap_or_else(|e| panic!("PREPARE {name}: {e:?}"));
     }
+
+    // Inside a transaction block the dialect runs on the client's own
+    // connection: still nothing of queenwire's is left under a name there,
+    // and a client statement prepared before (named, and the unnamed one)
+    // still runs after.
+    use queenwire::rewrite::calls::queues::{ACK, POP, PUSH};
+    let own = client.prepare("SELECT $1::int4 + 1").await.unwrap();
+    client
+        .batch_execute(&format!(
+            "BEGIN; PREPARE {0} AS SELECT 41; PUSH INTO own_q VALUES ('{{\"n\":3}}')",
+            PUSH.name
+        ))
+        .await
+        .unwrap();
+    let popped = client.query("POP FROM own_q LIMIT 1", &[]).await.unwrap();
+    let receipt: String = popped[0].get("receipt");
+    client
+        .query(&format!("ACK '{receipt}'"), &[])
+        .await
+        .unwrap();
+    let rows = client
+        .query("SELECT name FROM pg_prepared_statements", &[])
+        .await
+        .unwrap();
+    let left: Vec<String> = rows
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|n| [PUSH.name, POP.name, ACK.name].contains(&n.as_str()))
+        .collect();
+    assert_eq!(left, vec![PUSH.name.to_string()], "only the client's own");
+    let got: i32 = client.query_one(&own, &[&1i32]).await.unwrap().get(0);
+    assert_eq!(got, 2);
+    let mine: i32 = client
+        .query_one(&format!("EXECUTE {}", PUSH.name), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(mine, 41);
+    client.batch_execute("COMMIT").await.unwrap();
 }
 
 async fn pid(c: &tokio_postgres::Client) -> i32 {

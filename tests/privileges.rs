@@ -210,6 +210,10 @@ async fn a_tenant_role_cannot_act_for_another_tenant_or_escape_its_role() {
         format!("SELECT * FROM queen.log_show_queues_v1({other})"),
         format!("SELECT * FROM queen.log_show_groups_v1(NULL, {other})"),
         format!("SELECT * FROM queen.timer_list_v1(NULL, {other})"),
+        format!("SELECT * FROM queen.timer_list_v2(NULL, {other})"),
+        format!(
+            "SELECT queen.timer_schedule_v2('q_b', 'k', NULL, '1', now(), 60000, p_tenant => {other})"
+        ),
         format!("SELECT * FROM queen.delete_queue_v1('q_b', {other})"),
         format!(
             "SELECT * FROM queen.kv_apply_v1('[{{\"op\":\"get\",\"namespace\":\"secrets\",\"key\":\"k\"}}]'::jsonb, {other})"

@@ -310,13 +310,18 @@ BEGIN
     -- 2. Provision the partitions (name ascending), then lock them (id
     -- ascending). The FOR loop fetches, and so locks, in ORDER BY order.
     SELECT array_agg(DISTINCT n COLLATE "C" ORDER BY n COLLATE "C") INTO v_names FROM unnest(p_partitions) n;
-    INSERT INTO queen.log_partitions (queue_id, name)
-    SELECT v_queue.id, n
-    FROM unnest(v_names) n
-    WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
-                      WHERE p.queue_id = v_queue.id AND p.name = n)
-    ORDER BY n COLLATE "C"
-    ON CONFLICT (queue_id, name) DO NOTHING;
+    -- Only when one is missing: the INSERT statement fires the partition
+    -- counter trigger (020) even when it inserts nothing.
+    IF (SELECT count(*) FROM queen.log_partitions p
+        WHERE p.queue_id = v_queue.id AND p.name = ANY (v_names)) < cardinality(v_names) THEN
+        INSERT INTO queen.log_partitions (queue_id, name)
+        SELECT v_queue.id, n
+        FROM unnest(v_names) n
+        WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
+                          WHERE p.queue_id = v_queue.id AND p.name = n)
+        ORDER BY n COLLATE "C"
+        ON CONFLICT (queue_id, name) DO NOTHING;
+    END IF;
 
     -- Locked in id order: the row locks are taken above the sort.
     SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),

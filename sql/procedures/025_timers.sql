@@ -30,8 +30,34 @@ CREATE TABLE IF NOT EXISTS queen.log_timers (
     fire_at        TIMESTAMPTZ NOT NULL,
     -- When this schedule (or its latest replacement) was written.
     created_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- Recurring timers (SCHEDULE … EVERY / CRON): a fire moves fire_at to
+    -- the next occurrence instead of deleting the row. NULL: one-shot.
+    every_ms       BIGINT,
+    cron           TEXT,
+    -- The cron expression normalised by the engine (see
+    -- queen.timer_cron_next_v1); its time zone (PostgreSQL's names).
+    cron_spec      TEXT,
+    time_zone      TEXT,
+    -- Fire every missed occurrence after downtime instead of one.
+    catch_up       BOOLEAN NOT NULL DEFAULT false,
     PRIMARY KEY (tenant_id, queue_name, timer_key)
 );
+
+-- The recurrence columns on a table made before they existed (only when
+-- absent: ALTER TABLE would lock the table at every boot).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'queen.log_timers'::regclass AND attname = 'every_ms' AND NOT attisdropped) THEN
+        ALTER TABLE queen.log_timers
+            ADD COLUMN every_ms BIGINT,
+            ADD COLUMN cron TEXT,
+            ADD COLUMN cron_spec TEXT,
+            ADD COLUMN time_zone TEXT,
+            ADD COLUMN catch_up BOOLEAN NOT NULL DEFAULT false;
+    END IF;
+END
+$$;
 
 -- The due scan (timer_claim_due_v1): fire_at <= now across tenants. Created
 -- only when absent (CREATE INDEX IF NOT EXISTS would take SHARE on the table
@@ -90,7 +116,8 @@ BEGIN
     SET partition_name = EXCLUDED.partition_name,
         payload = EXCLUDED.payload,
         fire_at = EXCLUDED.fire_at,
-        created_at = EXCLUDED.created_at
+        created_at = EXCLUDED.created_at,
+        every_ms = NULL, cron = NULL, cron_spec = NULL, time_zone = NULL, catch_up = false
     RETURNING t.fire_at INTO v_fire_at;
 
     -- 2. The queue row, as queen.log_push_v1 provisions it.
@@ -169,6 +196,206 @@ BEGIN
 END
 $$;
 
+-- Recurring timers (SCHEDULE … EVERY / CRON).
+--
+-- The next occurrence of a normalised cron expression strictly after
+-- p_after, in time zone p_tz (local wall-clock times, converted with AT TIME
+-- ZONE, so PostgreSQL's time zone database does the work). p_spec is five
+-- fields joined by '|', each '*' (every value) or a sorted comma list; a day
+-- field written '*…' (from '*/s') counts as unrestricted for the either-day
+-- rule: when neither day field is, a day matches if either matches (Vixie
+-- cron). A local time that does not exist (a DST gap) maps to the instant
+-- PostgreSQL gives it, one that exists twice to one of them: each local slot
+-- fires once. NULL when nothing matches within 8 years (31 February).
+-- Takes no locks.
+CREATE OR REPLACE FUNCTION queen.timer_cron_next_v1(
+    p_spec  TEXT,
+    p_tz    TEXT,
+    p_after TIMESTAMPTZ
+) RETURNS TIMESTAMPTZ
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    f        TEXT[] := string_to_array(p_spec, '|');
+    v_min    INT[];
+    v_hour   INT[];
+    v_dom    INT[];
+    v_mon    INT[];
+    v_dow    INT[];
+    v_either BOOLEAN;
+    v_start  DATE;
+    v_day    DATE;
+    v_at     TIMESTAMPTZ;
+    v_h      INT;
+    v_m      INT;
+    v_dom_ok BOOLEAN;
+    v_dow_ok BOOLEAN;
+BEGIN
+    IF cardinality(f) IS DISTINCT FROM 5 THEN
+        RAISE EXCEPTION 'timer_cron_next_v1: a normalised cron expression has 5 fields' USING ERRCODE = '22023';
+    END IF;
+    v_min  := CASE WHEN f[1] = '*' THEN ARRAY(SELECT generate_series(0, 59)) ELSE string_to_array(f[1], ',')::INT[] END;
+    v_hour := CASE WHEN f[2] = '*' THEN ARRAY(SELECT generate_series(0, 23)) ELSE string_to_array(f[2], ',')::INT[] END;
+    v_dom  := CASE WHEN f[3] = '*' THEN NULL ELSE string_to_array(ltrim(f[3], '*'), ',')::INT[] END;
+    v_mon  := CASE WHEN f[4] = '*' THEN NULL ELSE string_to_array(f[4], ',')::INT[] END;
+    v_dow  := CASE WHEN f[5] = '*' THEN NULL ELSE string_to_array(ltrim(f[5], '*'), ',')::INT[] END;
+    v_either := left(f[3], 1) <> '*' AND left(f[5], 1) <> '*';
+    v_start := (p_after AT TIME ZONE COALESCE(p_tz, 'UTC'))::DATE;
+    FOR i IN 0 .. 366 * 8 LOOP
+        v_day := v_start + i;
+        CONTINUE WHEN v_mon IS NOT NULL AND NOT (extract(month FROM v_day)::INT = ANY (v_mon));
+        v_dom_ok := v_dom IS NULL OR extract(day FROM v_day)::INT = ANY (v_dom);
+        v_dow_ok := v_dow IS NULL OR extract(dow FROM v_day)::INT = ANY (v_dow);
+        CONTINUE WHEN NOT (CASE WHEN v_either THEN v_dom_ok OR v_dow_ok ELSE v_dom_ok AND v_dow_ok END);
+        FOREACH v_h IN ARRAY v_hour LOOP
+            FOREACH v_m IN ARRAY v_min LOOP
+                v_at := (v_day + make_time(v_h, v_m, 0)) AT TIME ZONE COALESCE(p_tz, 'UTC');
+                IF v_at > p_after THEN
+                    RETURN v_at;
+                END IF;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- The fire time after p_fire_at (the occurrence that fires now) of a
+-- recurring timer: with p_catch_up the very next occurrence, so every one
+-- missed while no queenwire ran fires, one per claim; without, the first
+-- occurrence after the database clock, so missed ones fire once (the
+-- occurrence firing now), not once each. EVERY keeps its phase: occurrences
+-- are p_fire_at + k * p_every_ms. NULL for a one-shot timer. Takes no locks.
+CREATE OR REPLACE FUNCTION queen.timer_next_fire_v1(
+    p_fire_at   TIMESTAMPTZ,
+    p_every_ms  BIGINT,
+    p_cron_spec TEXT,
+    p_time_zone TEXT,
+    p_catch_up  BOOLEAN
+) RETURNS TIMESTAMPTZ
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_now TIMESTAMPTZ := clock_timestamp();
+BEGIN
+    IF p_every_ms IS NOT NULL THEN
+        IF p_catch_up OR p_fire_at + p_every_ms * interval '1 millisecond' > v_now THEN
+            RETURN p_fire_at + p_every_ms * interval '1 millisecond';
+        END IF;
+        RETURN p_fire_at + (floor(extract(epoch FROM v_now - p_fire_at) * 1000 / p_every_ms) + 1)
+                           * p_every_ms * interval '1 millisecond';
+    END IF;
+    IF p_cron_spec IS NOT NULL THEN
+        RETURN queen.timer_cron_next_v1(p_cron_spec, p_time_zone,
+                                        CASE WHEN p_catch_up THEN p_fire_at ELSE greatest(p_fire_at, v_now) END);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- SCHEDULE with every form: one-shot as timer_schedule_v1 (p_every_ms and
+-- p_cron_spec NULL), or recurring: every p_every_ms milliseconds, the first
+-- at p_fire_at; or at the occurrences of p_cron (as written, for SHOW) /
+-- p_cron_spec (normalised by the engine) in p_time_zone (NULL: UTC), the
+-- first the next occurrence from now (p_fire_at ignored). An unknown time
+-- zone or a cron expression that never fires is 22023 and changes nothing.
+-- Returns the first fire time. Locks: as timer_schedule_v1 (the timer row,
+-- then the queue row when it must be provisioned).
+CREATE OR REPLACE FUNCTION queen.timer_schedule_v2(
+    p_queue     TEXT,
+    p_key       TEXT,
+    p_partition TEXT,
+    p_payload   TEXT,
+    p_fire_at   TIMESTAMPTZ,
+    p_every_ms  BIGINT DEFAULT NULL,
+    p_cron      TEXT DEFAULT NULL,
+    p_cron_spec TEXT DEFAULT NULL,
+    p_time_zone TEXT DEFAULT NULL,
+    p_catch_up  BOOLEAN DEFAULT false,
+    p_tenant    UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TIMESTAMPTZ
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_fire_at TIMESTAMPTZ := p_fire_at;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF p_every_ms IS NULL AND p_cron_spec IS NULL THEN
+        RETURN queen.timer_schedule_v1(p_queue, p_key, p_partition, p_payload, p_fire_at, p_tenant);
+    END IF;
+    IF p_tenant IS NULL OR p_queue IS NULL OR p_queue = '' OR p_key IS NULL OR p_key = ''
+       OR p_partition = '' OR p_payload IS NULL
+       OR (p_every_ms IS NOT NULL) = (p_cron_spec IS NOT NULL)
+       OR (p_every_ms IS NOT NULL AND (p_every_ms < 1 OR p_fire_at IS NULL)) THEN
+        RAISE EXCEPTION 'timer_schedule_v2: a tenant, a queue, a key, a payload and either a positive period with a first fire time or a cron expression are required'
+            USING ERRCODE = '22023';
+    END IF;
+    BEGIN
+        PERFORM p_payload::JSON;
+    EXCEPTION WHEN invalid_text_representation THEN
+        RAISE EXCEPTION 'timer_schedule_v2: the payload is not valid JSON' USING ERRCODE = '22023';
+    END;
+    IF p_cron_spec IS NOT NULL THEN
+        BEGIN
+            PERFORM clock_timestamp() AT TIME ZONE COALESCE(p_time_zone, 'UTC');
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION 'time zone "%" not recognized', p_time_zone
+                USING ERRCODE = '22023',
+                      HINT = 'Use a name of pg_timezone_names, such as Europe/Berlin or UTC.';
+        END;
+        v_fire_at := queen.timer_cron_next_v1(p_cron_spec, p_time_zone, clock_timestamp());
+        IF v_fire_at IS NULL THEN
+            RAISE EXCEPTION 'the cron expression "%" never fires', p_cron USING ERRCODE = '22023';
+        END IF;
+    END IF;
+
+    -- 1. The timer row.
+    INSERT INTO queen.log_timers AS t
+        (tenant_id, queue_name, timer_key, partition_name, payload, fire_at, created_at,
+         every_ms, cron, cron_spec, time_zone, catch_up)
+    VALUES (p_tenant, p_queue, p_key, COALESCE(p_partition, 'Default'), p_payload, v_fire_at, clock_timestamp(),
+            p_every_ms, p_cron, p_cron_spec, p_time_zone, COALESCE(p_catch_up, false))
+    ON CONFLICT (tenant_id, queue_name, timer_key) DO UPDATE
+    SET partition_name = EXCLUDED.partition_name,
+        payload = EXCLUDED.payload,
+        fire_at = EXCLUDED.fire_at,
+        created_at = EXCLUDED.created_at,
+        every_ms = EXCLUDED.every_ms,
+        cron = EXCLUDED.cron,
+        cron_spec = EXCLUDED.cron_spec,
+        time_zone = EXCLUDED.time_zone,
+        catch_up = EXCLUDED.catch_up
+    RETURNING t.fire_at INTO v_fire_at;
+
+    -- 2. The queue row, as queen.log_push_v1 provisions it.
+    IF NOT EXISTS (SELECT 1 FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue) THEN
+        INSERT INTO queen.queues (tenant_id, name) VALUES (p_tenant, p_queue)
+        ON CONFLICT (tenant_id, name) DO NOTHING;
+    END IF;
+
+    RETURN v_fire_at;
+END
+$$;
+
+-- timer_list_v1 with the recurrence: 'every <n> s' / 'cron <expr> <zone>',
+-- NULL for a one-shot timer; fire_at is the next fire. Takes no locks.
+CREATE OR REPLACE FUNCTION queen.timer_list_v2(
+    p_queue  TEXT,
+    p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (queue TEXT, key TEXT, partition TEXT, fire_at TIMESTAMPTZ, recurrence TEXT, catch_up BOOLEAN)
+LANGUAGE sql STABLE
+AS $$
+    SELECT t.queue_name::TEXT, t.timer_key::TEXT, t.partition_name::TEXT, t.fire_at,
+           CASE WHEN t.every_ms IS NOT NULL THEN 'every ' || trim_scale(t.every_ms / 1000.0)::TEXT || ' s'
+                WHEN t.cron_spec IS NOT NULL THEN 'cron ' || t.cron || ' ' || COALESCE(t.time_zone, 'UTC')
+           END,
+           t.catch_up
+    FROM queen.log_timers t
+    WHERE queen.tenant_guard_v1(p_tenant)
+      AND t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue_name = p_queue)
+    ORDER BY t.queue_name COLLATE "C", t.timer_key COLLATE "C"
+$$;
+
 -- The timer rows named by three parallel arrays that this transaction
 -- holds (claimed by timer_claim_due_v1), locked again FOR UPDATE SKIP LOCKED
 -- in (tenant, queue, key) COLLATE "C" order: a row named by mistake that
@@ -215,12 +442,25 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_deleted INTEGER;
+    v_moved   INTEGER;
 BEGIN
     DELETE FROM queen.log_timers t
     USING queen.timer_held_v1(p_tenants, p_queues, p_keys) h
-    WHERE t.tenant_id = h.tenant_id AND t.queue_name = h.queue_name AND t.timer_key = h.timer_key;
+    WHERE t.tenant_id = h.tenant_id AND t.queue_name = h.queue_name AND t.timer_key = h.timer_key
+      AND t.every_ms IS NULL AND t.cron_spec IS NULL;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
-    RETURN v_deleted;
+    -- A recurring timer stays, at its next occurrence (see
+    -- queen.timer_next_fire_v1): this occurrence has fired, in this
+    -- transaction, so no other claimer sees it due again.
+    UPDATE queen.log_timers t
+    SET fire_at = COALESCE(
+            queen.timer_next_fire_v1(t.fire_at, t.every_ms, t.cron_spec, t.time_zone, t.catch_up),
+            'infinity')
+    FROM queen.timer_held_v1(p_tenants, p_queues, p_keys) h
+    WHERE t.tenant_id = h.tenant_id AND t.queue_name = h.queue_name AND t.timer_key = h.timer_key
+      AND (t.every_ms IS NOT NULL OR t.cron_spec IS NOT NULL);
+    GET DIAGNOSTICS v_moved = ROW_COUNT;
+    RETURN v_deleted + v_moved;
 END
 $$;
 

@@ -109,6 +109,7 @@ DECLARE
         'log_show_queues_v1', 'log_show_partitions_v1', 'log_show_groups_v1',
         'configure_queue_v1', 'delete_queue_v1', 'kv_apply_v1',
         'timer_schedule_v1', 'timer_cancel_v1', 'timer_list_v1',
+        'timer_schedule_v2', 'timer_list_v2',
         'tenant_visible_v1',
         'log_browse_v1', 'log_browse_message_v1',
         'consumer_groups_v1', 'consumer_group_detail_v1', 'lagging_partitions_v1',
@@ -119,7 +120,7 @@ DECLARE
         'log_retention_record_v1', 'log_retained_bytes_step_v1',
         'kv_prune_shard_v1', 'kv_usage_rollup_v1', 'kv_quota_poll_v1',
         'timer_claim_due_v1', 'timer_delete_fired_v1', 'timer_postpone_v1',
-        'tenant_role_ensure_v1'];
+        'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1'];
     v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL
                        AND to_regrole('queen_client') IS NOT NULL;
     v_fn REGPROCEDURE;

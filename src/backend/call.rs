@@ -132,14 +132,21 @@ impl BackendConn {
                 spec.params.len()
             )));
         }
-        let parse_sent = !self.internal_prepared.contains(spec.name);
+        // On a client's connection: the unnamed statement, parsed each time
+        // (it replaces the client's own unnamed one, which the session
+        // parses again when the client uses it next).
+        let statement = if self.client_facing { "" } else { spec.name };
+        let parse_sent = self.client_facing || !self.internal_prepared.contains(spec.name);
         if parse_sent {
-            self.write(|b| pp::parse(spec.name, spec.sql, spec.params.iter().map(Type::oid), b))?;
+            self.write(|b| pp::parse(statement, spec.sql, spec.params.iter().map(Type::oid), b))?;
+            if self.client_facing {
+                self.unnamed_owner = None;
+            }
         }
         let bound = self.write(|b| {
             pp::bind(
                 "",
-                spec.name,
+                statement,
                 [BINARY],
                 params.iter().zip(spec.params),
                 |(p, ty), out| match p.to_sql_checked(ty, out)? {
@@ -177,7 +184,9 @@ impl BackendConn {
             let msg = self.recv().await?;
             match msg.tag {
                 tag::PARSE_COMPLETE => {
-                    self.internal_prepared.insert(spec.name);
+                    if !self.client_facing {
+                        self.internal_prepared.insert(spec.name);
+                    }
                 }
                 tag::BIND_COMPLETE | tag::NOTICE_RESPONSE => {}
                 tag::PARAMETER_STATUS => self.note_parameter_status(&msg),

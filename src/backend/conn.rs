@@ -126,6 +126,11 @@ pub struct BackendConn {
     /// The proxy's own statements already prepared on this connection
     /// (`super::call`).
     pub(super) internal_prepared: HashSet<&'static str>,
+    /// A connection client SQL runs on: the proxy's own calls here (inside
+    /// a client's transaction block) use the unnamed statement, so nothing
+    /// of the proxy's stays behind under a name a client could collide
+    /// with or see in `pg_prepared_statements`.
+    pub client_facing: bool,
     /// Transaction status from the last ReadyForQuery.
     pub status: TxStatus,
     /// Set when the connection may hold state the pool cannot vouch for
@@ -155,6 +160,7 @@ impl BackendConn {
             prepared: HashSet::new(),
             unnamed_owner: None,
             internal_prepared: HashSet::new(),
+            client_facing: false,
             status: TxStatus::Idle,
             broken: false,
             awaiting_reply: false,

@@ -350,10 +350,10 @@ mod tests {
     #[test]
     fn socket_path_longer_than_a_socket_address_is_refused() {
         let fits = PathBuf::from(format!("/{}", "d".repeat(MAX_SOCKET_PATH_BYTES - 15)));
-        assert!(check_socket_path_length(&fits, 5432).is_ok());
+        assert!(check_socket_path_length(&fits, PORT).is_ok());
         let too_long = PathBuf::from(format!("/{}", "d".repeat(MAX_SOCKET_PATH_BYTES - 14)));
         assert!(matches!(
-            check_socket_path_length(&too_long, 5432),
+            check_socket_path_length(&too_long, PORT),
             Err(EmbeddedError::SocketPathTooLong { len: 108, .. })
         ));
     }

@@ -5,10 +5,13 @@
 
 use super::lend::Lender;
 use super::values::Params;
-use super::{queues, Engine, ExecError, Outcome, RAISE_CALL};
+use super::{console, observe, queues, Engine, ExecError, Outcome, RAISE_CALL};
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
+use crate::metrics::{Metrics, Waiting};
 use crate::protocol::SqlError;
+use crate::protocol::{SqlState, TxStatus};
+use crate::rewrite::dialect::console::Console;
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::Statement;
 use uuid::Uuid;
@@ -42,6 +45,26 @@ impl Engine {
         params: &[Option<String>],
         tenant: Uuid,
     ) -> Result<Outcome, StatementError> {
+        let began = std::time::Instant::now();
+        let result = self.dispatch(lender, stmt, params, tenant).await;
+        self.metrics
+            .statement(observe::kind(stmt), began.elapsed(), result.is_ok());
+        if let Ok(outcome) = &result {
+            observe::count_rows(&self.metrics, stmt, tenant, &outcome.rows);
+        }
+        result
+    }
+
+    async fn dispatch<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        params: &[Option<String>],
+        tenant: Uuid,
+    ) -> Result<Outcome, StatementError> {
+        if let Statement::Console(view) = stmt {
+            return console_view(lender, &self.metrics, *view, stmt, tenant);
+        }
         if let Statement::Push(push) = stmt {
             if lender.view().detached() {
                 return self.fused_push(stmt, push, params, tenant).await;
@@ -57,7 +80,10 @@ impl Engine {
             return Err(self.refuse(lender, refusal).await);
         }
         let result = match stmt {
-            Statement::Pop(pop) => self.pop(lender, pop, params, tenant).await,
+            Statement::Pop(pop) => {
+                let _waiting = pop.wait.is_some().then(|| Waiting::begin(&self.metrics));
+                self.pop(lender, pop, params, tenant).await
+            }
             _ => match lender.connection().await {
                 Ok(conn) => {
                     self.run_statement(&mut Calls::new(conn, end), stmt, params, tenant)
@@ -120,6 +146,29 @@ impl Engine {
             Err(ExecError::Lost(e)) => Err(StatementError::Unavailable(e)),
         }
     }
+}
+
+/// The admin view needs no backend; inside a failed transaction block it
+/// is refused as PostgreSQL refuses any statement there.
+fn console_view<L: Lender>(
+    lender: &mut L,
+    metrics: &Metrics,
+    view: Console,
+    stmt: &Statement,
+    tenant: Uuid,
+) -> Result<Outcome, StatementError> {
+    if lender.view().status == TxStatus::Failed {
+        return Err(StatementError::Failed(SqlError::error(
+            SqlState::IN_FAILED_SQL_TRANSACTION,
+            "current transaction is aborted, commands ignored until end of transaction block",
+        )));
+    }
+    let rows = console::rows(metrics, view, tenant);
+    Ok(Outcome {
+        tag: stmt.command_tag(rows.len()),
+        rows,
+        pushed: None,
+    })
 }
 
 /// `queen.raise_v1` on `conn`: the backend fails its current statement.

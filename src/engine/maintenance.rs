@@ -121,6 +121,7 @@ async fn expire_pending(
     if !elected(client, "log_expire", holder, SWEEP_INTERVAL * 3).await? {
         return Ok(());
     }
+    crate::metrics::count_maintenance_run("log_expire");
     for _ in 0..EXPIRE_ROUNDS {
         let rows = query(
             client,
@@ -146,6 +147,7 @@ async fn sweep(
     if !elected(client, "kv_sweep", holder, SWEEP_INTERVAL * 3).await? {
         return Ok(false);
     }
+    crate::metrics::count_maintenance_run("kv_sweep");
     for shard in 0..SHARDS {
         execute(
             client,
@@ -157,6 +159,7 @@ async fn sweep(
         .await?;
     }
     if rollup {
+        crate::metrics::count_maintenance_run("usage_rollup");
         execute(client, &UsageRollup).await?;
     }
     Ok(true)

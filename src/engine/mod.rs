@@ -10,6 +10,7 @@
 //! pool: a session lends it a backend connection through [`Lender`].
 
 pub mod browse;
+mod console;
 mod execute;
 pub mod frame;
 pub mod fusion;
@@ -19,6 +20,7 @@ pub mod leases;
 pub mod lend;
 pub mod lock_order;
 pub mod maintenance;
+mod observe;
 pub mod queues;
 pub mod receipt;
 pub mod replay;
@@ -110,6 +112,10 @@ pub struct Engine {
     pub fuser: Arc<fusion::Fuser>,
     pub limits: Limits,
     pub announcer: wake::Announcer,
+    /// Begins when the server drains: a POP … WAIT stops waiting.
+    pub draining: crate::shutdown::ShutdownSignal,
+    /// Counters and latencies of the statements run here.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Engine {
@@ -227,6 +233,8 @@ impl Engine {
                 }
                 rows
             }
+            // Answered before any backend is asked (`execute.rs`).
+            Statement::Console(view) => console::rows(&self.metrics, *view, tenant),
         };
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),

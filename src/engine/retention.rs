@@ -229,6 +229,7 @@ async fn cycle(
     if elected(client, RETENTION_TASK, holder, settings.interval).await? {
         if due(schedule.last_retention) {
             schedule.last_retention = Some(Instant::now());
+            crate::metrics::count_maintenance_run(RETENTION_TASK);
             retention_pass(client, settings, holder, &mut schedule.resume_after).await?;
         }
     } else {
@@ -238,6 +239,7 @@ async fn cycle(
     if elected(client, CLEANUP_TASK, holder, settings.interval).await? {
         if due(schedule.last_cleanup) {
             schedule.last_cleanup = Some(Instant::now());
+            crate::metrics::count_maintenance_run(CLEANUP_TASK);
             cleanup_pass(client, settings, holder).await?;
         }
     } else {
@@ -250,6 +252,7 @@ async fn cycle(
             .is_none_or(|t| t.elapsed() >= slow)
         {
             schedule.last_retained_bytes = Some(Instant::now());
+            crate::metrics::count_maintenance_run(RETAINED_BYTES_TASK);
             retained_bytes_lap(client, settings, holder).await?;
         }
     } else {

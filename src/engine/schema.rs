@@ -36,6 +36,8 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("015_status.sql"),
     procedure!("016_messages.sql"),
     procedure!("017_traces.sql"),
+    procedure!("019_worker_metrics.sql"),
+    procedure!("020_log_partition_counters.sql"),
     procedure!("024_kv.sql"),
     procedure!("025_timers.sql"),
     procedure!("026_kv_sweep.sql"),

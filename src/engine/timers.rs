@@ -74,6 +74,8 @@ pub async fn list(
                 Cell::opt_text(r.key),
                 Cell::opt_text(r.partition),
                 Cell::timestamp(r.fire_at),
+                Cell::opt_text(r.recurrence),
+                Cell::Bool(r.catch_up.unwrap_or(false)),
             ]
         })
         .collect())

@@ -2,7 +2,9 @@
 //! parked without a backend connection when nothing of the session's holds
 //! one, woken by a push to the queue (from this or another queenwire, see
 //! `wake.rs`), by a slow poll as the safety net against a lost
-//! notification, or by the client's cancel request.
+//! notification, or by the client's cancel request. When the server drains
+//! (SIGTERM), a waiting POP ends at once with what it has (zero rows), and
+//! a POP that starts during the drain does not wait.
 
 use super::lend::Lender;
 use super::values::Params;
@@ -51,7 +53,7 @@ impl Engine {
             let remaining = deadline
                 .map(|d| d.saturating_duration_since(Instant::now()))
                 .unwrap_or_default();
-            if !rows.is_empty() || remaining.is_zero() {
+            if !rows.is_empty() || remaining.is_zero() || self.draining.has_begun() {
                 return Ok(Outcome {
                     tag: format!("SELECT {}", rows.len()),
                     rows,
@@ -61,7 +63,15 @@ impl Engine {
             lender.park().await?;
             let cancel = lender.cancel_signal();
             let cancelled = cancel.notified();
+            let draining = self.draining.begun();
             tokio::select! {
+                () = draining => {
+                    return Ok(Outcome {
+                        tag: "SELECT 0".into(),
+                        rows: Vec::new(),
+                        pushed: None,
+                    });
+                }
                 _ = &mut woken => {}
                 _ = tokio::time::sleep(poll.min(remaining)) => {
                     poll = (poll * 2).min(WAIT_POLL_MAX);

@@ -18,6 +18,14 @@ impl ClientStream {
     pub fn is_tls(&self) -> bool {
         matches!(self, ClientStream::Tls(_))
     }
+
+    /// The client's address, for the admin view.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            ClientStream::Plain(s) => s.peer_addr().ok(),
+            ClientStream::Tls(s) => s.get_ref().0.peer_addr().ok(),
+        }
+    }
 }
 
 impl AsyncRead for ClientStream {
@@ -77,6 +85,10 @@ impl Client {
 
     pub async fn read(&mut self, max_len: usize) -> Result<Message, FrameError> {
         read_message(&mut self.stream, &mut self.read_buf, max_len).await
+    }
+
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.peer_addr()
     }
 
     pub fn send(&mut self, msg: &Message) {

@@ -11,6 +11,7 @@
 pub mod client;
 pub mod encoding;
 pub mod errors;
+pub mod listen;
 pub mod params;
 pub mod scram;
 pub mod session;
@@ -22,7 +23,11 @@ pub use shared::{CancelRegistry, FrontendConfig, PoolMode, SessionHandle, Shared
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// Accepts clients until shutdown begins. Sessions already in go on.
+/// Accepts clients until the drain begins; the listener is closed then, so
+/// a client connecting later is refused by the kernel (connection refused).
+/// Sessions already in drain on their own (`session/idle.rs`); a client
+/// whose startup was under way when the drain began gets 57P03 instead of
+/// a session.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let shutdown = shared.shutdown.clone();
     loop {
@@ -42,14 +47,25 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     tokio::spawn(async move {
                         let _slot = slot;
                         // A silent or slow client cannot hold a slot forever.
-                        let started = tokio::time::timeout(
-                            shared.config.startup_timeout,
-                            startup::startup(&shared, stream),
-                        )
-                        .await;
-                        let Ok(Some(started)) = started else {
+                        // Nor hold up a drain: its startup is abandoned.
+                        let started = tokio::select! {
+                            started = tokio::time::timeout(
+                                shared.config.startup_timeout,
+                                startup::startup(&shared, stream),
+                            ) => started,
+                            () = shared.shutdown.begun() => return,
+                        };
+                        let Ok(Some(mut started)) = started else {
                             return;
                         };
+                        if shared.shutdown.has_begun() {
+                            let err = crate::protocol::SqlError::fatal(
+                                crate::protocol::SqlState::CANNOT_CONNECT_NOW,
+                                "the database system is shutting down",
+                            );
+                            started.client.send_fatal(&err).await;
+                            return;
+                        }
                         let id = shared.next_session_id();
                         let secret: i32 = rand::random();
                         let handle = Arc::new(SessionHandle::default());

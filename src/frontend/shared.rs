@@ -7,17 +7,21 @@ use crate::engine::Engine;
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Frontend settings.
 #[derive(Clone)]
 pub struct FrontendConfig {
-    /// Users allowed in (SCRAM-SHA-256). `None`: no users file — loopback
-    /// clients only, trusted, in the default tenant.
+    /// Users allowed in (SCRAM-SHA-256) as loaded at start. `None`: no
+    /// users file — loopback clients only, trusted, in the default tenant.
+    /// Whether there is a users file never changes; the users in it may
+    /// (SIGHUP): logins read [`Shared::users`].
     pub users: Option<Arc<crate::users::Users>>,
     /// Key of the decoy verifiers shown for unknown users.
     pub decoy_secret: Vec<u8>,
-    /// TLS for clients that ask (`sslmode=prefer|require`); `None`: declined.
+    /// TLS for clients that ask (`sslmode=prefer|require`) as configured
+    /// at start; `None`: declined. Handshakes use [`Shared::tls`] (SIGHUP
+    /// may have replaced the certificate).
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Plaintext logins are refused.
     pub require_tls: bool,
@@ -49,9 +53,8 @@ pub enum PoolMode {
 pub struct Shared {
     pub config: FrontendConfig,
     pub pool: Pool,
-    /// Pools logged in as the tenants' backend roles, by (tenant,
-    /// read-only): plain SQL of users with a passthrough policy runs there.
-    pub role_pools: HashMap<(uuid::Uuid, bool), Pool>,
+    /// Users, certificate and tenant role pools, replaced on reload.
+    live: Live,
     /// Without a users file: the pool clients' plain SQL (and everything
     /// inside their transactions) runs on, apart from the engine's, so the
     /// engine's own statements stay off connections clients are handed.
@@ -60,10 +63,15 @@ pub struct Shared {
     pub registry: CancelRegistry,
     pub statement_names: StatementNames,
     pub engine: Arc<Engine>,
-    /// Begins when the server shuts down; a session may stop on it.
+    /// Begins when the server starts to drain: the listener stops, a
+    /// session closes at its next idle point (see `session/idle.rs`).
     pub shutdown: ShutdownSignal,
+    /// Begins when the drain timeout has passed: every session closes.
+    pub terminate: ShutdownSignal,
     /// The connection cap; a session's task holds a slot while it lives.
     pub slots: SessionSlots,
+    /// Clients' LISTEN served from one shared connection.
+    pub listen: Arc<crate::frontend::listen::ListenHub>,
     next_session: AtomicU64,
 }
 
@@ -75,18 +83,24 @@ impl Shared {
         client_pool: Option<Pool>,
         target: Arc<BackendTarget>,
         engine: Arc<Engine>,
-        shutdown: ShutdownSignal,
+        shutdown: &crate::shutdown::Shutdown,
     ) -> Shared {
         Shared {
+            live: Live {
+                users: RwLock::new(config.users.clone()),
+                tls: RwLock::new(config.tls.clone()),
+                role_pools: RwLock::new(role_pools),
+            },
+            terminate: shutdown.terminate_signal(),
             client_pool,
             slots: SessionSlots::new(config.max_connections),
-            shutdown,
+            shutdown: shutdown.drain_signal(),
             config,
             pool,
-            role_pools,
             target,
             engine,
             registry: CancelRegistry::default(),
+            listen: Arc::default(),
             statement_names: StatementNames::default(),
             next_session: AtomicU64::new(1),
         }
@@ -95,18 +109,92 @@ impl Shared {
     pub fn next_session_id(&self) -> u64 {
         self.next_session.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// The users a login is checked against now (`None`: no users file).
+    pub fn users(&self) -> Option<Arc<crate::users::Users>> {
+        self.live.users.read().map_or(None, |u| u.clone())
+    }
+
+    /// The TLS acceptor a handshake uses now.
+    pub fn tls(&self) -> Option<tokio_rustls::TlsAcceptor> {
+        self.live.tls.read().map_or(None, |t| t.clone())
+    }
+
+    /// The pool of a tenant's backend role (plain SQL of users with a
+    /// passthrough policy runs there), by (tenant, read-only).
+    pub fn role_pool(&self, tenant: uuid::Uuid, read_only: bool) -> Option<Pool> {
+        self.live
+            .role_pools
+            .read()
+            .ok()
+            .and_then(|p| p.get(&(tenant, read_only)).cloned())
+    }
+
+    /// Every tenant role's pool now, by (tenant, read-only).
+    pub fn role_pools(&self) -> Vec<((uuid::Uuid, bool), Pool)> {
+        self.live.role_pools.read().map_or(Vec::new(), |p| {
+            p.iter().map(|(k, v)| (*k, v.clone())).collect()
+        })
+    }
+
+    /// Whether a pool for this (tenant, read-only) exists already.
+    pub fn has_role_pool(&self, tenant: uuid::Uuid, read_only: bool) -> bool {
+        self.role_pool(tenant, read_only).is_some()
+    }
+
+    /// A reloaded users file, with the pools of the tenant roles it added.
+    /// Sessions already in keep what they logged in with; only new logins
+    /// see the new users.
+    pub fn replace_users(
+        &self,
+        users: Arc<crate::users::Users>,
+        new_pools: HashMap<(uuid::Uuid, bool), Pool>,
+    ) {
+        if let Ok(mut pools) = self.live.role_pools.write() {
+            pools.extend(new_pools);
+        }
+        if let Ok(mut live) = self.live.users.write() {
+            *live = Some(users);
+        }
+    }
+
+    /// A reloaded certificate and key: new handshakes use them.
+    pub fn replace_tls(&self, tls: tokio_rustls::TlsAcceptor) {
+        if let Ok(mut live) = self.live.tls.write() {
+            *live = Some(tls);
+        }
+    }
+
+    /// The drain timeout passed: the statements sessions still run are
+    /// cancelled (on the backend, and a POP … WAIT in the proxy), so each
+    /// session reaches the idle point where it closes.
+    pub async fn cancel_statements(&self) {
+        self.registry.cancel_all(&self.target).await;
+    }
+}
+
+/// What a reload (SIGHUP) replaces.
+struct Live {
+    users: RwLock<Option<Arc<crate::users::Users>>>,
+    tls: RwLock<Option<tokio_rustls::TlsAcceptor>>,
+    role_pools: RwLock<HashMap<(uuid::Uuid, bool), Pool>>,
 }
 
 /// The part of a session a cancel request reaches.
 #[derive(Default)]
 pub struct SessionHandle {
     backend: Mutex<Option<BackendKey>>,
+    /// The session as the admin view lists it (set once it starts).
+    pub observed: std::sync::OnceLock<Arc<crate::metrics::clients::ClientInfo>>,
     /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
     pub cancel: Arc<tokio::sync::Notify>,
 }
 
 impl SessionHandle {
     pub fn set_backend(&self, key: Option<BackendKey>) {
+        if let Some(info) = self.observed.get() {
+            info.set_backend(key.map(|k| k.pid));
+        }
         if let Ok(mut guard) = self.backend.lock() {
             *guard = key;
         }
@@ -151,6 +239,26 @@ impl CancelRegistry {
                 tracing::warn!("forwarding a cancel request failed: {e}");
             }
         }
+    }
+}
+
+impl CancelRegistry {
+    /// A cancel for every session (see [`CancelRegistry::cancel`]), all
+    /// at once.
+    pub async fn cancel_all(&self, target: &BackendTarget) {
+        let handles: Vec<Arc<SessionHandle>> = match self.sessions.lock() {
+            Ok(map) => map.values().cloned().collect(),
+            Err(_) => return,
+        };
+        let cancels = handles.into_iter().map(|handle| async move {
+            handle.cancel.notify_waiters();
+            if let Some(key) = handle.backend() {
+                if let Err(e) = target.cancel(key).await {
+                    tracing::debug!("cancelling a statement at shutdown failed: {e}");
+                }
+            }
+        });
+        futures::future::join_all(cancels).await;
     }
 }
 

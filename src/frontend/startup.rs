@@ -50,7 +50,7 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
         let mut r = BodyReader::from_slice(&packet);
         let Ok(code) = r.i32() else { return None };
         match code {
-            code::SSL_REQUEST => match (&shared.config.tls, stream) {
+            code::SSL_REQUEST => match (shared.tls(), stream) {
                 (Some(acceptor), ClientStream::Plain(mut tcp)) => {
                     tcp.write_all(code::ACCEPT).await.ok()?;
                     match acceptor.accept(tcp).await {
@@ -118,8 +118,8 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
         ));
     }
 
-    let identity = match &shared.config.users {
-        Some(users) => match authenticate(shared, users, &mut client, &startup.user).await {
+    let identity = match shared.users() {
+        Some(users) => match authenticate(shared, &users, &mut client, &startup.user).await {
             Some(identity) => identity,
             None => {
                 let err = SqlError::fatal(

@@ -145,6 +145,54 @@ const PINNING_FUNCTIONS: &[&str] = &[
     "dblink_connect",
 ];
 
+/// A LISTEN or UNLISTEN that the proxy can serve from its shared
+/// listening connection: exactly `LISTEN name`, `UNLISTEN name` or
+/// `UNLISTEN *`, the name a plain or double-quoted identifier of at most 63
+/// bytes (as PostgreSQL stores it: plain names folded to lower case).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listening {
+    Listen(String),
+    /// `None`: `UNLISTEN *`.
+    Unlisten(Option<String>),
+}
+
+/// PostgreSQL's longest identifier (NAMEDATALEN - 1).
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
+pub fn listening(sql: &str) -> Option<Listening> {
+    let toks = tokens(sql);
+    let [verb, name] = toks.as_slice() else {
+        return None;
+    };
+    if verb.kind != TokenKind::Word {
+        return None;
+    }
+    let verb = &sql[verb.range.clone()];
+    let text = &sql[name.range.clone()];
+    let name = match name.kind {
+        // (`U&"…"` is three tokens: never taken.)
+        TokenKind::Word => Some(text.to_ascii_lowercase()),
+        TokenKind::Quoted if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') => {
+            let inner = text[1..text.len() - 1].replace("\"\"", "\"");
+            (!inner.is_empty()).then_some(inner)
+        }
+        TokenKind::Other if text == "*" && verb.eq_ignore_ascii_case("UNLISTEN") => {
+            return Some(Listening::Unlisten(None));
+        }
+        _ => None,
+    }?;
+    if name.len() > MAX_IDENTIFIER_BYTES {
+        return None;
+    }
+    if verb.eq_ignore_ascii_case("LISTEN") {
+        Some(Listening::Listen(name))
+    } else if verb.eq_ignore_ascii_case("UNLISTEN") {
+        Some(Listening::Unlisten(Some(name)))
+    } else {
+        None
+    }
+}
+
 pub fn session_effect(sql: &str) -> SessionEffect {
     let words: Vec<&str> = words(sql).collect();
     let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
@@ -222,6 +270,30 @@ fn makes_temp_objects(sql: &str, words: &[&str]) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn listen_statements_the_proxy_can_serve() {
+        use super::Listening::*;
+        assert_eq!(listening("LISTEN Jobs"), Some(Listen("jobs".into())));
+        assert_eq!(
+            listening("listen \"Mixed \"\"x\"\"\""),
+            Some(Listen("Mixed \"x\"".into()))
+        );
+        assert_eq!(
+            listening("/* c */ UNLISTEN jobs "),
+            Some(Unlisten(Some("jobs".into())))
+        );
+        assert_eq!(listening("UNLISTEN *"), Some(Unlisten(None)));
+        assert_eq!(listening("LISTEN *"), None);
+        assert_eq!(listening("LISTEN a b"), None);
+        assert_eq!(listening("LISTEN"), None);
+        assert_eq!(listening("LISTEN ''"), None);
+        assert_eq!(listening("LISTEN \"\""), None);
+        assert_eq!(listening("LISTEN U&\"d\\0061t\""), None);
+        assert_eq!(listening(&format!("LISTEN {}", "x".repeat(64))), None);
+        assert_eq!(listening("NOTIFY jobs"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -59,3 +59,11 @@ pub fn message_too_large(len: usize, max: usize) -> SqlError {
 pub fn protocol_violation(what: impl Into<String>) -> SqlError {
     SqlError::fatal(SqlState::PROTOCOL_VIOLATION, what)
 }
+
+/// A session closed by the shutdown drain, in PostgreSQL's words.
+pub fn admin_shutdown() -> SqlError {
+    SqlError::fatal(
+        SqlState::ADMIN_SHUTDOWN,
+        "terminating connection due to administrator command",
+    )
+}

@@ -11,6 +11,7 @@ use crate::frontend::client::Client;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::shared::{SessionHandle, Shared};
 use crate::frontend::startup::{Identity, Started};
+use crate::metrics::clients::{ClientEntry, NewClient, State as ClientState};
 use crate::protocol::tags::frontend as tag;
 use crate::protocol::{self, FrameError, Message, SqlError};
 use crate::users::Passthrough;
@@ -89,6 +90,13 @@ pub struct Session {
     pub(super) txn: Txn,
     /// The client's `client_encoding`, as the backend last reported it.
     pub(super) client_encoding: ClientEncoding,
+    /// Notifications of the channels it listens on through the shared
+    /// listening connection (`frontend::listen`), once it does.
+    pub(super) notifications: Option<crate::frontend::listen::Notifications>,
+    /// The server's shutdown as this session watches it (`idle.rs`).
+    pub(super) stopping: super::idle::Stopping,
+    /// The session in the admin view's list, while it lives.
+    pub(super) observed: ClientEntry,
 }
 
 impl Session {
@@ -105,13 +113,27 @@ impl Session {
                 passthrough,
             },
             settings,
-            ..
+            user,
         } = started;
+        let observed = shared.engine.metrics.clients.register(NewClient {
+            id,
+            user,
+            tenant,
+            application_name: settings
+                .get("application_name")
+                .map(|v| v.trim_matches('\'').replace("''", "'"))
+                .unwrap_or_default(),
+            client_addr: client
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+        });
+        let _ = handle.observed.set(observed.info.clone());
         let role_pool = match passthrough {
             _ if shared.config.users.is_none() => shared.client_pool.clone(),
             Passthrough::None => None,
-            Passthrough::ReadOnly => shared.role_pools.get(&(tenant, true)).cloned(),
-            Passthrough::Full => shared.role_pools.get(&(tenant, false)).cloned(),
+            Passthrough::ReadOnly => shared.role_pool(tenant, true),
+            Passthrough::Full => shared.role_pool(tenant, false),
         };
         // A user from the users file never runs plain SQL as the engine's
         // own role: without a tenant role, no plain SQL at all.
@@ -120,6 +142,7 @@ impl Session {
         } else {
             passthrough
         };
+        let stopping = super::idle::Stopping::new(&shared);
         Session {
             id,
             tenant,
@@ -139,6 +162,9 @@ impl Session {
             portals: Portals::default(),
             txn: Txn::default(),
             client_encoding: ClientEncoding::Utf8,
+            notifications: None,
+            stopping,
+            observed,
         }
     }
 
@@ -177,6 +203,9 @@ impl Session {
     /// connection clean or closes it.
     pub async fn run(mut self) -> End {
         let end = self.serve().await;
+        if self.notifications.is_some() {
+            self.shared.listen.leave(self.id);
+        }
         self.lease.finish(self.replies.owed(), &self.shared.target);
         end.err().unwrap_or(End::ClientGone)
     }
@@ -184,6 +213,7 @@ impl Session {
     async fn serve(&mut self) -> Result<(), End> {
         loop {
             let msg = self.next_message().await?;
+            self.observed.info.set_state(ClientState::Active);
             match msg.tag {
                 tag::TERMINATE => return Ok(()),
                 tag::SYNC => self.sync().await?,
@@ -206,11 +236,25 @@ impl Session {
                     return Err(self.fatal(err).await);
                 }
             }
+            self.observed_between_messages();
         }
+    }
+
+    /// What the admin view shows of the session while it waits for the
+    /// client.
+    fn observed_between_messages(&self) {
+        let info = &self.observed.info;
+        info.set_pinned(self.lease.pinned());
+        info.set_state(match self.lease.status() {
+            protocol::TxStatus::Idle => ClientState::Idle,
+            protocol::TxStatus::InBlock => ClientState::IdleInTransaction,
+            protocol::TxStatus::Failed => ClientState::IdleInFailedTransaction,
+        });
     }
 
     /// Sends a FATAL error and ends the session.
     pub(super) async fn fatal(&mut self, err: SqlError) -> End {
+        self.shared.engine.metrics.error(err.code());
         self.client.send_fatal(&err).await;
         End::Fatal(err.message)
     }
@@ -252,6 +296,7 @@ impl Session {
 
     /// An error the proxy reports itself; the pipeline skips to Sync.
     pub(super) fn local_error(&mut self, err: SqlError) {
+        self.shared.engine.metrics.error(err.code());
         if let Some(now) = self.replies.local_error(err.to_message()) {
             self.client.send(&now);
         }

@@ -300,6 +300,7 @@ impl Session {
         if let Some((effect, query)) = self.portals.backend_effect(portal) {
             self.apply_effect(effect, &query);
         }
+        self.observed.passthrough_executes += 1;
         self.forward(msg, Expect::Execute);
         Ok(())
     }
@@ -380,8 +381,13 @@ impl Session {
 
     pub(super) async fn sync(&mut self) -> Result<(), End> {
         if self.lease.held() {
+            let executes = std::mem::take(&mut self.observed.passthrough_executes);
+            let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
             self.forward(&frontend::sync(), Expect::Sync);
             self.drain().await?;
+            if executes > 0 {
+                self.passthrough_done(executes as usize, began, errors);
+            }
         } else {
             self.reply_local(protocol::ready_for_query(self.lease.status()));
         }

@@ -2,20 +2,54 @@
 //! limit, while what the backend sends unasked on a connection the session
 //! keeps (notifications, notices, parameter statuses) reaches the client at
 //! once.
+//!
+//! This is also where a session notices the shutdown drain: the wait for
+//! the client has one more branch, on a signal of the session's own (a
+//! child of the server's, so sessions never contend on one lock), which
+//! costs nothing until it fires. Once the drain has begun, the session
+//! closes with 57P01 at its first idle point between transactions (at once
+//! if it is idle now); inside a transaction block it goes on until the
+//! block ends or the drain timeout passes, whichever comes first.
 
 use super::canned;
 use super::{End, Session};
 use crate::protocol::{self, FrameError, Message};
+use crate::shutdown::ShutdownSignal;
 
 /// What came while the client was idle.
 enum Idle {
     Client(Result<Message, FrameError>),
     Backend(Result<Message, crate::backend::BackendError>),
+    /// From the shared listening connection (`None`: it let go).
+    Notified(Option<crate::frontend::listen::Notification>),
     TimedOut,
+    /// The next step of the shutdown began.
+    Stopping,
+}
+
+/// The shutdown as one session watches it.
+pub(super) struct Stopping {
+    /// Fires when the drain begins.
+    drain: ShutdownSignal,
+    /// Taken once the drain has begun; fires when its timeout passes.
+    terminate: Option<ShutdownSignal>,
+}
+
+impl Stopping {
+    pub(super) fn new(shared: &crate::frontend::Shared) -> Stopping {
+        Stopping {
+            drain: shared.shutdown.child(),
+            terminate: None,
+        }
+    }
+
+    /// The signal of the step still to come.
+    fn next(&self) -> &ShutdownSignal {
+        self.terminate.as_ref().unwrap_or(&self.drain)
+    }
 }
 
 impl Session {
-    /// The client's next message, within the idle-in-transaction limit.
     /// The client's next message, within the idle-in-transaction limit.
     /// While the client is idle on a connection the session keeps, what
     /// the backend sends unasked (notifications, notices, parameter
@@ -29,9 +63,23 @@ impl Session {
             .map(|limit| tokio::time::Instant::now() + limit);
         let max = self.shared.config.max_message_size;
         loop {
+            if let Some(terminate) = &self.stopping.terminate {
+                if terminate.has_begun() || self.at_idle_point() {
+                    return Err(self.fatal(canned::admin_shutdown()).await);
+                }
+            }
             let watch_backend = self.lease.pinned() && !self.replies.owed();
+            // Held while a transaction block is open, as PostgreSQL holds
+            // them until it ends.
+            let deliver = !self.replies.owed() && !self.lease.status().in_transaction();
             let event = {
                 let read = self.client.read(max);
+                let notified = async {
+                    match self.notifications.as_mut() {
+                        Some(rx) if deliver => rx.recv().await,
+                        _ => std::future::pending().await,
+                    }
+                };
                 let unsolicited = async {
                     match self.lease.conn_mut() {
                         Some(conn) if watch_backend => conn.recv().await,
@@ -44,10 +92,21 @@ impl Session {
                         None => std::future::pending().await,
                     }
                 };
+                let waiting = async {
+                    tokio::select! {
+                        next = read => Idle::Client(next),
+                        msg = unsolicited => Idle::Backend(msg),
+                        n = notified => Idle::Notified(n),
+                        _ = limit => Idle::TimedOut,
+                    }
+                };
+                // The shutdown first: a statement that is already waiting
+                // when the drain begins is not started at an idle point.
+                let stopping = self.stopping.next().begun();
                 tokio::select! {
-                    next = read => Idle::Client(next),
-                    msg = unsolicited => Idle::Backend(msg),
-                    _ = limit => Idle::TimedOut,
+                    biased;
+                    () = stopping => Idle::Stopping,
+                    event = waiting => event,
                 }
             };
             match event {
@@ -64,8 +123,34 @@ impl Session {
                     self.client.flush().await?;
                 }
                 Idle::Backend(Err(e)) => return Err(self.backend_lost(e).await),
+                Idle::Notified(Some(n)) => {
+                    let mut rest = Vec::with_capacity(n.channel.len() + n.payload.len() + 2);
+                    rest.extend_from_slice(n.channel.as_bytes());
+                    rest.push(0);
+                    rest.extend_from_slice(n.payload.as_bytes());
+                    rest.push(0);
+                    self.client
+                        .send(&protocol::notification_response(n.pid, &rest));
+                    self.client.flush().await?;
+                }
+                Idle::Notified(None) => self.notifications = None,
+                Idle::Stopping => {
+                    if self.stopping.terminate.is_none() {
+                        self.stopping.terminate = Some(self.shared.terminate.child());
+                    }
+                }
             }
         }
+    }
+
+    /// Between transactions, with nothing of an exchange under way: the
+    /// drain may close the session here without losing anything the client
+    /// was told.
+    fn at_idle_point(&self) -> bool {
+        !self.lease.status().in_transaction()
+            && !self.replies.owed()
+            && !self.replies.skipping()
+            && !self.txn.forwarded_since_sync
     }
 
     /// A backend message nobody asked for: passed on at once.

@@ -69,6 +69,9 @@ impl Lease {
                 _ => &self.engine_pool,
             };
             let mut conn = pool::checkout(pool).await?;
+            if purpose == For::Client {
+                conn.client_facing = true;
+            }
             if let Err(e) = conn.sync_parameters(&self.desired).await {
                 pool::release(conn);
                 return Err(e);

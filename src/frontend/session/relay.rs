@@ -15,7 +15,14 @@ impl Session {
     /// the client if none can be had. Whether the session has one now.
     pub(super) async fn ensure_backend(&mut self, purpose: For) -> bool {
         match self.lease.acquire(purpose).await {
-            Ok(_) => true,
+            Ok(conn) => {
+                // A notification this connection sends is the session's.
+                if self.shared.listen.active() {
+                    let pid = conn.key.pid;
+                    self.shared.listen.note_holder(pid, self.id);
+                }
+                true
+            }
             Err(e) => {
                 self.local_error(backend_unavailable(&e));
                 false
@@ -73,6 +80,32 @@ impl Session {
         self.drain().await
     }
 
+    /// The backend sent the client an error: counted by SQLSTATE class.
+    pub(super) fn backend_error(&mut self, msg: &Message) {
+        let err = crate::protocol::SqlError::parse(&msg.body);
+        self.shared.engine.metrics.error(err.code());
+        self.observed.backend_errors += 1;
+    }
+
+    /// One passthrough exchange of `statements` statements ended: a simple
+    /// query, one statement of a mixed script, or an extended-protocol
+    /// pipeline up to its Sync (its messages reach the backend then).
+    pub(super) fn passthrough_done(
+        &mut self,
+        statements: usize,
+        began: std::time::Instant,
+        errors_before: u64,
+    ) {
+        let m = &self.shared.engine.metrics;
+        m.passthrough_statements
+            .fetch_add(statements as u64, std::sync::atomic::Ordering::Relaxed);
+        m.statement(
+            crate::metrics::Kind::Passthrough,
+            began.elapsed(),
+            self.observed.backend_errors == errors_before,
+        );
+    }
+
     /// The backend connection broke: it is closed and the session ends,
     /// with 08007 when a request was in flight on it (its outcome is
     /// unknown), else 08006.
@@ -105,6 +138,9 @@ impl Session {
         }
         if !matches!(seen, Seen::Swallow) {
             self.client.send(&msg);
+        }
+        if msg.tag == crate::protocol::tags::backend::ERROR_RESPONSE {
+            self.backend_error(&msg);
         }
         match seen {
             Seen::Relay | Seen::Swallow => {}

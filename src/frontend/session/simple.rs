@@ -6,9 +6,11 @@ use super::lease::For;
 use super::replies::Expect;
 use super::{canned, End, Session};
 use crate::engine::CallEnd;
+use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::encoding::ClientText;
 use crate::protocol::tags::backend as tag;
 use crate::protocol::{self, frontend, Message, TxStatus};
+use crate::rewrite::passthrough::Listening;
 use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
 use std::ops::Range;
@@ -38,6 +40,23 @@ impl Session {
                 }
             }
         }
+        if let [(range, Command::Passthrough(_))] = commands.as_slice() {
+            let statement = &sql[range.clone()];
+            if let Some(listening) = rewrite::passthrough::listening(statement) {
+                if !self.lease.held() && self.client_encoding == ClientEncoding::Utf8 {
+                    return self.listen_shared(listening, statement).await;
+                }
+                // It goes to the session's own connection; the hub forgets
+                // the session's channels too.
+                if let Listening::Unlisten(channel) = listening {
+                    if self.notifications.is_some() {
+                        self.shared.listen.forget(self.id, channel);
+                    }
+                }
+            } else if self.notifications.is_some() && discards_all(statement) {
+                self.shared.listen.forget(self.id, None);
+            }
+        }
         if commands.iter().all(|(_, c)| plain(c)) {
             if !self.ensure_backend(For::Client).await {
                 return self.finish_simple_query().await;
@@ -51,12 +70,48 @@ impl Session {
                 // A simple query destroys the unnamed statement.
                 conn.unnamed_owner = None;
             }
+            let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
             self.forward(msg, Expect::Query);
             self.drain().await?;
+            self.passthrough_done(commands.len(), began, errors);
         } else {
             self.run_script(&text, &commands).await?;
         }
         self.finish_simple_query().await
+    }
+
+    /// `LISTEN` / `UNLISTEN` served from the shared listening connection
+    /// (`frontend::listen`): answered once it listens, with PostgreSQL's
+    /// own error for a statement PostgreSQL refuses.
+    async fn listen_shared(&mut self, listening: Listening, statement: &str) -> Result<(), End> {
+        let hub = self.shared.listen.clone();
+        let (command_tag, result) = match listening {
+            Listening::Listen(channel) => {
+                let r = hub.listen(self.id, statement, channel).await;
+                (
+                    "LISTEN",
+                    r.map(|rx| {
+                        if let Some(rx) = rx {
+                            self.notifications = Some(rx);
+                        }
+                    }),
+                )
+            }
+            Listening::Unlisten(channel) => {
+                ("UNLISTEN", hub.unlisten(self.id, statement, channel).await)
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.reply_local(protocol::command_complete(command_tag));
+                self.reply_local(protocol::ready_for_query(self.lease.status()));
+                Ok(self.client.flush().await?)
+            }
+            Err(e) => {
+                self.local_error(e);
+                self.finish_simple_query().await
+            }
+        }
     }
 
     /// A fast-path FunctionCall (libpq's large-object API uses it): plain
@@ -119,8 +174,12 @@ impl Session {
                         break;
                     }
                     self.apply_effect(*effect, &sql[range.clone()]);
-                    self.run_plain_statement(text.original(range.clone()))
-                        .await?
+                    let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
+                    let ok = self
+                        .run_plain_statement(text.original(range.clone()))
+                        .await?;
+                    self.passthrough_done(1, began, errors);
+                    ok
                 }
                 Command::Dialect(_)
                     if text.readable(range.clone(), &self.client_encoding).is_err() =>
@@ -188,6 +247,7 @@ impl Session {
                 tag::ERROR_RESPONSE => {
                     ok = false;
                     self.client.send(&msg);
+                    self.backend_error(&msg);
                 }
                 tag::COPY_IN_RESPONSE => {
                     self.client.send(&msg);
@@ -214,4 +274,13 @@ impl Session {
             self.transaction_ended();
         }
     }
+}
+
+/// `DISCARD ALL`, which also ends every LISTEN.
+fn discards_all(sql: &str) -> bool {
+    let mut w = rewrite::split::words(sql);
+    matches!(
+        (w.next(), w.next(), w.next()),
+        (Some(a), Some(b), None) if a.eq_ignore_ascii_case("DISCARD") && b.eq_ignore_ascii_case("ALL")
+    )
 }

@@ -29,6 +29,7 @@
 //! | timers, and the fire loop's claim and delete   | [`timers`]      |
 //! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
 //! | retention and partition cleanup                | [`retention`]   |
+//! | `/metrics` gauges and `/ready`                 | [`metrics`]     |
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 
 pub mod admin;
@@ -37,6 +38,7 @@ pub mod json;
 pub mod kv;
 pub mod maintenance;
 pub mod messages;
+pub mod metrics;
 pub mod queues;
 pub mod retention;
 mod row;
@@ -131,6 +133,10 @@ pub const ALL: &[&CallSpec] = &[
     &retention::CLEANUP_STEP,
     &retention::RECORD,
     &retention::RETAINED_BYTES_STEP,
+    &metrics::QUEUE_DEPTH,
+    &metrics::QUEUE_COUNT,
+    &metrics::GROUP_LAG,
+    &metrics::SCHEMA_APPLIED,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

@@ -1,10 +1,10 @@
-//! Timers: SCHEDULE (`timer_schedule_v1`), CANCEL SCHEDULE
-//! (`timer_cancel_v1`), SHOW SCHEDULES (`timer_list_v1`), and the fire
+//! Timers: SCHEDULE (`timer_schedule_v2`), CANCEL SCHEDULE
+//! (`timer_cancel_v1`), SHOW SCHEDULES (`timer_list_v2`), and the fire
 //! loop's claim, delete and postpone.
 
 use super::queues::DEFAULT_PARTITION;
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
-use crate::protocol::SqlError;
+use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::bind::Params;
 use crate::rewrite::dialect::timer::{CancelSchedule, FireAt, Schedule as ScheduleStatement};
 use std::time::SystemTime;
@@ -12,8 +12,8 @@ use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 pub const SCHEDULE: CallSpec = CallSpec {
-    name: "qw_timer_schedule_v1",
-    sql: "SELECT queen.timer_schedule_v1(p_queue => $1, p_key => $2, p_partition => $3, p_payload => $4, p_fire_at => COALESCE($5::timestamptz, clock_timestamp() + $6 * interval '1 millisecond'), p_tenant => $7) AS fire_at",
+    name: "qw_timer_schedule_v2",
+    sql: "SELECT queen.timer_schedule_v2(p_queue => $1, p_key => $2, p_partition => $3, p_payload => $4, p_fire_at => COALESCE($5::timestamptz, clock_timestamp() + $6 * interval '1 millisecond'), p_every_ms => $8, p_cron => $9, p_cron_spec => $10, p_time_zone => $11, p_catch_up => $12, p_tenant => $7) AS fire_at",
     params: &[
         Type::TEXT,
         Type::TEXT,
@@ -22,6 +22,11 @@ pub const SCHEDULE: CallSpec = CallSpec {
         Type::TEXT,
         Type::INT8,
         Type::UUID,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::BOOL,
     ],
     columns: &[column("fire_at", Type::TIMESTAMPTZ)],
 };
@@ -37,6 +42,17 @@ pub struct Schedule {
     pub at: Option<String>,
     pub after_ms: Option<i64>,
     pub tenant: Uuid,
+    /// Recurring every this many milliseconds (the first fire is
+    /// `after_ms` from now).
+    pub every_ms: Option<i64>,
+    /// Recurring at a cron expression's occurrences: as written, and
+    /// normalised (`dialect::cron`); the first fire is computed by
+    /// PostgreSQL.
+    pub cron: Option<String>,
+    pub cron_spec: Option<String>,
+    /// The cron expression's time zone (PostgreSQL's names; `None`: UTC).
+    pub time_zone: Option<String>,
+    pub catch_up: bool,
 }
 
 impl Call for Schedule {
@@ -51,9 +67,18 @@ impl Call for Schedule {
             &self.at,
             &self.after_ms,
             &self.tenant,
+            &self.every_ms,
+            &self.cron,
+            &self.cron_spec,
+            &self.time_zone,
+            &self.catch_up,
         ]
     }
 }
+
+/// The shortest `EVERY`: the fire loop looks for due timers a few times a
+/// second, so a shorter period would only fire late.
+pub const MIN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub fn schedule(
     stmt: &ScheduleStatement,
@@ -68,22 +93,48 @@ pub fn schedule(
         None => DEFAULT_PARTITION.to_string(),
     };
     let payload = params.json(&stmt.payload, "payload", max_payload)?;
-    let (at, after_ms) = match &stmt.fire {
-        FireAt::At(ts) => (Some(params.text(ts, "AT")?), None),
-        FireAt::After(d) => {
-            let d = params.duration(d, "AFTER")?;
-            (None, Some(d.as_millis().min(i64::MAX as u128) as i64))
-        }
-    };
-    Ok(Schedule {
+    let millis = |d: std::time::Duration| d.as_millis().min(i64::MAX as u128) as i64;
+    let invalid = |m: String| SqlError::error(SqlState::INVALID_PARAMETER_VALUE, m);
+    let mut call = Schedule {
         queue,
         key,
         partition,
         payload,
-        at,
-        after_ms,
+        at: None,
+        after_ms: None,
         tenant,
-    })
+        every_ms: None,
+        cron: None,
+        cron_spec: None,
+        time_zone: None,
+        catch_up: stmt.catch_up,
+    };
+    match &stmt.fire {
+        FireAt::At(ts) => call.at = Some(params.text(ts, "AT")?),
+        FireAt::After(d) => call.after_ms = Some(millis(params.duration(d, "AFTER")?)),
+        FireAt::Every(d) => {
+            let d = params.duration(d, "EVERY")?;
+            if d < MIN_EVERY {
+                return Err(invalid(format!(
+                    "EVERY must be at least {} s",
+                    MIN_EVERY.as_secs()
+                )));
+            }
+            call.after_ms = Some(millis(d));
+            call.every_ms = Some(millis(d));
+        }
+        FireAt::Cron { expr, time_zone } => {
+            let expr = params.text(expr, "CRON")?;
+            call.cron_spec =
+                Some(crate::rewrite::dialect::cron::normalise(&expr).map_err(invalid)?);
+            call.cron = Some(expr.trim().to_string());
+            call.time_zone = match time_zone {
+                Some(tz) => Some(params.text(tz, "TIMEZONE")?),
+                None => None,
+            };
+        }
+    }
+    Ok(call)
 }
 
 pub struct ScheduleRow {
@@ -145,14 +196,16 @@ impl FromRow for CancelRow {
 }
 
 pub const LIST: CallSpec = CallSpec {
-    name: "qw_timer_list_v1",
-    sql: "SELECT queue, key, partition, fire_at FROM queen.timer_list_v1(p_queue => $1, p_tenant => $2)",
+    name: "qw_timer_list_v2",
+    sql: "SELECT queue, key, partition, fire_at, recurrence, catch_up FROM queen.timer_list_v2(p_queue => $1, p_tenant => $2)",
     params: &[Type::TEXT, Type::UUID],
     columns: &[
         column("queue", Type::TEXT),
         column("key", Type::TEXT),
         column("partition", Type::TEXT),
         column("fire_at", Type::TIMESTAMPTZ),
+        column("recurrence", Type::TEXT),
+        column("catch_up", Type::BOOL),
     ],
 };
 
@@ -176,6 +229,9 @@ pub struct TimerRow {
     pub key: Option<String>,
     pub partition: Option<String>,
     pub fire_at: Option<SystemTime>,
+    /// `every 300 s`, `cron */5 * * * * Europe/Berlin`; `None`: one-shot.
+    pub recurrence: Option<String>,
+    pub catch_up: Option<bool>,
 }
 
 impl FromRow for TimerRow {
@@ -185,6 +241,8 @@ impl FromRow for TimerRow {
             key: row.get("key")?,
             partition: row.get("partition")?,
             fire_at: row.get("fire_at")?,
+            recurrence: row.get("recurrence")?,
+            catch_up: row.get("catch_up")?,
         })
     }
 }

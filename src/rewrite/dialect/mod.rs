@@ -18,6 +18,7 @@
 //! | `SHOW STATUS`                                   | [`status`]      |
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
+//! | `SHOW QUEENWIRE POOLS/CLIENTS/SERVERS/STATS`    | [`console`]     |
 //!
 //! The parser is pure: literals are checked here (names, JSON, durations,
 //! counts), `$n` are left for the engine, which applies the same public
@@ -30,6 +31,8 @@
 
 pub mod ack;
 pub mod browse;
+pub mod console;
+pub mod cron;
 mod cursor;
 mod duration;
 mod error;
@@ -113,6 +116,8 @@ pub enum Statement {
     GroupDetail(groups::GroupDetail),
     ReplayDlq(replay::ReplayDlq),
     ShowStatus,
+    /// The admin view, answered by the proxy.
+    Console(console::Console),
 }
 
 impl Statement {
@@ -141,6 +146,7 @@ impl Statement {
             Statement::GroupDetail(detail) => detail.columns(),
             Statement::ReplayDlq(_) => replay::COLUMNS,
             Statement::ShowStatus => status::COLUMNS,
+            Statement::Console(view) => view.columns(),
         }
     }
 
@@ -186,7 +192,7 @@ impl Statement {
             Statement::DropQueue(drop) => drop.describe_params(&mut params),
             Statement::SeekGroup(seek) => seek.describe_params(&mut params),
             Statement::DropGroup(drop) => drop.describe_params(&mut params),
-            Statement::ShowQueues | Statement::ShowStatus => {}
+            Statement::ShowQueues | Statement::ShowStatus | Statement::Console(_) => {}
             Statement::ShowPartitions { queue } => params.note(queue, oid::TEXT),
             Statement::ShowGroups { queue } | Statement::ShowSchedules { queue } => {
                 params.note_all(queue, oid::TEXT)
@@ -227,6 +233,7 @@ enum Family {
     GroupDetail,
     ReplayDlq,
     ShowStatus,
+    Console,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -278,6 +285,13 @@ fn recognize(sql: &str) -> Option<Family> {
                     Family::Browse
                 }
                 ("SHOW", "GROUP" | "LAGGING") if more_follows(&mut lexer) => Family::GroupDetail,
+                // `SHOW queenwire` alone is a parameter lookup; a second
+                // bare word is a syntax error in PostgreSQL.
+                ("SHOW", "QUEENWIRE") => {
+                    let view = lexer.next_token().ok()?;
+                    word(&view)?;
+                    Family::Console
+                }
                 _ => return None,
             }
         }
@@ -325,6 +339,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::GroupDetail => groups::GroupDetail::parse(&mut cursor).map(Statement::GroupDetail),
         Family::ReplayDlq => replay::ReplayDlq::parse(&mut cursor).map(Statement::ReplayDlq),
         Family::ShowStatus => status::parse(&mut cursor),
+        Family::Console => console::parse(&mut cursor),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

@@ -1,5 +1,7 @@
 //! Timers:
-//! `SCHEDULE INTO queue [PARTITION part] KEY k (AT 'timestamp' | AFTER duration) VALUES (payload)`,
+//! `SCHEDULE INTO queue [PARTITION part] KEY k (AT 'timestamp' | AFTER duration
+//! | EVERY duration | CRON 'expr' [TIMEZONE 'zone']) [CATCH UP] VALUES (payload)`
+//! (`CATCH UP` may also follow the payload),
 //! `CANCEL SCHEDULE k ON queue`,
 //! `SHOW SCHEDULES [ON queue]`.
 
@@ -28,6 +30,8 @@ pub const SHOW_COLUMNS: &[Column] = &[
     Column::new("key", oid::TEXT),
     Column::new("partition", oid::TEXT),
     Column::new("fire_at", oid::TIMESTAMPTZ),
+    Column::new("recurrence", oid::TEXT),
+    Column::new("catch_up", oid::BOOL),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +44,9 @@ pub struct Schedule {
     pub fire: FireAt,
     /// JSON text; a literal is valid JSON.
     pub payload: Json,
+    /// A recurring timer fires every missed occurrence after downtime, not
+    /// just one.
+    pub catch_up: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +55,20 @@ pub enum FireAt {
     At(Timestamp),
     /// A duration from when the statement runs.
     After(Value<Duration>),
+    /// Recurring: first after this duration, then every this long.
+    Every(Value<Duration>),
+    /// Recurring: at the occurrences of a five-field cron expression, read
+    /// in `time_zone` (`None`: UTC).
+    Cron {
+        expr: Value<String>,
+        time_zone: Option<Value<String>>,
+    },
+}
+
+impl FireAt {
+    pub fn recurring(&self) -> bool {
+        matches!(self, FireAt::Every(_) | FireAt::Cron { .. })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,9 +93,22 @@ impl Schedule {
             FireAt::At(cursor.text_value("a timestamp string or parameter")?)
         } else if cursor.eat_keyword("AFTER") {
             FireAt::After(cursor.duration("AFTER")?)
+        } else if cursor.eat_keyword("EVERY") {
+            FireAt::Every(cursor.duration("EVERY")?)
+        } else if cursor.eat_keyword("CRON") {
+            let expr = cursor.text_value("a cron expression string or parameter")?;
+            let time_zone = if cursor.eat_keyword("TIMEZONE") {
+                Some(cursor.text_value("a time zone name string or parameter")?)
+            } else {
+                None
+            };
+            FireAt::Cron { expr, time_zone }
         } else {
-            return Err(cursor.unexpected("AT 'timestamp' or AFTER duration"));
+            return Err(cursor.unexpected(
+                "AT 'timestamp', AFTER duration, EVERY duration or CRON 'expression'",
+            ));
         };
+        let mut catch_up = fire.recurring() && eat_catch_up(cursor)?;
         cursor.expect_keyword("VALUES")?;
         cursor.expect(&TokenKind::LeftParen, "\"(\" before the payload")?;
         let payload = cursor.json("payload")?;
@@ -82,12 +116,16 @@ impl Schedule {
             &TokenKind::RightParen,
             "\")\" after the payload: a timer carries one payload",
         )?;
+        if fire.recurring() && !catch_up {
+            catch_up = eat_catch_up(cursor)?;
+        }
         Ok(Schedule {
             queue,
             partition,
             key,
             fire,
             payload,
+            catch_up,
         })
     }
 
@@ -97,10 +135,23 @@ impl Schedule {
         params.note(&self.key, oid::TEXT);
         match &self.fire {
             FireAt::At(timestamp) => params.note(timestamp, oid::TIMESTAMPTZ),
-            FireAt::After(duration) => params.note(duration, oid::TEXT),
+            FireAt::After(duration) | FireAt::Every(duration) => params.note(duration, oid::TEXT),
+            FireAt::Cron { expr, time_zone } => {
+                params.note(expr, oid::TEXT);
+                params.note_all(time_zone, oid::TEXT);
+            }
         }
         params.note(&self.payload, oid::JSONB);
     }
+}
+
+/// `CATCH UP`, if next.
+fn eat_catch_up(cursor: &mut Cursor<'_>) -> Result<bool> {
+    if cursor.eat_keyword("CATCH") {
+        cursor.expect_keyword("UP")?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 impl CancelSchedule {
@@ -141,7 +192,8 @@ mod tests {
                 partition: None,
                 key: lit("invoice-42"),
                 fire: FireAt::At(lit("2030-01-01 09:00:00+01")),
-                payload: lit("{\"id\":42}")
+                payload: lit("{\"id\":42}"),
+                catch_up: false,
             })
         );
     }
@@ -156,7 +208,8 @@ mod tests {
                 partition: Some(lit("p")),
                 key: lit("k"),
                 fire: FireAt::After(Value::Literal(Duration::from_secs(3600))),
-                payload: lit("[]")
+                payload: lit("[]"),
+                catch_up: false,
             })
         );
         assert_eq!(statement.columns(), SCHEDULE_COLUMNS);
@@ -202,6 +255,60 @@ mod tests {
         assert_eq!(
             error("SCHEDULE INTO q KEY k AT 5 VALUES ('1')"),
             ("42601", Some(26))
+        );
+    }
+
+    #[test]
+    fn recurring_schedules() {
+        assert_eq!(
+            ok("SCHEDULE INTO q KEY k EVERY '5m' VALUES ('{}')"),
+            Statement::Schedule(Schedule {
+                queue: lit("q"),
+                partition: None,
+                key: lit("k"),
+                fire: FireAt::Every(Value::Literal(Duration::from_secs(300))),
+                payload: lit("{}"),
+                catch_up: false,
+            })
+        );
+        let cron = FireAt::Cron {
+            expr: lit("*/5 * * * *"),
+            time_zone: Some(lit("Europe/Berlin")),
+        };
+        for sql in [
+            "SCHEDULE INTO q KEY k CRON '*/5 * * * *' TIMEZONE 'Europe/Berlin' CATCH UP VALUES ('1')",
+            "schedule into q key k cron '*/5 * * * *' timezone 'Europe/Berlin' values ('1') catch up",
+        ] {
+            assert_eq!(
+                ok(sql),
+                Statement::Schedule(Schedule {
+                    queue: lit("q"),
+                    partition: None,
+                    key: lit("k"),
+                    fire: cron.clone(),
+                    payload: lit("1"),
+                    catch_up: true,
+                }),
+                "{sql}"
+            );
+        }
+        let statement = ok("SCHEDULE INTO $1 KEY $2 CRON $3 TIMEZONE $4 VALUES ($5)");
+        assert_eq!(
+            statement.param_types(),
+            vec![oid::TEXT, oid::TEXT, oid::TEXT, oid::TEXT, oid::JSONB]
+        );
+        // CATCH UP means nothing for a one-shot timer.
+        assert_eq!(
+            error("SCHEDULE INTO q KEY k AFTER 5 CATCH UP VALUES ('1')"),
+            ("42601", Some(31))
+        );
+        assert_eq!(
+            error("SCHEDULE INTO q KEY k EVERY '5m' CATCH VALUES ('1')"),
+            ("42601", Some(40))
+        );
+        assert_eq!(
+            error("SCHEDULE INTO q KEY k CRON 5 VALUES ('1')"),
+            ("42601", Some(28))
         );
     }
 

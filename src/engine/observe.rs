@@ -1,0 +1,119 @@
+//! What the one dispatch tells the metrics about each statement: its kind
+//! and latency, and per queue the messages it pushed, popped, acknowledged,
+//! failed or dead-lettered, read off its result rows (the rows name the
+//! queue, or carry the receipts whose partitions POP handed out).
+
+use super::receipt::partition_of;
+use super::values::Cell;
+use crate::metrics::queues::QueueCounters;
+use crate::metrics::{Kind, Metrics};
+use crate::rewrite::dialect::Statement;
+use std::sync::Arc;
+use uuid::Uuid;
+
+pub fn kind(stmt: &Statement) -> Kind {
+    match stmt {
+        Statement::Push(_) => Kind::Push,
+        Statement::Pop(_) => Kind::Pop,
+        Statement::Ack(_) => Kind::Ack,
+        Statement::Renew(_) => Kind::Renew,
+        Statement::CreateQueue(_)
+        | Statement::AlterQueue(_)
+        | Statement::DropQueue(_)
+        | Statement::SeekGroup(_)
+        | Statement::DropGroup(_) => Kind::QueueAdmin,
+        Statement::ShowQueues
+        | Statement::ShowPartitions { .. }
+        | Statement::ShowGroups { .. }
+        | Statement::ShowDlq { .. }
+        | Statement::Browse(_)
+        | Statement::GroupDetail(_)
+        | Statement::ShowStatus => Kind::Show,
+        // A replay writes messages, but its rows do not name the queue the
+        // way PUSH's do: counted as administration, not as pushes.
+        Statement::ReplayDlq(_) => Kind::QueueAdmin,
+        Statement::Kv(_) => Kind::Kv,
+        Statement::Schedule(_) | Statement::CancelSchedule(_) | Statement::ShowSchedules { .. } => {
+            Kind::Timer
+        }
+        Statement::Console(_) => Kind::Console,
+    }
+}
+
+fn text(row: &[Cell], at: usize) -> Option<&str> {
+    match row.get(at) {
+        Some(Cell::Text(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// The counters of consecutive rows' queue, looked up once per run of rows
+/// naming the same queue (past the cap, the `other` bucket is looked up
+/// again for each row).
+struct Last(Option<Arc<QueueCounters>>);
+
+impl Last {
+    fn get(&mut self, m: &Metrics, tenant: Uuid, queue: &str) -> Arc<QueueCounters> {
+        match &self.0 {
+            Some(c) if &*c.name == queue && c.tenant == Some(tenant) => c.clone(),
+            _ => {
+                let c = m.queues.get(tenant, queue);
+                self.0 = Some(c.clone());
+                c
+            }
+        }
+    }
+}
+
+/// Per-queue counts of a statement that succeeded with these rows.
+pub fn count_rows(m: &Metrics, stmt: &Statement, tenant: Uuid, rows: &[Vec<Cell>]) {
+    let mut last = Last(None);
+    match stmt {
+        // message_id, queue, partition, offset, transaction_id, status
+        Statement::Push(_) => {
+            for row in rows {
+                if let (Some(queue), Some(status)) = (text(row, 1), text(row, 5)) {
+                    if status != "duplicate" {
+                        QueueCounters::add(&last.get(m, tenant, queue).pushed, 1);
+                    }
+                }
+            }
+        }
+        // receipt, message_id, queue, …
+        Statement::Pop(pop) => {
+            let mut learned = None;
+            for row in rows {
+                let Some(queue) = text(row, 2) else { continue };
+                let c = last.get(m, tenant, queue);
+                QueueCounters::add(&c.popped, 1);
+                // AUTO ACK: acknowledged at delivery.
+                if pop.auto_ack {
+                    QueueCounters::add(&c.acked, 1);
+                }
+                if let Some(partition) = text(row, 0).and_then(partition_of) {
+                    if learned != Some(partition) {
+                        m.queues.learn_partition(partition, &c);
+                        learned = Some(partition);
+                    }
+                }
+            }
+        }
+        // receipt, status
+        Statement::Ack(_) => {
+            for row in rows {
+                let Some(status) = text(row, 1) else { continue };
+                let c = m.queues.of_partition(text(row, 0).and_then(partition_of));
+                match status {
+                    "acked" => QueueCounters::add(&c.acked, 1),
+                    "retry" => QueueCounters::add(&c.failed, 1),
+                    "dead_lettered" => {
+                        QueueCounters::add(&c.failed, 1);
+                        QueueCounters::add(&c.dead_lettered, 1);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}

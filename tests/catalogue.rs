@@ -767,3 +767,31 @@ async fn show_status_and_the_status_view_give_the_tenants_overview() {
     let err = sql_error(&direct, "SHOW status").await;
     assert_eq!(err.code().code(), "42704");
 }
+
+/// In time mode each partition's first segment may hold older messages
+/// (it counts as one toward the limit in the procedure); the browse still
+/// returns exactly LIMIT rows when there are that many, in partition order.
+#[tokio::test]
+async fn show_messages_from_a_time_over_many_partitions_returns_the_limit() {
+    let proxy = Proxy::start("cat_browse_time").await;
+    let client = proxy.connect().await;
+    let values: Vec<String> = (0..60)
+        .map(|i| format!("('{{\"n\":{i}}}', 'p{:02}')", i % 30))
+        .collect();
+    client
+        .batch_execute(&format!(
+            "PUSH INTO t (payload, partition) VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .unwrap();
+    let got = rows(&client, "SHOW MESSAGES FROM t FROM '2000-01-01' LIMIT 7").await;
+    assert_eq!(got.len(), 7);
+    let partitions: Vec<String> = got.iter().map(|r| col(r, "partition")).collect();
+    assert_eq!(
+        partitions,
+        ["p00", "p00", "p01", "p01", "p02", "p02", "p03"]
+    );
+    let all = rows(&client, "SHOW MESSAGES FROM t FROM '2000-01-01' LIMIT 1000").await;
+    assert_eq!(all.len(), 60);
+}

@@ -44,10 +44,11 @@ $$;
 -- with the group's state on its partition. The start is p_from_offset, or,
 -- with p_from_time, the first segment whose newest message is at or after
 -- it (the engine drops the older frames of that segment; from_offset and
--- from_time come back so it knows where to cut). The first segment of a
--- partition counts nothing toward p_limit in time mode, since how many of
--- its messages qualify is known only after decoding: the engine may get a
--- segment more than it needs, never fewer messages than exist.
+-- from_time come back so it knows where to cut). In time mode the first
+-- segment of a partition counts one message toward p_limit: how many of its
+-- messages qualify is known only after decoding, and at least its newest
+-- does. So the engine may get more segments than it needs, never fewer
+-- messages than exist, and never more than p_limit segments.
 -- p_group NULL is queue mode ('__QUEUE_MODE__').
 -- Errors: 42704 unknown queue, partition or group (a named group that never
 -- popped the queue); 22023 p_limit < 1 or p_from_offset < 0. Takes no locks.
@@ -138,7 +139,9 @@ BEGIN
             lease_acked := v_state.lease_acked;
             dead_lettered := v_state.dead_lettered;
             RETURN NEXT;
-            IF NOT (v_first AND p_from_time IS NOT NULL) THEN
+            IF v_first AND p_from_time IS NOT NULL THEN
+                v_left := v_left - 1;
+            ELSE
                 v_left := v_left - (v_seg.base_offset + v_seg.message_count
                                     - GREATEST(v_seg.base_offset, v_from));
             END IF;

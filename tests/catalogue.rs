@@ -795,3 +795,54 @@ async fn show_messages_from_a_time_over_many_partitions_returns_the_limit() {
     let all = rows(&client, "SHOW MESSAGES FROM t FROM '2000-01-01' LIMIT 1000").await;
     assert_eq!(all.len(), 60);
 }
+
+#[tokio::test]
+async fn retention_takes_the_trace_rows_of_the_messages_it_deletes() {
+    let proxy = Proxy::start("cat_trace_retention").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    client
+        .batch_execute("CREATE QUEUE old WITH (retention_seconds = 1)")
+        .await
+        .unwrap();
+    for n in 0..3 {
+        rows(
+            &client,
+            &format!("PUSH INTO old (payload, trace_id) VALUES ('{n}', 'tr')"),
+        )
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    rows(
+        &client,
+        "PUSH INTO old (payload, trace_id) VALUES ('\"fresh\"', 'tr')",
+    )
+    .await;
+    let pid: i64 = direct
+        .query_one("SELECT id FROM queen.log_partitions", &[])
+        .await
+        .unwrap()
+        .get(0);
+    loop {
+        let more: bool = direct
+            .query_one(
+                "SELECT more FROM queen.log_retention_step_v1($1, 100)",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if !more {
+            break;
+        }
+    }
+    let left: i64 = direct
+        .query_one("SELECT count(*) FROM queen.log_traces", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 1);
+    let trace = rows(&client, "SHOW TRACE 'tr'").await;
+    assert_eq!(trace.len(), 1);
+    assert_eq!(col(&trace[0], "payload"), "\"fresh\"");
+}

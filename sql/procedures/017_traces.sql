@@ -15,10 +15,10 @@
 -- and the DLQ at read time, so POP and ACK pay nothing for traces.
 -- Measured: see docs/internals/storage.md (Traces).
 --
--- Rows go with their partition (foreign key, cascading: partition cleanup
--- and DROP QUEUE remove them). Retention that deletes a segment leaves its
--- rows until the partition goes; SHOW TRACE skips a message whose segment
--- is gone.
+-- Rows go with their messages: the retention step (006) deletes them with
+-- the segments it purges, and the foreign key to log_partitions cascades
+-- on partition cleanup and DROP QUEUE. SHOW TRACE also skips a row whose
+-- segment is gone (between the mark and the purge).
 CREATE TABLE IF NOT EXISTS queen.log_traces (
     tenant_id      UUID NOT NULL,
     trace_id       TEXT COLLATE "C" NOT NULL,
@@ -32,10 +32,11 @@ CREATE TABLE IF NOT EXISTS queen.log_traces (
 
 DO $$
 BEGIN
-    -- The cascade from log_partitions needs an index on the referencing
-    -- column, or every partition delete scans the table.
-    IF to_regclass('queen.idx_log_traces_partition') IS NULL THEN
-        CREATE INDEX idx_log_traces_partition ON queen.log_traces (partition_id);
+    -- The retention purge's range and the cascade from log_partitions both
+    -- need the referencing column first, or they scan the table.
+    IF to_regclass('queen.idx_log_traces_partition_offset') IS NULL THEN
+        CREATE INDEX idx_log_traces_partition_offset
+            ON queen.log_traces (partition_id, message_offset);
     END IF;
 END
 $$;

@@ -846,3 +846,35 @@ async fn retention_takes_the_trace_rows_of_the_messages_it_deletes() {
     assert_eq!(trace.len(), 1);
     assert_eq!(col(&trace[0], "payload"), "\"fresh\"");
 }
+
+/// psql, as a user types the statements: simple protocol, several in one go.
+#[tokio::test]
+async fn psql_runs_the_catalogue_statements() {
+    let proxy = Proxy::start("cat_psql").await;
+    let script = "CREATE QUEUE p WITH (retry_limit = 0);\n\
+        PUSH INTO p (payload, trace_id) VALUES ('{\"a\":1}', 'tp');\n\
+        SHOW MESSAGES FROM p;\n\
+        SHOW TRACE 'tp';\n\
+        SHOW GROUPS;\n\
+        SHOW LAGGING PARTITIONS ON p OVER 0;\n\
+        REPLAY DLQ FROM p;\n\
+        SHOW STATUS;\n";
+    let (ok, out, err) = proxy.psql(&["-c", script]).await;
+    assert!(ok, "{err}");
+    let (ok, out2, err) = proxy
+        .psql(&["-At", "-c", "SHOW MESSAGES FROM p", "-c", "SHOW STATUS"])
+        .await;
+    assert!(ok, "{err}");
+    assert!(out2.contains("|{\"a\":1}|pending"), "{out2}");
+    assert!(
+        out2.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("1|1|0|1|1|0|0|0|1|")),
+        "{out2}"
+    );
+    // psql shows every statement's result of the one Query message.
+    assert!(out.contains("pending") && out.contains("pushed"), "{out}");
+    let (ok, _, err) = proxy.psql(&["-c", "SHOW MESSAGES FROM nope"]).await;
+    assert!(!ok);
+    assert!(err.contains("does not exist"), "{err}");
+}

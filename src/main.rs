@@ -245,6 +245,7 @@ fn main() -> ExitCode {
         },
         metrics_listen: cli.metrics_listen,
         metrics_queue_cap: cli.metrics_queue_cap,
+        metrics_flush_interval: queenwire::metrics::flush::FLUSH_INTERVAL,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -103,6 +103,8 @@ pub struct Config {
     pub metrics_listen: Option<String>,
     /// Distinct queues with per-queue series before the rest share `other`.
     pub metrics_queue_cap: usize,
+    /// How often this process's counters go to `queen.worker_metrics`.
+    pub metrics_flush_interval: std::time::Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +139,7 @@ impl Default for Config {
             retention: crate::engine::retention::RetentionSettings::default(),
             metrics_listen: None,
             metrics_queue_cap: crate::metrics::DEFAULT_QUEUE_CAP,
+            metrics_flush_interval: crate::metrics::flush::FLUSH_INTERVAL,
         }
     }
 }
@@ -511,6 +514,12 @@ impl Server {
                 ),
             )),
         ];
+        background_tasks.push(tokio::spawn(crate::metrics::flush::run(
+            background.clone(),
+            metrics.clone(),
+            config.metrics_flush_interval,
+            shutdown.signal(),
+        )));
         let mut metrics_addr = None;
         if let Some(listener) = metrics_listener {
             metrics_addr = listener.local_addr().ok();

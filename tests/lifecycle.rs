@@ -505,8 +505,9 @@ async fn the_binary_reloads_on_sighup_and_drains_on_sigterm_and_exits_0() {
             .args(["--users", users.to_str().unwrap()])
             .args(["--shutdown-timeout", "60", "--pool-size", "4"])
             .env_remove("DATABASE_URL")
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            // Logs go to standard error.
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),
     );

@@ -171,3 +171,67 @@ async fn a_process_flush_adds_counters_and_replaces_gauges() {
         .get(0);
     assert_eq!(old, 0);
 }
+
+/// A running queenwire writes its own counters: its row of
+/// queen.worker_metrics and its queues' rows of queen.queue_ops_metrics
+/// (here every second instead of every minute).
+#[tokio::test]
+async fn a_running_queenwire_flushes_its_counters() {
+    let proxy = Proxy::start_with("worker_metrics_live", |c| {
+        c.metrics_flush_interval = std::time::Duration::from_millis(500);
+    })
+    .await;
+    let direct = proxy.connect_direct().await;
+    let client = proxy.connect().await;
+    for _ in 0..3 {
+        client
+            .simple_query("PUSH INTO wl VALUES ('{}')")
+            .await
+            .unwrap();
+    }
+    client
+        .simple_query("POP FROM wl LIMIT 2 AUTO ACK")
+        .await
+        .unwrap();
+    let pid = std::process::id() as i32;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let worker = direct
+            .query_one(
+                "SELECT COALESCE(sum(push_messages), 0)::int8, COALESCE(sum(pop_messages), 0)::int8 \
+                 FROM queen.worker_metrics WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap();
+        let queue = direct
+            .query_one(
+                "SELECT COALESCE(sum(m.push_messages), 0)::int8, COALESCE(sum(m.pop_messages), 0)::int8 \
+                 FROM queen.queue_ops_metrics m JOIN queen.queues q ON q.id = m.queue_id \
+                 WHERE q.name = 'wl'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let got = (
+            worker.get::<_, i64>(0),
+            worker.get::<_, i64>(1),
+            queue.get::<_, i64>(0),
+            queue.get::<_, i64>(1),
+        );
+        if got == (3, 2, 3, 2) {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let rows: Vec<String> = direct
+                .query("SELECT row_to_json(w)::text FROM queen.worker_metrics w", &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            panic!("flushed: {got:?} {rows:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

@@ -11,6 +11,7 @@ use super::retention::{self, RetentionSettings};
 use crate::backend::call::{execute, query, ClientCallError};
 use crate::backend::health::{connect_client, Health};
 use crate::rewrite::calls::maintenance::{ExpirePending, PruneShard, QuotaPoll, UsageRollup};
+use crate::rewrite::calls::metrics::Rollup;
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,6 +71,9 @@ async fn run_forever(config: tokio_postgres::Config, kv: Arc<KvState>, holder: &
             health.ok();
             if let Err(e) = expire_pending(&client, holder).await {
                 report(&mut health, &client, "expiring pending messages", &e);
+            }
+            if let Err(e) = metrics_rollup(&client, holder).await {
+                report(&mut health, &client, "metrics rollup", &e);
             }
             match sweep(&client, holder, sweeps.is_multiple_of(ROLLUP_EVERY)).await {
                 Ok(true) => sweeps += 1,
@@ -132,6 +136,38 @@ async fn expire_pending(
         .await?;
         let moved = rows.first().map_or(0, |r| r.moved);
         if moved < EXPIRE_BATCH {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Metrics rows are kept this many days.
+const METRICS_KEEP_DAYS: i32 = 7;
+/// Partition-counter deltas folded per call, and calls per cycle.
+const METRICS_ROLLUP_BATCH: i32 = 10_000;
+const METRICS_ROLLUP_ROUNDS: usize = 10;
+
+/// Folds the partition counters' deltas and prunes old metrics rows
+/// (019_worker_metrics), by the elected queenwire.
+async fn metrics_rollup(
+    client: &tokio_postgres::Client,
+    holder: &str,
+) -> Result<(), ClientCallError> {
+    if !elected(client, "metrics_rollup", holder, SWEEP_INTERVAL * 3).await? {
+        return Ok(());
+    }
+    crate::metrics::count_maintenance_run("metrics_rollup");
+    for _ in 0..METRICS_ROLLUP_ROUNDS {
+        let rows = query(
+            client,
+            &Rollup {
+                keep_days: METRICS_KEEP_DAYS,
+                batch: METRICS_ROLLUP_BATCH,
+            },
+        )
+        .await?;
+        if rows.first().and_then(|r| r.folded).unwrap_or(0) < METRICS_ROLLUP_BATCH {
             break;
         }
     }

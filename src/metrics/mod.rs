@@ -19,6 +19,7 @@
 
 pub mod clients;
 pub mod exposition;
+pub mod flush;
 pub mod gauges;
 pub mod histogram;
 pub mod http;

@@ -156,3 +156,70 @@ impl FromRow for AppliedRow {
         })
     }
 }
+
+/// One process's counters of one minute into `queen.worker_metrics` and
+/// `queen.queue_ops_metrics` (019_worker_metrics).
+pub const FLUSH: CallSpec = CallSpec {
+    name: "qw_metrics_flush_v1",
+    sql: "SELECT queen.metrics_flush_v1(p_hostname => $1, p_pid => $2, p_bucket => $3, p_worker => $4::text::jsonb, p_queues => $5::text::jsonb) AS queues",
+    params: &[Type::TEXT, Type::INT4, Type::TIMESTAMPTZ, Type::TEXT, Type::TEXT],
+    columns: &[column("queues", Type::INT4)],
+};
+
+pub struct Flush<'a> {
+    pub hostname: &'a str,
+    pub pid: i32,
+    pub bucket: std::time::SystemTime,
+    /// A JSON object of `worker_metrics` columns.
+    pub worker: String,
+    /// A JSON array of `{tenant, queue, <counters>}`.
+    pub queues: String,
+}
+
+impl Call for Flush<'_> {
+    const SPEC: &'static CallSpec = &FLUSH;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.hostname,
+            &self.pid,
+            &self.bucket,
+            &self.worker,
+            &self.queues,
+        ]
+    }
+}
+
+/// The elected metrics rollup (folds the partition counters' deltas,
+/// prunes old metrics rows): the number of deltas folded.
+pub const ROLLUP: CallSpec = CallSpec {
+    name: "qw_metrics_rollup_v1",
+    sql: "SELECT queen.metrics_rollup_v1(p_keep => make_interval(days => $1), p_batch => $2) AS folded",
+    params: &[Type::INT4, Type::INT4],
+    columns: &[column("folded", Type::INT4)],
+};
+
+pub struct Rollup {
+    pub keep_days: i32,
+    pub batch: i32,
+}
+
+pub struct FoldedRow {
+    pub folded: Option<i32>,
+}
+
+impl FromRow for FoldedRow {
+    fn from_row(row: &Row<'_>) -> Result<FoldedRow, DecodeError> {
+        Ok(FoldedRow {
+            folded: row.get("folded")?,
+        })
+    }
+}
+
+impl Call for Rollup {
+    const SPEC: &'static CallSpec = &ROLLUP;
+    type Row = FoldedRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.keep_days, &self.batch]
+    }
+}

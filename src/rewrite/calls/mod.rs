@@ -137,6 +137,8 @@ pub const ALL: &[&CallSpec] = &[
     &metrics::QUEUE_COUNT,
     &metrics::GROUP_LAG,
     &metrics::SCHEMA_APPLIED,
+    &metrics::FLUSH,
+    &metrics::ROLLUP,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

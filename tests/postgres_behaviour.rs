@@ -433,7 +433,9 @@ async fn listeners_share_one_listening_connection() {
     }
     // The pooled connections are free: a client's SQL runs.
     let mut sender = Raw::connect(proxy.addr).await;
-    let r = sender.simple("SELECT pg_notify('Shared Jobs', 'one')").await;
+    let r = sender
+        .simple("SELECT pg_notify('Shared Jobs', 'one')")
+        .await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     for l in listeners.iter_mut() {
         let msg = l
@@ -441,7 +443,11 @@ async fn listeners_share_one_listening_connection() {
             .await
             .expect("every listener is notified");
         let mut r = msg.reader();
-        assert_eq!(r.i32().unwrap(), sender.backend_pid, "the sending session's pid");
+        assert_eq!(
+            r.i32().unwrap(),
+            sender.backend_pid,
+            "the sending session's pid"
+        );
         assert_eq!(r.cstr().unwrap(), "Shared Jobs");
         assert_eq!(r.cstr().unwrap(), "one");
     }
@@ -458,7 +464,10 @@ async fn listeners_share_one_listening_connection() {
         .expect("an idle listener is notified");
     assert_eq!(got.tag, b'A');
     assert!(
-        listeners[0].next_within(Duration::from_millis(300)).await.is_none(),
+        listeners[0]
+            .next_within(Duration::from_millis(300))
+            .await
+            .is_none(),
         "nothing after UNLISTEN"
     );
     let early = listeners[1].next_within(Duration::from_millis(300)).await;
@@ -580,10 +589,7 @@ async fn background_work_never_runs_on_a_client_s_connection() {
         ))
         .await
         .unwrap();
-    let popped = client
-        .query("POP FROM own_q LIMIT 1", &[])
-        .await
-        .unwrap();
+    let popped = client.query("POP FROM own_q LIMIT 1", &[]).await.unwrap();
     let receipt: String = popped[0].get("receipt");
     client
         .query(&format!("ACK '{receipt}'"), &[])

@@ -31,7 +31,10 @@ async fn partition_counters_are_attached_once_and_rolled_up() {
     let before = trigger_oids(&direct).await;
     assert_eq!(
         before.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
-        ["trg_partitions_created_counter", "trg_partitions_deleted_counter"]
+        [
+            "trg_partitions_created_counter",
+            "trg_partitions_deleted_counter"
+        ]
     );
     // A second boot's apply leaves the triggers alone (no DROP/CREATE on
     // the hot table): same trigger rows.

@@ -146,7 +146,13 @@ impl Bench {
 
     /// pgbench's built-in TPC-B script, 8 clients, scale 10, alternating
     /// direct (Unix socket) and through queenwire, simple protocol.
-    pub async fn tpcb(&mut self, socket_dir: &Path, pg_port: u16, user: &str, db: &str) -> Result<(), BoxError> {
+    pub async fn tpcb(
+        &mut self,
+        socket_dir: &Path,
+        pg_port: u16,
+        user: &str,
+        db: &str,
+    ) -> Result<(), BoxError> {
         let Some(pgbench) = find_pgbench() else {
             self.extras
                 .notes
@@ -189,7 +195,10 @@ impl Bench {
                             "tpcb {system} round {}: {}{}",
                             round + 1,
                             text.lines().last().unwrap_or(""),
-                            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+                            String::from_utf8_lossy(&out.stderr)
+                                .lines()
+                                .last()
+                                .unwrap_or("")
                         );
                         eprintln!("bench: {why}");
                         self.extras.notes.push(why);
@@ -225,8 +234,12 @@ impl Bench {
             while let Some(r) = batch.join_next().await {
                 match r {
                     Ok(Ok(Ok(s))) => open.push(s),
-                    Ok(Ok(Err(e))) => return Err(format!("idle client: {}", setup::describe(&*e)).into()),
-                    _ => return Err("an idle client's startup failed or took more than 30 s".into()),
+                    Ok(Ok(Err(e))) => {
+                        return Err(format!("idle client: {}", setup::describe(&*e)).into())
+                    }
+                    _ => {
+                        return Err("an idle client's startup failed or took more than 30 s".into())
+                    }
                 }
             }
         }

@@ -613,7 +613,10 @@ impl Bench {
         }
         if self.wants("tpcb") {
             let (dir, port) = (cluster.pg.socket_dir().to_path_buf(), cluster.pg.port());
-            let (user, db) = (cluster.pg.user().to_string(), cluster.pg.database().to_string());
+            let (user, db) = (
+                cluster.pg.user().to_string(),
+                cluster.pg.database().to_string(),
+            );
             self.tpcb(&dir, port, &user, &db).await?;
         }
         if self.wants("pop_scale") && self.runs("queenwire") {
@@ -1342,11 +1345,17 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
         ),
         (
             "push100_100p_vs_pgmq",
-            ratio(rate("push100_100p", "queenwire"), rate("push100_100p", "pgmq")),
+            ratio(
+                rate("push100_100p", "queenwire"),
+                rate("push100_100p", "pgmq"),
+            ),
         ),
         (
             "push100_100p_vs_insert",
-            ratio(rate("push100_100p", "queenwire"), rate("push100_100p", "INSERT")),
+            ratio(
+                rate("push100_100p", "queenwire"),
+                rate("push100_100p", "INSERT"),
+            ),
         ),
         (
             "push1_text_vs_pgmq",
@@ -1354,7 +1363,10 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
         ),
         (
             "push100_text_vs_pgmq",
-            ratio(rate("push100_text", "queenwire"), rate("push100_text", "pgmq")),
+            ratio(
+                rate("push100_text", "queenwire"),
+                rate("push100_text", "pgmq"),
+            ),
         ),
         ("pop_scale", pop_scale(extras)),
         (
@@ -1430,7 +1442,12 @@ fn pop_scale(extras: &extra::Extras) -> String {
 /// Median TPC-B tps through queenwire ÷ median direct.
 fn tpcb_ratio(extras: &extra::Extras) -> String {
     let of = |s: &str| {
-        let mut v: Vec<f64> = extras.tpcb.iter().filter(|(x, _)| *x == s).map(|(_, t)| *t).collect();
+        let mut v: Vec<f64> = extras
+            .tpcb
+            .iter()
+            .filter(|(x, _)| *x == s)
+            .map(|(_, t)| *t)
+            .collect();
         (!v.is_empty()).then(|| median(&mut v))
     };
     match (of("queenwire"), of("direct")) {
@@ -1451,7 +1468,11 @@ fn print_extras(extras: &extra::Extras) {
                 .iter()
                 .find(|(m, _)| m == n)
                 .map_or("–".into(), |(_, r)| format!("{r:.0}"));
-            println!("| {n} | {:.2} | {:.2} | {prov} |", p50 / 1000.0, p99 / 1000.0);
+            println!(
+                "| {n} | {:.2} | {:.2} | {prov} |",
+                p50 / 1000.0,
+                p99 / 1000.0
+            );
         }
         println!();
     }

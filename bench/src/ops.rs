@@ -41,15 +41,26 @@ pub enum Op {
     InsertText { batch: usize },
     /// `PUSH INTO q PARTITION p VALUES ($1)` into a new partition each time:
     /// partitions `first`, `first + step`, … (provisioning).
-    QwProvision { queue: String, first: usize, step: usize },
+    QwProvision {
+        queue: String,
+        first: usize,
+        step: usize,
+    },
     /// `pgmq.send` (batch 1) or `pgmq.send_batch`.
     PgmqSend { queue: String, batch: usize },
     /// `INSERT INTO bench_insert (part, payload) VALUES ($1, $2), …
     /// RETURNING id`; `part` random among `partitions` when given.
-    Insert { batch: usize, partitions: Option<usize> },
+    Insert {
+        batch: usize,
+        partitions: Option<usize>,
+    },
     /// `queen.log_push_v1` called directly, framed here as the engine does;
     /// into a random partition among `partitions` when given.
-    DirectPush { queue: String, batch: usize, partitions: Option<usize> },
+    DirectPush {
+        queue: String,
+        batch: usize,
+        partitions: Option<usize>,
+    },
     /// `POP FROM q [GROUP g] LIMIT n [WAIT w] [AUTO ACK]`, then `ACK` of
     /// every receipt unless auto ack.
     QwPop {
@@ -339,9 +350,8 @@ impl Worker {
                         self.text_values(1, "::jsonb")
                     )
                 } else {
-                    let list: Vec<String> = (0..batch)
-                        .map(|_| self.text_values(1, "::jsonb"))
-                        .collect();
+                    let list: Vec<String> =
+                        (0..batch).map(|_| self.text_values(1, "::jsonb")).collect();
                     format!(
                         "SELECT * FROM pgmq.send_batch('{queue}', ARRAY[{}])",
                         list.join(", ")
@@ -379,13 +389,15 @@ impl Worker {
                     })
                     .collect();
                 let blob = frame::encode(&frames)?;
-                let part = partitions.map_or_else(|| "Default".to_string(), |p| self.random_partition(p));
+                let part =
+                    partitions.map_or_else(|| "Default".to_string(), |p| self.random_partition(p));
                 let names = vec![part.as_str()];
                 let counts = vec![batch as i32];
                 let blobs = vec![blob];
                 let hashes: Vec<Option<i64>> = vec![None; batch];
                 let ids: Vec<Uuid> = frames.iter().map(|f| f.message_id).collect();
                 let times = vec![system_time(now)];
+                let no_traces: Option<Vec<Option<&str>>> = None;
                 let n = self
                     .client
                     .execute(
@@ -399,6 +411,7 @@ impl Worker {
                             &ids,
                             &times,
                             &times,
+                            &no_traces,
                             &DEFAULT_TENANT,
                         ],
                     )

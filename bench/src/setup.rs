@@ -31,8 +31,9 @@ pub async fn start_cluster() -> Result<Cluster, BoxError> {
     let d = dir.clone();
     // Also on 127.0.0.1, for the direct-over-TCP comparison.
     let tcp_port = free_port()?;
-    let pg = tokio::task::spawn_blocking(move || EmbeddedPostgres::start_listening(&d, Some(tcp_port)))
-        .await??;
+    let pg =
+        tokio::task::spawn_blocking(move || EmbeddedPostgres::start_listening(&d, Some(tcp_port)))
+            .await??;
     let client = connect(&pg.client_config()).await?;
     let version: String = client
         .query_one("SELECT current_setting('server_version')", &[])

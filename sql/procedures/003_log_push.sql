@@ -204,7 +204,8 @@ $$;
 --   2. log_partitions: provisioning inserts, name ascending (COLLATE "C"),
 --      then every named partition FOR NO KEY UPDATE in id ascending order
 --      (a partition inserted in step 2 is re-locked, not acquired);
---   3. leaves: log_segments, log_txns inserts (step 4, one statement).
+--   3. leaves: log_segments, log_txns and log_traces inserts (step 4, one
+--      statement; log_traces' foreign key re-locks the partitions held).
 -- The order holds per call. A client transaction block can still invert it
 -- across statements, as on plain PostgreSQL: two blocks pushing into the
 -- same partitions in opposite orders, or a block whose first PUSH ran while
@@ -212,6 +213,14 @@ $$;
 -- asks for the queue row while holding partitions. Either ends in 40P01 for
 -- one block (seen in a chaos run that toggled max_queue_size under load;
 -- none without the toggle), never in a lost or duplicated message.
+-- p_trace_ids (017_traces) runs parallel to p_message_ids: a message with
+-- a trace id gets a queen.log_traces row in the same statement. NULL (no
+-- message has one) writes nothing there: the gate is a one-time filter, so
+-- an untraced push costs what it did before the column existed.
+-- The signature before p_trace_ids is dropped so no ambiguous overload
+-- survives (calls name their arguments).
+DROP FUNCTION IF EXISTS queen.log_push_v1(
+    TEXT, TEXT[], INTEGER[], BYTEA[], BIGINT[], UUID[], TIMESTAMPTZ[], TIMESTAMPTZ[], UUID);
 CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_queue          TEXT,
     p_partitions     TEXT[],
@@ -221,6 +230,7 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_message_ids    UUID[],
     p_min_created_at TIMESTAMPTZ[],
     p_max_created_at TIMESTAMPTZ[],
+    p_trace_ids      TEXT[] DEFAULT NULL,
     p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
 ) RETURNS TABLE (msg_index INTEGER, status TEXT, partition_name TEXT, "offset" BIGINT, message_id UUID)
 LANGUAGE plpgsql
@@ -266,8 +276,9 @@ BEGIN
     SELECT sum(c) INTO v_total FROM unnest(p_counts) c;
     IF cardinality(p_message_ids) IS DISTINCT FROM v_total::INTEGER
        OR (p_txn_hashes IS NOT NULL AND cardinality(p_txn_hashes) <> v_total)
+       OR (p_trace_ids IS NOT NULL AND cardinality(p_trace_ids) <> v_total)
        OR array_position(p_message_ids, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'log_push_v1: % messages need % message ids and % transaction hashes (or NULL)',
+        RAISE EXCEPTION 'log_push_v1: % messages need % message ids and % transaction hashes and trace ids (or NULL)',
             v_total, v_total, v_total
             USING ERRCODE = '22023';
     END IF;
@@ -447,6 +458,15 @@ BEGIN
                     THEN p_txn_hashes[pl.first_idx + 1 : pl.first_idx + pl.cnt] END,
                p_message_ids[pl.first_idx + 1 : pl.first_idx + pl.cnt]
         FROM placed pl
+    ), traces AS (
+        INSERT INTO queen.log_traces
+            (tenant_id, trace_id, message_id, partition_id, message_offset, base_offset, created_at)
+        SELECT p_tenant, p_trace_ids[pl.first_idx + g + 1], p_message_ids[pl.first_idx + g + 1],
+               pl.pid, pl.base + g, pl.base, pl.min_at
+        FROM placed pl
+        CROSS JOIN generate_series(0, pl.cnt - 1) AS g
+        WHERE p_trace_ids IS NOT NULL
+          AND p_trace_ids[pl.first_idx + g + 1] IS NOT NULL
     )
     SELECT (pl.first_idx + g)::INTEGER, 'queued'::TEXT, pl.pname::TEXT,
            pl.base + g, p_message_ids[pl.first_idx + g + 1]

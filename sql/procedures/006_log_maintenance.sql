@@ -191,7 +191,7 @@ $$;
 -- `locked` when a push held the partition row, so nothing was marked (the
 -- engine retries shortly: never queueing behind the write path). Zeros
 -- when the partition is gone or its queue has retention disabled.
--- Locks: leaves log_segments, log_txns (purge); then, for the UPDATE
+-- Locks: leaves log_segments, log_txns, log_traces (purge); then, for the UPDATE
 -- alone, the log_partitions row FOR NO KEY UPDATE SKIP LOCKED (the
 -- queues and log_consumers rows are read, not locked).
 CREATE OR REPLACE FUNCTION queen.log_retention_step_v1(
@@ -230,6 +230,10 @@ BEGIN
     WHERE s.partition_id = p_partition_id AND s.base_offset < v_first;
     DELETE FROM queen.log_txns t
     WHERE t.partition_id = p_partition_id AND t.base_offset < v_first;
+    -- The trace index of the purged messages (017; a probe of its
+    -- (partition_id, message_offset) index when the partition has none).
+    DELETE FROM queen.log_traces t
+    WHERE t.partition_id = p_partition_id AND t.message_offset < v_first;
 
     -- 2. mark the next due prefix. It is found before the partition lock
     -- is taken, so the lock covers only the UPDATE: segments below the

@@ -110,7 +110,10 @@ DECLARE
         'configure_queue_v1', 'delete_queue_v1', 'kv_apply_v1',
         'timer_schedule_v1', 'timer_cancel_v1', 'timer_list_v1',
         'timer_schedule_v2', 'timer_list_v2',
-        'tenant_visible_v1'];
+        'tenant_visible_v1',
+        'log_browse_v1', 'log_browse_message_v1',
+        'consumer_groups_v1', 'consumer_group_detail_v1', 'lagging_partitions_v1',
+        'dlq_replay_take_v1', 'trace_messages_v1', 'status_v1'];
     v_engine TEXT[] := ARRAY[
         'receipt_secret_v1', 'log_expire_pending_v1', 'maintenance_try_lease_v1',
         'log_retention_work_v1', 'log_retention_step_v1', 'log_partition_cleanup_step_v1',
@@ -143,6 +146,7 @@ BEGIN
         GRANT USAGE ON SCHEMA queen TO queen_client, queen_engine;
         GRANT SELECT ON queen.queue_depth, queen.group_lag, queen.dlq_counts, queen.throughput
             TO queen_client, queen_engine;
+        GRANT SELECT ON queen.status, queen.throughput_per_minute TO queen_client, queen_engine;
     END IF;
 END
 $$;

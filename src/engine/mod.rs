@@ -9,10 +9,12 @@
 //! Knows nothing of the client's wire, the session's bookkeeping or the
 //! pool: a session lends it a backend connection through [`Lender`].
 
+pub mod browse;
 mod console;
 mod execute;
 pub mod frame;
 pub mod fusion;
+pub mod groups;
 pub mod kv;
 pub mod leases;
 pub mod lend;
@@ -21,8 +23,10 @@ pub mod maintenance;
 mod observe;
 pub mod queues;
 pub mod receipt;
+pub mod replay;
 pub mod retention;
 pub mod schema;
+pub mod status;
 pub mod timers;
 pub mod values;
 mod wait;
@@ -218,6 +222,16 @@ impl Engine {
                     .map(|q| params.name(q, "queue"))
                     .transpose()?;
                 timers::list(conn, queue.as_deref(), tenant).await?
+            }
+            Statement::Browse(b) => browse::execute(conn, b, &params, tenant).await?,
+            Statement::GroupDetail(g) => groups::execute(conn, g, &params, tenant).await?,
+            Statement::ShowStatus => status::show(conn, tenant).await?,
+            Statement::ReplayDlq(r) => {
+                let (rows, queue) = replay::replay(conn, r, &params, &self.limits, tenant).await?;
+                if !rows.is_empty() {
+                    pushed = Some(wake::queue_key(tenant, &queue));
+                }
+                rows
             }
             // Answered before any backend is asked (`execute.rs`).
             Statement::Console(view) => console::rows(&self.metrics, *view, tenant),

@@ -25,7 +25,13 @@ pub fn kind(stmt: &Statement) -> Kind {
         Statement::ShowQueues
         | Statement::ShowPartitions { .. }
         | Statement::ShowGroups { .. }
-        | Statement::ShowDlq { .. } => Kind::Show,
+        | Statement::ShowDlq { .. }
+        | Statement::Browse(_)
+        | Statement::GroupDetail(_)
+        | Statement::ShowStatus => Kind::Show,
+        // A replay writes messages, but its rows do not name the queue the
+        // way PUSH's do: counted as administration, not as pushes.
+        Statement::ReplayDlq(_) => Kind::QueueAdmin,
         Statement::Kv(_) => Kind::Kv,
         Statement::Schedule(_) | Statement::CancelSchedule(_) | Statement::ShowSchedules { .. } => {
             Kind::Timer

@@ -280,6 +280,7 @@ pub async fn write_pushes(
         let mut counts = Vec::with_capacity(order.len());
         let mut blobs = Vec::with_capacity(order.len());
         let mut hashes: Vec<Option<i64>> = Vec::new();
+        let mut traces: Vec<Option<&str>> = Vec::new();
         let mut ids = Vec::new();
         let mut times = Vec::with_capacity(order.len());
         // Flattened position → (statement, input index).
@@ -295,6 +296,7 @@ pub async fn write_pushes(
                 let it = &items[k];
                 frames.push(&it.frame);
                 hashes.push(it.hash);
+                traces.push(it.frame.trace_id.as_deref());
                 ids.push(it.frame.message_id);
                 flat.push((s, it.input_index));
             }
@@ -308,6 +310,8 @@ pub async fn write_pushes(
         // No transaction id anywhere: NULL, so the procedure skips its
         // dedup probe altogether.
         let hashes = hashes.iter().any(Option::is_some).then_some(hashes);
+        // Likewise no trace id: NULL, and log_traces is not touched.
+        let traces = traces.iter().any(Option::is_some).then_some(traces);
         let rows = conn
             .run(&PushCall {
                 queue: &queue,
@@ -318,6 +322,7 @@ pub async fn write_pushes(
                 message_ids: ids,
                 min_created_at: &times,
                 max_created_at: &times,
+                trace_ids: traces,
                 tenant,
             })
             .await?;
@@ -633,6 +638,9 @@ pub async fn show_groups(
                 int8(r.lag),
                 Cell::timestamp(r.oldest_pending_at),
                 int8(r.leased_partitions),
+                int8(r.time_lag_seconds),
+                Cell::timestamp(r.last_claimed_at),
+                Cell::opt_text(r.state),
             ]
         })
         .collect())

@@ -313,11 +313,7 @@ async fn serve(
             }
             let _ = broken_tx.send(());
         });
-        let again: Vec<String> = hub
-            .channels()
-            .iter()
-            .map(|c| quoted("LISTEN", c))
-            .collect();
+        let again: Vec<String> = hub.channels().iter().map(|c| quoted("LISTEN", c)).collect();
         if !again.is_empty() {
             if let Err(e) = client.batch_execute(&again.join("; ")).await {
                 health.lost(&e);

@@ -275,8 +275,14 @@ mod tests {
     fn listen_statements_the_proxy_can_serve() {
         use super::Listening::*;
         assert_eq!(listening("LISTEN Jobs"), Some(Listen("jobs".into())));
-        assert_eq!(listening("listen \"Mixed \"\"x\"\"\""), Some(Listen("Mixed \"x\"".into())));
-        assert_eq!(listening("/* c */ UNLISTEN jobs "), Some(Unlisten(Some("jobs".into()))));
+        assert_eq!(
+            listening("listen \"Mixed \"\"x\"\"\""),
+            Some(Listen("Mixed \"x\"".into()))
+        );
+        assert_eq!(
+            listening("/* c */ UNLISTEN jobs "),
+            Some(Unlisten(Some("jobs".into())))
+        );
         assert_eq!(listening("UNLISTEN *"), Some(Unlisten(None)));
         assert_eq!(listening("LISTEN *"), None);
         assert_eq!(listening("LISTEN a b"), None);

@@ -6,10 +6,10 @@ use super::lease::For;
 use super::replies::Expect;
 use super::{canned, End, Session};
 use crate::engine::CallEnd;
+use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::encoding::ClientText;
 use crate::protocol::tags::backend as tag;
 use crate::protocol::{self, frontend, Message, TxStatus};
-use crate::frontend::encoding::ClientEncoding;
 use crate::rewrite::passthrough::Listening;
 use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
@@ -88,11 +88,14 @@ impl Session {
         let (command_tag, result) = match listening {
             Listening::Listen(channel) => {
                 let r = hub.listen(self.id, statement, channel).await;
-                ("LISTEN", r.map(|rx| {
-                    if let Some(rx) = rx {
-                        self.notifications = Some(rx);
-                    }
-                }))
+                (
+                    "LISTEN",
+                    r.map(|rx| {
+                        if let Some(rx) = rx {
+                            self.notifications = Some(rx);
+                        }
+                    }),
+                )
             }
             Listening::Unlisten(channel) => {
                 ("UNLISTEN", hub.unlisten(self.id, statement, channel).await)

@@ -22,6 +22,9 @@
 //! | push, pop, ack, renew                          | [`queues`]      |
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
+//! | SHOW MESSAGES / MESSAGE / TRACE, REPLAY DLQ    | [`messages`]    |
+//! | SHOW GROUP, SHOW LAGGING PARTITIONS            | [`groups`]      |
+//! | SHOW STATUS                                    | [`status`]      |
 //! | the KV batch                                   | [`kv`]          |
 //! | timers, and the fire loop's claim and delete   | [`timers`]      |
 //! | background tasks: quotas, leases, sweeps, wake | [`maintenance`] |
@@ -30,14 +33,17 @@
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 
 pub mod admin;
+pub mod groups;
 pub mod json;
 pub mod kv;
 pub mod maintenance;
+pub mod messages;
 pub mod metrics;
 pub mod queues;
 pub mod retention;
 mod row;
 pub mod show;
+pub mod status;
 pub mod timers;
 pub mod transaction;
 
@@ -99,6 +105,13 @@ pub const ALL: &[&CallSpec] = &[
     &show::PARTITIONS,
     &show::GROUPS,
     &show::DLQ,
+    &messages::BROWSE,
+    &messages::BROWSE_MESSAGE,
+    &messages::REPLAY_TAKE,
+    &messages::TRACE,
+    &status::STATUS,
+    &groups::DETAIL,
+    &groups::LAGGING,
     &kv::APPLY,
     &timers::SCHEDULE,
     &timers::CANCEL,

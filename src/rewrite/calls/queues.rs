@@ -18,7 +18,7 @@ pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
 
 pub const PUSH: CallSpec = CallSpec {
     name: "qw_push_v1",
-    sql: "SELECT msg_index, status, \"offset\", message_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_tenant => $9)",
+    sql: "SELECT msg_index, status, \"offset\", message_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10)",
     params: &[
         Type::TEXT,
         Type::TEXT_ARRAY,
@@ -28,6 +28,7 @@ pub const PUSH: CallSpec = CallSpec {
         Type::UUID_ARRAY,
         Type::TIMESTAMPTZ_ARRAY,
         Type::TIMESTAMPTZ_ARRAY,
+        Type::TEXT_ARRAY,
         Type::UUID,
     ],
     columns: &[
@@ -52,6 +53,9 @@ pub struct Push<'a> {
     pub message_ids: Vec<Uuid>,
     pub min_created_at: &'a [SystemTime],
     pub max_created_at: &'a [SystemTime],
+    /// `None` when no message has a trace id: nothing is written to
+    /// `queen.log_traces` (017_traces).
+    pub trace_ids: Option<Vec<Option<&'a str>>>,
     pub tenant: Uuid,
 }
 
@@ -68,6 +72,7 @@ impl Call for Push<'_> {
             &self.message_ids,
             &self.min_created_at,
             &self.max_created_at,
+            &self.trace_ids,
             &self.tenant,
         ]
     }

@@ -1,5 +1,5 @@
-//! SHOW QUEUES / PARTITIONS / GROUPS / DLQ: the `log_show_*_v1` and
-//! `get_dlq_messages_v1` readers. Their columns come back in the order of
+//! SHOW QUEUES / PARTITIONS / GROUPS / DLQ: the `log_show_*_v1`,
+//! `consumer_groups_v1` and `get_dlq_messages_v1` readers. Their columns come back in the order of
 //! the statement's result columns (`dialect/show.rs`); every cell but the
 //! DLQ's may be NULL and is passed on as such.
 
@@ -103,8 +103,8 @@ impl FromRow for PartitionRow {
 }
 
 pub const GROUPS: CallSpec = CallSpec {
-    name: "qw_show_groups_v1",
-    sql: "SELECT queue, consumer_group, partitions, lag, oldest_pending_at, leased_partitions FROM queen.log_show_groups_v1(p_queue => $1, p_tenant => $2)",
+    name: "qw_consumer_groups_v1",
+    sql: "SELECT queue, consumer_group, partitions, lag, oldest_pending_at, leased_partitions, time_lag_seconds, last_claimed_at, state FROM queen.consumer_groups_v1(p_queue => $1, p_tenant => $2)",
     params: &[Type::TEXT, Type::UUID],
     columns: &[
         column("queue", Type::TEXT),
@@ -113,6 +113,9 @@ pub const GROUPS: CallSpec = CallSpec {
         column("lag", Type::INT8),
         column("oldest_pending_at", Type::TIMESTAMPTZ),
         column("leased_partitions", Type::INT8),
+        column("time_lag_seconds", Type::INT8),
+        column("last_claimed_at", Type::TIMESTAMPTZ),
+        column("state", Type::TEXT),
     ],
 };
 
@@ -138,6 +141,10 @@ pub struct GroupRow {
     pub lag: Option<i64>,
     pub oldest_pending_at: Option<SystemTime>,
     pub leased_partitions: Option<i64>,
+    pub time_lag_seconds: Option<i64>,
+    pub last_claimed_at: Option<SystemTime>,
+    /// `Stable`, `Lagging` or `Dead` (014_consumer_groups).
+    pub state: Option<String>,
 }
 
 impl FromRow for GroupRow {
@@ -149,6 +156,9 @@ impl FromRow for GroupRow {
             lag: row.get("lag")?,
             oldest_pending_at: row.get("oldest_pending_at")?,
             leased_partitions: row.get("leased_partitions")?,
+            time_lag_seconds: row.get("time_lag_seconds")?,
+            last_claimed_at: row.get("last_claimed_at")?,
+            state: row.get("state")?,
         })
     }
 }

@@ -12,6 +12,10 @@
 //! | `ACK`, `RENEW`                                  | [`ack`]         |
 //! | `CREATE/ALTER/DROP QUEUE`, `SEEK/DROP GROUP`    | [`queue_admin`] |
 //! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
+//! | `SHOW MESSAGES`, `SHOW MESSAGE`, `SHOW TRACE`   | [`browse`]      |
+//! | `SHOW GROUP`, `SHOW LAGGING PARTITIONS`         | [`groups`]      |
+//! | `REPLAY DLQ`                                    | [`replay`]      |
+//! | `SHOW STATUS`                                   | [`status`]      |
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //! | `SHOW QUEENWIRE POOLS/CLIENTS/SERVERS/STATS`    | [`console`]     |
@@ -26,11 +30,13 @@
 //! business through the proxy; `DROP ROLE` still passes through).
 
 pub mod ack;
-pub mod cron;
+pub mod browse;
 pub mod console;
+pub mod cron;
 mod cursor;
 mod duration;
 mod error;
+pub mod groups;
 mod json;
 pub mod kv;
 mod lexer;
@@ -38,7 +44,9 @@ pub mod options;
 pub mod pop;
 pub mod push;
 pub mod queue_admin;
+pub mod replay;
 pub mod show;
+pub mod status;
 pub mod timer;
 mod value;
 
@@ -104,6 +112,10 @@ pub enum Statement {
         /// `None`: every queue of the tenant.
         queue: Option<Name>,
     },
+    Browse(browse::Browse),
+    GroupDetail(groups::GroupDetail),
+    ReplayDlq(replay::ReplayDlq),
+    ShowStatus,
     /// The admin view, answered by the proxy.
     Console(console::Console),
 }
@@ -130,6 +142,10 @@ impl Statement {
             Statement::Schedule(_) => timer::SCHEDULE_COLUMNS,
             Statement::CancelSchedule(_) => timer::CANCEL_COLUMNS,
             Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
+            Statement::Browse(browse) => browse.columns(),
+            Statement::GroupDetail(detail) => detail.columns(),
+            Statement::ReplayDlq(_) => replay::COLUMNS,
+            Statement::ShowStatus => status::COLUMNS,
             Statement::Console(view) => view.columns(),
         }
     }
@@ -176,7 +192,7 @@ impl Statement {
             Statement::DropQueue(drop) => drop.describe_params(&mut params),
             Statement::SeekGroup(seek) => seek.describe_params(&mut params),
             Statement::DropGroup(drop) => drop.describe_params(&mut params),
-            Statement::ShowQueues | Statement::Console(_) => {}
+            Statement::ShowQueues | Statement::ShowStatus | Statement::Console(_) => {}
             Statement::ShowPartitions { queue } => params.note(queue, oid::TEXT),
             Statement::ShowGroups { queue } | Statement::ShowSchedules { queue } => {
                 params.note_all(queue, oid::TEXT)
@@ -188,6 +204,9 @@ impl Statement {
             Statement::Kv(kv) => kv.describe_params(&mut params),
             Statement::Schedule(schedule) => schedule.describe_params(&mut params),
             Statement::CancelSchedule(cancel) => cancel.describe_params(&mut params),
+            Statement::Browse(browse) => browse.describe_params(&mut params),
+            Statement::GroupDetail(detail) => detail.describe_params(&mut params),
+            Statement::ReplayDlq(replay) => replay.describe_params(&mut params),
         }
         params.into_vec()
     }
@@ -210,6 +229,10 @@ enum Family {
     DropGroup,
     Show,
     ShowSchedules,
+    Browse,
+    GroupDetail,
+    ReplayDlq,
+    ShowStatus,
     Console,
 }
 
@@ -233,7 +256,7 @@ fn recognize(sql: &str) -> Option<Family> {
         "RENEW" => Family::Renew,
         "KV" => Family::Kv,
         "SCHEDULE" => Family::Schedule,
-        "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" => {
+        "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" | "REPLAY" => {
             let second = lexer.next_token().ok()?;
             let second = word(&second)?.to_ascii_uppercase();
             match (first.as_str(), second.as_str()) {
@@ -252,8 +275,16 @@ fn recognize(sql: &str) -> Option<Family> {
                     Family::DropGroup
                 }
                 ("SEEK", "GROUP") => Family::SeekGroup,
+                ("REPLAY", "DLQ") => Family::ReplayDlq,
                 ("SHOW", "QUEUES" | "PARTITIONS" | "GROUPS" | "DLQ") => Family::Show,
                 ("SHOW", "SCHEDULES") => Family::ShowSchedules,
+                ("SHOW", "STATUS") => Family::ShowStatus,
+                // PostgreSQL's SHOW takes one name: a second word is a
+                // syntax error there.
+                ("SHOW", "MESSAGES" | "MESSAGE" | "TRACE") if more_follows(&mut lexer) => {
+                    Family::Browse
+                }
+                ("SHOW", "GROUP" | "LAGGING") if more_follows(&mut lexer) => Family::GroupDetail,
                 // `SHOW queenwire` alone is a parameter lookup; a second
                 // bare word is a syntax error in PostgreSQL.
                 ("SHOW", "QUEENWIRE") => {
@@ -267,6 +298,14 @@ fn recognize(sql: &str) -> Option<Family> {
         _ => return None,
     };
     Some(family)
+}
+
+/// Whether another token follows (not `;`, not the end): `SHOW word` alone
+/// is PostgreSQL's (a configuration parameter), `SHOW word more…` never is.
+fn more_follows(lexer: &mut Lexer<'_>) -> bool {
+    lexer
+        .next_token()
+        .is_ok_and(|t| !matches!(t.kind, TokenKind::Eof | TokenKind::Semicolon))
 }
 
 /// `None`: the text is not a dialect statement (pass it through to
@@ -296,6 +335,10 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::DropGroup => queue_admin::DropGroup::parse(&mut cursor).map(Statement::DropGroup),
         Family::Show => show::parse(&mut cursor),
         Family::ShowSchedules => timer::parse_show(&mut cursor),
+        Family::Browse => browse::Browse::parse(&mut cursor).map(Statement::Browse),
+        Family::GroupDetail => groups::GroupDetail::parse(&mut cursor).map(Statement::GroupDetail),
+        Family::ReplayDlq => replay::ReplayDlq::parse(&mut cursor).map(Statement::ReplayDlq),
+        Family::ShowStatus => status::parse(&mut cursor),
         Family::Console => console::parse(&mut cursor),
     };
     Some(statement.and_then(|statement| {

@@ -29,6 +29,10 @@ pub const GROUPS_COLUMNS: &[Column] = &[
     Column::new("lag", oid::INT8),
     Column::new("oldest_pending_at", oid::TIMESTAMPTZ),
     Column::new("leased_partitions", oid::INT8),
+    // Appended (014_consumer_groups): the columns above keep their places.
+    Column::new("time_lag_seconds", oid::INT8),
+    Column::new("last_claimed_at", oid::TIMESTAMPTZ),
+    Column::new("state", oid::TEXT),
 ];
 
 pub const DLQ_COLUMNS: &[Column] = &[

@@ -18,6 +18,14 @@ fn postgresql_statements_that_share_the_dialect_s_first_words_are_not_ours() {
         "SHOW ALL",
         "SHOW TIME ZONE",
         "SHOW TRANSACTION ISOLATION LEVEL",
+        // `SHOW word` alone is a parameter lookup in PostgreSQL: the
+        // catalogue statements need something after their second word.
+        "SHOW messages",
+        "SHOW message;",
+        "SHOW trace",
+        "SHOW lagging",
+        "show lagging -- comment",
+        "REPLAY",
         "CANCEL",
     ] {
         assert!(parse(sql).is_none(), "{sql} was taken by the dialect");
@@ -103,6 +111,13 @@ fn every_family_is_recognised_case_insensitively() {
         "show groups",
         "show dlq from q",
         "show schedules",
+        "show messages from q",
+        "show message '01a231a6-75b0-75c8-9018-e7c53a8139da' from q",
+        "show group g on q",
+        "show lagging partitions on q",
+        "show trace 't'",
+        "show status",
+        "replay dlq from q",
     ] {
         assert!(
             matches!(parse(sql), Some(Ok(_))),
@@ -266,6 +281,12 @@ const SAMPLES: &[&str] = &[
     "KV PUT ns k $$[\"x\"]$$ TTL 'PT1H' EXPECT 3 /* c */",
     "KV LIST ns PREFIX 'a' AFTER 'b' LIMIT 10 -- c",
     "SCHEDULE INTO q KEY k AT '2030-01-01' VALUES ('{}')",
+    "SHOW MESSAGES FROM q PARTITION p GROUP g FROM OFFSET 10 LIMIT 3",
+    "SHOW MESSAGES FROM q FROM TIMESTAMP '2024-01-01 00:00:00+00'",
+    "SHOW MESSAGE $1 FROM \"q\" GROUP 'g'",
+    "SHOW LAGGING PARTITIONS ON q GROUP g OVER '5m'",
+    "SHOW TRACE $$checkout-7$$",
+    "REPLAY DLQ FROM q PARTITION p GROUP g WHERE REASON LIKE 'up%' LIMIT 50",
 ];
 
 #[test]

@@ -12,6 +12,7 @@
 mod execute;
 pub mod frame;
 pub mod fusion;
+pub mod hotlist;
 pub mod kv;
 pub mod leases;
 pub mod lend;
@@ -135,7 +136,10 @@ impl Engine {
                 let plan = queues::plan_pop(pop, &params)?;
                 queues::pop_once(conn, &plan, &self.receipts, tenant).await?
             }
-            Statement::Ack(ack) => queues::ack(conn, ack, &params, &self.receipts, tenant).await?,
+            Statement::Ack(ack) => {
+                let hot = &self.announcer.waiters.hot;
+                queues::ack(conn, ack, &params, &self.receipts, tenant, hot).await?
+            }
             Statement::Renew(renew) => {
                 queues::renew(conn, renew, &params, &self.receipts, tenant).await?
             }
@@ -167,11 +171,17 @@ impl Engine {
                 Vec::new()
             }
             Statement::SeekGroup(s) => {
-                conn.run(&admin::seek(s, &params, tenant)?).await?;
+                let call = admin::seek(s, &params, tenant)?;
+                conn.run(&call).await?;
+                let hot = &self.announcer.waiters.hot;
+                hot.repaired(tenant, &call.queue, &call.group);
                 Vec::new()
             }
             Statement::DropGroup(d) => {
-                conn.run(&admin::drop_group(d, &params, tenant)?).await?;
+                let call = admin::drop_group(d, &params, tenant)?;
+                conn.run(&call).await?;
+                let hot = &self.announcer.waiters.hot;
+                hot.repaired(tenant, &call.queue, &call.group);
                 Vec::new()
             }
             Statement::ShowQueues => queues::show_queues(conn, tenant).await?,

@@ -28,7 +28,7 @@ async fn provision(proxy: &Proxy, queue: &str, partitions: usize, per_partition:
     let client = proxy.connect().await;
     client
         .simple_query(&format!(
-            "PUSH INTO {queue} PARTITION 'template' VALUES ('{{\"x\":1}}')"
+            "PUSH INTO tpl_{queue} PARTITION 'template' VALUES ('{{\"x\":1}}')"
         ))
         .await
         .unwrap();
@@ -42,7 +42,8 @@ async fn provision(proxy: &Proxy, queue: &str, partitions: usize, per_partition:
                    p_counts => array_fill(1, ARRAY[{n}]),
                    p_blobs => array_fill((SELECT s.blob FROM queen.log_segments s
                                           JOIN queen.log_partitions p ON p.id = s.partition_id
-                                          WHERE p.name = 'template' LIMIT 1), ARRAY[{n}]),
+                                          JOIN queen.queues q ON q.id = p.queue_id
+                                          WHERE q.name = 'tpl_{queue}' LIMIT 1), ARRAY[{n}]),
                    p_txn_hashes => NULL,
                    p_message_ids => (SELECT array_agg(gen_random_uuid()) FROM generate_series(1, {n})),
                    p_min_created_at => array_fill(now(), ARRAY[{n}]),
@@ -52,13 +53,6 @@ async fn provision(proxy: &Proxy, queue: &str, partitions: usize, per_partition:
             .await
             .unwrap();
     }
-    // The template partition's message is consumed so it does not count.
-    client
-        .simple_query(&format!(
-            "POP FROM {queue} PARTITION 'template' LIMIT 1 AUTO ACK"
-        ))
-        .await
-        .unwrap();
 }
 
 /// Median and mean POP latency (LIMIT 1 AUTO ACK, simple protocol, one
@@ -98,5 +92,334 @@ async fn pop_latency_by_partitions() {
             lat[lat.len() * 95 / 100],
             lat[lat.len() - 1]
         );
+    }
+}
+
+async fn pop_rows(client: &Client, sql: &str) -> Vec<HashMap<String, Option<String>>> {
+    rows(client, sql).await
+}
+
+async fn ack_all(client: &Client, receipts: &[String]) -> Vec<String> {
+    if receipts.is_empty() {
+        return Vec::new();
+    }
+    let list: Vec<String> = receipts.iter().map(|r| quote(r)).collect();
+    rows(client, &format!("ACK {}", list.join(", ")))
+        .await
+        .iter()
+        .map(|r| col(r, "status"))
+        .collect()
+}
+
+/// Two queenwire processes on one database.
+async fn two_proxies(prefix: &str) -> (Proxy, Proxy) {
+    let a = Proxy::start_with(prefix, |c| c.pool_size = 8).await;
+    let b = Proxy::start_on(a.direct.clone(), |c| c.pool_size = 8).await;
+    (a, b)
+}
+
+/// Parses a payload `{"p": partition, "s": seq}` (as jsonb prints it).
+fn partition_seq(payload: &str) -> (u32, u32) {
+    let field = |name: &str| -> u32 {
+        let at = payload
+            .find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("{payload}"))
+            + name.len()
+            + 3;
+        let digits: String = payload[at..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap_or_else(|_| panic!("{payload}"))
+    };
+    (field("p"), field("s"))
+}
+
+/// POPs a group's messages AUTO ACK until none is left; returns how many.
+async fn drain(client: &Client, sql: &str) -> usize {
+    let mut n = 0;
+    loop {
+        let r = pop_rows(client, sql).await;
+        if r.is_empty() {
+            return n;
+        }
+        n += r.len();
+    }
+}
+
+#[tokio::test]
+async fn two_queenwires_deliver_20000_partitions_exactly_once_in_order() {
+    const PARTITIONS: u32 = 20_000;
+    /// Partitions 0..DEEP get DEPTH messages, the rest one.
+    const DEEP: u32 = 100;
+    const DEPTH: u32 = 10;
+    const PER_PROXY_CONSUMERS: usize = 3;
+    let (a, b) = two_proxies("hot_two").await;
+    a.connect()
+        .await
+        .batch_execute("CREATE QUEUE wide")
+        .await
+        .unwrap();
+
+    // Every (partition, seq) once, written half through each proxy, while
+    // the consumers run: a partition is pushed in seq order by one producer.
+    let mut plan: Vec<(u32, u32)> = Vec::new();
+    for s in 0..DEPTH {
+        for p in 0..DEEP {
+            plan.push((p, s));
+        }
+    }
+    for p in DEEP..PARTITIONS {
+        plan.push((p, 0));
+    }
+    let total = plan.len();
+    let mut producers = Vec::new();
+    for (half, proxy) in [&a, &b].into_iter().enumerate() {
+        let cfg = proxy.client_config();
+        let mine: Vec<(u32, u32)> = plan
+            .iter()
+            .copied()
+            .filter(|(p, _)| (*p as usize) % 2 == half)
+            .collect();
+        producers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            for chunk in mine.chunks(500) {
+                let values: Vec<String> = chunk
+                    .iter()
+                    .map(|(p, s)| format!("('{{\"p\":{p},\"s\":{s}}}', 'p{p}')"))
+                    .collect();
+                client
+                    .simple_query(&format!(
+                        "PUSH INTO wide (payload, partition) VALUES {}",
+                        values.join(", ")
+                    ))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+
+    // (partition, seq, delivered at) per delivery, acknowledged.
+    type Delivery = (u32, u32, Instant);
+    let ledger: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+    let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut consumers = Vec::new();
+    for proxy in [&a, &b] {
+        for _ in 0..PER_PROXY_CONSUMERS {
+            let cfg = proxy.client_config();
+            let ledger = ledger.clone();
+            let acked = acked.clone();
+            consumers.push(tokio::spawn(async move {
+                let client = connect(&cfg).await;
+                let deadline = Instant::now() + Duration::from_secs(600);
+                while acked.load(std::sync::atomic::Ordering::SeqCst) < total {
+                    assert!(Instant::now() < deadline, "consumers did not finish");
+                    let popped =
+                        pop_rows(&client, "POP FROM wide LIMIT 5 LEASE '5min' WAIT '300ms'").await;
+                    let at = Instant::now();
+                    if popped.is_empty() {
+                        continue;
+                    }
+                    let mut receipts = Vec::new();
+                    {
+                        let mut ledger = ledger.lock().unwrap();
+                        for r in &popped {
+                            let (p, s) = partition_seq(&col(r, "payload"));
+                            assert_eq!(col(r, "partition"), format!("p{p}"));
+                            ledger.push((p, s, at));
+                            receipts.push(col(r, "receipt"));
+                        }
+                    }
+                    let statuses = ack_all(&client, &receipts).await;
+                    assert!(statuses.iter().all(|s| s == "acked"), "{statuses:?}");
+                    acked.fetch_add(receipts.len(), std::sync::atomic::Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    for c in consumers {
+        c.await.unwrap();
+    }
+
+    let ledger = ledger.lock().unwrap();
+    let mut seen: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut by_partition: BTreeMap<u32, Vec<(Instant, u32)>> = BTreeMap::new();
+    for (p, s, at) in ledger.iter() {
+        *seen.entry((*p, *s)).or_default() += 1;
+        by_partition.entry(*p).or_default().push((*at, *s));
+    }
+    let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(duplicated.is_empty(), "delivered twice: {duplicated:?}");
+    let expected: HashSet<(u32, u32)> = plan.iter().copied().collect();
+    let lost: Vec<_> = expected.iter().filter(|k| !seen.contains_key(*k)).collect();
+    assert!(lost.is_empty(), "never delivered: {:?}", &lost[..lost.len().min(10)]);
+    assert_eq!(seen.len(), expected.len(), "delivered something never pushed");
+    // Per partition, deliveries in time order carry seqs in order (one
+    // batch at a time per partition, so the times order them).
+    for (p, mut ds) in by_partition {
+        ds.sort_by_key(|d| d.0);
+        for w in ds.windows(2) {
+            assert!(w[0].1 < w[1].1, "p{p}: seq {} delivered after {}", w[1].1, w[0].1);
+        }
+    }
+}
+
+/// POPs `sql` on `client` until it returns rows or `within` passes.
+async fn pop_until(client: &Client, sql: &str, within: Duration) -> Vec<HashMap<String, Option<String>>> {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = pop_rows(client, sql).await;
+        if !r.is_empty() || Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn pushes_through_the_other_queenwire_or_plain_sql_are_found() {
+    let (a, b) = two_proxies("hot_found").await;
+    let ca = a.connect().await;
+    let cb = b.connect().await;
+    // A's ring is seeded on a queue with many partitions, all consumed.
+    provision(&a, "found", 2_000, 1).await;
+    loop {
+        if pop_rows(&ca, "POP FROM found LIMIT 100 PARTITIONS 100 AUTO ACK").await.is_empty() {
+            break;
+        }
+    }
+    assert!(pop_rows(&ca, "POP FROM found AUTO ACK").await.is_empty());
+
+    // A push through B: a wake-up reaches A, whose ring catches up.
+    cb.simple_query("PUSH INTO found PARTITION 'p1234' VALUES ('{\"via\":\"b\"}')")
+        .await
+        .unwrap();
+    let got = pop_until(&ca, "POP FROM found AUTO ACK", Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "A never found B's push");
+    assert_eq!(col(&got[0], "partition"), "p1234");
+
+    // A waiting POP on A is woken by a push through B to a new partition.
+    let waiter = {
+        let cfg = a.client_config();
+        tokio::spawn(async move {
+            let c = connect(&cfg).await;
+            let t = Instant::now();
+            let r = pop_rows(&c, "POP FROM found AUTO ACK WAIT '20s'").await;
+            (r, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cb.simple_query("PUSH INTO found PARTITION 'brand-new' VALUES ('{\"via\":\"b\"}')")
+        .await
+        .unwrap();
+    let (r, waited) = waiter.await.unwrap();
+    assert_eq!(r.len(), 1, "the waiting POP got nothing");
+    assert_eq!(col(&r[0], "partition"), "brand-new");
+    assert!(waited < Duration::from_secs(15), "woken late: {waited:?}");
+
+    // A write no queenwire announced (plain SQL into the push procedure):
+    // found by the periodic windowed reseed.
+    assert!(pop_rows(&ca, "POP FROM found AUTO ACK").await.is_empty());
+    provision(&b, "found", 3, 1).await;
+    let mut partitions = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while partitions.len() < 3 && Instant::now() < deadline {
+        for r in pop_rows(&ca, "POP FROM found AUTO ACK").await {
+            partitions.insert(col(&r, "partition"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let want: HashSet<String> = ["p0", "p1", "p2"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(partitions, want);
+}
+
+#[tokio::test]
+async fn expired_leases_are_redelivered_and_seek_and_drop_group_are_honoured() {
+    let (a, b) = two_proxies("hot_repair").await;
+    let ca = a.connect().await;
+    let cb = b.connect().await;
+
+    // Two partitions leased through A and never acknowledged.
+    provision(&a, "lease", 2, 1).await;
+    let mut leased = HashSet::new();
+    for _ in 0..2 {
+        let r = pop_rows(&ca, "POP FROM lease LEASE '1s'").await;
+        assert_eq!(r.len(), 1);
+        leased.insert(col(&r[0], "partition"));
+    }
+    assert!(pop_rows(&ca, "POP FROM lease").await.is_empty());
+    assert!(pop_rows(&cb, "POP FROM lease").await.is_empty());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut again = HashSet::new();
+    for c in [&ca, &cb] {
+        let r = pop_until(c, "POP FROM lease LEASE '1min'", Duration::from_secs(10)).await;
+        assert_eq!(r.len(), 1, "an expired lease was not redelivered");
+        assert_eq!(col(&r[0], "retry_count"), "1");
+        again.insert(col(&r[0], "partition"));
+    }
+    assert_eq!(again, leased);
+
+    // A group drains a queue through A; a SEEK through B sends it back to
+    // the beginning, which A's ring learns from queen.hotlist_repairs.
+    provision(&a, "seek", 20, 2).await;
+    const DRAIN: &str = "POP FROM seek GROUP g LIMIT 10 AUTO ACK";
+    assert_eq!(drain(&ca, DRAIN).await, 40);
+    assert!(pop_rows(&ca, "POP FROM seek GROUP g AUTO ACK").await.is_empty());
+    cb.batch_execute("SEEK GROUP g ON seek TO BEGINNING").await.unwrap();
+    let first = pop_until(&ca, "POP FROM seek GROUP g LIMIT 10 AUTO ACK", Duration::from_secs(10)).await;
+    assert!(!first.is_empty(), "A never saw B's SEEK");
+    assert_eq!(first.len() + drain(&ca, DRAIN).await, 40);
+
+    // DROP GROUP through A: the group subscribes afresh from the beginning.
+    ca.batch_execute("DROP GROUP g ON seek").await.unwrap();
+    assert_eq!(drain(&ca, DRAIN).await, 40);
+
+    // POP … PARTITION still claims the one partition it names.
+    cb.simple_query("PUSH INTO seek PARTITION 'p3' VALUES ('{\"x\":2}')")
+        .await
+        .unwrap();
+    let r = pop_rows(&ca, "POP FROM seek PARTITION 'p3' LIMIT 10 AUTO ACK").await;
+    assert_eq!(r.len(), 3, "queue mode sees the partition's three messages");
+}
+
+/// How many procedure calls a POP costs (a diagnostic, not a test).
+#[tokio::test]
+#[ignore]
+async fn calls_per_pop() {
+    let proxy = Proxy::start("hotlist_calls").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("SELECT set_config('track_functions', 'all', false)")
+        .await
+        .unwrap();
+    let db: String = direct.query_one("SELECT current_database()", &[]).await.unwrap().get(0);
+    direct
+        .batch_execute(&format!("ALTER DATABASE {db} SET track_functions = 'all'"))
+        .await
+        .unwrap();
+    provision(&proxy, "calls", 2_000, 1).await;
+    let client = proxy.connect().await;
+    for _ in 0..20 {
+        client.simple_query("POP FROM calls LIMIT 1 AUTO ACK").await.unwrap();
+    }
+    let stats = "SELECT funcname, calls, round(total_time::numeric, 2)::text FROM pg_stat_user_functions WHERE funcname LIKE 'log_%' ORDER BY 1";
+    direct.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = direct.query(stats, &[]).await.unwrap();
+    let t = Instant::now();
+    for _ in 0..100 {
+        client.simple_query("POP FROM calls LIMIT 1 AUTO ACK").await.unwrap();
+    }
+    println!("100 pops in {:?}", t.elapsed());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    direct.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
+    let after = direct.query(stats, &[]).await.unwrap();
+    for r in before.iter().chain(after.iter()) {
+        let (f, c, t): (String, i64, String) = (r.get(0), r.get(1), r.get(2));
+        println!("{f} {c} {t} ms");
     }
 }

@@ -268,10 +268,20 @@ BEGIN
                         THEN p.last_write_at + make_interval(secs => v_queue.window_buffer)
                END,
                c.last_claimed_at
+        -- LATERAL ... LIMIT 1: one primary-key probe per candidate, never a
+        -- join over the queue's partitions, whatever the row estimates.
         FROM (SELECT DISTINCT u.id FROM unnest(p_candidates) AS u(id) WHERE u.id IS NOT NULL) AS k
-        LEFT JOIN queen.log_partitions p ON p.id = k.id AND p.queue_id = v_queue.id
-        LEFT JOIN queen.log_consumers c
-               ON c.partition_id = p.id AND c.consumer_group = v_group
+        LEFT JOIN LATERAL (
+            SELECT p1.id, p1.name, p1.last_write_at, p1.last_offset
+            FROM queen.log_partitions p1
+            WHERE p1.id = k.id AND p1.queue_id = v_queue.id
+            LIMIT 1) AS p ON true
+        LEFT JOIN LATERAL (
+            SELECT c1.partition_id, c1.lease_token, c1.lease_expires_at, c1.blocked_until,
+                   c1.cursor_offset, c1.last_claimed_at
+            FROM queen.log_consumers c1
+            WHERE c1.partition_id = p.id AND c1.consumer_group = v_group
+            LIMIT 1) AS c ON true
         WHERE p_candidates IS NOT NULL
         ) AS u
         ORDER BY u.st = 'ready', u.last_claimed_at NULLS FIRST, u.id
@@ -568,8 +578,11 @@ BEGIN
         INTO v_ids, v_to, v_n
         FROM (SELECT p.id, p.last_write_at
               FROM queen.log_partitions p
-              LEFT JOIN queen.log_consumers c
-                     ON c.partition_id = p.id AND c.consumer_group = v_group
+              LEFT JOIN LATERAL (
+                  SELECT c1.partition_id, c1.cursor_offset
+                  FROM queen.log_consumers c1
+                  WHERE c1.partition_id = p.id AND c1.consumer_group = v_group
+                  LIMIT 1) AS c ON true
               WHERE p.queue_id = v_queue_id
                 AND p.last_write_at >= p_written_since
                 AND (c.partition_id IS NULL OR c.cursor_offset < p.last_offset)

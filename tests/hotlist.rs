@@ -55,25 +55,79 @@ async fn provision(proxy: &Proxy, queue: &str, partitions: usize, per_partition:
     }
 }
 
+/// As [`provision`], but with plain INSERTs into the log tables (seconds
+/// for 100,000 partitions instead of minutes through the push procedure;
+/// the rows have the same shape). For the latency benchmark only.
+async fn provision_bulk(proxy: &Proxy, queue: &str, partitions: usize, per_partition: usize) {
+    let client = proxy.connect().await;
+    client
+        .simple_query(&format!(
+            "PUSH INTO tpl_{queue} PARTITION 'template' VALUES ('{{\"x\":1}}'); CREATE QUEUE {queue}"
+        ))
+        .await
+        .unwrap();
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute(&format!(
+            "CREATE TEMP TABLE tpl AS SELECT s.blob FROM queen.log_segments s
+               JOIN queen.log_partitions p ON p.id = s.partition_id
+               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'tpl_{queue}';
+             INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at)
+               SELECT q.id, 'p' || g, {m} - 1, clock_timestamp()
+               FROM queen.queues q, generate_series(0, {n} - 1) g WHERE q.name = '{queue}';
+             INSERT INTO queen.log_segments
+                 (partition_id, base_offset, min_created_at, max_created_at, message_count, byte_size, blob)
+               SELECT p.id, o, now(), now(), 1, length(t.blob), t.blob
+               FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id, tpl t,
+                    generate_series(0, {m} - 1) o
+               WHERE q.name = '{queue}';
+             INSERT INTO queen.log_txns (partition_id, base_offset, created_at, txn_hashes, message_ids)
+               SELECT s.partition_id, s.base_offset, now(), NULL, ARRAY[gen_random_uuid()]
+               FROM queen.log_segments s JOIN queen.log_partitions p ON p.id = s.partition_id
+               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = '{queue}';
+             DROP TABLE tpl;
+             ANALYZE queen.log_partitions; ANALYZE queen.log_segments; ANALYZE queen.log_consumers;",
+            n = partitions,
+            m = per_partition
+        ))
+        .await
+        .unwrap();
+}
+
 /// Median and mean POP latency (LIMIT 1 AUTO ACK, simple protocol, one
 /// client) at 10, 1,000, 10,000 and 100,000 partitions. A benchmark, not a
-/// test: run with `cargo test --release --test hotlist -- --ignored --nocapture`.
+/// test: run with `cargo test --release --test hotlist -- --ignored
+/// --nocapture pop_latency` (`QW_PROVISION=push` writes the partitions
+/// through the push procedure instead of plain INSERTs: minutes longer).
 #[tokio::test]
 #[ignore]
 async fn pop_latency_by_partitions() {
     let proxy = Proxy::start("hotlist_latency").await;
     let client = proxy.connect().await;
-    for (n, pops) in [(10usize, 400usize), (1_000, 400), (10_000, 200), (100_000, 100)] {
+    for (n, pops) in [
+        (10usize, 400usize),
+        (1_000, 400),
+        (10_000, 200),
+        (100_000, 100),
+    ] {
+        let per_scan = 25;
         let queue = format!("lat{n}");
-        let per = (pops + 20).div_ceil(n).max(1);
+        let per = (pops + 20 + per_scan).div_ceil(n).max(1);
         let t = Instant::now();
-        provision(&proxy, &queue, n, per).await;
+        if std::env::var("QW_PROVISION").as_deref() == Ok("push") {
+            provision(&proxy, &queue, n, per).await;
+        } else {
+            provision_bulk(&proxy, &queue, n, per).await;
+        }
         let provision_s = t.elapsed().as_secs_f64();
         let sql = format!("POP FROM {queue} LIMIT 1 AUTO ACK");
         let t = Instant::now();
         let first = client.simple_query(&sql).await.unwrap();
         let first_ms = t.elapsed().as_secs_f64() * 1000.0;
-        assert!(first.len() > 1, "the first POP at {n} partitions found nothing");
+        assert!(
+            first.len() > 1,
+            "the first POP at {n} partitions found nothing"
+        );
         for _ in 0..5 {
             client.simple_query(&sql).await.unwrap();
         }
@@ -91,6 +145,23 @@ async fn pop_latency_by_partitions() {
             lat[lat.len() / 2],
             lat[lat.len() * 95 / 100],
             lat[lat.len() - 1]
+        );
+        // The whole-queue scan of before, for comparison on the same data:
+        // log_pop_v1 called directly (no proxy), 20 times.
+        let direct = proxy.connect_direct().await;
+        let scan = format!(
+            "SELECT count(*) FROM queen.log_pop_v1('{queue}', NULL, '__QUEUE_MODE__', 1, 1, NULL, 'beginning', NULL, true)"
+        );
+        let mut scans = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            direct.simple_query(&scan).await.unwrap();
+            scans.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        scans.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "partitions={n} whole-queue scan (log_pop_v1, direct) median_ms={:.3}",
+            scans[scans.len() / 2]
         );
     }
 }
@@ -256,20 +327,37 @@ async fn two_queenwires_deliver_20000_partitions_exactly_once_in_order() {
     assert!(duplicated.is_empty(), "delivered twice: {duplicated:?}");
     let expected: HashSet<(u32, u32)> = plan.iter().copied().collect();
     let lost: Vec<_> = expected.iter().filter(|k| !seen.contains_key(*k)).collect();
-    assert!(lost.is_empty(), "never delivered: {:?}", &lost[..lost.len().min(10)]);
-    assert_eq!(seen.len(), expected.len(), "delivered something never pushed");
+    assert!(
+        lost.is_empty(),
+        "never delivered: {:?}",
+        &lost[..lost.len().min(10)]
+    );
+    assert_eq!(
+        seen.len(),
+        expected.len(),
+        "delivered something never pushed"
+    );
     // Per partition, deliveries in time order carry seqs in order (one
     // batch at a time per partition, so the times order them).
     for (p, mut ds) in by_partition {
         ds.sort_by_key(|d| d.0);
         for w in ds.windows(2) {
-            assert!(w[0].1 < w[1].1, "p{p}: seq {} delivered after {}", w[1].1, w[0].1);
+            assert!(
+                w[0].1 < w[1].1,
+                "p{p}: seq {} delivered after {}",
+                w[1].1,
+                w[0].1
+            );
         }
     }
 }
 
 /// POPs `sql` on `client` until it returns rows or `within` passes.
-async fn pop_until(client: &Client, sql: &str, within: Duration) -> Vec<HashMap<String, Option<String>>> {
+async fn pop_until(
+    client: &Client,
+    sql: &str,
+    within: Duration,
+) -> Vec<HashMap<String, Option<String>>> {
     let deadline = Instant::now() + within;
     loop {
         let r = pop_rows(client, sql).await;
@@ -288,7 +376,10 @@ async fn pushes_through_the_other_queenwire_or_plain_sql_are_found() {
     // A's ring is seeded on a queue with many partitions, all consumed.
     provision(&a, "found", 2_000, 1).await;
     loop {
-        if pop_rows(&ca, "POP FROM found LIMIT 100 PARTITIONS 100 AUTO ACK").await.is_empty() {
+        if pop_rows(&ca, "POP FROM found LIMIT 100 PARTITIONS 100 AUTO ACK")
+            .await
+            .is_empty()
+        {
             break;
         }
     }
@@ -368,9 +459,18 @@ async fn expired_leases_are_redelivered_and_seek_and_drop_group_are_honoured() {
     provision(&a, "seek", 20, 2).await;
     const DRAIN: &str = "POP FROM seek GROUP g LIMIT 10 AUTO ACK";
     assert_eq!(drain(&ca, DRAIN).await, 40);
-    assert!(pop_rows(&ca, "POP FROM seek GROUP g AUTO ACK").await.is_empty());
-    cb.batch_execute("SEEK GROUP g ON seek TO BEGINNING").await.unwrap();
-    let first = pop_until(&ca, "POP FROM seek GROUP g LIMIT 10 AUTO ACK", Duration::from_secs(10)).await;
+    assert!(pop_rows(&ca, "POP FROM seek GROUP g AUTO ACK")
+        .await
+        .is_empty());
+    cb.batch_execute("SEEK GROUP g ON seek TO BEGINNING")
+        .await
+        .unwrap();
+    let first = pop_until(
+        &ca,
+        "POP FROM seek GROUP g LIMIT 10 AUTO ACK",
+        Duration::from_secs(10),
+    )
+    .await;
     assert!(!first.is_empty(), "A never saw B's SEEK");
     assert_eq!(first.len() + drain(&ca, DRAIN).await, 40);
 
@@ -386,6 +486,87 @@ async fn expired_leases_are_redelivered_and_seek_and_drop_group_are_honoured() {
     assert_eq!(r.len(), 3, "queue mode sees the partition's three messages");
 }
 
+/// Where a POP's time goes at many partitions (a diagnostic, not a test):
+/// nested plans slower than 1 ms under a generic plan, through psql.
+#[tokio::test]
+#[ignore]
+async fn explain_pop() {
+    let proxy = Proxy::start("hotlist_explain").await;
+    let n = std::env::var("QW_PARTITIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    if std::env::var("QW_PROVISION").as_deref() == Ok("push") {
+        provision(&proxy, "ex", n, 1).await;
+    } else {
+        provision_bulk(&proxy, "ex", n, 1).await;
+    }
+    let client = proxy.connect().await;
+    for _ in 0..20 {
+        client
+            .simple_query("POP FROM ex LIMIT 1 AUTO ACK")
+            .await
+            .unwrap();
+    }
+    let mut each = Vec::new();
+    let t = Instant::now();
+    for _ in 0..50 {
+        let t = Instant::now();
+        client
+            .simple_query("POP FROM ex LIMIT 1 AUTO ACK")
+            .await
+            .unwrap();
+        each.push(t.elapsed().as_micros());
+    }
+    println!("50 pops in {:?}: {each:?} µs", t.elapsed());
+    let host = match &proxy.direct.get_hosts()[0] {
+        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+    };
+    let port = proxy.direct.get_ports()[0].to_string();
+    let user = proxy.direct.get_user().unwrap().to_string();
+    let db = proxy.direct.get_dbname().unwrap().to_string();
+    let script = "LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 1;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_analyze = on;
+SET auto_explain.log_level = notice;
+SET plan_cache_mode = force_generic_plan;
+\\timing on
+SELECT count(*) FROM queen.log_pop_v2('ex', NULL, '__QUEUE_MODE__', 1, 1, NULL, 'beginning', NULL, true, '00000000-0000-0000-0000-000000000001', (SELECT array_agg(p.id) FROM (SELECT p.id FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'ex' ORDER BY p.id DESC LIMIT 17) p));
+SELECT count(*) FROM queen.log_pop_v2('ex', NULL, '__QUEUE_MODE__', 1, 1, NULL, 'beginning', NULL, true, '00000000-0000-0000-0000-000000000001', (SELECT array_agg(p.id) FROM (SELECT p.id FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'ex' ORDER BY p.id DESC LIMIT 17) p));
+SELECT count(*) FROM queen.log_hotlist_seed_v1('ex', '__QUEUE_MODE__', now() - interval '1 s', 10000);
+";
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h", &host, "-p", &port, "-U", &user, "-d", &db, "-X", "-c", "SELECT 1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new("psql")
+        .args(["-h", &host, "-p", &port, "-U", &user, "-d", &db, "-X"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(script.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    println!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// How many procedure calls a POP costs (a diagnostic, not a test).
 #[tokio::test]
 #[ignore]
@@ -396,7 +577,11 @@ async fn calls_per_pop() {
         .batch_execute("SELECT set_config('track_functions', 'all', false)")
         .await
         .unwrap();
-    let db: String = direct.query_one("SELECT current_database()", &[]).await.unwrap().get(0);
+    let db: String = direct
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
     direct
         .batch_execute(&format!("ALTER DATABASE {db} SET track_functions = 'all'"))
         .await
@@ -404,19 +589,31 @@ async fn calls_per_pop() {
     provision(&proxy, "calls", 2_000, 1).await;
     let client = proxy.connect().await;
     for _ in 0..20 {
-        client.simple_query("POP FROM calls LIMIT 1 AUTO ACK").await.unwrap();
+        client
+            .simple_query("POP FROM calls LIMIT 1 AUTO ACK")
+            .await
+            .unwrap();
     }
     let stats = "SELECT funcname, calls, round(total_time::numeric, 2)::text FROM pg_stat_user_functions WHERE funcname LIKE 'log_%' ORDER BY 1";
-    direct.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
+    direct
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let before = direct.query(stats, &[]).await.unwrap();
     let t = Instant::now();
     for _ in 0..100 {
-        client.simple_query("POP FROM calls LIMIT 1 AUTO ACK").await.unwrap();
+        client
+            .simple_query("POP FROM calls LIMIT 1 AUTO ACK")
+            .await
+            .unwrap();
     }
     println!("100 pops in {:?}", t.elapsed());
     tokio::time::sleep(Duration::from_millis(600)).await;
-    direct.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
+    direct
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await
+        .unwrap();
     let after = direct.query(stats, &[]).await.unwrap();
     for r in before.iter().chain(after.iter()) {
         let (f, c, t): (String, i64, String) = (r.get(0), r.get(1), r.get(2));

@@ -18,6 +18,7 @@ pub mod leases;
 pub mod lend;
 pub mod lock_order;
 pub mod maintenance;
+pub mod pop;
 pub mod queues;
 pub mod receipt;
 pub mod retention;
@@ -133,12 +134,13 @@ impl Engine {
                 rows
             }
             Statement::Pop(pop) => {
-                let plan = queues::plan_pop(pop, &params)?;
-                queues::pop_once(conn, &plan, &self.receipts, tenant).await?
+                let plan = pop::plan_pop(pop, &params)?;
+                pop::pop_once(conn, &plan, &self.receipts, tenant).await?
             }
             Statement::Ack(ack) => {
                 let hot = &self.announcer.waiters.hot;
-                queues::ack(conn, ack, &params, &self.receipts, tenant, hot).await?
+                let released = |p: &[(i64, &str)]| hot.acked(p);
+                queues::ack(conn, ack, &params, &self.receipts, tenant, released).await?
             }
             Statement::Renew(renew) => {
                 queues::renew(conn, renew, &params, &self.receipts, tenant).await?

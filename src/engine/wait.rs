@@ -9,7 +9,7 @@
 
 use super::lend::Lender;
 use super::values::Params;
-use super::{queues, wake, Engine, ExecError, Outcome};
+use super::{pop, wake, Engine, ExecError, Outcome};
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
@@ -25,11 +25,11 @@ impl Engine {
     pub(super) async fn pop<L: Lender>(
         &self,
         lender: &mut L,
-        pop: &Pop,
+        stmt: &Pop,
         params: &[Option<String>],
         tenant: Uuid,
     ) -> Result<Outcome, ExecError> {
-        let plan = queues::plan_pop(pop, &Params(params))?;
+        let plan = pop::plan_pop(stmt, &Params(params))?;
         let deadline = plan.wait.map(|w| Instant::now() + w);
         let waiters = &self.announcer.waiters;
         let queue_key = wake::queue_key(tenant, &plan.queue);

@@ -93,8 +93,10 @@ impl Waiters {
         }
     }
 
-    /// Forgets queues nobody waits on (called now and then).
+    /// Forgets queues nobody waits on, and idle hot-list rings (called now
+    /// and then).
     pub fn prune(&self) {
+        self.hot.prune();
         if let Ok(mut map) = self.queues.lock() {
             map.retain(|_, n| Arc::strong_count(n) > 1);
         }

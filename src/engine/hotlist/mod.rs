@@ -22,7 +22,12 @@ use ring::RingState;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use uuid::Uuid;
+
+/// A ring no POP used for this long is forgotten (the next POP of its queue
+/// and group seeds it afresh).
+const RING_IDLE: Duration = Duration::from_secs(600);
 
 /// One ring and the wake-up counter of its queue.
 pub struct Ring {
@@ -119,5 +124,13 @@ impl Hotlist {
                 }
             }
         }
+    }
+
+    /// Forgets rings idle for [`RING_IDLE`] and wake-up counters no ring
+    /// uses (called now and then).
+    pub fn prune(&self) {
+        let now = Instant::now();
+        lock(&self.rings).retain(|_, r| Arc::strong_count(r) > 1 || !r.lock().idle(now, RING_IDLE));
+        lock(&self.wakes).retain(|_, w| Arc::strong_count(w) > 1);
     }
 }

@@ -9,7 +9,7 @@
 use super::ring::{Judgement, Maintenance, Seeded, Taken};
 use super::{Hotlist, Ring};
 use crate::backend::call::Calls;
-use crate::engine::queues::{self, PopPlan};
+use crate::engine::pop::{self as queues, PopPlan};
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::values::Cell;
 use crate::engine::ExecError;
@@ -90,6 +90,7 @@ impl Hotlist {
                     full: since.is_none(),
                     done: false,
                 };
+                let started = Instant::now();
                 let rows = conn
                     .run(&HotlistSeed {
                         queue: &plan.queue,
@@ -111,15 +112,16 @@ impl Hotlist {
                     })
                     .unwrap_or_default();
                 seeding.done = true;
+                let now = Instant::now();
                 ring.lock()
-                    .seed_done(since.is_none(), seed, Instant::now());
+                    .seed_done(since.is_none(), seed, now, now - started);
             }
         }
 
         let mut budget = {
             let mut state = ring.lock();
             state.unpark_due(SystemTime::now());
-            state.len()
+            state.rotation_len()
         };
         let mut round = FIRST_ROUND + plan.max_partitions();
         let mut parked_looked = false;

@@ -17,9 +17,13 @@ use std::time::{Duration, Instant, SystemTime};
 /// not: the bound on how late a push without a wake-up (direct SQL, a lost
 /// NOTIFY) is found.
 pub const RESEED_EVERY: Duration = Duration::from_secs(1);
-/// The full reseed (reconcile) period: the bound on how long a lost hint can
-/// strand a message (see docs/internals/hotlist.md).
+/// The full reseed (reconcile) period: with [`RECONCILE_SHARE`], the bound
+/// on how long a lost hint can strand a message (docs/internals/hotlist.md).
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(10);
+/// The reconcile period is also at least this many times what the last full
+/// seed took, so a queue with very many partitions spends at most about 1 %
+/// of its POPs' time reconciling.
+pub const RECONCILE_SHARE: u32 = 100;
 /// How far a windowed reseed reaches back before the previous one's start:
 /// a push stamps `last_write_at` before it commits, so a write committed
 /// after a reseed began can carry a stamp a little older than that start.
@@ -97,12 +101,19 @@ pub struct RingState {
     repair_seen: Option<SystemTime>,
     last_window: Option<Instant>,
     last_full: Option<Instant>,
+    reconcile_every: Duration,
     wake_seen: u64,
+    last_used: Option<Instant>,
 }
 
 impl RingState {
+    /// Not planned for since `idle` before `now` (nor ever).
+    pub fn idle(&self, now: Instant, idle: Duration) -> bool {
+        self.last_used.is_none_or(|t| now.duration_since(t) >= idle)
+    }
+
     /// Ids in the rotation (not in flight, not parked).
-    pub fn len(&self) -> usize {
+    pub fn rotation_len(&self) -> usize {
         self.order.len()
     }
 
@@ -114,6 +125,7 @@ impl RingState {
     /// ring as being seeded until [`RingState::seed_done`] or
     /// [`RingState::seed_abandoned`].
     pub fn plan(&mut self, now: Instant, wake_gen: u64) -> Maintenance {
+        self.last_used = Some(now);
         if self.seeding {
             return if self.seeded {
                 Maintenance::None
@@ -121,9 +133,10 @@ impl RingState {
                 Maintenance::WholeQueue
             };
         }
+        let every = self.reconcile_every.max(RECONCILE_EVERY);
         let reconcile = self
             .last_full
-            .is_none_or(|t| now.duration_since(t) >= RECONCILE_EVERY);
+            .is_none_or(|t| now.duration_since(t) >= every);
         if !self.seeded || self.full_due || reconcile {
             self.seeding = true;
             self.full_due = false;
@@ -154,11 +167,13 @@ impl RingState {
         }
     }
 
-    pub fn seed_done(&mut self, full: bool, seed: Seeded, now: Instant) {
+    /// `took`: how long the seed's call took.
+    pub fn seed_done(&mut self, full: bool, seed: Seeded, now: Instant, took: Duration) {
         self.seeding = false;
         self.last_window = Some(now);
         if full {
             self.last_full = Some(now);
+            self.reconcile_every = took.saturating_mul(RECONCILE_SHARE);
         }
         for id in &seed.ids {
             self.add(*id, false);
@@ -327,7 +342,7 @@ mod tests {
     fn seeded_ring(ids: &[i64]) -> RingState {
         let mut r = RingState::default();
         assert_eq!(r.plan(Instant::now(), 0), Maintenance::Full);
-        r.seed_done(true, seed(ids), Instant::now());
+        r.seed_done(true, seed(ids), Instant::now(), Duration::ZERO);
         r
     }
 
@@ -337,18 +352,27 @@ mod tests {
         let now = Instant::now();
         assert_eq!(r.plan(now, 0), Maintenance::Full);
         assert_eq!(r.plan(now, 0), Maintenance::WholeQueue);
-        r.seed_done(true, seed(&[1, 2]), now);
+        r.seed_done(true, seed(&[1, 2]), now, Duration::ZERO);
         assert_eq!(r.plan(now, 0), Maintenance::None);
         assert!(matches!(r.plan(now, 1), Maintenance::Window(_)));
-        r.seed_done(false, seed(&[]), now);
+        r.seed_done(false, seed(&[]), now, Duration::ZERO);
         assert!(matches!(
             r.plan(now + RESEED_EVERY, 1),
             Maintenance::Window(_)
         ));
         r.seed_abandoned(false);
         assert!(matches!(r.plan(now, 1), Maintenance::Window(_)));
-        r.seed_done(false, seed(&[]), now);
+        r.seed_done(false, seed(&[]), now, Duration::ZERO);
         assert_eq!(r.plan(now + RECONCILE_EVERY, 1), Maintenance::Full);
+        // A full seed that took long stretches the reconcile period.
+        r.seed_done(true, seed(&[]), now, Duration::from_secs(1));
+        let later = now + RECONCILE_EVERY + Duration::from_secs(1);
+        assert!(matches!(r.plan(later, 1), Maintenance::Window(_)));
+        r.seed_done(false, seed(&[]), later, Duration::ZERO);
+        assert_eq!(
+            r.plan(now + Duration::from_secs(u64::from(RECONCILE_SHARE)), 1),
+            Maintenance::Full
+        );
     }
 
     #[test]
@@ -357,11 +381,15 @@ mod tests {
         let t = r.take(2).unwrap();
         assert_eq!(t.ids, vec![1, 2]);
         // 1 claimed, 2 not reached.
-        r.settle(t, &[(1, Judgement::Claimed), (1, Judgement::Claimed)], false);
+        r.settle(
+            t,
+            &[(1, Judgement::Claimed), (1, Judgement::Claimed)],
+            false,
+        );
         let t = r.take(10).unwrap();
         assert_eq!(t.ids, vec![2, 3, 4, 1]);
         r.put_back(t);
-        assert_eq!(r.len(), 4);
+        assert_eq!(r.rotation_len(), 4);
     }
 
     #[test]
@@ -379,18 +407,18 @@ mod tests {
             ],
             false,
         );
-        assert_eq!(r.len(), 1);
+        assert_eq!(r.rotation_len(), 1);
         assert_eq!(r.parked_len(), 1);
         // A windowed reseed does not unpark; a release does.
         r.add(3, false);
         assert_eq!(r.parked_len(), 1);
         r.release(3);
-        assert_eq!((r.len(), r.parked_len()), (2, 0));
+        assert_eq!((r.rotation_len(), r.parked_len()), (2, 0));
         let t = r.take(5).unwrap();
         assert_eq!(t.ids, vec![2, 3]);
         // In a transaction block nothing is dropped.
         r.settle(t, &[(2, Judgement::Empty), (3, Judgement::Empty)], true);
-        assert_eq!(r.len(), 2);
+        assert_eq!(r.rotation_len(), 2);
     }
 
     #[test]
@@ -415,7 +443,7 @@ mod tests {
         let t = r.take_parked(5).unwrap();
         assert_eq!(t.ids, vec![2]);
         r.settle(t, &[(2, Judgement::Locked)], false);
-        assert_eq!(r.len(), 1);
+        assert_eq!(r.rotation_len(), 1);
     }
 
     #[test]
@@ -426,21 +454,21 @@ mod tests {
         let mut s = seed(&[1]);
         s.repair_at = Some(at);
         s.repair_whole = true;
-        r.seed_done(true, s.clone(), Instant::now());
+        r.seed_done(true, s.clone(), Instant::now(), Duration::ZERO);
         assert_eq!(r.plan(Instant::now(), 0), Maintenance::None);
         // A new repair naming one partition: that one comes back at once.
         r.plan(Instant::now(), 1);
         let mut s2 = seed(&[]);
         s2.repair_at = Some(at + Duration::from_secs(1));
         s2.repair_partition = Some(7);
-        r.seed_done(false, s2, Instant::now());
-        assert_eq!(r.len(), 2);
+        r.seed_done(false, s2, Instant::now(), Duration::ZERO);
+        assert_eq!(r.rotation_len(), 2);
         // A whole-queue one: a full reseed next.
         r.plan(Instant::now(), 2);
         let mut s3 = seed(&[]);
         s3.repair_at = Some(at + Duration::from_secs(2));
         s3.repair_whole = true;
-        r.seed_done(false, s3, Instant::now());
+        r.seed_done(false, s3, Instant::now(), Duration::ZERO);
         assert_eq!(r.plan(Instant::now(), 2), Maintenance::Full);
     }
 }

@@ -104,6 +104,9 @@ async fn provision_bulk(proxy: &Proxy, queue: &str, partitions: usize, per_parti
 async fn pop_latency_by_partitions() {
     let proxy = Proxy::start("hotlist_latency").await;
     let client = proxy.connect().await;
+    let only: Option<usize> = std::env::var("QW_PARTITIONS")
+        .ok()
+        .and_then(|v| v.parse().ok());
     for (n, pops) in [
         (10usize, 400usize),
         (1_000, 400),
@@ -111,6 +114,9 @@ async fn pop_latency_by_partitions() {
         (100_000, 100),
     ] {
         let per_scan = 25;
+        if only.is_some_and(|o| o != n) {
+            continue;
+        }
         let queue = format!("lat{n}");
         let per = (pops + 20 + per_scan).div_ceil(n).max(1);
         let t = Instant::now();
@@ -484,6 +490,80 @@ async fn expired_leases_are_redelivered_and_seek_and_drop_group_are_honoured() {
         .unwrap();
     let r = pop_rows(&ca, "POP FROM seek PARTITION 'p3' LIMIT 10 AUTO ACK").await;
     assert_eq!(r.len(), 3, "queue mode sees the partition's three messages");
+}
+
+/// The calls each procedure has had on this database (`track_functions`
+/// must be on for the connections that made them).
+async fn calls_of(direct: &Client) -> HashMap<String, i64> {
+    // An idle backend flushes its function counters within 10 s
+    // (PostgreSQL 15's PGSTAT_IDLE_INTERVAL).
+    tokio::time::sleep(Duration::from_millis(11_500)).await;
+    direct
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await
+        .unwrap();
+    direct
+        .query(
+            "SELECT funcname::text, calls FROM pg_stat_user_functions WHERE schemaname = 'queen'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_empty_pop_on_a_queue_known_empty_makes_no_call() {
+    let db = common::cluster::fresh_database("hot_quiet");
+    let admin = connect(&db).await;
+    let name: String = admin
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} SET track_functions = 'all'"
+        ))
+        .await
+        .unwrap();
+    let proxy = Proxy::start_on(db, |_| {}).await;
+    let client = proxy.connect().await;
+    provision(&proxy, "quiet", 500, 1).await;
+    assert_eq!(
+        drain(&client, "POP FROM quiet LIMIT 50 PARTITIONS 50 AUTO ACK").await,
+        500
+    );
+    let before = calls_of(&admin).await;
+    let t = Instant::now();
+    for _ in 0..50 {
+        assert!(pop_rows(&client, "POP FROM quiet AUTO ACK")
+            .await
+            .is_empty());
+    }
+    let took = t.elapsed();
+    let after = calls_of(&admin).await;
+    let delta = |f: &str| after.get(f).copied().unwrap_or(0) - before.get(f).copied().unwrap_or(0);
+    assert_eq!(
+        delta("log_pop_v2"),
+        0,
+        "an empty POP called the pop procedure"
+    );
+    // At most the once-a-second windowed reseed (and a reconcile, 10 s).
+    let allowed = 2 + took.as_secs() as i64 * 2;
+    assert!(
+        delta("log_hotlist_seed_v1") <= allowed,
+        "{} seeds for 50 empty POPs in {took:?}",
+        delta("log_hotlist_seed_v1")
+    );
+    // And the queue still answers at once when something comes.
+    client
+        .simple_query("PUSH INTO quiet PARTITION 'p7' VALUES ('{}')")
+        .await
+        .unwrap();
+    assert_eq!(pop_rows(&client, "POP FROM quiet AUTO ACK").await.len(), 1);
 }
 
 /// Where a POP's time goes at many partitions (a diagnostic, not a test):

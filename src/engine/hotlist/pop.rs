@@ -75,96 +75,152 @@ impl Hotlist {
         }
         let ring = self.ring(tenant, &plan.queue, plan.group(), digest);
         let maintenance = ring.lock().plan(Instant::now(), ring.wake_gen());
-        match maintenance {
-            Maintenance::None => {}
+        let deferred = match maintenance {
+            Maintenance::None => None,
             Maintenance::WholeQueue => {
                 return Ok(queues::pop_call(conn, plan, key, tenant, None).await?.0);
             }
-            Maintenance::Full | Maintenance::Window(_) => {
-                let since = match maintenance {
-                    Maintenance::Window(t) => Some(t),
-                    _ => None,
-                };
-                let mut seeding = Seeding {
+            Maintenance::Full => {
+                seed(conn, plan, tenant, &ring, None).await?;
+                None
+            }
+            Maintenance::Window {
+                since,
+                deferrable: false,
+            } => {
+                seed(conn, plan, tenant, &ring, Some(since)).await?;
+                None
+            }
+            // Only a wake-up asks for it: claim from the ring as it is
+            // first, and catch up only if that finds nothing, so a busy
+            // queue's POPs do not pay a reseed each (the periodic one still
+            // finds new partitions within RESEED_EVERY).
+            Maintenance::Window {
+                since,
+                deferrable: true,
+            } => Some((
+                since,
+                Seeding {
                     ring: &ring,
-                    full: since.is_none(),
+                    full: false,
                     done: false,
-                };
-                let started = Instant::now();
-                let rows = conn
-                    .run(&HotlistSeed {
-                        queue: &plan.queue,
-                        group: plan.group(),
-                        written_since: since,
-                        limit: WINDOW_LIMIT,
-                        tenant,
-                    })
-                    .await?;
-                let seed = rows
-                    .into_iter()
-                    .next()
-                    .map(|r| Seeded {
-                        window_from: Some(r.written_to.unwrap_or(r.seen_at)),
-                        ids: r.partition_ids,
-                        repair_at: r.repair_at,
-                        repair_partition: r.repair_partition_id,
-                        repair_whole: r.repair_whole.unwrap_or(false),
-                    })
-                    .unwrap_or_default();
-                seeding.done = true;
-                let now = Instant::now();
-                ring.lock()
-                    .seed_done(since.is_none(), seed, now, now - started);
-            }
-        }
-
-        let mut budget = {
-            let mut state = ring.lock();
-            state.unpark_due(SystemTime::now());
-            state.rotation_len()
+                },
+            )),
         };
-        let mut round = FIRST_ROUND + plan.max_partitions();
-        let mut parked_looked = false;
-        loop {
-            let taken = {
-                let mut state = ring.lock();
-                let from_rotation = if budget > 0 {
-                    state.take(round.min(budget))
-                } else {
-                    None
-                };
-                match from_rotation {
-                    Some(t) => {
-                        budget -= t.ids.len();
-                        Some(t)
-                    }
-                    None if !parked_looked => {
-                        parked_looked = true;
-                        state.take_parked(round)
-                    }
-                    None => None,
-                }
-            };
-            let Some(taken) = taken else {
-                return Ok(Vec::new());
-            };
-            let ids = taken.ids.clone();
-            let mut flight = InFlight {
-                ring: &ring,
-                taken: Some(taken),
-            };
-            let (rows, judged) = queues::pop_call(conn, plan, key, tenant, Some(&ids)).await?;
-            if let Some(t) = flight.taken.take() {
-                let judged: Vec<(i64, Judgement)> = judged
-                    .iter()
-                    .map(|(id, state, at)| (*id, Judgement::from_state(state, *at)))
-                    .collect();
-                ring.lock().settle(t, &judged, in_block);
-            }
-            if !rows.is_empty() {
-                return Ok(rows);
-            }
-            round = (round * 4).min(MAX_ROUND);
+        let rows = claim(conn, plan, key, tenant, &ring, in_block).await?;
+        let Some((since, mut pending)) = deferred else {
+            return Ok(rows);
+        };
+        if !rows.is_empty() {
+            // Dropping `pending` leaves the reseed due for the next POP.
+            return Ok(rows);
         }
+        pending.done = true;
+        drop(pending);
+        seed(conn, plan, tenant, &ring, Some(since)).await?;
+        claim(conn, plan, key, tenant, &ring, in_block).await
+    }
+}
+
+/// Seeds the ring, fully (`since` `None`) or the window since `since`, for
+/// a POP whose `plan` marked it as being seeded.
+async fn seed(
+    conn: &mut Calls<'_>,
+    plan: &PopPlan,
+    tenant: Uuid,
+    ring: &Ring,
+    since: Option<SystemTime>,
+) -> Result<(), ExecError> {
+    let mut seeding = Seeding {
+        ring,
+        full: since.is_none(),
+        done: false,
+    };
+    let started = Instant::now();
+    let rows = conn
+        .run(&HotlistSeed {
+            queue: &plan.queue,
+            group: plan.group(),
+            written_since: since,
+            limit: WINDOW_LIMIT,
+            tenant,
+        })
+        .await?;
+    let seed = rows
+        .into_iter()
+        .next()
+        .map(|r| Seeded {
+            window_from: Some(r.written_to.unwrap_or(r.seen_at)),
+            ids: r.partition_ids,
+            repair_at: r.repair_at,
+            repair_partition: r.repair_partition_id,
+            repair_whole: r.repair_whole.unwrap_or(false),
+        })
+        .unwrap_or_default();
+    seeding.done = true;
+    let now = Instant::now();
+    ring.lock()
+        .seed_done(since.is_none(), seed, now, now - started);
+    Ok(())
+}
+
+/// Claims among the ring's candidates, looking further until something is
+/// claimed or every id the rotation held is looked at, and once at the
+/// parked ones.
+async fn claim(
+    conn: &mut Calls<'_>,
+    plan: &PopPlan,
+    key: &ReceiptKey,
+    tenant: Uuid,
+    ring: &Ring,
+    in_block: bool,
+) -> Result<Vec<Vec<Cell>>, ExecError> {
+    let mut budget = {
+        let mut state = ring.lock();
+        state.unpark_due(SystemTime::now());
+        state.rotation_len()
+    };
+    let mut round = FIRST_ROUND + plan.max_partitions();
+    let mut parked_looked = false;
+    loop {
+        let taken = {
+            let mut state = ring.lock();
+            let from_rotation = if budget > 0 {
+                state.take(round.min(budget))
+            } else {
+                None
+            };
+            match from_rotation {
+                Some(t) => {
+                    budget -= t.ids.len();
+                    Some(t)
+                }
+                None if !parked_looked => {
+                    parked_looked = true;
+                    state.take_parked(round)
+                }
+                None => None,
+            }
+        };
+        let Some(taken) = taken else {
+            return Ok(Vec::new());
+        };
+        let ids = taken.ids.clone();
+        let mut flight = InFlight {
+            ring,
+            taken: Some(taken),
+        };
+        let (rows, judged) = queues::pop_call(conn, plan, key, tenant, Some(&ids)).await?;
+        if let Some(t) = flight.taken.take() {
+            let judged: Vec<(i64, Judgement)> = judged
+                .iter()
+                .map(|(id, state, at)| (*id, Judgement::from_state(state, *at)))
+                .collect();
+            ring.lock().settle(t, &judged, in_block);
+        }
+        if !rows.is_empty() {
+            return Ok(rows);
+        }
+        round = (round * 4).min(MAX_ROUND);
     }
 }

@@ -39,7 +39,13 @@ pub enum Maintenance {
     /// Seed from the whole queue (cold ring, reconcile due, repair).
     Full,
     /// Catch up with the partitions written since this (database clock).
-    Window(SystemTime),
+    /// `deferrable`: only a wake-up asks for it (the periodic reseed is not
+    /// due), so a POP that can claim from the ring as it is may skip it;
+    /// dropping it leaves it due for the next POP.
+    Window {
+        since: SystemTime,
+        deferrable: bool,
+    },
     /// The ring is cold and another POP is seeding it: claim over the whole
     /// queue this once.
     WholeQueue,
@@ -151,7 +157,10 @@ impl RingState {
             self.window_due = false;
             self.wake_seen = wake_gen;
             let from = self.window_from.unwrap_or(SystemTime::UNIX_EPOCH);
-            return Maintenance::Window(from.checked_sub(SKEW_MARGIN).unwrap_or(from));
+            return Maintenance::Window {
+                since: from.checked_sub(SKEW_MARGIN).unwrap_or(from),
+                deferrable: !periodic,
+            };
         }
         Maintenance::None
     }
@@ -354,20 +363,29 @@ mod tests {
         assert_eq!(r.plan(now, 0), Maintenance::WholeQueue);
         r.seed_done(true, seed(&[1, 2]), now, Duration::ZERO);
         assert_eq!(r.plan(now, 0), Maintenance::None);
-        assert!(matches!(r.plan(now, 1), Maintenance::Window(_)));
+        assert!(matches!(
+            r.plan(now, 1),
+            Maintenance::Window {
+                deferrable: true,
+                ..
+            }
+        ));
         r.seed_done(false, seed(&[]), now, Duration::ZERO);
         assert!(matches!(
             r.plan(now + RESEED_EVERY, 1),
-            Maintenance::Window(_)
+            Maintenance::Window {
+                deferrable: false,
+                ..
+            }
         ));
         r.seed_abandoned(false);
-        assert!(matches!(r.plan(now, 1), Maintenance::Window(_)));
+        assert!(matches!(r.plan(now, 1), Maintenance::Window { .. }));
         r.seed_done(false, seed(&[]), now, Duration::ZERO);
         assert_eq!(r.plan(now + RECONCILE_EVERY, 1), Maintenance::Full);
         // A full seed that took long stretches the reconcile period.
         r.seed_done(true, seed(&[]), now, Duration::from_secs(1));
         let later = now + RECONCILE_EVERY + Duration::from_secs(1);
-        assert!(matches!(r.plan(later, 1), Maintenance::Window(_)));
+        assert!(matches!(r.plan(later, 1), Maintenance::Window { .. }));
         r.seed_done(false, seed(&[]), later, Duration::ZERO);
         assert_eq!(
             r.plan(now + Duration::from_secs(u64::from(RECONCILE_SHARE)), 1),

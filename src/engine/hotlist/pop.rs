@@ -203,7 +203,15 @@ async fn claim(
             }
         };
         let Some(taken) = taken else {
-            return Ok(Vec::new());
+            // Last, the candidates other POPs of this ring hold right now
+            // (they take more than they claim); theirs to settle.
+            let shared = ring.lock().in_flight_ids(round);
+            if shared.is_empty() {
+                return Ok(Vec::new());
+            }
+            return Ok(queues::pop_call(conn, plan, key, tenant, Some(&shared))
+                .await?
+                .0);
         };
         let ids = taken.ids.clone();
         let mut flight = InFlight {

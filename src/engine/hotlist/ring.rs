@@ -10,7 +10,7 @@
 //! empty drops it only if nothing added it again since the POP took it, so a
 //! reseed that raced with the POP is never undone by it.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 /// A windowed reseed runs at least this often while POPs come, wake-up or
@@ -96,6 +96,7 @@ pub struct Seeded {
 pub struct RingState {
     order: VecDeque<i64>,
     members: HashMap<i64, u64>,
+    in_flight: HashSet<i64>,
     parked: BTreeSet<(SystemTime, i64)>,
     parked_until: HashMap<i64, SystemTime>,
     epoch: u64,
@@ -265,6 +266,7 @@ impl RingState {
         }
         let n = k.min(self.order.len());
         let ids: Vec<i64> = self.order.drain(..n).collect();
+        self.in_flight.extend(ids.iter().copied());
         Some(Taken {
             ids,
             epoch: self.epoch,
@@ -283,6 +285,7 @@ impl RingState {
             self.parked_until.remove(&id);
             self.epoch += 1;
             self.members.insert(id, self.epoch);
+            self.in_flight.insert(id);
             ids.push(id);
         }
         (!ids.is_empty()).then_some(Taken {
@@ -291,10 +294,20 @@ impl RingState {
         })
     }
 
+    /// Up to `k` ids other POPs hold in flight, to look at too when the
+    /// rotation and the parked ids gave nothing: a POP takes more candidates
+    /// than it claims, so without this a concurrent POP on a small ring
+    /// would answer empty while one of them is claimable. The ids stay the
+    /// other POPs' to settle.
+    pub fn in_flight_ids(&self, k: usize) -> Vec<i64> {
+        self.in_flight.iter().take(k).copied().collect()
+    }
+
     /// Puts taken ids back at the front, in their order (the POP did not
     /// get to them).
     pub fn put_back(&mut self, taken: Taken) {
         for id in taken.ids.into_iter().rev() {
+            self.in_flight.remove(&id);
             if self.members.contains_key(&id) {
                 self.order.push_front(id);
             }
@@ -313,6 +326,7 @@ impl RingState {
         }
         let mut unreached = Vec::new();
         for id in taken.ids {
+            self.in_flight.remove(&id);
             let Some(&epoch) = self.members.get(&id) else {
                 continue;
             };
@@ -462,6 +476,19 @@ mod tests {
         assert_eq!(t.ids, vec![2]);
         r.settle(t, &[(2, Judgement::Locked)], false);
         assert_eq!(r.rotation_len(), 1);
+    }
+
+    #[test]
+    fn ids_in_flight_can_be_looked_at_by_another_pop() {
+        let mut r = seeded_ring(&[1, 2]);
+        let t = r.take(5).unwrap();
+        assert!(r.take(5).is_none());
+        let mut shared = r.in_flight_ids(5);
+        shared.sort();
+        assert_eq!(shared, vec![1, 2]);
+        r.settle(t, &[(1, Judgement::Claimed)], false);
+        assert!(r.in_flight_ids(5).is_empty());
+        assert_eq!(r.rotation_len(), 2);
     }
 
     #[test]

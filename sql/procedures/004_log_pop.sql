@@ -1,4 +1,8 @@
--- 004_log_pop: the read path.
+-- 004_log_pop: the read path: log_pop_v2 (the pop, over the whole queue or
+-- over the engine's hot-list candidates), log_pop_v1 (the same pop over the
+-- whole queue, its original signature kept for direct SQL callers) and
+-- log_hotlist_seed_v1 (what the engine seeds its hot list from; see
+-- docs/internals/hotlist.md).
 --
 -- log_pop_v1 changes shape only by DROP-and-CREATE: its OUT row type is part
 -- of the signature and CREATE OR REPLACE refuses a return-type change, which
@@ -30,13 +34,27 @@ BEGIN
 END
 $$;
 
--- Claims up to p_max_partitions partitions of a queue (or the one named) for
+-- log_pop_v2 claims up to p_max_partitions partitions of a queue (or the one
+-- named, or among p_candidates, partition ids) for
 -- a consumer group and returns at most p_limit messages in total, oldest
 -- first per partition: one row per segment overlapping the claimed range
 -- [from_offset, to_offset] of each partition, in claim order then offset
 -- order; the engine decodes blob and keeps offsets from_offset..to_offset.
 -- lease_token and lease_expires_at are per partition (NULL with auto ack);
--- retry_count is the failures so far of the range's first message.
+-- retry_count is the failures so far of the range's first message. Those
+-- rows have state 'claimed'.
+--
+-- p_candidates (the engine's hot list): when not NULL, only these partition
+-- ids are considered, each by its primary key, so the pop's cost does not
+-- depend on how many partitions the queue has. The database still decides
+-- (leases, SKIP LOCKED, try-locks): a stale candidate costs a look, never a
+-- wrong delivery. Every candidate judged is reported in one row without
+-- segment columns: 'empty' (nothing pending for the group, or not a
+-- partition of this queue), 'leased' / 'blocked' / 'window' / 'delayed'
+-- (pending, but not before retry_at), 'locked' (another pop holds it right
+-- now). Those come first; candidates not reached once p_max_partitions
+-- partitions are claimed or p_limit messages taken are not reported.
+-- Without candidates no such rows are returned, exactly as log_pop_v1.
 --
 -- Behaviour:
 --   * queue missing: no rows. With a named group the queue row and the
@@ -82,7 +100,7 @@ $$;
 --      does not conflict); then the log_consumers row FOR UPDATE SKIP
 --      LOCKED;
 --   4. leaf log_dlq insert (expired lease past the retry limit).
-CREATE OR REPLACE FUNCTION queen.log_pop_v1(
+CREATE OR REPLACE FUNCTION queen.log_pop_v2(
     p_queue          TEXT,
     p_partition      TEXT DEFAULT NULL,
     p_group          TEXT DEFAULT '__QUEUE_MODE__',
@@ -92,10 +110,13 @@ CREATE OR REPLACE FUNCTION queen.log_pop_v1(
     p_subscribe      TEXT DEFAULT 'beginning',
     p_subscribe_at   TIMESTAMPTZ DEFAULT NULL,
     p_auto_ack       BOOLEAN DEFAULT false,
-    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001',
+    p_candidates     BIGINT[] DEFAULT NULL
 ) RETURNS TABLE (
     partition_id     BIGINT,
     partition_name   TEXT,
+    state            TEXT,
+    retry_at         TIMESTAMPTZ,
     lease_token      UUID,
     lease_expires_at TIMESTAMPTZ,
     retry_count      INTEGER,
@@ -131,6 +152,7 @@ DECLARE
     v_seg_to      BIGINT;
     v_token       UUID;
     v_expires     TIMESTAMPTZ;
+    v_held_until  TIMESTAMPTZ;
     -- The claimed ranges; their blobs are read once, by the final query.
     o_pid         BIGINT[] := '{}';
     o_pname       TEXT[] := '{}';
@@ -140,17 +162,19 @@ DECLARE
     o_from        BIGINT[] := '{}';
     o_to          BIGINT[] := '{}';
     o_base        BIGINT[] := '{}';
+    o_state       TEXT[] := '{}';
+    o_retry_at    TIMESTAMPTZ[] := '{}';
 BEGIN
     PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NULL OR p_limit IS NULL OR p_limit < 1
        OR p_max_partitions IS NULL OR p_max_partitions < 1
        OR p_lease_ms <= 0 THEN
-        RAISE EXCEPTION 'log_pop_v1: needs a queue, limit >= 1, max partitions >= 1 and a positive lease'
+        RAISE EXCEPTION 'log_pop_v2: needs a queue, limit >= 1, max partitions >= 1 and a positive lease'
             USING ERRCODE = '22023';
     END IF;
     IF v_mode NOT IN ('beginning', 'now', 'timestamp')
        OR (v_mode = 'timestamp' AND p_subscribe_at IS NULL) THEN
-        RAISE EXCEPTION 'log_pop_v1: subscribe must be beginning, now or timestamp (with a time), got %', v_mode
+        RAISE EXCEPTION 'log_pop_v2: subscribe must be beginning, now or timestamp (with a time), got %', v_mode
             USING ERRCODE = '22023';
     END IF;
 
@@ -202,11 +226,16 @@ BEGIN
     v_ready_until := v_now - make_interval(secs => v_queue.delayed_processing);
 
     FOR v_cand IN
-        SELECT p.id, p.name, (c.partition_id IS NOT NULL) AS has_row
+        SELECT u.* FROM (
+        -- The whole queue (no candidates): every partition with something
+        -- pending for the group, least recently claimed first.
+        SELECT p.id, p.name, (c.partition_id IS NOT NULL) AS has_row,
+               'ready'::TEXT AS st, NULL::TIMESTAMPTZ AS st_until, c.last_claimed_at
         FROM queen.log_partitions p
         LEFT JOIN queen.log_consumers c
                ON c.partition_id = p.id AND c.consumer_group = v_group
-        WHERE p.queue_id = v_queue.id
+        WHERE p_candidates IS NULL
+          AND p.queue_id = v_queue.id
           AND p.last_write_at IS NOT NULL
           AND (v_queue.window_buffer = 0
                OR p.last_write_at <= v_now - make_interval(secs => v_queue.window_buffer))
@@ -215,8 +244,55 @@ BEGIN
                OR ((c.lease_token IS NULL OR c.lease_expires_at <= v_now)
                    AND (c.blocked_until IS NULL OR c.blocked_until <= v_now)
                    AND c.cursor_offset < p.last_offset))
-        ORDER BY c.last_claimed_at NULLS FIRST, p.id
+        UNION ALL
+        -- The candidates (the engine's hot list), by id: each is judged,
+        -- and those that cannot be claimed now come first, so each of them
+        -- is reported whatever the claims that follow.
+        SELECT k.id, p.name, (c.partition_id IS NOT NULL),
+               CASE
+                   WHEN p.id IS NULL OR p.last_write_at IS NULL
+                        OR (p_partition IS NOT NULL AND p.name <> p_partition) THEN 'empty'
+                   WHEN c.lease_token IS NOT NULL AND c.lease_expires_at > v_now THEN 'leased'
+                   WHEN c.blocked_until > v_now THEN 'blocked'
+                   WHEN c.partition_id IS NOT NULL AND c.lease_token IS NULL
+                        AND c.cursor_offset >= p.last_offset THEN 'empty'
+                   WHEN v_queue.window_buffer > 0
+                        AND p.last_write_at > v_now - make_interval(secs => v_queue.window_buffer)
+                        THEN 'window'
+                   ELSE 'ready'
+               END,
+               CASE
+                   WHEN c.lease_token IS NOT NULL AND c.lease_expires_at > v_now THEN c.lease_expires_at
+                   WHEN c.blocked_until > v_now THEN c.blocked_until
+                   WHEN v_queue.window_buffer > 0 AND p.last_write_at IS NOT NULL
+                        THEN p.last_write_at + make_interval(secs => v_queue.window_buffer)
+               END,
+               c.last_claimed_at
+        -- LATERAL ... LIMIT 1: one primary-key probe per candidate, never a
+        -- join over the queue's partitions, whatever the row estimates.
+        FROM (SELECT DISTINCT u.id FROM unnest(p_candidates) AS u(id) WHERE u.id IS NOT NULL) AS k
+        LEFT JOIN LATERAL (
+            SELECT p1.id, p1.name, p1.last_write_at, p1.last_offset
+            FROM queen.log_partitions p1
+            WHERE p1.id = k.id AND p1.queue_id = v_queue.id
+            LIMIT 1) AS p ON true
+        LEFT JOIN LATERAL (
+            SELECT c1.partition_id, c1.lease_token, c1.lease_expires_at, c1.blocked_until,
+                   c1.cursor_offset, c1.last_claimed_at
+            FROM queen.log_consumers c1
+            WHERE c1.partition_id = p.id AND c1.consumer_group = v_group
+            LIMIT 1) AS c ON true
+        WHERE p_candidates IS NOT NULL
+        ) AS u
+        ORDER BY u.st = 'ready', u.last_claimed_at NULLS FIRST, u.id
     LOOP
+        IF v_cand.st <> 'ready' THEN
+            o_pid := o_pid || v_cand.id;
+            o_pname := o_pname || v_cand.name::TEXT;
+            o_state := o_state || v_cand.st;
+            o_retry_at := o_retry_at || v_cand.st_until;
+            CONTINUE;
+        END IF;
         EXIT WHEN v_claimed >= p_max_partitions OR v_budget <= 0;
 
         IF NOT v_cand.has_row THEN
@@ -230,11 +306,23 @@ BEGIN
                 FOR KEY SHARE SKIP LOCKED;
                 v_group_held := FOUND;
             END IF;
-            CONTINUE WHEN NOT v_group_held;
-            CONTINUE WHEN NOT pg_try_advisory_xact_lock((v_cand.id % 2147483648)::INTEGER,
-                                                        hashtext(v_group));
+            IF NOT v_group_held
+               OR NOT pg_try_advisory_xact_lock((v_cand.id % 2147483648)::INTEGER,
+                                                hashtext(v_group)) THEN
+                o_pid := o_pid || v_cand.id;
+                o_pname := o_pname || v_cand.name::TEXT;
+                o_state := o_state || 'locked'::TEXT;
+                o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+                CONTINUE;
+            END IF;
             PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_cand.id FOR KEY SHARE SKIP LOCKED;
-            CONTINUE WHEN NOT FOUND;
+            IF NOT FOUND THEN
+                o_pid := o_pid || v_cand.id;
+                o_pname := o_pname || v_cand.name::TEXT;
+                o_state := o_state || 'locked'::TEXT;
+                o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+                CONTINUE;
+            END IF;
             INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_offset)
             VALUES (v_cand.id, v_group,
                     COALESCE(queen.log_cursor_at_v1(v_cand.id, v_sub_at, p_tenant), -1))
@@ -247,7 +335,13 @@ BEGIN
           AND (c.lease_token IS NULL OR c.lease_expires_at <= v_now)
           AND (c.blocked_until IS NULL OR c.blocked_until <= v_now)
         FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
+        IF NOT FOUND THEN
+            o_pid := o_pid || v_cand.id;
+            o_pname := o_pname || v_cand.name::TEXT;
+            o_state := o_state || 'locked'::TEXT;
+            o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+            CONTINUE;
+        END IF;
 
         v_expired := v_c.lease_token IS NOT NULL;
         IF v_expired THEN
@@ -270,6 +364,7 @@ BEGIN
         v_expires := CASE WHEN p_auto_ack THEN NULL ELSE v_now + v_lease END;
         v_next := v_c.cursor_offset + 1;
         v_first := NULL;
+        v_held_until := NULL;
         -- Start at the segment holding v_next (the last one based at or
         -- below it); when retention removed it, at the oldest one left.
         FOR v_seg IN
@@ -283,7 +378,11 @@ BEGIN
             ORDER BY s.base_offset
         LOOP
             CONTINUE WHEN v_seg.base_offset + v_seg.message_count - 1 < v_next;
-            EXIT WHEN v_queue.delayed_processing > 0 AND v_seg.max_created_at > v_ready_until;
+            IF v_queue.delayed_processing > 0 AND v_seg.max_created_at > v_ready_until THEN
+                v_held_until := v_seg.max_created_at
+                                + make_interval(secs => v_queue.delayed_processing);
+                EXIT;
+            END IF;
             v_seg_from := GREATEST(v_next, v_seg.base_offset);
             v_seg_to := LEAST(v_seg.base_offset + v_seg.message_count - 1, v_seg_from + v_budget - 1);
             IF v_first IS NULL AND v_seg_from > v_c.cursor_offset + 1 THEN
@@ -300,6 +399,8 @@ BEGIN
             o_from := o_from || v_seg_from;
             o_to := o_to || v_seg_to;
             o_base := o_base || v_seg.base_offset;
+            o_state := o_state || 'claimed'::TEXT;
+            o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
             v_budget := v_budget - (v_seg_to - v_seg_from + 1);
             v_next := v_seg_to + 1;
             EXIT WHEN v_budget <= 0;
@@ -316,6 +417,10 @@ BEGIN
                     batch_acked = NULL
                 WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group;
             END IF;
+            o_pid := o_pid || v_cand.id;
+            o_pname := o_pname || v_cand.name::TEXT;
+            o_state := o_state || CASE WHEN v_held_until IS NULL THEN 'empty' ELSE 'delayed' END;
+            o_retry_at := o_retry_at || v_held_until;
             CONTINUE;
         END IF;
 
@@ -337,11 +442,158 @@ BEGIN
         v_claimed := v_claimed + 1;
     END LOOP;
 
+    -- The per-segment arrays hold only the claimed rows; the state arrays
+    -- hold every row in order, claimed or judged.
     RETURN QUERY
-    SELECT o.pid, o.pname, o.tok, o.exp, o.rc, o.f, o.t, o.b, s.blob
-    FROM unnest(o_pid, o_pname, o_token, o_expires, o_retry, o_from, o_to, o_base)
-         WITH ORDINALITY AS o(pid, pname, tok, exp, rc, f, t, b, ord)
-    JOIN queen.log_segments s ON s.partition_id = o.pid AND s.base_offset = o.b
-    ORDER BY o.ord;
+    WITH st AS (
+        SELECT x.pid, x.pname, x.st, x.until, x.ord,
+               CASE WHEN x.st = 'claimed'
+                    THEN count(*) FILTER (WHERE x.st = 'claimed') OVER (ORDER BY x.ord) END AS seg
+        FROM unnest(o_pid, o_pname, o_state, o_retry_at) WITH ORDINALITY AS x(pid, pname, st, until, ord)
+    )
+    SELECT st.pid, st.pname, st.st, st.until, o.tok, o.exp, o.rc, o.f, o.t, o.b, s.blob
+    FROM st
+    LEFT JOIN unnest(o_token, o_expires, o_retry, o_from, o_to, o_base)
+         WITH ORDINALITY AS o(tok, exp, rc, f, t, b, ord) ON o.ord = st.seg
+    LEFT JOIN queen.log_segments s ON s.partition_id = st.pid AND s.base_offset = o.b
+    WHERE st.st <> 'claimed' OR s.blob IS NOT NULL
+    ORDER BY st.ord;
+END
+$$;
+
+
+-- log_pop_v1: log_pop_v2 over the whole queue (no candidates), its rows
+-- without the state columns. Kept with its signature for direct SQL callers;
+-- the engine calls log_pop_v2.
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(
+    p_queue          TEXT,
+    p_partition      TEXT DEFAULT NULL,
+    p_group          TEXT DEFAULT '__QUEUE_MODE__',
+    p_limit          INTEGER DEFAULT 1,
+    p_max_partitions INTEGER DEFAULT 1,
+    p_lease_ms       BIGINT DEFAULT NULL,
+    p_subscribe      TEXT DEFAULT 'beginning',
+    p_subscribe_at   TIMESTAMPTZ DEFAULT NULL,
+    p_auto_ack       BOOLEAN DEFAULT false,
+    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    partition_id     BIGINT,
+    partition_name   TEXT,
+    lease_token      UUID,
+    lease_expires_at TIMESTAMPTZ,
+    retry_count      INTEGER,
+    from_offset      BIGINT,
+    to_offset        BIGINT,
+    base_offset      BIGINT,
+    blob             BYTEA
+)
+LANGUAGE sql
+AS $$
+    SELECT v.partition_id, v.partition_name, v.lease_token, v.lease_expires_at,
+           v.retry_count, v.from_offset, v.to_offset, v.base_offset, v.blob
+    FROM queen.log_pop_v2(p_queue, p_partition, p_group, p_limit, p_max_partitions,
+                          p_lease_ms, p_subscribe, p_subscribe_at, p_auto_ack,
+                          p_tenant, NULL) AS v
+    WHERE v.state = 'claimed';
+$$;
+
+-- log_hotlist_seed_v1: the partitions a broker's hot list for (queue, group)
+-- starts from or catches up with (docs/internals/hotlist.md).
+--   * p_written_since NULL (the full seed, and the periodic reconcile): every
+--     partition of the queue with something pending for the group (never
+--     claimed by it, or its cursor behind the last offset, leased or not),
+--     least recently claimed first: the fairness order;
+--   * p_written_since given (the windowed reseed): the partitions written at
+--     or after it, still pending for the group, oldest write first, at most
+--     p_limit; written_to is then the last_write_at of the last one returned
+--     when the limit cut the window short (the next window starts there),
+--     NULL when it did not (the next window starts at seen_at);
+--   * seen_at: the database clock when the scan began;
+--   * repair_at, repair_partition_id, repair_whole: the group's
+--     queen.hotlist_repairs row (SEEK, DROP GROUP), NULL when there is none;
+--     the engine repairs its ring when repair_at differs from the one it
+--     last saw (whole queue, or the one partition named).
+-- An unknown queue returns no ids. Reads only; takes no locks. Its cost is
+-- the index range (queue_id, last_write_at) of the window, or one pass over
+-- the queue's partitions for the full seed.
+CREATE OR REPLACE FUNCTION queen.log_hotlist_seed_v1(
+    p_queue         TEXT,
+    p_group         TEXT DEFAULT '__QUEUE_MODE__',
+    p_written_since TIMESTAMPTZ DEFAULT NULL,
+    p_limit         INTEGER DEFAULT 10000,
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    partition_ids       BIGINT[],
+    seen_at             TIMESTAMPTZ,
+    written_to          TIMESTAMPTZ,
+    repair_at           TIMESTAMPTZ,
+    repair_partition_id BIGINT,
+    repair_whole        BOOLEAN
+)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_group    TEXT := COALESCE(p_group, '__QUEUE_MODE__');
+    v_now      TIMESTAMPTZ := clock_timestamp();
+    v_queue_id UUID;
+    v_ids      BIGINT[];
+    v_to       TIMESTAMPTZ;
+    v_n        BIGINT;
+    v_rep_at   TIMESTAMPTZ;
+    v_rep_name TEXT;
+    v_rep_id   BIGINT;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF p_queue IS NULL OR p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'log_hotlist_seed_v1: needs a queue and a limit >= 1'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT q.id INTO v_queue_id FROM queen.queues q
+    WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    IF v_queue_id IS NULL THEN
+        RETURN QUERY SELECT '{}'::BIGINT[], v_now, NULL::TIMESTAMPTZ, NULL::TIMESTAMPTZ,
+                            NULL::BIGINT, NULL::BOOLEAN;
+        RETURN;
+    END IF;
+
+    SELECT h.repair_at, h.partition_name INTO v_rep_at, v_rep_name
+    FROM queen.hotlist_repairs h
+    WHERE h.tenant_id = p_tenant AND h.queue_name = p_queue AND h.consumer_group = v_group;
+    IF v_rep_name IS NOT NULL THEN
+        SELECT p.id INTO v_rep_id FROM queen.log_partitions p
+        WHERE p.queue_id = v_queue_id AND p.name = v_rep_name;
+    END IF;
+
+    IF p_written_since IS NULL THEN
+        SELECT array_agg(p.id ORDER BY c.last_claimed_at NULLS FIRST, p.id) INTO v_ids
+        FROM queen.log_partitions p
+        LEFT JOIN queen.log_consumers c
+               ON c.partition_id = p.id AND c.consumer_group = v_group
+        WHERE p.queue_id = v_queue_id
+          AND p.last_write_at IS NOT NULL
+          AND (c.partition_id IS NULL OR c.cursor_offset < p.last_offset);
+    ELSE
+        SELECT array_agg(w.id ORDER BY w.last_write_at, w.id), max(w.last_write_at), count(*)
+        INTO v_ids, v_to, v_n
+        FROM (SELECT p.id, p.last_write_at
+              FROM queen.log_partitions p
+              LEFT JOIN LATERAL (
+                  SELECT c1.partition_id, c1.cursor_offset
+                  FROM queen.log_consumers c1
+                  WHERE c1.partition_id = p.id AND c1.consumer_group = v_group
+                  LIMIT 1) AS c ON true
+              WHERE p.queue_id = v_queue_id
+                AND p.last_write_at >= p_written_since
+                AND (c.partition_id IS NULL OR c.cursor_offset < p.last_offset)
+              ORDER BY p.last_write_at
+              LIMIT p_limit) AS w;
+        IF v_n < p_limit THEN
+            v_to := NULL;
+        END IF;
+    END IF;
+
+    RETURN QUERY SELECT COALESCE(v_ids, '{}'::BIGINT[]), v_now, v_to, v_rep_at, v_rep_id,
+                        CASE WHEN v_rep_at IS NULL THEN NULL ELSE v_rep_name IS NULL END;
 END
 $$;

@@ -15,12 +15,14 @@ mod execute;
 pub mod frame;
 pub mod fusion;
 pub mod groups;
+pub mod hotlist;
 pub mod kv;
 pub mod leases;
 pub mod lend;
 pub mod lock_order;
 pub mod maintenance;
 mod observe;
+pub mod pop;
 pub mod queues;
 pub mod receipt;
 pub mod replay;
@@ -142,10 +144,14 @@ impl Engine {
                 rows
             }
             Statement::Pop(pop) => {
-                let plan = queues::plan_pop(pop, &params)?;
-                queues::pop_once(conn, &plan, &self.receipts, tenant).await?
+                let plan = pop::plan_pop(pop, &params)?;
+                pop::pop_once(conn, &plan, &self.receipts, tenant).await?
             }
-            Statement::Ack(ack) => queues::ack(conn, ack, &params, &self.receipts, tenant).await?,
+            Statement::Ack(ack) => {
+                let hot = &self.announcer.waiters.hot;
+                let released = |p: &[(i64, &str)]| hot.acked(p);
+                queues::ack(conn, ack, &params, &self.receipts, tenant, released).await?
+            }
             Statement::Renew(renew) => {
                 queues::renew(conn, renew, &params, &self.receipts, tenant).await?
             }
@@ -177,11 +183,17 @@ impl Engine {
                 Vec::new()
             }
             Statement::SeekGroup(s) => {
-                conn.run(&admin::seek(s, &params, tenant)?).await?;
+                let call = admin::seek(s, &params, tenant)?;
+                conn.run(&call).await?;
+                let hot = &self.announcer.waiters.hot;
+                hot.repaired(tenant, &call.queue, &call.group);
                 Vec::new()
             }
             Statement::DropGroup(d) => {
-                conn.run(&admin::drop_group(d, &params, tenant)?).await?;
+                let call = admin::drop_group(d, &params, tenant)?;
+                conn.run(&call).await?;
+                let hot = &self.announcer.waiters.hot;
+                hot.repaired(tenant, &call.queue, &call.group);
                 Vec::new()
             }
             Statement::ShowQueues => queues::show_queues(conn, tenant).await?,

@@ -1,5 +1,6 @@
-//! The queue statements: PUSH, POP, ACK, RENEW, DROP QUEUE and the SHOW
-//! statements, each one call (`rewrite/calls`) of a `queen.*` procedure on
+//! The queue statements: PUSH, ACK, RENEW, DROP QUEUE and the SHOW
+//! statements (POP is `pop.rs`), each one call (`rewrite/calls`) of a
+//! `queen.*` procedure on
 //! the session's backend connection (so it joins the surrounding
 //! transaction). What needs the engine's state is done here: framing and
 //! compression of PUSH's segments, receipts signed and checked.
@@ -13,17 +14,14 @@ use crate::backend::BackendError;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
 use crate::rewrite::calls::admin::DeleteQueue;
-use crate::rewrite::calls::queues::{
-    pop_args, Ack as AckCall, Pop as PopCall, PopArgs, Push as PushCall, Renew as RenewCall, PUSH,
-};
+use crate::rewrite::calls::queues::{Ack as AckCall, Push as PushCall, Renew as RenewCall, PUSH};
 use crate::rewrite::calls::show::{ShowDlq, ShowGroups, ShowPartitions, ShowQueues};
 use crate::rewrite::calls::DecodeError;
 use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
-use crate::rewrite::dialect::pop::Pop;
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::Value;
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 use uuid::Uuid;
 
 pub use crate::rewrite::calls::queues::{DEFAULT_PARTITION, QUEUE_MODE_GROUP};
@@ -389,76 +387,6 @@ pub async fn push(
     Ok(prep)
 }
 
-/// The parts of a POP that do not change between attempts of a WAIT.
-pub struct PopPlan {
-    pub queue: String,
-    pub wait: Option<Duration>,
-    args: PopArgs,
-}
-
-pub fn plan_pop(stmt: &Pop, params: &Params<'_>) -> Result<PopPlan, SqlError> {
-    let args = pop_args(stmt, params)?;
-    Ok(PopPlan {
-        queue: args.queue.clone(),
-        wait: args.wait,
-        args,
-    })
-}
-
-/// One attempt of a POP: claims and decodes what is available now.
-pub async fn pop_once(
-    conn: &mut Calls<'_>,
-    plan: &PopPlan,
-    key: &ReceiptKey,
-    tenant: Uuid,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let rows = conn
-        .run(&PopCall {
-            args: &plan.args,
-            tenant,
-        })
-        .await?;
-    let mut out = Vec::new();
-    for row in &rows {
-        let first = row.from_offset.max(row.base_offset);
-        let to = row.to_offset;
-        if to < first {
-            continue;
-        }
-        let frames = frame::decode_range(
-            &row.blob,
-            (first - row.base_offset) as usize,
-            (to - first + 1) as usize,
-        )
-        .map_err(|e| SqlError::error(SqlState::DATA_CORRUPTED, e.to_string()))?;
-        for (i, f) in frames.into_iter().enumerate() {
-            let offset = first + i as i64;
-            let receipt = row.lease_token.map(|token| {
-                key.encode(&Receipt {
-                    partition_id: row.partition_id,
-                    offset,
-                    lease_token: token,
-                    group: plan.args.group.clone(),
-                })
-            });
-            out.push(vec![
-                Cell::opt_text(receipt),
-                Cell::Uuid(f.message_id),
-                Cell::Text(plan.queue.clone()),
-                Cell::Text(row.partition_name.clone()),
-                Cell::Int8(offset),
-                Cell::Jsonb(f.payload),
-                Cell::opt_text(f.transaction_id),
-                Cell::opt_text(f.trace_id),
-                Cell::Int4(row.retry_count),
-                Cell::Timestamptz(f.created_at_micros),
-                Cell::timestamp(row.lease_expires_at),
-            ]);
-        }
-    }
-    Ok(out)
-}
-
 fn decode_receipts(
     receipts: &[Value<String>],
     params: &Params<'_>,
@@ -480,12 +408,15 @@ fn decode_receipts(
     Ok((texts, decoded))
 }
 
+/// ACK; `released` is told the (partition id, group) of every receipt once
+/// the call returned: their leases may be gone (the hot list's cue).
 pub async fn ack(
     conn: &mut Calls<'_>,
     stmt: &Ack,
     params: &Params<'_>,
     key: &ReceiptKey,
     tenant: Uuid,
+    released: impl FnOnce(&[(i64, &str)]),
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let (texts, receipts) = decode_receipts(&stmt.receipts, params, key)?;
     let (failed, reason) = match &stmt.outcome {
@@ -514,6 +445,11 @@ pub async fn ack(
             tenant,
         })
         .await?;
+    let partitions: Vec<(i64, &str)> = receipts
+        .iter()
+        .map(|r| (r.partition_id, r.group.as_str()))
+        .collect();
+    released(&partitions);
     let mut status = vec![String::from("stale"); texts.len()];
     for row in rows {
         if let Some(slot) = usize::try_from(row.idx)

@@ -4,11 +4,14 @@
 //! `wake.rs`), by a slow poll as the safety net against a lost
 //! notification, or by the client's cancel request. When the server drains
 //! (SIGTERM), a waiting POP ends at once with what it has (zero rows), and
-//! a POP that starts during the drain does not wait.
+//! a POP that starts during the drain does not wait. Each attempt goes
+//! through the hot list (`hotlist/`): an attempt on a queue the ring knows
+//! to be empty, with no wake-up since, costs no backend round trip until
+//! the ring's periodic reseed is due.
 
 use super::lend::Lender;
 use super::values::Params;
-use super::{queues, wake, Engine, ExecError, Outcome};
+use super::{pop, wake, Engine, ExecError, Outcome};
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
@@ -24,16 +27,19 @@ impl Engine {
     pub(super) async fn pop<L: Lender>(
         &self,
         lender: &mut L,
-        pop: &Pop,
+        stmt: &Pop,
         params: &[Option<String>],
         tenant: Uuid,
     ) -> Result<Outcome, ExecError> {
-        let plan = queues::plan_pop(pop, &Params(params))?;
+        let plan = pop::plan_pop(stmt, &Params(params))?;
         let deadline = plan.wait.map(|w| Instant::now() + w);
-        let notify = self
-            .announcer
-            .waiters
-            .notify_for(&wake::queue_key(tenant, &plan.queue));
+        let waiters = &self.announcer.waiters;
+        let queue_key = wake::queue_key(tenant, &plan.queue);
+        let digest = waiters.digest(&queue_key);
+        let notify = waiters.notify_for(&queue_key);
+        // Inside a block (or a pipeline's implicit transaction) the ring
+        // cannot see the snapshot or a rollback: it drops nothing then.
+        let in_block = !lender.view().detached();
         let mut poll = WAIT_POLL_FIRST;
         loop {
             // Registered before the attempt, so a push that lands between
@@ -49,7 +55,10 @@ impl Engine {
                 ))
             })?;
             let mut calls = Calls::new(conn, end);
-            let rows = queues::pop_once(&mut calls, &plan, &self.receipts, tenant).await?;
+            let rows = waiters
+                .hot
+                .pop(&mut calls, &plan, &self.receipts, tenant, &digest, in_block)
+                .await?;
             let remaining = deadline
                 .map(|d| d.saturating_duration_since(Instant::now()))
                 .unwrap_or_default();

@@ -13,7 +13,11 @@
 //! payload never names a queue: it is a digest of (tenant, queue) keyed by
 //! the database's shared secret, which every queenwire on the database
 //! computes alike and no tenant can.
+//!
+//! Every wake-up, local or remote, also tells the hot list (`hotlist/`)
+//! that the queue was written, so its rings catch up before their next POP.
 
+use super::hotlist::Hotlist;
 use crate::backend::call::execute;
 use crate::backend::health::Health;
 use crate::rewrite::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
@@ -34,6 +38,10 @@ pub struct Waiters {
     /// Keyed by the digest of the queue key (what travels in a NOTIFY).
     queues: Mutex<HashMap<String, Arc<Notify>>>,
     digest_key: [u8; 32],
+    /// The hot list's rings, told of every wake-up before the waiters are
+    /// woken (a digest names the queue, not the partition: the rings catch
+    /// up with a windowed reseed, see `hotlist/`).
+    pub hot: Hotlist,
 }
 
 impl Waiters {
@@ -43,6 +51,7 @@ impl Waiters {
         Waiters {
             queues: Mutex::new(HashMap::new()),
             digest_key: crate::crypto::hmac(secret, b"queenwire wake-up digest"),
+            hot: Hotlist::default(),
         }
     }
 
@@ -71,6 +80,7 @@ impl Waiters {
     /// Wakes every POP now waiting on the queue with this digest (from
     /// this process's pushes, or from a NOTIFY).
     pub fn wake_digest(&self, digest: &str) {
+        self.hot.woken(digest);
         let notify = {
             let map = match self.queues.lock() {
                 Ok(m) => m,
@@ -83,8 +93,10 @@ impl Waiters {
         }
     }
 
-    /// Forgets queues nobody waits on (called now and then).
+    /// Forgets queues nobody waits on, and idle hot-list rings (called now
+    /// and then).
     pub fn prune(&self) {
+        self.hot.prune();
         if let Ok(mut map) = self.queues.lock() {
             map.retain(|_, n| Arc::strong_count(n) > 1);
         }

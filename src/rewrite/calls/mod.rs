@@ -19,7 +19,7 @@
 //!
 //! | calls                                          | module          |
 //! |------------------------------------------------|-----------------|
-//! | push, pop, ack, renew                          | [`queues`]      |
+//! | push, pop, ack, renew, the hot list's seed     | [`queues`]      |
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
 //! | SHOW MESSAGES / MESSAGE / TRACE, REPLAY DLQ    | [`messages`]    |
@@ -95,6 +95,8 @@ pub trait Call {
 pub const ALL: &[&CallSpec] = &[
     &queues::PUSH,
     &queues::POP,
+    &queues::POP_CANDIDATES,
+    &queues::HOTLIST_SEED,
     &queues::ACK,
     &queues::RENEW,
     &admin::CONFIGURE,

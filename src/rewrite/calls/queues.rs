@@ -1,6 +1,8 @@
-//! PUSH, POP, ACK, RENEW: `log_push_v1`, `log_pop_v1`, `log_ack_v1`,
-//! `log_renew_v1`. The engine adds what needs its state: the frames and
-//! their compression (PUSH), the receipts' HMAC (POP, ACK, RENEW).
+//! PUSH, POP, ACK, RENEW: `log_push_v1`, `log_pop_v2` (and its
+//! whole-queue form `log_pop_v1`), `log_ack_v1`, `log_renew_v1`, and the
+//! hot list's seed `log_hotlist_seed_v1`. The engine adds what needs its
+//! state: the frames and their compression (PUSH), the receipts' HMAC (POP,
+//! ACK, RENEW), the hot list's candidates (POP).
 
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
 use crate::protocol::SqlError;
@@ -235,6 +237,175 @@ impl FromRow for PopRow {
             to_offset: row.get("to_offset")?,
             base_offset: row.get("base_offset")?,
             blob: row.bytes("blob")?,
+        })
+    }
+}
+
+/// POP among candidate partition ids (the hot list) or, without them, over
+/// the whole queue: [`POP`]'s values plus `p_candidates`, and rows that
+/// also report each candidate judged (`state`, `retry_at`).
+pub const POP_CANDIDATES: CallSpec = CallSpec {
+    name: "qw_pop_v2",
+    sql: "SELECT partition_id, partition_name, state, retry_at, lease_token, lease_expires_at, retry_count, from_offset, to_offset, base_offset, blob FROM queen.log_pop_v2(p_queue => $1, p_partition => $2, p_group => $3, p_limit => $4, p_max_partitions => $5, p_lease_ms => $6, p_subscribe => $7, p_subscribe_at => $8::timestamptz, p_auto_ack => $9, p_tenant => $10, p_candidates => $11)",
+    params: &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT4,
+        Type::INT4,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::BOOL,
+        Type::UUID,
+        Type::INT8_ARRAY,
+    ],
+    columns: &[
+        column("partition_id", Type::INT8),
+        column("partition_name", Type::TEXT),
+        column("state", Type::TEXT),
+        column("retry_at", Type::TIMESTAMPTZ),
+        column("lease_token", Type::UUID),
+        column("lease_expires_at", Type::TIMESTAMPTZ),
+        column("retry_count", Type::INT4),
+        column("from_offset", Type::INT8),
+        column("to_offset", Type::INT8),
+        column("base_offset", Type::INT8),
+        column("blob", Type::BYTEA),
+    ],
+};
+
+pub struct PopCandidates<'a> {
+    pub args: &'a PopArgs,
+    pub tenant: Uuid,
+    /// `None`: the whole queue (or the partition the POP names).
+    pub candidates: Option<&'a [i64]>,
+}
+
+impl Call for PopCandidates<'_> {
+    const SPEC: &'static CallSpec = &POP_CANDIDATES;
+    type Row = PopJudged;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let a = self.args;
+        vec![
+            &a.queue,
+            &a.partition,
+            &a.group,
+            &a.limit,
+            &a.max_partitions,
+            &a.lease_ms,
+            &a.subscribe,
+            &a.subscribe_at,
+            &a.auto_ack,
+            &self.tenant,
+            &self.candidates,
+        ]
+    }
+}
+
+/// What `log_pop_v2` says of one partition: a claimed segment range
+/// (`state` = `claimed`, [`PopJudged::claimed`]) or a candidate it judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PopJudged {
+    pub partition_id: i64,
+    /// `claimed`, `empty`, `leased`, `blocked`, `window`, `delayed`, `locked`.
+    pub state: String,
+    /// Pending but not before this (database clock), for the waiting states.
+    pub retry_at: Option<SystemTime>,
+    pub claimed: Option<PopRow>,
+}
+
+impl FromRow for PopJudged {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        let state: String = row.get("state")?;
+        let partition_id = row.get("partition_id")?;
+        let claimed = if state == "claimed" {
+            Some(PopRow {
+                partition_id,
+                partition_name: row.get("partition_name")?,
+                lease_token: row.get("lease_token")?,
+                lease_expires_at: row.get("lease_expires_at")?,
+                retry_count: row.get("retry_count")?,
+                from_offset: row.get("from_offset")?,
+                to_offset: row.get("to_offset")?,
+                base_offset: row.get("base_offset")?,
+                blob: row.bytes("blob")?,
+            })
+        } else {
+            None
+        };
+        Ok(PopJudged {
+            partition_id,
+            state,
+            retry_at: row.get("retry_at")?,
+            claimed,
+        })
+    }
+}
+
+pub const HOTLIST_SEED: CallSpec = CallSpec {
+    name: "qw_hotlist_seed_v1",
+    sql: "SELECT partition_ids, seen_at, written_to, repair_at, repair_partition_id, repair_whole FROM queen.log_hotlist_seed_v1(p_queue => $1, p_group => $2, p_written_since => $3, p_limit => $4, p_tenant => $5)",
+    params: &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TIMESTAMPTZ,
+        Type::INT4,
+        Type::UUID,
+    ],
+    columns: &[
+        column("partition_ids", Type::INT8_ARRAY),
+        column("seen_at", Type::TIMESTAMPTZ),
+        column("written_to", Type::TIMESTAMPTZ),
+        column("repair_at", Type::TIMESTAMPTZ),
+        column("repair_partition_id", Type::INT8),
+        column("repair_whole", Type::BOOL),
+    ],
+};
+
+/// The hot list's seed of one (queue, group): the whole queue's pending
+/// partitions (`written_since` `None`) or those written since then.
+pub struct HotlistSeed<'a> {
+    pub queue: &'a str,
+    pub group: &'a str,
+    pub written_since: Option<SystemTime>,
+    pub limit: i32,
+    pub tenant: Uuid,
+}
+
+impl Call for HotlistSeed<'_> {
+    const SPEC: &'static CallSpec = &HOTLIST_SEED;
+    type Row = HotlistSeedRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.queue,
+            &self.group,
+            &self.written_since,
+            &self.limit,
+            &self.tenant,
+        ]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotlistSeedRow {
+    pub partition_ids: Vec<i64>,
+    pub seen_at: SystemTime,
+    pub written_to: Option<SystemTime>,
+    pub repair_at: Option<SystemTime>,
+    pub repair_partition_id: Option<i64>,
+    pub repair_whole: Option<bool>,
+}
+
+impl FromRow for HotlistSeedRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(HotlistSeedRow {
+            partition_ids: row.get("partition_ids")?,
+            seen_at: row.get("seen_at")?,
+            written_to: row.get("written_to")?,
+            repair_at: row.get("repair_at")?,
+            repair_partition_id: row.get("repair_partition_id")?,
+            repair_whole: row.get("repair_whole")?,
         })
     }
 }

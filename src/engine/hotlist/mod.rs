@@ -1,0 +1,136 @@
+//! The hot list (seed 000; docs/internals/hotlist.md): per (tenant, queue,
+//! group), a ring of the partition ids that may have pending work, so a POP
+//! hands `log_pop_v2` a few candidates by id instead of scanning every
+//! partition of the queue. The database still decides who gets what, so a
+//! stale ring costs a look, never a wrong delivery.
+//!
+//! Fed by: a full seed when a ring is cold and on every reconcile
+//! ([`ring::RECONCILE_EVERY`]); a windowed reseed over
+//! `(queue_id, last_write_at)` on a wake-up of the queue (a push through
+//! this process, or a NOTIFY from another: both arrive at
+//! [`Hotlist::woken`]) and at least every [`ring::RESEED_EVERY`];
+//! `queen.hotlist_repairs` read with every seed (SEEK, DROP GROUP of other
+//! processes; this process's own repair its rings at once); what each POP
+//! learns (empty candidates leave, waiting ones are parked until their
+//! lease, retry delay or window passes, and an ACK through this process
+//! brings its partition back).
+
+mod pop;
+pub mod ring;
+
+use ring::RingState;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// A ring no POP used for this long is forgotten (the next POP of its queue
+/// and group seeds it afresh).
+const RING_IDLE: Duration = Duration::from_secs(600);
+
+/// One ring and the wake-up counter of its queue.
+pub struct Ring {
+    state: Mutex<RingState>,
+    wakes: Arc<AtomicU64>,
+    group: String,
+}
+
+impl Ring {
+    fn lock(&self) -> MutexGuard<'_, RingState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn wake_gen(&self) -> u64 {
+        self.wakes.load(Ordering::Acquire)
+    }
+}
+
+type RingKey = (Uuid, String, String);
+
+/// Every ring of this process.
+#[derive(Default)]
+pub struct Hotlist {
+    rings: Mutex<HashMap<RingKey, Arc<Ring>>>,
+    /// Wake-up counters by the digest of the queue key (`wake.rs`), which is
+    /// all a NOTIFY carries.
+    wakes: Mutex<HashMap<String, Arc<AtomicU64>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Hotlist {
+    /// The ring of (tenant, queue, group), created cold on first use;
+    /// `digest` is the queue key's wake-up digest.
+    pub fn ring(&self, tenant: Uuid, queue: &str, group: &str, digest: &str) -> Arc<Ring> {
+        let key = (tenant, queue.to_string(), group.to_string());
+        if let Some(r) = lock(&self.rings).get(&key) {
+            return r.clone();
+        }
+        let wakes = lock(&self.wakes)
+            .entry(digest.to_string())
+            .or_default()
+            .clone();
+        lock(&self.rings)
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(Ring {
+                    state: Mutex::new(RingState::default()),
+                    wakes,
+                    group: group.to_string(),
+                })
+            })
+            .clone()
+    }
+
+    /// Something was pushed to the queue with this digest (here or in
+    /// another process): its rings catch up before their next POP.
+    pub fn woken(&self, digest: &str) {
+        if let Some(w) = lock(&self.wakes).get(digest) {
+            w.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A SEEK or DROP GROUP through this process: the ring reseeds fully
+    /// and gives up its parked ids (their leases were released).
+    pub fn repaired(&self, tenant: Uuid, queue: &str, group: &str) {
+        let key = (tenant, queue.to_string(), group.to_string());
+        let ring = lock(&self.rings).get(&key).cloned();
+        if let Some(r) = ring {
+            r.lock().repaired();
+        }
+    }
+
+    /// ACKs through this process: their partitions' leases may be gone, so
+    /// a parked partition of that group comes back into its ring.
+    pub fn acked(&self, partitions: &[(i64, &str)]) {
+        if partitions.is_empty() {
+            return;
+        }
+        let rings: Vec<Arc<Ring>> = lock(&self.rings).values().cloned().collect();
+        for ring in rings {
+            let mut state = None;
+            for (id, group) in partitions {
+                if *group == ring.group {
+                    state.get_or_insert_with(|| ring.lock()).release(*id);
+                }
+            }
+        }
+    }
+
+    /// Forgets rings idle for [`RING_IDLE`] and wake-up counters no ring
+    /// uses (called now and then).
+    pub fn prune(&self) {
+        let now = Instant::now();
+        lock(&self.rings).retain(|_, r| Arc::strong_count(r) > 1 || !r.lock().idle(now, RING_IDLE));
+        lock(&self.wakes).retain(|_, w| Arc::strong_count(w) > 1);
+    }
+}

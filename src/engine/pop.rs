@@ -1,0 +1,136 @@
+//! POP's call: the plan of a POP statement (what does not change between
+//! the attempts of a WAIT), one call of `log_pop_v2` over the whole queue or
+//! among candidate partition ids, and the decoding of what it claimed into
+//! the dialect's rows (receipts signed here). Which candidates to pass is
+//! the hot list's business (`hotlist/`); waiting is `wait.rs`.
+
+use super::frame;
+use super::receipt::{Receipt, ReceiptKey};
+use super::values::{Cell, Params};
+use super::ExecError;
+use crate::backend::call::Calls;
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
+use crate::rewrite::calls::queues::{pop_args, PopArgs, PopCandidates, PopRow};
+use crate::rewrite::dialect::pop::Pop;
+use std::time::{Duration, SystemTime};
+use uuid::Uuid;
+
+/// The parts of a POP that do not change between attempts of a WAIT.
+pub struct PopPlan {
+    pub queue: String,
+    pub wait: Option<Duration>,
+    args: PopArgs,
+}
+
+pub fn plan_pop(stmt: &Pop, params: &Params<'_>) -> Result<PopPlan, SqlError> {
+    let args = pop_args(stmt, params)?;
+    Ok(PopPlan {
+        queue: args.queue.clone(),
+        wait: args.wait,
+        args,
+    })
+}
+
+impl PopPlan {
+    /// The consumer group (queue mode's when the POP names none).
+    pub fn group(&self) -> &str {
+        &self.args.group
+    }
+
+    /// The POP names its partition (`PARTITION p`).
+    pub fn named_partition(&self) -> bool {
+        self.args.partition.is_some()
+    }
+
+    /// Its PARTITIONS.
+    pub fn max_partitions(&self) -> usize {
+        usize::try_from(self.args.max_partitions).unwrap_or(1)
+    }
+}
+
+/// What `log_pop_v2` said of each partition it judged: (id, state,
+/// retry_at), claimed ones included, in its order.
+pub type Judged = Vec<(i64, String, Option<SystemTime>)>;
+
+/// One call of `log_pop_v2`: claims among `candidates` (partition ids), or
+/// over the whole queue (or the partition the POP names) without them, and
+/// decodes what it claimed.
+pub async fn pop_call(
+    conn: &mut Calls<'_>,
+    plan: &PopPlan,
+    key: &ReceiptKey,
+    tenant: Uuid,
+    candidates: Option<&[i64]>,
+) -> Result<(Vec<Vec<Cell>>, Judged), ExecError> {
+    let rows = conn
+        .run(&PopCandidates {
+            args: &plan.args,
+            tenant,
+            candidates,
+        })
+        .await?;
+    let mut out = Vec::new();
+    let mut judged = Vec::with_capacity(rows.len());
+    for judgement in rows {
+        judged.push((judgement.partition_id, judgement.state, judgement.retry_at));
+        if let Some(row) = &judgement.claimed {
+            decode_claimed(row, plan, key, &mut out)?;
+        }
+    }
+    Ok((out, judged))
+}
+
+/// One attempt of a POP over the whole queue, without the hot list.
+pub async fn pop_once(
+    conn: &mut Calls<'_>,
+    plan: &PopPlan,
+    key: &ReceiptKey,
+    tenant: Uuid,
+) -> Result<Vec<Vec<Cell>>, ExecError> {
+    Ok(pop_call(conn, plan, key, tenant, None).await?.0)
+}
+
+fn decode_claimed(
+    row: &PopRow,
+    plan: &PopPlan,
+    key: &ReceiptKey,
+    out: &mut Vec<Vec<Cell>>,
+) -> Result<(), ExecError> {
+    let first = row.from_offset.max(row.base_offset);
+    let to = row.to_offset;
+    if to < first {
+        return Ok(());
+    }
+    let frames = frame::decode_range(
+        &row.blob,
+        (first - row.base_offset) as usize,
+        (to - first + 1) as usize,
+    )
+    .map_err(|e| SqlError::error(SqlState::DATA_CORRUPTED, e.to_string()))?;
+    for (i, f) in frames.into_iter().enumerate() {
+        let offset = first + i as i64;
+        let receipt = row.lease_token.map(|token| {
+            key.encode(&Receipt {
+                partition_id: row.partition_id,
+                offset,
+                lease_token: token,
+                group: plan.args.group.clone(),
+            })
+        });
+        out.push(vec![
+            Cell::opt_text(receipt),
+            Cell::Uuid(f.message_id),
+            Cell::Text(plan.queue.clone()),
+            Cell::Text(row.partition_name.clone()),
+            Cell::Int8(offset),
+            Cell::Jsonb(f.payload),
+            Cell::opt_text(f.transaction_id),
+            Cell::opt_text(f.trace_id),
+            Cell::Int4(row.retry_count),
+            Cell::Timestamptz(f.created_at_micros),
+            Cell::timestamp(row.lease_expires_at),
+        ]);
+    }
+    Ok(())
+}

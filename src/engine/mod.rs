@@ -19,6 +19,7 @@ pub mod lend;
 pub mod lock_order;
 pub mod maintenance;
 mod observe;
+pub mod purge;
 pub mod queues;
 pub mod receipt;
 pub mod retention;
@@ -221,6 +222,15 @@ impl Engine {
             }
             // Answered before any backend is asked (`execute.rs`).
             Statement::Console(view) => console::rows(&self.metrics, *view, tenant),
+            // `execute.rs` refused it inside a transaction block: every
+            // step here commits on its own.
+            Statement::PurgeTenant(p) => {
+                let target = crate::rewrite::dialect::purge::parse_tenant(
+                    &params.text(&p.tenant, "tenant")?,
+                )
+                .map_err(crate::rewrite::bind::parse_error)?;
+                purge::purge_tenant(conn, target).await?
+            }
         };
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),

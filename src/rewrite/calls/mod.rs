@@ -34,6 +34,7 @@ pub mod json;
 pub mod kv;
 pub mod maintenance;
 pub mod metrics;
+pub mod purge;
 pub mod queues;
 pub mod retention;
 mod row;
@@ -126,6 +127,7 @@ pub const ALL: &[&CallSpec] = &[
     &metrics::SCHEMA_APPLIED,
     &metrics::FLUSH,
     &metrics::ROLLUP,
+    &purge::STEP,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

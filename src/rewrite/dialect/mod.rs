@@ -15,6 +15,7 @@
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //! | `SHOW QUEENWIRE POOLS/CLIENTS/SERVERS/STATS`    | [`console`]     |
+//! | `PURGE TENANT`                                  | [`purge`]       |
 //!
 //! The parser is pure: literals are checked here (names, JSON, durations,
 //! counts), `$n` are left for the engine, which applies the same public
@@ -36,6 +37,7 @@ pub mod kv;
 mod lexer;
 pub mod options;
 pub mod pop;
+pub mod purge;
 pub mod push;
 pub mod queue_admin;
 pub mod show;
@@ -106,6 +108,8 @@ pub enum Statement {
     },
     /// The admin view, answered by the proxy.
     Console(console::Console),
+    /// Administrators only; never inside a transaction block.
+    PurgeTenant(purge::PurgeTenant),
 }
 
 impl Statement {
@@ -131,6 +135,7 @@ impl Statement {
             Statement::CancelSchedule(_) => timer::CANCEL_COLUMNS,
             Statement::ShowSchedules { .. } => timer::SHOW_COLUMNS,
             Statement::Console(view) => view.columns(),
+            Statement::PurgeTenant(_) => purge::COLUMNS,
         }
     }
 
@@ -188,6 +193,7 @@ impl Statement {
             Statement::Kv(kv) => kv.describe_params(&mut params),
             Statement::Schedule(schedule) => schedule.describe_params(&mut params),
             Statement::CancelSchedule(cancel) => cancel.describe_params(&mut params),
+            Statement::PurgeTenant(purge) => purge.describe_params(&mut params),
         }
         params.into_vec()
     }
@@ -211,6 +217,7 @@ enum Family {
     Show,
     ShowSchedules,
     Console,
+    PurgeTenant,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -233,6 +240,14 @@ fn recognize(sql: &str) -> Option<Family> {
         "RENEW" => Family::Renew,
         "KV" => Family::Kv,
         "SCHEDULE" => Family::Schedule,
+        // PostgreSQL has no PURGE statement at all.
+        "PURGE" => {
+            let second = lexer.next_token().ok()?;
+            if !word(&second)?.eq_ignore_ascii_case("TENANT") {
+                return None;
+            }
+            Family::PurgeTenant
+        }
         "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" => {
             let second = lexer.next_token().ok()?;
             let second = word(&second)?.to_ascii_uppercase();
@@ -297,6 +312,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::Show => show::parse(&mut cursor),
         Family::ShowSchedules => timer::parse_show(&mut cursor),
         Family::Console => console::parse(&mut cursor),
+        Family::PurgeTenant => purge::PurgeTenant::parse(&mut cursor),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

@@ -283,8 +283,12 @@ mod tests {
                 verifier: Verifier::new("pw"),
             },
         );
+        users.admins.insert("al ice".into());
         let again = Users::parse(&users.to_toml()).unwrap();
         assert_eq!(again.users, users.users);
+        assert_eq!(again.admins, users.admins);
+        let text = users.to_toml().replace("admin = true", "admin = \"yes\"");
+        assert!(Users::parse(&text).is_err());
         assert!(Users::parse("[users.x]\ntenant = \"nope\"").is_err());
     }
 }

@@ -217,7 +217,10 @@ async fn purging_the_middle_tenant_leaves_the_other_two_unchanged_row_for_row() 
     assert_eq!(counts[0], TENANT_B.to_string());
     assert_eq!(&counts[1..], ["2", "3", "3", "6", "1", "3", "2"], "{row:?}");
 
-    assert_eq!(leftover(&direct, TENANT_B).await, Vec::<(String, i64)>::new());
+    assert_eq!(
+        leftover(&direct, TENANT_B).await,
+        Vec::<(String, i64)>::new()
+    );
     assert_eq!(snapshot(&direct, TENANT_A).await, before_a);
     assert_eq!(snapshot(&direct, TENANT_C).await, before_c);
 
@@ -230,7 +233,9 @@ async fn purging_the_middle_tenant_leaves_the_other_two_unchanged_row_for_row() 
     assert_eq!(again[1].as_deref(), Some("0"));
     // The other tenants still work through the proxy.
     let a = login(&proxy, "a").await;
-    a.simple_query("PUSH INTO jobs VALUES ('{}')").await.unwrap();
+    a.simple_query("PUSH INTO jobs VALUES ('{}')")
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -266,7 +271,10 @@ async fn a_purge_stopped_halfway_is_finished_by_running_it_again() {
             break;
         }
     }
-    assert_eq!(leftover(&direct, TENANT_B).await, Vec::<(String, i64)>::new());
+    assert_eq!(
+        leftover(&direct, TENANT_B).await,
+        Vec::<(String, i64)>::new()
+    );
     assert_eq!(snapshot(&direct, TENANT_A).await, before_a);
     // The statement over the extended protocol too, on what is left (nothing).
     let root = login(&proxy, "root").await;
@@ -290,7 +298,10 @@ async fn pushes_racing_a_purge_fail_cleanly_or_are_purged() {
         tokio::spawn(async move {
             let (mut ok, mut failed) = (0u32, 0u32);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match b.simple_query("PUSH INTO jobs VALUES ('{\"race\": 1}')").await {
+                match b
+                    .simple_query("PUSH INTO jobs VALUES ('{\"race\": 1}')")
+                    .await
+                {
                     Ok(_) => ok += 1,
                     Err(e) => {
                         assert!(e.code().is_some(), "a push failed without a SQLSTATE: {e}");
@@ -320,7 +331,10 @@ async fn pushes_racing_a_purge_fail_cleanly_or_are_purged() {
     root.simple_query(&format!("PURGE TENANT '{TENANT_B}'"))
         .await
         .unwrap();
-    assert_eq!(leftover(&direct, TENANT_B).await, Vec::<(String, i64)>::new());
+    assert_eq!(
+        leftover(&direct, TENANT_B).await,
+        Vec::<(String, i64)>::new()
+    );
     assert_eq!(snapshot(&direct, TENANT_A).await, before_a);
 }
 
@@ -329,11 +343,21 @@ async fn a_non_administrator_is_refused_and_nothing_changes() {
     let (proxy, direct) = start("purge_refused").await;
     let before_b = snapshot(&direct, TENANT_B).await;
     let a = login(&proxy, "a").await;
-    assert_eq!(code(&a, &format!("PURGE TENANT '{TENANT_B}'")).await, "42501");
-    assert_eq!(code(&a, &format!("PURGE TENANT '{TENANT_A}'")).await, "42501");
+    assert_eq!(
+        code(&a, &format!("PURGE TENANT '{TENANT_B}'")).await,
+        "42501"
+    );
+    assert_eq!(
+        code(&a, &format!("PURGE TENANT '{TENANT_A}'")).await,
+        "42501"
+    );
     // A tenant role cannot call the step procedure either.
     assert_eq!(
-        code(&a, &format!("SELECT * FROM queen.tenant_purge_step_v1('{TENANT_B}', 10)")).await,
+        code(
+            &a,
+            &format!("SELECT * FROM queen.tenant_purge_step_v1('{TENANT_B}', 10)")
+        )
+        .await,
         "42501"
     );
     assert_eq!(snapshot(&direct, TENANT_B).await, before_b);
@@ -343,7 +367,10 @@ async fn a_non_administrator_is_refused_and_nothing_changes() {
     let root = login(&proxy, "root").await;
     assert_eq!(code(&root, "PURGE TENANT 'not-a-uuid'").await, "22P02");
     root.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(code(&root, &format!("PURGE TENANT '{TENANT_B}'")).await, "25001");
+    assert_eq!(
+        code(&root, &format!("PURGE TENANT '{TENANT_B}'")).await,
+        "25001"
+    );
     root.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(snapshot(&direct, TENANT_B).await, before_b);
 }

@@ -20,7 +20,12 @@ pub const BATCH: i32 = 500;
 pub async fn purge_tenant(conn: &mut Calls<'_>, tenant: Uuid) -> Result<Vec<Vec<Cell>>, ExecError> {
     let mut total = PurgeStepRow::default();
     loop {
-        let rows = conn.run(&PurgeStep { tenant, batch: BATCH }).await?;
+        let rows = conn
+            .run(&PurgeStep {
+                tenant,
+                batch: BATCH,
+            })
+            .await?;
         let step = rows.into_iter().next().unwrap_or(PurgeStepRow {
             done: true,
             ..PurgeStepRow::default()

@@ -278,6 +278,21 @@ async fn a_purge_stopped_halfway_is_finished_by_running_it_again() {
     assert_eq!(snapshot(&direct, TENANT_A).await, before_a);
     // The statement over the extended protocol too, on what is left (nothing).
     let root = login(&proxy, "root").await;
+    let described = root.prepare("PURGE TENANT $1").await.unwrap();
+    let names: Vec<&str> = described.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "tenant",
+            "queues",
+            "partitions",
+            "segments",
+            "messages",
+            "dlq",
+            "kv_keys",
+            "timers"
+        ]
+    );
     let rows = root
         .query("PURGE TENANT $1", &[&TENANT_B.to_string()])
         .await
@@ -293,8 +308,10 @@ async fn pushes_racing_a_purge_fail_cleanly_or_are_purged() {
     let before_a = snapshot(&direct, TENANT_A).await;
     let b = login(&proxy, "b").await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let b_pushed = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let pusher = {
         let stop = stop.clone();
+        let b_pushed = b_pushed.clone();
         tokio::spawn(async move {
             let (mut ok, mut failed) = (0u32, 0u32);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -302,7 +319,10 @@ async fn pushes_racing_a_purge_fail_cleanly_or_are_purged() {
                     .simple_query("PUSH INTO jobs VALUES ('{\"race\": 1}')")
                     .await
                 {
-                    Ok(_) => ok += 1,
+                    Ok(_) => {
+                        ok += 1;
+                        b_pushed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Err(e) => {
                         assert!(e.code().is_some(), "a push failed without a SQLSTATE: {e}");
                         failed += 1;
@@ -312,6 +332,9 @@ async fn pushes_racing_a_purge_fail_cleanly_or_are_purged() {
             (ok, failed)
         })
     };
+    while b_pushed.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     let root = login(&proxy, "root").await;
     for _ in 0..3 {
         tokio::time::timeout(
@@ -373,4 +396,64 @@ async fn a_non_administrator_is_refused_and_nothing_changes() {
     );
     root.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(snapshot(&direct, TENANT_B).await, before_b);
+}
+
+/// Messages of the tenant's queue `jobs`, counted from the partitions'
+/// offset allocators (retention deletes nothing this young).
+async fn jobs_messages(direct: &Client, tenant: Uuid) -> i64 {
+    direct
+        .query_one(
+            "SELECT coalesce(sum(p.last_offset + 1), 0)::BIGINT FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND q.name = 'jobs'",
+            &[&tenant],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn two_purges_from_two_queenwires_at_once_finish_while_other_tenants_push_on() {
+    let (proxy, direct) = start("purge_two").await;
+    let second = Proxy::start_on(proxy.direct.clone(), |c| c.users = Some(users())).await;
+    let before_a = jobs_messages(&direct, TENANT_A).await;
+    let before_c = jobs_messages(&direct, TENANT_C).await;
+    // Tenants A and C push through the second queenwire meanwhile; every
+    // push they were told succeeded must be there afterwards (a ledger).
+    let mut pushers = Vec::new();
+    for name in ["a", "c"] {
+        let client = login(&second, name).await;
+        pushers.push(tokio::spawn(async move {
+            let mut ok = 0i64;
+            for _ in 0..200 {
+                client
+                    .simple_query("PUSH INTO jobs VALUES ('{\"other\": 1}')")
+                    .await
+                    .unwrap();
+                ok += 1;
+            }
+            ok
+        }));
+    }
+    let root_1 = login(&proxy, "root").await;
+    let root_2 = login(&second, "root").await;
+    let purge = format!("PURGE TENANT '{TENANT_B}'");
+    let (one, two) = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        tokio::join!(root_1.simple_query(&purge), root_2.simple_query(&purge))
+    })
+    .await
+    .expect("two purges at once do not hang");
+    let (one, two) = (first_row(one.unwrap()), first_row(two.unwrap()));
+    // Between them they removed each queue once.
+    let queues = |row: &[Option<String>]| -> i64 { row[1].as_deref().unwrap().parse().unwrap() };
+    assert_eq!(queues(&one) + queues(&two), 2, "{one:?} {two:?}");
+    let mut pushed = Vec::new();
+    for p in pushers {
+        pushed.push(p.await.unwrap());
+    }
+    assert_eq!(
+        leftover(&direct, TENANT_B).await,
+        Vec::<(String, i64)>::new()
+    );
+    assert_eq!(jobs_messages(&direct, TENANT_A).await, before_a + pushed[0]);
+    assert_eq!(jobs_messages(&direct, TENANT_C).await, before_c + pushed[1]);
 }

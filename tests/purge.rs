@@ -346,7 +346,8 @@ async fn pushes_racing_a_purge_fail_cleanly_or_are_purged() {
         .unwrap();
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (ok, _failed) = pusher.await.unwrap();
+    let (ok, failed) = pusher.await.unwrap();
+    eprintln!("pushes during the purges: {ok} committed, {failed} failed cleanly");
     assert!(ok > 0, "no push ran during the purge");
     // Every push that committed during a purge is gone with it; the last
     // pushes may have re-provisioned the queue after it: one more purge, with

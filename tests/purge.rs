@@ -458,3 +458,34 @@ async fn two_purges_from_two_queenwires_at_once_finish_while_other_tenants_push_
     assert_eq!(jobs_messages(&direct, TENANT_A).await, before_a + pushed[0]);
     assert_eq!(jobs_messages(&direct, TENANT_C).await, before_c + pushed[1]);
 }
+
+#[tokio::test]
+async fn without_a_users_file_the_loopback_user_purges_with_psql() {
+    let proxy = Proxy::start("purge_psql").await;
+    let direct = common::proxy::connect(&proxy.direct).await;
+    let default_tenant = Uuid::from_u128(1);
+    seed(&proxy.connect().await).await;
+    let (ok, out, err) = proxy
+        .psql(&[
+            "-A",
+            "-t",
+            "-c",
+            &format!("PURGE TENANT '{default_tenant}'"),
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("{default_tenant}|2|3|3|6|1|3|2"),
+        "{out}"
+    );
+    assert_eq!(
+        leftover(&direct, default_tenant).await,
+        Vec::<(String, i64)>::new()
+    );
+    let (ok, _, err) = proxy.psql(&["-c", "PURGE TENANT 'x'"]).await;
+    assert!(
+        !ok && err.contains("invalid input syntax for type uuid"),
+        "{err}"
+    );
+}

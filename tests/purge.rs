@@ -489,3 +489,43 @@ async fn without_a_users_file_the_loopback_user_purges_with_psql() {
         "{err}"
     );
 }
+
+#[test]
+fn user_add_admin_writes_admin_true_and_user_list_shows_it() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let file = std::env::temp_dir().join(format!("qw-purge-users-{}.toml", std::process::id()));
+    for args in [&["root", "--admin"][..], &["plain"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_queenwire"))
+            .args(["user", "add"])
+            .args(args)
+            .args(["--file", file.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child.stdin.as_mut().unwrap().write_all(b"pw\n").unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+    let users = Users::load(&file).unwrap();
+    let listed = Command::new(env!("CARGO_BIN_EXE_queenwire"))
+        .args(["user", "list", "--file", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(users.admins.iter().collect::<Vec<_>>(), ["root"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("root\t") && l.ends_with("\tadmin")),
+        "{listed}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("plain\t") && !l.ends_with("\tadmin")),
+        "{listed}"
+    );
+}

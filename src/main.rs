@@ -41,6 +41,9 @@ enum UserAction {
         /// What plain SQL the user may run: none, read_only or full.
         #[arg(long, default_value = "none")]
         passthrough: String,
+        /// May run PURGE TENANT (`admin = true` in the file).
+        #[arg(long)]
+        admin: bool,
     },
     /// Lists the users of a users file.
     List {
@@ -307,6 +310,7 @@ fn manage_users(action: UserAction) -> Result<(), String> {
             file,
             tenant,
             passthrough,
+            admin,
         } => {
             let passthrough = Passthrough::parse(&passthrough)
                 .ok_or("--passthrough must be none, read_only or full")?;
@@ -324,6 +328,11 @@ fn manage_users(action: UserAction) -> Result<(), String> {
                     verifier: Verifier::new(&password),
                 },
             );
+            if admin {
+                users.admins.insert(name.clone());
+            } else {
+                users.admins.remove(&name);
+            }
             users.save(&file).map_err(|e| e.to_string())?;
             eprintln!("queenwire: user {name} saved in {}", file.display());
             Ok(())
@@ -332,11 +341,16 @@ fn manage_users(action: UserAction) -> Result<(), String> {
             let users = Users::load(&file).map_err(|e| e.to_string())?;
             for u in users.users.values() {
                 println!(
-                    "{}\ttenant={}\tpassthrough={}\tbackend_role={}",
+                    "{}\ttenant={}\tpassthrough={}\tbackend_role={}{}",
                     u.name,
                     u.tenant,
                     u.passthrough.as_str(),
-                    u.backend_role().as_deref().unwrap_or("-")
+                    u.backend_role().as_deref().unwrap_or("-"),
+                    if users.admins.contains(&u.name) {
+                        "\tadmin"
+                    } else {
+                        ""
+                    }
                 );
             }
             Ok(())

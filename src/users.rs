@@ -135,6 +135,10 @@ impl Verifier {
 #[derive(Debug, Clone, Default)]
 pub struct Users {
     pub users: BTreeMap<String, User>,
+    /// Users whose entry says `admin = true`: they may run `PURGE TENANT`
+    /// (docs/security.md). Kept apart from [`User`] so an entry without the
+    /// key reads as before.
+    pub admins: std::collections::BTreeSet<String>,
 }
 
 impl Users {
@@ -151,8 +155,12 @@ impl Users {
     pub fn parse(text: &str) -> Result<Users, String> {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
         let mut users = BTreeMap::new();
+        let mut admins = std::collections::BTreeSet::new();
         let Some(section) = table.get("users") else {
-            return Ok(Users { users });
+            return Ok(Users {
+                users,
+                admins: Default::default(),
+            });
         };
         let section = section.as_table().ok_or("[users] must be a table")?;
         for (name, entry) in section {
@@ -170,6 +178,13 @@ impl Users {
             let passthrough = Passthrough::parse(field("passthrough")?).ok_or_else(|| {
                 format!("users.{name}.passthrough must be none, read_only or full")
             })?;
+            match entry.get("admin") {
+                None | Some(toml::Value::Boolean(false)) => {}
+                Some(toml::Value::Boolean(true)) => {
+                    admins.insert(name.clone());
+                }
+                Some(_) => return Err(format!("users.{name}.admin must be true or false")),
+            }
             let verifier = Verifier::decode(field("scram")?)
                 .ok_or_else(|| format!("users.{name}.scram is not a SCRAM-SHA-256 verifier"))?;
             users.insert(
@@ -182,7 +197,7 @@ impl Users {
                 },
             );
         }
-        Ok(Users { users })
+        Ok(Users { users, admins })
     }
 
     pub fn to_toml(&self) -> String {
@@ -196,6 +211,9 @@ impl Users {
                 u.passthrough.as_str(),
                 u.verifier.encode()
             ));
+            if self.admins.contains(&u.name) {
+                out.push_str("admin = true\n");
+            }
         }
         out
     }
@@ -265,8 +283,12 @@ mod tests {
                 verifier: Verifier::new("pw"),
             },
         );
+        users.admins.insert("al ice".into());
         let again = Users::parse(&users.to_toml()).unwrap();
         assert_eq!(again.users, users.users);
+        assert_eq!(again.admins, users.admins);
+        let text = users.to_toml().replace("admin = true", "admin = \"yes\"");
+        assert!(Users::parse(&text).is_err());
         assert!(Users::parse("[users.x]\ntenant = \"nope\"").is_err());
     }
 }

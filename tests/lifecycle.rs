@@ -292,6 +292,7 @@ fn user(name: &str, tenant: u128, passthrough: Passthrough) -> (String, User) {
 fn save(path: &std::path::Path, list: Vec<(String, User)>) -> Arc<Users> {
     let users = Users {
         users: list.into_iter().collect(),
+        admins: Default::default(),
     };
     users.save(path).unwrap();
     Arc::new(users)

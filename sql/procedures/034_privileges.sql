@@ -121,7 +121,8 @@ DECLARE
         'log_retention_record_v1', 'log_retained_bytes_step_v1',
         'kv_prune_shard_v1', 'kv_usage_rollup_v1', 'kv_quota_poll_v1',
         'timer_claim_due_v1', 'timer_delete_fired_v1', 'timer_postpone_v1',
-        'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1'];
+        'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1',
+        'tenant_purge_step_v1'];
     v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL
                        AND to_regrole('queen_client') IS NOT NULL;
     v_fn REGPROCEDURE;

@@ -3,7 +3,7 @@
 //! backend, so a client's transaction block aborts exactly as for an error
 //! of PostgreSQL's own.
 
-use super::lend::Lender;
+use super::lend::{CallEnd, Lender};
 use super::values::Params;
 use super::{console, observe, queues, Engine, ExecError, Outcome, RAISE_CALL};
 use crate::backend::call::Calls;
@@ -76,6 +76,13 @@ impl Engine {
             return Err(StatementError::Unavailable(e.into_cause()));
         }
         let in_block = lender.view().status.in_transaction();
+        if matches!(stmt, Statement::PurgeTenant(_)) && (in_block || end == CallEnd::Flush) {
+            let refusal = SqlError::error(
+                SqlState::ACTIVE_SQL_TRANSACTION,
+                "PURGE TENANT cannot run inside a transaction block",
+            );
+            return Err(self.refuse(lender, refusal).await);
+        }
         if let Err(refusal) = lender.lock_order().check(stmt, in_block) {
             return Err(self.refuse(lender, refusal).await);
         }

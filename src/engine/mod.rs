@@ -23,6 +23,7 @@ pub mod lock_order;
 pub mod maintenance;
 mod observe;
 pub mod pop;
+pub mod purge;
 pub mod queues;
 pub mod receipt;
 pub mod replay;
@@ -247,6 +248,15 @@ impl Engine {
             }
             // Answered before any backend is asked (`execute.rs`).
             Statement::Console(view) => console::rows(&self.metrics, *view, tenant),
+            // `execute.rs` refused it inside a transaction block: every
+            // step here commits on its own.
+            Statement::PurgeTenant(p) => {
+                let target = crate::rewrite::dialect::purge::parse_tenant(
+                    &params.text(&p.tenant, "tenant")?,
+                )
+                .map_err(crate::rewrite::bind::parse_error)?;
+                purge::purge_tenant(conn, target).await?
+            }
         };
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),

@@ -21,7 +21,8 @@ pub fn kind(stmt: &Statement) -> Kind {
         | Statement::AlterQueue(_)
         | Statement::DropQueue(_)
         | Statement::SeekGroup(_)
-        | Statement::DropGroup(_) => Kind::QueueAdmin,
+        | Statement::DropGroup(_)
+        | Statement::PurgeTenant(_) => Kind::QueueAdmin,
         Statement::ShowQueues
         | Statement::ShowPartitions { .. }
         | Statement::ShowGroups { .. }

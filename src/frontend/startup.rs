@@ -138,6 +138,7 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
         None => Identity {
             tenant: crate::engine::DEFAULT_TENANT,
             passthrough: Passthrough::Full,
+            admin: true,
         },
     };
     client.send(&protocol::authentication(auth::OK, &[]));
@@ -247,6 +248,9 @@ async fn refuse_with(stream: &mut ClientStream, err: SqlError) {
 pub struct Identity {
     pub tenant: uuid::Uuid,
     pub passthrough: Passthrough,
+    /// May run `PURGE TENANT`: `admin = true` in the users file, or the
+    /// trusted loopback user when there is no users file.
+    pub admin: bool,
 }
 
 /// SCRAM-SHA-256 against the users file. `None` for any failure: the
@@ -297,6 +301,7 @@ async fn authenticate(
     Some(Identity {
         tenant: u.tenant,
         passthrough: u.passthrough,
+        admin: users.admins.contains(&u.name),
     })
 }
 

@@ -11,7 +11,7 @@ use crate::engine::values::Cell;
 use crate::engine::{CallEnd, Lender, Outcome, StatementError, TxnView};
 use crate::frontend::errors::statement_error;
 use crate::frontend::SessionHandle;
-use crate::protocol::{self, SqlError};
+use crate::protocol::{self, SqlError, SqlState};
 use crate::rewrite::dialect::Statement;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -132,6 +132,14 @@ impl Session {
         params: &[Option<String>],
         end: CallEnd,
     ) -> Result<Option<Outcome>, End> {
+        if matches!(stmt.as_ref(), Statement::PurgeTenant(_)) && !self.admin {
+            let refusal = SqlError::error(
+                SqlState::INSUFFICIENT_PRIVILEGE,
+                "PURGE TENANT is for administrators (admin = true in the users file)",
+            );
+            self.refuse(refusal, end).await?;
+            return Ok(None);
+        }
         let engine = self.shared.engine.clone();
         let tenant = self.tenant;
         let mut lent = self.lend(end);

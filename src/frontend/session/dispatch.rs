@@ -78,6 +78,8 @@ pub struct Session {
     pub id: u64,
     /// The tenant every dialect statement acts in.
     pub(super) tenant: uuid::Uuid,
+    /// May run `PURGE TENANT` (`startup::Identity::admin`).
+    pub(super) admin: bool,
     /// What plain SQL this user may pass through.
     pub(super) passthrough: Passthrough,
     pub(super) shared: Arc<Shared>,
@@ -111,6 +113,7 @@ impl Session {
             identity: Identity {
                 tenant,
                 passthrough,
+                admin,
             },
             settings,
             user,
@@ -146,6 +149,7 @@ impl Session {
         Session {
             id,
             tenant,
+            admin,
             passthrough,
             lease: Lease::new(
                 shared.pool.clone(),

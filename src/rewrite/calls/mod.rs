@@ -39,6 +39,7 @@ pub mod kv;
 pub mod maintenance;
 pub mod messages;
 pub mod metrics;
+pub mod purge;
 pub mod queues;
 pub mod retention;
 mod row;
@@ -141,6 +142,7 @@ pub const ALL: &[&CallSpec] = &[
     &metrics::SCHEMA_APPLIED,
     &metrics::FLUSH,
     &metrics::ROLLUP,
+    &purge::STEP,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

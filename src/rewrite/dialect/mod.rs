@@ -19,6 +19,7 @@
 //! | `KV …`                                          | [`kv`]          |
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //! | `SHOW QUEENWIRE POOLS/CLIENTS/SERVERS/STATS`    | [`console`]     |
+//! | `PURGE TENANT`                                  | [`purge`]       |
 //!
 //! The parser is pure: literals are checked here (names, JSON, durations,
 //! counts), `$n` are left for the engine, which applies the same public
@@ -42,6 +43,7 @@ pub mod kv;
 mod lexer;
 pub mod options;
 pub mod pop;
+pub mod purge;
 pub mod push;
 pub mod queue_admin;
 pub mod replay;
@@ -118,6 +120,8 @@ pub enum Statement {
     ShowStatus,
     /// The admin view, answered by the proxy.
     Console(console::Console),
+    /// Administrators only; never inside a transaction block.
+    PurgeTenant(purge::PurgeTenant),
 }
 
 impl Statement {
@@ -147,6 +151,7 @@ impl Statement {
             Statement::ReplayDlq(_) => replay::COLUMNS,
             Statement::ShowStatus => status::COLUMNS,
             Statement::Console(view) => view.columns(),
+            Statement::PurgeTenant(_) => purge::COLUMNS,
         }
     }
 
@@ -207,6 +212,7 @@ impl Statement {
             Statement::Browse(browse) => browse.describe_params(&mut params),
             Statement::GroupDetail(detail) => detail.describe_params(&mut params),
             Statement::ReplayDlq(replay) => replay.describe_params(&mut params),
+            Statement::PurgeTenant(purge) => purge.describe_params(&mut params),
         }
         params.into_vec()
     }
@@ -234,6 +240,7 @@ enum Family {
     ReplayDlq,
     ShowStatus,
     Console,
+    PurgeTenant,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -256,6 +263,14 @@ fn recognize(sql: &str) -> Option<Family> {
         "RENEW" => Family::Renew,
         "KV" => Family::Kv,
         "SCHEDULE" => Family::Schedule,
+        // PostgreSQL has no PURGE statement at all.
+        "PURGE" => {
+            let second = lexer.next_token().ok()?;
+            if !word(&second)?.eq_ignore_ascii_case("TENANT") {
+                return None;
+            }
+            Family::PurgeTenant
+        }
         "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" | "REPLAY" => {
             let second = lexer.next_token().ok()?;
             let second = word(&second)?.to_ascii_uppercase();
@@ -340,6 +355,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::ReplayDlq => replay::ReplayDlq::parse(&mut cursor).map(Statement::ReplayDlq),
         Family::ShowStatus => status::parse(&mut cursor),
         Family::Console => console::parse(&mut cursor),
+        Family::PurgeTenant => purge::PurgeTenant::parse(&mut cursor),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

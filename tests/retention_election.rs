@@ -258,7 +258,9 @@ const TASK_CYCLE: Duration = Duration::from_secs(5);
 /// (`None` while it does not answer).
 async fn runs(port: u16) -> Option<std::collections::HashMap<String, u64>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await
         .ok()?;
@@ -297,7 +299,12 @@ async fn every_maintenance_task_has_one_runner_and_is_taken_over_after_kill_9() 
     let mut fleet = Fleet(
         ports
             .iter()
-            .map(|p| spawn_with(&backend, &["--metrics-listen".into(), format!("127.0.0.1:{p}")]))
+            .map(|p| {
+                spawn_with(
+                    &backend,
+                    &["--metrics-listen".into(), format!("127.0.0.1:{p}")],
+                )
+            })
             .collect(),
     );
 
@@ -317,7 +324,11 @@ async fn every_maintenance_task_has_one_runner_and_is_taken_over_after_kill_9() 
     let mut runner = Vec::new();
     for task in TASKS {
         let running: Vec<usize> = (0..3).filter(|i| count(&before[*i], task) > 0).collect();
-        assert_eq!(running.len(), 1, "{task}: runners {running:?} in {before:?}");
+        assert_eq!(
+            running.len(),
+            1,
+            "{task}: runners {running:?} in {before:?}"
+        );
         runner.push((task, running[0]));
     }
 

@@ -224,7 +224,10 @@ async fn a_running_queenwire_flushes_its_counters() {
         }
         if std::time::Instant::now() > deadline {
             let rows: Vec<String> = direct
-                .query("SELECT row_to_json(w)::text FROM queen.worker_metrics w", &[])
+                .query(
+                    "SELECT row_to_json(w)::text FROM queen.worker_metrics w",
+                    &[],
+                )
                 .await
                 .unwrap()
                 .iter()

@@ -59,10 +59,8 @@ fn totals(m: &Metrics) -> Totals {
         "passthrough",
         m.passthrough_statements.load(Ordering::Relaxed),
     );
-    t.worker.insert(
-        "errors",
-        m.errors_by_class().iter().map(|(_, n)| n).sum(),
-    );
+    t.worker
+        .insert("errors", m.errors_by_class().iter().map(|(_, n)| n).sum());
     t
 }
 
@@ -72,22 +70,38 @@ fn payload(m: &Metrics, now: &Totals, sent: &Totals) -> (String, String) {
     let mut worker = Object::new();
     for (column, n) in &now.worker {
         let before = sent.worker.get(column).copied().unwrap_or(0);
-        worker = worker.member(column, JsonValue::Uint(u128::from(n.saturating_sub(before))));
+        worker = worker.member(
+            column,
+            JsonValue::Uint(u128::from(n.saturating_sub(before))),
+        );
     }
     let pools = m.pool_status();
     let gauges = [
         ("sessions", m.clients.count() as u128),
         ("pool_in_use", pools.iter().map(|p| p.active as u128).sum()),
         ("pool_idle", pools.iter().map(|p| p.idle as u128).sum()),
-        ("pool_waiting", pools.iter().map(|p| p.waiting as u128).sum()),
-        ("parked_pops", m.waiters.load(Ordering::Relaxed).max(0) as u128),
-        ("rss_bytes", u128::from(super::resident_bytes().unwrap_or(0))),
+        (
+            "pool_waiting",
+            pools.iter().map(|p| p.waiting as u128).sum(),
+        ),
+        (
+            "parked_pops",
+            m.waiters.load(Ordering::Relaxed).max(0) as u128,
+        ),
+        (
+            "rss_bytes",
+            u128::from(super::resident_bytes().unwrap_or(0)),
+        ),
     ];
     for (column, v) in gauges {
         worker = worker.member(column, JsonValue::Uint(v));
     }
     let queues = now.queues.iter().filter_map(|((tenant, queue), v)| {
-        let before = sent.queues.get(&(tenant.clone(), queue.clone())).copied().unwrap_or_default();
+        let before = sent
+            .queues
+            .get(&(tenant.clone(), queue.clone()))
+            .copied()
+            .unwrap_or_default();
         if v == &before {
             return None;
         }

@@ -110,11 +110,12 @@ impl Session {
     ) -> Session {
         let Started {
             client,
-            identity: Identity {
-                tenant,
-                passthrough,
-                admin,
-            },
+            identity:
+                Identity {
+                    tenant,
+                    passthrough,
+                    admin,
+                },
             settings,
             user,
         } = started;

@@ -719,3 +719,36 @@ async fn calls_per_pop() {
         println!("{f} {c} {t} ms");
     }
 }
+
+/// A block's own uncommitted PUSH is announced only at its COMMIT, but the
+/// block's POP sees it, as on PostgreSQL — also when the ring already knew
+/// the queue as empty.
+#[tokio::test]
+async fn a_block_pops_what_it_pushed_itself_on_a_queue_the_ring_knows_empty() {
+    let proxy = Proxy::start("hotlist_own_push").await;
+    let client = proxy.connect().await;
+    client.batch_execute("CREATE QUEUE own").await.unwrap();
+    for _ in 0..3 {
+        let rows = client
+            .query("POP FROM own LIMIT 5 AUTO ACK", &[])
+            .await
+            .unwrap();
+        assert!(rows.is_empty());
+    }
+    client
+        .batch_execute("BEGIN; PUSH INTO own VALUES ('1'), ('2'), ('3')")
+        .await
+        .unwrap();
+    let payloads: Vec<String> = client
+        .simple_query("POP FROM own LIMIT 5")
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get("payload").map(str::to_string),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(payloads, ["1", "2", "3"]);
+    client.batch_execute("COMMIT").await.unwrap();
+}

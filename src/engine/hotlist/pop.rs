@@ -111,6 +111,14 @@ impl Hotlist {
             )),
         };
         let rows = claim(conn, plan, key, tenant, &ring, in_block).await?;
+        if rows.is_empty() && in_block {
+            // The block may have pushed into this queue itself: its pushes
+            // are announced (and reach the ring) only when it commits, but
+            // its own POP sees them, as on PostgreSQL. Nothing claimable in
+            // the ring: the whole queue, in the block's snapshot.
+            drop(deferred);
+            return Ok(pop::pop_call(conn, plan, key, tenant, None).await?.0);
+        }
         let Some((since, mut pending)) = deferred else {
             return Ok(rows);
         };

@@ -11,6 +11,7 @@
 use queenwire::frontend::encoding::{ClientEncoding, ClientText};
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+use queenwire::engine::pop;
 use queenwire::engine::queues::{self, Limits};
 use queenwire::engine::values::Params;
 use queenwire::frontend::params::{bind_params_as_text, result_format};
@@ -200,7 +201,7 @@ fn bind(msg: &Message, b: &frontend::Bind<'_>, state: &State) {
             let _ = queues::prepare_push(push, &Params(&params), &Limits::default());
         }
         Some(Statement::Pop(pop)) => {
-            let _ = queues::plan_pop(pop, &Params(&params));
+            let _ = pop::plan_pop(pop, &Params(&params));
         }
         _ => {}
     }

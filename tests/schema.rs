@@ -255,5 +255,9 @@ async fn pushes_into_one_partition_update_its_row_heap_only() {
     let first = stamp().await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     common::sql::rows(&client, "PUSH INTO windowed VALUES ('2')").await;
-    assert_ne!(first, stamp().await, "a window_buffer queue is stamped by every push");
+    assert_ne!(
+        first,
+        stamp().await,
+        "a window_buffer queue is stamped by every push"
+    );
 }

@@ -271,9 +271,14 @@ async fn cycle(
         if due(schedule.last_retention) {
             schedule.last_retention = Some(Instant::now());
             crate::metrics::count_maintenance_run(RETENTION_TASK);
-            let finished =
-                retention_pass(client, settings, holder, &mut schedule.resume_after, schedule.pace)
-                    .await?;
+            let finished = retention_pass(
+                client,
+                settings,
+                holder,
+                &mut schedule.resume_after,
+                schedule.pace,
+            )
+            .await?;
             schedule.pace = if finished {
                 schedule.pace.relax()
             } else {
@@ -374,9 +379,14 @@ async fn retention_pass(
                 break 'pass;
             }
             let until = Instant::now() + settings.interval / 2;
-            let trimmed =
-                trim_partition(client, partition.partition_id, STEPS_PER_PARTITION, until, pace)
-                    .await?;
+            let trimmed = trim_partition(
+                client,
+                partition.partition_id,
+                STEPS_PER_PARTITION,
+                until,
+                pace,
+            )
+            .await?;
             totals.add(&trimmed);
             after = partition.partition_id;
         }

@@ -789,3 +789,37 @@ async fn extended_protocol_listen_is_served_by_the_shared_connection() {
     let r = listener.simple("COMMIT").await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
 }
+
+/// A client's SQL-level DEALLOCATE or EXECUTE on a pooled connection cannot
+/// reach another session's prepared statement there: the proxy's names for
+/// them carry a random prefix, not a counter one could guess.
+#[tokio::test]
+async fn another_session_s_prepared_statement_cannot_be_named() {
+    let proxy = Proxy::start_with("statement_names", |c| c.pool_size = 1).await;
+    let a = proxy.connect().await;
+    let b = proxy.connect().await;
+    let stmt = a.prepare("SELECT $1::int4 + 1").await.unwrap();
+    for guess in ["qw_s0", "qw_s1", "qw_s2", "qw_s3"] {
+        let e = b
+            .batch_execute(&format!("DEALLOCATE {guess}"))
+            .await
+            .expect_err("no such statement on the pooled connection");
+        assert_eq!(e.code().map(|c| c.code()), Some("26000"), "{guess}: {e}");
+    }
+    let held: Vec<String> = b
+        .simple_query("SELECT name FROM pg_prepared_statements")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        held.iter().all(|n| n.len() > 20 && n.starts_with("qw_")),
+        "the proxy's names are long and random: {held:?}"
+    );
+    let two: i32 = a.query_one(&stmt, &[&1i32]).await.unwrap().get(0);
+    assert_eq!(two, 2);
+}

@@ -430,16 +430,13 @@ impl Server {
             config.metrics_queue_cap,
             config.users.is_none(),
         ));
+        let fuser = Fuser::new(pool.clone(), announcer.clone(), config.sealing.clone());
         let engine = Arc::new(Engine {
             draining: shutdown.drain_signal(),
             metrics: metrics.clone(),
             kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
-            fuser: Arc::new(Fuser::new(
-                pool.clone(),
-                announcer.clone(),
-                config.sealing.clone(),
-            )),
+            fuser: Arc::new(fuser),
             sealing: config.sealing.clone(),
             limits: Limits {
                 max_payload: config.max_payload,

@@ -20,7 +20,7 @@
 
 -- Operations per queue and minute since p_since, from
 -- queen.queue_ops_metrics: the per-queue counters every queenwire adds to
--- the minute's row when it flushes (019): messages pushed, popped (handed
+-- the minute's row when it flushes, once a minute (019): messages pushed, popped (handed
 -- out), acknowledged, failed (ACK … FAILED) and dead-lettered, and the
 -- partitions created and deleted. The proxies count messages per queue,
 -- not statements (the table's *_requests columns are per process only, in

@@ -349,7 +349,11 @@ async fn rotation_keeps_old_keys_opening_and_a_pop_without_its_key_leaves_the_me
         code(&other_client, "POP FROM vault2 GROUP auto AUTO ACK").await,
         "55000"
     );
-    let left = rows(&client, "POP FROM vault2 GROUP auto AUTO ACK").await;
+    // The second queenwire gets key A too (SIGHUP): the message it could
+    // not open is there for it now, found through its own hot list.
+    write_keys(only_b.path(), &[KEY_B, KEY_A]);
+    other.server.reload().await.unwrap();
+    let left = rows(&other_client, "POP FROM vault2 GROUP auto AUTO ACK").await;
     assert!(payloads(&left)[0].contains("a2"));
     // A bad key file on reload keeps the old keys.
     std::fs::write(&keys, "garbage").unwrap();
@@ -415,4 +419,77 @@ fn a_key_file_others_can_read_is_refused() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let err = Sealing::load(Some(path)).unwrap_err();
     assert!(err.contains("chmod 600"), "{err}");
+}
+
+#[tokio::test]
+async fn fused_pushes_timers_and_psql_reach_an_encrypted_queue_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = write_keys(dir.path(), &[KEY_A]);
+    let proxy = Proxy::start_with("crypt_paths", |c| c.sealing = sealing(&keys)).await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    // The option as a parameter: Describe says bool before Execute.
+    let create = client
+        .prepare("CREATE QUEUE vault WITH (encryption = $1)")
+        .await
+        .unwrap();
+    assert_eq!(create.params(), &[Type::BOOL]);
+    client.execute(&create, &[&true]).await.unwrap();
+    // Many sessions at once, outside blocks: fused writes.
+    let mut tasks = Vec::new();
+    for n in 0..16 {
+        let c = proxy.connect().await;
+        tasks.push(tokio::spawn(async move {
+            c.simple_query(&format!(
+                "PUSH INTO vault VALUES ('{{\"n\": {n}, \"s\": \"{SECRET}\"}}')"
+            ))
+            .await
+            .unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // A timer fires into the queue (the timer loop's own connection).
+    client
+        .batch_execute(&format!(
+            "SCHEDULE INTO vault KEY t1 AFTER 0 VALUES ('{{\"timer\": \"{SECRET}\"}}')"
+        ))
+        .await
+        .unwrap();
+    // psql, a real client of its own.
+    let (ok, out, err) = proxy
+        .psql(&[
+            "-At",
+            "-c",
+            &format!("PUSH INTO vault VALUES ('{{\"psql\": \"{SECRET}\"}}')"),
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("queued"), "{out}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let got = loop {
+        let got = rows(&client, "SHOW MESSAGES FROM vault LIMIT 100").await;
+        if got.len() >= 18 || tokio::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(got.len(), 18, "16 pushes, one timer, one psql push");
+    assert!(payloads(&got).iter().all(|p| p.contains(SECRET)));
+    let stored = blobs(&direct).await;
+    assert!(!stored.is_empty());
+    for blob in &stored {
+        assert_eq!(key_id(blob), "ka");
+        assert!(!contains(blob, SECRET));
+    }
+    let (ok, out, err) = proxy
+        .psql(&["-At", "-c", "POP FROM vault GROUP p LIMIT 100"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.contains(SECRET)).count(),
+        18,
+        "{out}"
+    );
 }

@@ -262,3 +262,57 @@ async fn postgresqls_alter_group_on_roles_still_reaches_postgresql() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn another_tenants_queue_is_unknown_to_alter_group() {
+    use queenwire::users::{Passthrough, User, Users, Verifier};
+    let a_tenant = uuid::Uuid::from_u128(0x5ab1);
+    let b_tenant = uuid::Uuid::from_u128(0x5ab2);
+    let mut users = Users::default();
+    for (name, tenant) in [("a", a_tenant), ("b", b_tenant)] {
+        users.users.insert(
+            name.into(),
+            User {
+                name: name.into(),
+                tenant,
+                passthrough: Passthrough::Full,
+                verifier: Verifier::new("pw"),
+            },
+        );
+    }
+    let users = std::sync::Arc::new(users);
+    let proxy = Proxy::start_with("sub_tenants", |c| c.users = Some(users)).await;
+    let login = |name: &'static str| {
+        let mut cfg = proxy.client_config();
+        cfg.user(name).password("pw");
+        async move { common::proxy::connect(&cfg).await }
+    };
+    let a = login("a").await;
+    let b = login("b").await;
+    a.batch_execute("PUSH INTO shared_name VALUES ('{}')")
+        .await
+        .unwrap();
+    assert_eq!(
+        code(&b, "ALTER GROUP g ON shared_name SUBSCRIBE FROM NOW").await,
+        "42704"
+    );
+    // Calling the procedure for a's tenant from b's role: PostgreSQL says no.
+    assert_eq!(
+        code(
+            &b,
+            &format!(
+                "SELECT queen.consumer_group_subscribe_v1('shared_name', 'g', 'now', NULL, '{a_tenant}'::uuid)"
+            )
+        )
+        .await,
+        "42501"
+    );
+    let direct = proxy.connect_direct().await;
+    let groups: i64 = direct
+        .query_one("SELECT count(*) FROM queen.consumer_groups_metadata", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(groups, 0, "nothing registered");
+    assert_eq!(take(&a, "shared_name", "g").await.len(), 1);
+}

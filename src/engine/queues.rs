@@ -312,8 +312,13 @@ pub async fn write_pushes(
                 ids.push(it.frame.message_id);
                 flat.push((s, it.input_index));
             }
-            let blob = frame::encode(frames.iter().copied(), seal)
-                .map_err(|e| SqlError::error(SqlState::PROGRAM_LIMIT_EXCEEDED, e.to_string()))?;
+            let blob = frame::encode(frames.iter().copied(), seal).map_err(|e| {
+                let state = match e {
+                    frame::SegmentFrameError::TooLong(_) => SqlState::PROGRAM_LIMIT_EXCEEDED,
+                    _ => SqlState::INTERNAL_ERROR,
+                };
+                SqlError::error(state, e.to_string())
+            })?;
             names.push(name.clone());
             counts.push(frames.len() as i32);
             blobs.push(blob);

@@ -493,3 +493,40 @@ async fn fused_pushes_timers_and_psql_reach_an_encrypted_queue_sealed() {
         "{out}"
     );
 }
+
+#[test]
+fn the_binary_refuses_a_key_file_it_cannot_use_before_starting() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_keys(dir.path(), &[KEY_A]);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let run = |file: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_queenwire"))
+            .args(["--backend", "postgres://nobody@127.0.0.1:1/none"])
+            .args(["--listen", "127.0.0.1:0", "--encryption-key-file"])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let out = run(&path);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("chmod 600"), "{err}");
+    let out = run(&dir.path().join("missing"));
+    assert_eq!(out.status.code(), Some(2));
+    let garbled = write_keys(dir.path(), &["k1 not-hex"]);
+    let out = run(&garbled);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 2"),
+        "the line is named"
+    );
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_queenwire"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--encryption-key-file") && help.contains("QUEENWIRE_ENCRYPTION_KEY_FILE")
+    );
+}

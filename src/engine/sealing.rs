@@ -271,10 +271,9 @@ impl Sealing {
     }
 
     pub fn is_encrypted(&self, tenant: Uuid, queue: &str) -> bool {
-        self.encrypted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&(tenant, queue.to_string()))
+        let set = self.encrypted.lock().unwrap_or_else(|p| p.into_inner());
+        // No encrypted queue known (the usual case): no key to build.
+        !set.is_empty() && set.contains(&(tenant, queue.to_string()))
     }
 
     /// What `log_push_v1` said the queue needs.

@@ -397,6 +397,11 @@ async fn altered_ciphertext_is_an_error_not_a_crash() {
     let err = client.query("POP FROM vault", &[]).await.unwrap_err();
     assert_eq!(err.code().unwrap().code(), "XX001");
     assert_eq!(code(&client, "POP FROM short").await, "XX001");
+    // Inside a block: the block fails as for PostgreSQL's own error.
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(code(&client, "POP FROM vault").await, "XX001");
+    assert_eq!(code(&client, "SELECT 1").await, "25P02");
+    client.batch_execute("ROLLBACK").await.unwrap();
     // The message is not leased away by the failures.
     let leased: i64 = direct
         .query_one(

@@ -105,6 +105,8 @@ pub struct Config {
     pub metrics_queue_cap: usize,
     /// How often this process's counters go to `queen.worker_metrics`.
     pub metrics_flush_interval: std::time::Duration,
+    /// The encryption keys (`--encryption-key-file`; SIGHUP reloads them).
+    pub sealing: Arc<crate::engine::sealing::Sealing>,
 }
 
 #[derive(Debug, Clone)]
@@ -140,6 +142,7 @@ impl Default for Config {
             metrics_listen: None,
             metrics_queue_cap: crate::metrics::DEFAULT_QUEUE_CAP,
             metrics_flush_interval: crate::metrics::flush::FLUSH_INTERVAL,
+            sealing: Arc::default(),
         }
     }
 }
@@ -427,12 +430,14 @@ impl Server {
             config.metrics_queue_cap,
             config.users.is_none(),
         ));
+        let fuser = Fuser::new(pool.clone(), announcer.clone(), config.sealing.clone());
         let engine = Arc::new(Engine {
             draining: shutdown.drain_signal(),
             metrics: metrics.clone(),
             kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
-            fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
+            fuser: Arc::new(fuser),
+            sealing: config.sealing.clone(),
             limits: Limits {
                 max_payload: config.max_payload,
             },
@@ -502,6 +507,7 @@ impl Server {
             tokio::spawn(timers::fire_loop(
                 timer_pool,
                 engine.announcer.clone(),
+                engine.sealing.clone(),
                 shutdown.signal(),
             )),
             tokio::spawn(crate::metrics::MAINTENANCE.scope(
@@ -625,7 +631,8 @@ impl Server {
         report
     }
 
-    /// Reads the users file and the TLS certificate and key again (SIGHUP).
+    /// Reads the users file, the TLS certificate and key and the encryption
+    /// keys again (SIGHUP).
     /// New logins see the new users (the tenant roles of added users are
     /// made first, as at start); sessions already in are untouched, also
     /// those of a removed user. What fails to load is kept as it was and
@@ -652,6 +659,9 @@ impl Server {
                     errors.push(e.to_string());
                 }
             }
+        }
+        if let Err(e) = self.shared.engine.sealing.reload() {
+            errors.push(e);
         }
         match errors.is_empty() {
             true => Ok(()),

@@ -116,6 +116,7 @@ DECLARE
     v_now    TIMESTAMPTZ := clock_timestamp();
     v_base   BIGINT;
     v_hashes BIGINT[];
+    v_sealed BOOLEAN;
 BEGIN
     IF p_count IS NULL OR p_count < 1 OR p_blob IS NULL
        OR p_min_created_at IS NULL OR p_max_created_at IS NULL
@@ -139,10 +140,17 @@ BEGIN
                              THEN p.last_write_at ELSE v_now END
     FROM queen.queues q
     WHERE p.id = p_partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
-    RETURNING p.last_offset - p_count + 1 INTO v_base;
+    RETURNING p.last_offset - p_count + 1, q.encryption_enabled INTO v_base, v_sealed;
     IF v_base IS NULL THEN
         RAISE EXCEPTION 'partition % does not exist', p_partition_id
             USING ERRCODE = '42704';
+    END IF;
+    -- As in log_push_v1: an encrypted queue takes only sealed blobs (the
+    -- raise undoes the UPDATE above with the caller's transaction).
+    IF (CASE WHEN octet_length(p_blob) > 0 THEN get_byte(p_blob, 0) = 2 ELSE false END)
+       IS DISTINCT FROM v_sealed THEN
+        RAISE EXCEPTION 'partition %: the segment''s encryption does not match the queue''s encryption_enabled', p_partition_id
+            USING ERRCODE = '55000';
     END IF;
 
     -- Store NULL rather than an array of NULLs: the dedup probe then skips
@@ -308,6 +316,23 @@ BEGIN
     IF v_queue.id IS NULL THEN
         RAISE EXCEPTION 'queue "%" was dropped while being pushed to; retry', p_queue
             USING ERRCODE = '40001';
+    END IF;
+
+    -- Encryption at rest (src/engine/sealing.rs): a queue with
+    -- encryption_enabled stores only sealed blobs (version byte 2), any
+    -- other queue only plain ones. A push framed the other way writes
+    -- nothing and answers one row, 'encrypt' or 'plain', and the engine
+    -- frames it again: the queue's row, read under the queue key, decides,
+    -- so no stale guess of a queenwire's stores plaintext in an encrypted
+    -- queue. A push that read the row before an ALTER QUEUE committed is
+    -- ordered before it, as for every other option.
+    IF EXISTS (SELECT 1 FROM unnest(p_blobs) b
+               WHERE CASE WHEN octet_length(b) > 0 THEN get_byte(b, 0) = 2 ELSE false END
+                     IS DISTINCT FROM v_queue.encryption_enabled) THEN
+        RETURN QUERY
+        SELECT 0, CASE WHEN v_queue.encryption_enabled THEN 'encrypt' ELSE 'plain' END,
+               NULL::TEXT, NULL::BIGINT, NULL::UUID;
+        RETURN;
     END IF;
 
     -- 2. Provision the partitions (name ascending), then lock them (id

@@ -31,7 +31,7 @@ impl Engine {
         params: &[Option<String>],
         tenant: Uuid,
     ) -> Result<Outcome, ExecError> {
-        let plan = pop::plan_pop(stmt, &Params(params))?;
+        let plan = pop::plan_pop(stmt, &Params(params), self.sealing.keys())?;
         let deadline = plan.wait.map(|w| Instant::now() + w);
         let waiters = &self.announcer.waiters;
         let queue_key = wake::queue_key(tenant, &plan.queue);

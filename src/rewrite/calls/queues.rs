@@ -522,6 +522,58 @@ impl FromRow for RenewRow {
     }
 }
 
+/// Gives back one POP's claims that could not be decoded (a segment
+/// sealed with a key this queenwire lacks): the messages stay.
+pub const UNCLAIM: CallSpec = CallSpec {
+    name: "qw_unclaim_v1",
+    sql: "SELECT queen.log_unclaim_v1(p_partition_ids => $1, p_group => $2, p_lease_tokens => $3, p_from_offsets => $4, p_to_offsets => $5, p_tenant => $6) AS released",
+    params: &[
+        Type::INT8_ARRAY,
+        Type::TEXT,
+        Type::UUID_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::UUID,
+    ],
+    columns: &[column("released", Type::INT4)],
+};
+
+pub struct Unclaim<'a> {
+    pub partition_ids: Vec<i64>,
+    pub group: &'a str,
+    pub lease_tokens: Vec<Option<Uuid>>,
+    pub from_offsets: Vec<i64>,
+    pub to_offsets: Vec<i64>,
+    pub tenant: Uuid,
+}
+
+impl Call for Unclaim<'_> {
+    const SPEC: &'static CallSpec = &UNCLAIM;
+    type Row = UnclaimRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.partition_ids,
+            &self.group,
+            &self.lease_tokens,
+            &self.from_offsets,
+            &self.to_offsets,
+            &self.tenant,
+        ]
+    }
+}
+
+pub struct UnclaimRow {
+    pub released: Option<i32>,
+}
+
+impl FromRow for UnclaimRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(UnclaimRow {
+            released: row.get("released")?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::RawRow;

@@ -208,7 +208,7 @@ async fn claim(
                 }
                 None if !parked_looked => {
                     parked_looked = true;
-                    state.take_parked(round)
+                    state.take_parked(round, Instant::now())
                 }
                 None => None,
             }

@@ -30,6 +30,14 @@ pub const RECONCILE_SHARE: u32 = 100;
 /// (1 s allowed for that), and a push keeps a stamp less than a second old
 /// instead of writing its own (003, so that its UPDATE is HOT): 1 s more.
 pub const SKEW_MARGIN: Duration = Duration::from_secs(2);
+/// A ring's parked ids are looked at again (before their instant) at most
+/// this often: that look is how a POP finds a lease released through
+/// another queenwire, so this bounds how late it does (an ACK through this
+/// one releases at once). Without the bound, every POP that found the ring
+/// empty paid a round trip for ids it had just seen leased: eight
+/// consumers of a one-partition queue, seven of them always empty, paid
+/// one to two each per POP.
+pub const PARKED_LOOK_EVERY: Duration = Duration::from_millis(10);
 /// Parked ids come back this much after their instant (the database's clock
 /// and ours differ a little; early costs a look, late costs latency).
 const PARK_SLACK: Duration = Duration::from_millis(5);
@@ -99,6 +107,10 @@ pub struct RingState {
     order: VecDeque<i64>,
     members: HashMap<i64, u64>,
     in_flight: HashSet<i64>,
+    /// Of `in_flight`, the parked ids a POP is looking at again.
+    parked_in_flight: HashSet<i64>,
+    /// When a POP last took parked ids to look at them again.
+    parked_looked: Option<Instant>,
     parked: BTreeSet<(SystemTime, i64)>,
     parked_until: HashMap<i64, SystemTime>,
     epoch: u64,
@@ -278,7 +290,15 @@ impl RingState {
     /// Takes up to `k` parked ids, soonest first, to look at them again
     /// (the rotation is empty: a holder may have let go through another
     /// process).
-    pub fn take_parked(&mut self, k: usize) -> Option<Taken> {
+    pub fn take_parked(&mut self, k: usize, now: Instant) -> Option<Taken> {
+        if self.parked.is_empty()
+            || self
+                .parked_looked
+                .is_some_and(|t| now.saturating_duration_since(t) < PARKED_LOOK_EVERY)
+        {
+            return None;
+        }
+        self.parked_looked = Some(now);
         let mut ids = Vec::new();
         while ids.len() < k {
             let Some((_, id)) = self.parked.pop_first() else {
@@ -288,6 +308,7 @@ impl RingState {
             self.epoch += 1;
             self.members.insert(id, self.epoch);
             self.in_flight.insert(id);
+            self.parked_in_flight.insert(id);
             ids.push(id);
         }
         (!ids.is_empty()).then_some(Taken {
@@ -300,9 +321,16 @@ impl RingState {
     /// rotation and the parked ids gave nothing: a POP takes more candidates
     /// than it claims, so without this a concurrent POP on a small ring
     /// would answer empty while one of them is claimable. The ids stay the
-    /// other POPs' to settle.
+    /// other POPs' to settle. Parked ids another POP looks at again are not
+    /// among them: they were last seen not claimable, and that POP claims
+    /// them if they have become so.
     pub fn in_flight_ids(&self, k: usize) -> Vec<i64> {
-        self.in_flight.iter().take(k).copied().collect()
+        self.in_flight
+            .iter()
+            .filter(|id| !self.parked_in_flight.contains(id))
+            .take(k)
+            .copied()
+            .collect()
     }
 
     /// Puts taken ids back at the front, in their order (the POP did not
@@ -310,6 +338,7 @@ impl RingState {
     pub fn put_back(&mut self, taken: Taken) {
         for id in taken.ids.into_iter().rev() {
             self.in_flight.remove(&id);
+            self.parked_in_flight.remove(&id);
             if self.members.contains_key(&id) {
                 self.order.push_front(id);
             }
@@ -329,6 +358,7 @@ impl RingState {
         let mut unreached = Vec::new();
         for id in taken.ids {
             self.in_flight.remove(&id);
+            self.parked_in_flight.remove(&id);
             let Some(&epoch) = self.members.get(&id) else {
                 continue;
             };
@@ -474,10 +504,30 @@ mod tests {
         r.settle(t, &[(1, Judgement::Empty)], false);
         r.unpark_due(now + Duration::from_secs(1));
         assert!(r.take(5).is_none());
-        let t = r.take_parked(5).unwrap();
+        let t = r.take_parked(5, Instant::now()).unwrap();
         assert_eq!(t.ids, vec![2]);
         r.settle(t, &[(2, Judgement::Locked)], false);
         assert_eq!(r.rotation_len(), 1);
+    }
+
+    #[test]
+    fn parked_ids_are_looked_at_again_at_most_every_parked_look_interval() {
+        let mut r = seeded_ring(&[1]);
+        let t = r.take(1).unwrap();
+        let later = SystemTime::now() + Duration::from_secs(60);
+        r.settle(t, &[(1, Judgement::Waiting(Some(later)))], false);
+        let now = Instant::now();
+        let t = r.take_parked(5, now).unwrap();
+        assert_eq!(t.ids, vec![1]);
+        // Another POP meanwhile: the id is a parked look's, not shared.
+        assert!(r.in_flight_ids(5).is_empty());
+        r.settle(t, &[(1, Judgement::Waiting(Some(later)))], false);
+        assert_eq!(r.parked_len(), 1);
+        assert!(r.take_parked(5, now + PARKED_LOOK_EVERY / 2).is_none());
+        assert_eq!(
+            r.take_parked(5, now + PARKED_LOOK_EVERY).unwrap().ids,
+            vec![1]
+        );
     }
 
     #[test]

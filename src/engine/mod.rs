@@ -34,6 +34,7 @@ pub mod timers;
 pub mod values;
 mod wait;
 pub mod wake;
+pub mod wildcard;
 
 pub use execute::StatementError;
 pub use lend::{CallEnd, Lender, TxnView};

@@ -98,6 +98,7 @@ pub const ALL: &[&CallSpec] = &[
     &queues::POP,
     &queues::POP_CANDIDATES,
     &queues::HOTLIST_SEED,
+    &queues::NAMESPACE_QUEUES,
     &queues::ACK,
     &queues::RENEW,
     &admin::CONFIGURE,

@@ -427,7 +427,10 @@ impl Server {
             config.metrics_queue_cap,
             config.users.is_none(),
         ));
+        let (ephemeral, ephemeral_requests) =
+            crate::engine::ephemeral::Ephemeral::new(&local_addr.to_string());
         let engine = Arc::new(Engine {
+            ephemeral: ephemeral.clone(),
             draining: shutdown.drain_signal(),
             metrics: metrics.clone(),
             kv: kv.clone(),
@@ -514,6 +517,12 @@ impl Server {
                 ),
             )),
         ];
+        background_tasks.push(tokio::spawn(crate::engine::ephemeral::run(
+            background.clone(),
+            ephemeral,
+            ephemeral_requests,
+            shutdown.signal(),
+        )));
         background_tasks.push(tokio::spawn(crate::metrics::flush::run(
             background.clone(),
             metrics.clone(),

@@ -126,6 +126,7 @@ impl Engine {
                     tag: format!("SELECT {}", rows.len()),
                     rows,
                     pushed: None,
+                    ephemeral_commit: None,
                 });
             }
             lender.park().await?;
@@ -145,6 +146,7 @@ impl Engine {
                         tag: "SELECT 0".into(),
                         rows: Vec::new(),
                         pushed: None,
+                        ephemeral_commit: None,
                     });
                 }
                 () = any_woken => {}

@@ -21,6 +21,7 @@
 //! |------------------------------------------------|-----------------|
 //! | push, pop, ack, renew, the hot list's seed     | [`queues`]      |
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
+//! | the ephemeral class: declare, own, commit      | [`ephemeral`]   |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
 //! | SHOW MESSAGES / MESSAGE / TRACE, REPLAY DLQ    | [`messages`]    |
 //! | SHOW GROUP, SHOW LAGGING PARTITIONS            | [`groups`]      |
@@ -33,6 +34,7 @@
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 
 pub mod admin;
+pub mod ephemeral;
 pub mod groups;
 pub mod json;
 pub mod kv;
@@ -105,6 +107,12 @@ pub const ALL: &[&CallSpec] = &[
     &admin::DELETE_QUEUE,
     &admin::SEEK_GROUP,
     &admin::DROP_GROUP,
+    &ephemeral::CONFIGURE,
+    &ephemeral::QUEUES,
+    &ephemeral::NAMES,
+    &ephemeral::CLAIM,
+    &ephemeral::COMMIT_MARK,
+    &ephemeral::COMMIT_TAKE,
     &show::QUEUES,
     &show::PARTITIONS,
     &show::GROUPS,

@@ -103,9 +103,12 @@ async fn push_pop_ack_on_the_owner_and_nothing_in_postgres() {
         .find(|r| col(r, "queue") == "durable_one")
         .unwrap();
     assert_eq!(col(durable, "storage"), "durable");
-    // DROP QUEUE takes the declaration and the messages.
+    // DROP QUEUE takes the declaration and the messages; a receipt of
+    // the dropped queue is stale.
+    let held = receipts_of(&c, "POP FROM fast").await;
     c.batch_execute("DROP QUEUE fast").await.unwrap();
     assert!(rows(&c, "POP FROM fast").await.is_empty());
+    assert_eq!(ack(&c, &held).await, ["stale"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,4 +413,77 @@ async fn one_owner_across_two_queenwires_and_a_new_one_after_it_stops() {
         .map(|r| col(r, "payload"))
         .collect();
     assert_eq!(payloads, ["\"new\""]);
+}
+
+/// A producer and four consumers of one group on the owner, concurrently:
+/// every accepted message acknowledged exactly once, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_consumers_of_an_ephemeral_queue_get_each_message_once() {
+    const MESSAGES: usize = 400;
+    let proxy = Proxy::start_with("eph_ledger", |c| c.pool_size = 8).await;
+    let c = proxy.connect().await;
+    c.batch_execute("CREATE QUEUE ledger WITH (class = ephemeral, max_length = 100000)")
+        .await
+        .unwrap();
+    let cfg = proxy.client_config();
+    let producer = tokio::spawn(async move {
+        let client = connect(&cfg).await;
+        let mut sent = Vec::new();
+        for batch in 0..MESSAGES / 20 {
+            let mut values = Vec::new();
+            for i in 0..20 {
+                let txn = format!("m{}", batch * 20 + i);
+                values.push(format!("('{{}}', 'p{}', '{txn}')", i % 8));
+                sent.push(txn);
+            }
+            rows(
+                &client,
+                &format!(
+                    "PUSH INTO ledger (payload, partition, transaction_id) VALUES {}",
+                    values.join(", ")
+                ),
+            )
+            .await;
+        }
+        sent
+    });
+    let mut consumers = Vec::new();
+    for _ in 0..4 {
+        let cfg = proxy.client_config();
+        consumers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut acked = Vec::new();
+            let mut empty = 0;
+            while empty < 4 {
+                let got = rows(&client, "POP FROM ledger LIMIT 5 PARTITIONS 2 WAIT '300ms'").await;
+                if got.is_empty() {
+                    empty += 1;
+                    continue;
+                }
+                empty = 0;
+                let receipts: Vec<String> = got.iter().map(|r| col(r, "receipt")).collect();
+                for (row, status) in got.iter().zip(ack(&client, &receipts).await) {
+                    if status == "acked" {
+                        acked.push(col(row, "transaction_id"));
+                    }
+                }
+            }
+            acked
+        }));
+    }
+    let sent: HashSet<String> = producer.await.unwrap().into_iter().collect();
+    let mut received: HashMap<String, usize> = HashMap::new();
+    for consumer in consumers {
+        for txn in tokio::time::timeout(Duration::from_secs(120), consumer)
+            .await
+            .expect("consumers finish")
+            .unwrap()
+        {
+            *received.entry(txn).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = received.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "acknowledged twice: {twice:?}");
+    let lost: Vec<_> = sent.iter().filter(|t| !received.contains_key(*t)).collect();
+    assert!(lost.is_empty(), "lost {} of {}", lost.len(), sent.len());
 }

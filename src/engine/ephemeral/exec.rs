@@ -155,8 +155,16 @@ impl Engine {
                 let failed = matches!(how, AckOutcome::Failed { .. });
                 let mut rows = Vec::with_capacity(receipts.len());
                 for (text, r) in receipts {
-                    let owned = match hub.owner(-r.partition_id, "of this receipt").await {
+                    let owned = match hub
+                        .owner(-r.partition_id, &hub.name_of(-r.partition_id))
+                        .await
+                    {
                         Ok(o) => o,
+                        // The queue is gone, and its messages with it.
+                        Err(e) if e.code() == SqlState::UNDEFINED_OBJECT.code() => {
+                            rows.push(vec![Cell::Text(text), Cell::Text("stale".into())]);
+                            continue;
+                        }
                         Err(e) => return Some(Err(e.into())),
                     };
                     let status = super::lock(&owned.store).ack(
@@ -185,7 +193,10 @@ impl Engine {
                 };
                 let mut rows = Vec::with_capacity(receipts.len());
                 for (text, r) in receipts {
-                    let owned = match hub.owner(-r.partition_id, "of this receipt").await {
+                    let owned = match hub
+                        .owner(-r.partition_id, &hub.name_of(-r.partition_id))
+                        .await
+                    {
                         Ok(o) => o,
                         Err(e) => return Some(Err(e.into())),
                     };

@@ -122,6 +122,15 @@ impl Ephemeral {
         lock(&self.names).get(&(tenant, queue.to_string())).copied()
     }
 
+    /// The name of the queue with this ref (for messages), as far as this
+    /// process knows it.
+    pub fn name_of(&self, ref_: i64) -> String {
+        lock(&self.names)
+            .iter()
+            .find(|(_, r)| **r == ref_)
+            .map_or_else(|| format!("#{ref_}"), |((_, name), _)| name.clone())
+    }
+
     /// The queue's store, when this process owns it (claiming it when no
     /// one does); `55006` naming the owner otherwise.
     async fn owner(&self, ref_: i64, queue: &str) -> Result<Arc<Owned>, SqlError> {

@@ -220,6 +220,11 @@ impl Store {
         Ok(seqs)
     }
 
+    /// Sequence numbers below this have left memory.
+    fn oldest_seq(&self) -> i64 {
+        self.messages.front().map_or(self.next_seq, |m| m.seq)
+    }
+
     fn group(&mut self, name: &str, start: Start) -> &mut Group {
         let next = self.next_seq;
         let oldest = self.messages.front().map_or(next, |m| m.seq);
@@ -238,6 +243,7 @@ impl Store {
     /// counts a failure; past the retry limit it is dropped for the group.
     fn settle_expired(&mut self, name: &str, now: Instant) {
         let retry_limit = self.quota.retry_limit;
+        let oldest = self.oldest_seq();
         let Some(g) = self.groups.get_mut(name) else {
             return;
         };
@@ -250,7 +256,7 @@ impl Store {
         for partition in expired {
             if let Some(lease) = g.leases.remove(&partition) {
                 for seq in lease.seqs {
-                    if g.acked.contains(&seq) {
+                    if seq < oldest || g.acked.contains(&seq) {
                         continue;
                     }
                     let r = g.retries.entry(seq).or_insert(0);
@@ -355,6 +361,7 @@ impl Store {
     ) -> &'static str {
         self.settle_expired(group, now);
         let retry_limit = self.quota.retry_limit;
+        let oldest = self.oldest_seq();
         let Some(g) = self.groups.get_mut(group) else {
             return "stale";
         };
@@ -380,7 +387,13 @@ impl Store {
             }
         } else {
             g.acked.insert(seq);
-            if lease.seqs.iter().all(|s| g.acked.contains(s)) {
+            // Messages that left memory (collected, ttl, drop_oldest) count
+            // as done.
+            if lease
+                .seqs
+                .iter()
+                .all(|s| *s < oldest || g.acked.contains(s))
+            {
                 g.leases.remove(&partition);
             }
             "acked"
@@ -550,6 +563,21 @@ mod tests {
         assert_eq!(s.ack("g", d[0].seq, token, false, now), "acked");
         assert_eq!(s.counts(), (0, 0));
         assert_eq!(s.ack("g", d[0].seq, token, false, now), "stale");
+    }
+
+    #[test]
+    fn acking_a_batch_one_by_one_releases_its_partition() {
+        let mut s = Store::new(quota());
+        let now = Instant::now();
+        s.push(vec![msg("a", "1"), msg("a", "2")], now).unwrap();
+        let d = pop(&mut s, "g", 10, now);
+        for m in &d {
+            assert_eq!(s.ack("g", m.seq, m.lease.unwrap().0, false, now), "acked");
+        }
+        s.push(vec![msg("a", "3")], now).unwrap();
+        let next = pop(&mut s, "g", 10, now);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].msg.payload, "3");
     }
 
     #[test]

@@ -487,3 +487,49 @@ async fn concurrent_consumers_of_an_ephemeral_queue_get_each_message_once() {
     let lost: Vec<_> = sent.iter().filter(|t| !received.contains_key(*t)).collect();
     assert!(lost.is_empty(), "lost {} of {}", lost.len(), sent.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenant_neither_sees_nor_acknowledges_an_ephemeral_queue() {
+    use queenwire::users::{Passthrough, User, Users, Verifier};
+    let mut users = Users::default();
+    for (name, tenant) in [
+        ("a", uuid::Uuid::from_u128(0xa)),
+        ("b", uuid::Uuid::from_u128(0xb)),
+    ] {
+        users.users.insert(
+            name.into(),
+            User {
+                name: name.into(),
+                tenant,
+                passthrough: Passthrough::Full,
+                verifier: Verifier::new("pw"),
+            },
+        );
+    }
+    let users = std::sync::Arc::new(users);
+    let proxy = Proxy::start_with("eph_tenants", |c| c.users = Some(users.clone())).await;
+    let login = |name: &str| {
+        let mut cfg = proxy.client_config();
+        cfg.user(name).password("pw");
+        cfg
+    };
+    let a = connect(&login("a")).await;
+    let b = connect(&login("b")).await;
+    a.batch_execute("CREATE QUEUE mine WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    rows(&a, "PUSH INTO mine VALUES ('1')").await;
+    let receipt = receipts_of(&a, "POP FROM mine LEASE '1m'").await;
+    // b's `mine` is b's own (durable, empty) queue.
+    assert!(rows(&b, "POP FROM mine").await.is_empty());
+    assert_eq!(ack(&b, &receipt).await, ["stale"]);
+    let renewed = rows(&b, &format!("RENEW '{}'", receipt[0])).await;
+    assert_eq!(col(&renewed[0], "lease_expires_at"), "");
+    let shown = rows(&b, "SHOW QUEUES").await;
+    assert!(
+        shown.iter().all(|r| col(r, "storage") == "durable"),
+        "{shown:?}"
+    );
+    // a's lease was not touched by b.
+    assert_eq!(ack(&a, &receipt).await, ["acked"]);
+}

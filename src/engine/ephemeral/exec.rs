@@ -138,7 +138,6 @@ impl Engine {
             )
             .into()));
         }
-        let hub = &self.ephemeral;
         Some(match target {
             Target::Push(push, ref_, queue) => {
                 self.ephemeral_push(lender, stmt, push, &params, ref_, queue, tenant)
@@ -155,13 +154,11 @@ impl Engine {
                 let failed = matches!(how, AckOutcome::Failed { .. });
                 let mut rows = Vec::with_capacity(receipts.len());
                 for (text, r) in receipts {
-                    let owned = match hub
-                        .owner(-r.partition_id, &hub.name_of(-r.partition_id))
-                        .await
-                    {
-                        Ok(o) => o,
-                        // The queue is gone, and its messages with it.
-                        Err(e) if e.code() == SqlState::UNDEFINED_OBJECT.code() => {
+                    // Another tenant's queue, or one that is gone (its
+                    // messages with it): stale, as for durable receipts.
+                    let owned = match self.receipt_owner(&r, tenant).await {
+                        Ok(Some(o)) => o,
+                        Ok(None) => {
                             rows.push(vec![Cell::Text(text), Cell::Text("stale".into())]);
                             continue;
                         }
@@ -193,11 +190,12 @@ impl Engine {
                 };
                 let mut rows = Vec::with_capacity(receipts.len());
                 for (text, r) in receipts {
-                    let owned = match hub
-                        .owner(-r.partition_id, &hub.name_of(-r.partition_id))
-                        .await
-                    {
-                        Ok(o) => o,
+                    let owned = match self.receipt_owner(&r, tenant).await {
+                        Ok(Some(o)) => o,
+                        Ok(None) => {
+                            rows.push(vec![Cell::Text(text), Cell::Null]);
+                            continue;
+                        }
                         Err(e) => return Some(Err(e.into())),
                     };
                     let until = super::lock(&owned.store).renew(
@@ -213,6 +211,28 @@ impl Engine {
                 Ok(outcome(stmt, rows, None))
             }
         })
+    }
+
+    /// The owned queue of an ephemeral receipt of `tenant`'s; `None` when
+    /// the queue is gone or another tenant's.
+    async fn receipt_owner(
+        &self,
+        receipt: &Receipt,
+        tenant: Uuid,
+    ) -> Result<Option<std::sync::Arc<super::Owned>>, SqlError> {
+        let ref_ = -receipt.partition_id;
+        let Some((owner_tenant, queue)) = self.ephemeral.queue_of(ref_) else {
+            return Ok(None);
+        };
+        if owner_tenant != tenant {
+            return Ok(None);
+        }
+        match self.ephemeral.owner(ref_, &queue).await {
+            Ok(o) if o.tenant == tenant => Ok(Some(o)),
+            Ok(_) => Ok(None),
+            Err(e) if e.code() == SqlState::UNDEFINED_OBJECT.code() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -122,13 +122,13 @@ impl Ephemeral {
         lock(&self.names).get(&(tenant, queue.to_string())).copied()
     }
 
-    /// The name of the queue with this ref (for messages), as far as this
+    /// The tenant and name of the queue with this ref, as far as this
     /// process knows it.
-    pub fn name_of(&self, ref_: i64) -> String {
+    pub fn queue_of(&self, ref_: i64) -> Option<(Uuid, String)> {
         lock(&self.names)
             .iter()
             .find(|(_, r)| **r == ref_)
-            .map_or_else(|| format!("#{ref_}"), |((_, name), _)| name.clone())
+            .map(|(key, _)| key.clone())
     }
 
     /// The queue's store, when this process owns it (claiming it when no

@@ -533,3 +533,65 @@ async fn another_tenant_neither_sees_nor_acknowledges_an_ephemeral_queue() {
     // a's lease was not touched by b.
     assert_eq!(ack(&a, &receipt).await, ["acked"]);
 }
+
+/// Figures, not a pass/fail check (`cargo test --test ephemeral -- --ignored
+/// --nocapture figures`): PUSH + POP AUTO ACK round trips on an ephemeral
+/// and a durable queue, and the partition guard trigger's cost on
+/// provisioning partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn figures() {
+    let proxy = Proxy::start("eph_figures").await;
+    let c = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    c.batch_execute("CREATE QUEUE e WITH (class = ephemeral); CREATE QUEUE d")
+        .await
+        .unwrap();
+    for queue in ["e", "d"] {
+        let mut took = Vec::new();
+        for i in 0..400 {
+            let began = Instant::now();
+            rows(&c, &format!("PUSH INTO {queue} VALUES ('{{\"i\":{i}}}')")).await;
+            let got = rows(&c, &format!("POP FROM {queue} AUTO ACK")).await;
+            assert_eq!(got.len(), 1);
+            took.push(began.elapsed());
+        }
+        took.sort();
+        println!(
+            "{queue}: PUSH+POP median {:?}, p90 {:?}",
+            took[took.len() / 2],
+            took[took.len() * 9 / 10]
+        );
+    }
+    // Alternating, so warm-up does not favour either.
+    for (round, guarded) in [true, false, true, false].into_iter().enumerate() {
+        let ddl = if guarded {
+            "CREATE TRIGGER trg_partitions_ephemeral_guard BEFORE INSERT ON queen.log_partitions \
+             FOR EACH ROW EXECUTE FUNCTION queen.ephemeral_guard_partition_v1()"
+        } else {
+            "DROP TRIGGER trg_partitions_ephemeral_guard ON queen.log_partitions"
+        };
+        if round > 0 {
+            direct.batch_execute(ddl).await.unwrap();
+        }
+        let queue = format!("prov_{round}");
+        let values: Vec<String> = (0..5000).map(|i| format!("('{{}}', 'p{i}')")).collect();
+        let began = Instant::now();
+        for chunk in values.chunks(1000) {
+            rows(
+                &c,
+                &format!(
+                    "PUSH INTO {queue} (payload, partition) VALUES {}",
+                    chunk.join(", ")
+                ),
+            )
+            .await;
+        }
+        let label = if guarded {
+            "with guard"
+        } else {
+            "without guard"
+        };
+        println!("5,000 new partitions {label}: {:?}", began.elapsed());
+    }
+}

@@ -437,3 +437,26 @@ async fn figures() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_pop_in_a_rolled_back_block_delivers_again() {
+    let proxy = Proxy::start("wild_block").await;
+    let c = proxy.connect().await;
+    c.batch_execute("CREATE QUEUE inblock WITH (namespace = 'blk')")
+        .await
+        .unwrap();
+    push(&c, "inblock", 1).await;
+    c.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(
+        popped_queues(&c, "POP FROM NAMESPACE blk AUTO ACK").await,
+        ["inblock"]
+    );
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        popped_queues(&c, "POP FROM NAMESPACE blk AUTO ACK").await,
+        ["inblock"]
+    );
+    assert!(popped_queues(&c, "POP FROM NAMESPACE blk AUTO ACK")
+        .await
+        .is_empty());
+}

@@ -36,6 +36,8 @@ use uuid::Uuid;
 pub const LEASE_TTL: Duration = Duration::from_secs(5);
 /// How often the owner renews, and the names are re-read.
 pub const RENEW_EVERY: Duration = Duration::from_secs(1);
+/// How long a statement waits for an election before it fails (55000).
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// An owner stops serving this long before its lease could run out.
 const MARGIN: Duration = Duration::from_millis(1500);
 
@@ -149,7 +151,12 @@ impl Ephemeral {
         self.requests
             .send(Request::Claim { ref_, reply })
             .map_err(|_| unavailable("queenwire is shutting down".into()))?;
-        match answer.await {
+        // Bounded: a database that does not answer must not hold the
+        // statement for a TCP timeout.
+        let answer = tokio::time::timeout(CLAIM_TIMEOUT, answer)
+            .await
+            .map_err(|_| unavailable("the database did not answer in time".into()))?;
+        match answer {
             Ok(Ok(Claimed::Mine(o))) => Ok(o),
             Ok(Ok(Claimed::Other { holder })) => Err(SqlError::error(
                 SqlState::OBJECT_IN_USE,

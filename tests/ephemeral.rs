@@ -183,8 +183,22 @@ async fn a_push_inside_a_block_takes_effect_at_commit_and_not_at_rollback() {
         "not before COMMIT"
     );
     c.batch_execute("COMMIT").await.unwrap();
-    let got = rows(&other, "POP FROM tx WAIT '10s' AUTO ACK").await;
+    // Once COMMIT returned, the messages are there (no WAIT needed).
+    let got = rows(&other, "POP FROM tx AUTO ACK").await;
     assert_eq!(col(&got[0], "payload"), "\"kept\"");
+    // The extended protocol's implicit transaction: applied at its Sync,
+    // before the client sees the PUSH's ReadyForQuery.
+    let push = c
+        .prepare_typed(
+            "PUSH INTO tx VALUES ($1)",
+            &[tokio_postgres::types::Type::TEXT],
+        )
+        .await
+        .unwrap();
+    let pushed = c.query(&push, &[&"\"extended\""]).await.unwrap();
+    assert_eq!(pushed.len(), 1);
+    let got = rows(&other, "POP FROM tx AUTO ACK").await;
+    assert_eq!(col(&got[0], "payload"), "\"extended\"");
 
     c.batch_execute("BEGIN").await.unwrap();
     rows(&c, "PUSH INTO tx VALUES ('\"dropped\"')").await;
@@ -192,7 +206,7 @@ async fn a_push_inside_a_block_takes_effect_at_commit_and_not_at_rollback() {
     c.batch_execute("BEGIN; PUSH INTO tx VALUES ('\"saved\"'); COMMIT")
         .await
         .unwrap();
-    let got = rows(&other, "POP FROM tx WAIT '10s' LIMIT 10 AUTO ACK").await;
+    let got = rows(&other, "POP FROM tx LIMIT 10 AUTO ACK").await;
     let payloads: Vec<String> = got.iter().map(|r| col(r, "payload")).collect();
     assert_eq!(payloads, ["\"saved\""]);
 }

@@ -268,7 +268,8 @@ impl Engine {
                 })
                 .collect()
         };
-        if lender.view().detached() {
+        let view = lender.view();
+        if !view.status.in_transaction() && !view.pipeline_open {
             let result = super::lock(&owned.store).push(messages.clone(), Instant::now());
             let seqs = result.map_err(|o| overflow(o.reason))?;
             owned.pushed.notify_waiters();
@@ -310,6 +311,7 @@ impl Engine {
         let deadline = args.wait.map(|w| Instant::now() + w);
         loop {
             let owned = self.ephemeral.owner(ref_, queue).await?;
+            self.ephemeral.settled_for(ref_).await;
             let woken = owned.pushed.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();

@@ -96,6 +96,11 @@ pub struct Ephemeral {
     names: Mutex<HashMap<(Uuid, String), i64>>,
     owned: Mutex<HashMap<i64, Arc<Owned>>>,
     pending: Mutex<HashMap<Uuid, Pending>>,
+    /// Per queue, the ended transactions whose PUSHes are being settled: a
+    /// POP waits for them, so a client that saw COMMIT (or a pipeline's
+    /// Sync) return sees its messages.
+    settling: Mutex<HashMap<i64, usize>>,
+    settled: Notify,
     requests: mpsc::UnboundedSender<Request>,
 }
 
@@ -113,6 +118,8 @@ impl Ephemeral {
                 names: Mutex::new(HashMap::new()),
                 owned: Mutex::new(HashMap::new()),
                 pending: Mutex::new(HashMap::new()),
+                settling: Mutex::new(HashMap::new()),
+                settled: Notify::new(),
                 requests: tx,
             }),
             Receiver(rx),
@@ -186,8 +193,40 @@ impl Ephemeral {
     /// Transaction blocks of a session ended (committed or not): their
     /// ephemeral PUSHes are applied if they committed, else dropped.
     pub fn transaction_ended(&self, tokens: Vec<Uuid>) {
-        if !tokens.is_empty() {
-            let _ = self.requests.send(Request::Settle { tokens });
+        if tokens.is_empty() {
+            return;
+        }
+        {
+            let pending = lock(&self.pending);
+            let mut settling = lock(&self.settling);
+            for t in &tokens {
+                if let Some(p) = pending.get(t) {
+                    *settling.entry(p.ref_).or_default() += 1;
+                }
+            }
+        }
+        if let Err(mpsc::error::SendError(Request::Settle { tokens })) =
+            self.requests.send(Request::Settle { tokens })
+        {
+            self.settle(&[], &tokens);
+        }
+    }
+
+    /// Waits (a bounded while) until the PUSHes of transactions that ended
+    /// before now are applied to the queue, or dropped.
+    async fn settled_for(&self, ref_: i64) {
+        let deadline = Instant::now() + CLAIM_TIMEOUT;
+        loop {
+            let done = self.settled.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if lock(&self.settling).get(&ref_).copied().unwrap_or(0) == 0 {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, done).await.is_err() {
+                return;
+            }
         }
     }
 
@@ -230,10 +269,15 @@ impl Ephemeral {
         Claimed::Mine(o.clone())
     }
 
+    /// Applies the PUSHes of `committed` among `tokens`, drops the rest.
     fn settle(&self, committed: &[Uuid], tokens: &[Uuid]) {
         for token in tokens {
             let Some(p) = lock(&self.pending).remove(token) else {
                 continue;
+            };
+            let _done = Settled {
+                hub: self,
+                ref_: p.ref_,
             };
             if !committed.contains(token) {
                 continue;
@@ -251,6 +295,27 @@ impl Ephemeral {
                     "an ephemeral PUSH committed but no longer fits: its messages are dropped"),
             }
         }
+    }
+}
+
+/// Counts one settled transaction of a queue down, however its settling
+/// ended.
+struct Settled<'a> {
+    hub: &'a Ephemeral,
+    ref_: i64,
+}
+
+impl Drop for Settled<'_> {
+    fn drop(&mut self) {
+        let mut settling = lock(&self.hub.settling);
+        if let Some(n) = settling.get_mut(&self.ref_) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                settling.remove(&self.ref_);
+            }
+        }
+        drop(settling);
+        self.hub.settled.notify_waiters();
     }
 }
 
@@ -287,7 +352,7 @@ async fn serve(
             }
             Err(e) => {
                 health.lost(&e);
-                fail_waiting(&mut requests, &e.to_string());
+                fail_waiting(&hub, &mut requests, &e.to_string());
                 tokio::time::sleep(RENEW_EVERY).await;
                 continue;
             }
@@ -310,7 +375,7 @@ async fn serve(
     }
 }
 
-fn fail_waiting(requests: &mut mpsc::UnboundedReceiver<Request>, why: &str) {
+fn fail_waiting(hub: &Ephemeral, requests: &mut mpsc::UnboundedReceiver<Request>, why: &str) {
     while let Ok(r) = requests.try_recv() {
         match r {
             Request::Claim { reply, .. } => {
@@ -319,7 +384,10 @@ fn fail_waiting(requests: &mut mpsc::UnboundedReceiver<Request>, why: &str) {
             Request::Refresh { reply } => {
                 let _ = reply.send(());
             }
-            Request::Settle { .. } => {}
+            Request::Settle { tokens } => {
+                tracing::warn!(why, "cannot tell whether transactions with ephemeral PUSHes committed: their messages are dropped");
+                hub.settle(&[], &tokens);
+            }
         }
     }
 }
@@ -349,14 +417,17 @@ async fn serve_one(client: &tokio_postgres::Client, hub: &Ephemeral, request: Re
             let _ = reply.send(());
             result?;
         }
-        Request::Settle { tokens } => {
-            let committed: Vec<Uuid> = query(client, &CommitTake { tokens: &tokens })
-                .await?
-                .into_iter()
-                .map(|c| c.token)
-                .collect();
-            hub.settle(&committed, &tokens);
-        }
+        Request::Settle { tokens } => match query(client, &CommitTake { tokens: &tokens }).await {
+            Ok(rows) => {
+                let committed: Vec<Uuid> = rows.into_iter().map(|c| c.token).collect();
+                hub.settle(&committed, &tokens);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether transactions with ephemeral PUSHes committed: their messages are dropped");
+                hub.settle(&[], &tokens);
+                return Err(e);
+            }
+        },
     }
     Ok(())
 }

@@ -153,6 +153,10 @@ struct ServeArgs {
     /// with timestamp, level, target, message and the event's fields).
     #[arg(long, env = "QUEENWIRE_LOG_FORMAT", default_value = "text", value_parser = queenwire::metrics::log::LogFormat::parse)]
     log_format: queenwire::metrics::log::LogFormat,
+    /// Payload encryption keys, one `key_id hex-32-bytes` a line, the first
+    /// current (docs/security.md); mode 600. SIGHUP reloads it.
+    #[arg(long, env = "QUEENWIRE_ENCRYPTION_KEY_FILE")]
+    encryption_key_file: Option<PathBuf>,
 }
 
 fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
@@ -221,6 +225,13 @@ fn main() -> ExitCode {
             data_dir: cli.data_dir,
         },
     };
+    let sealing = match queenwire::engine::sealing::Sealing::load(cli.encryption_key_file) {
+        Ok(s) => std::sync::Arc::new(s),
+        Err(e) => {
+            eprintln!("queenwire: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let config = Config {
         listen: cli.listen,
         backend,
@@ -249,6 +260,7 @@ fn main() -> ExitCode {
         metrics_listen: cli.metrics_listen,
         metrics_queue_cap: cli.metrics_queue_cap,
         metrics_flush_interval: queenwire::metrics::flush::FLUSH_INTERVAL,
+        sealing,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -415,7 +427,8 @@ enum Signal {
     Stop,
     /// SIGUSR1 / SIGUSR2: pause / resume the KV surface.
     Kv(bool),
-    /// SIGHUP: reload the users file and the TLS certificate and key.
+    /// SIGHUP: reload the users file, the TLS certificate and key and the
+    /// encryption keys.
     Reload,
 }
 

@@ -7,7 +7,7 @@ use crate::engine::kv::KvState;
 use crate::engine::queues::Limits;
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
-use crate::engine::{maintenance, timers, wake, Engine};
+use crate::engine::{ephemeral::Ephemeral, maintenance, timers, wake, Engine};
 use crate::frontend::slots::SessionSlots;
 use crate::frontend::{self, FrontendConfig, Shared};
 use crate::metrics::gauges::Gauges;
@@ -105,6 +105,8 @@ pub struct Config {
     pub metrics_queue_cap: usize,
     /// How often this process's counters go to `queen.worker_metrics`.
     pub metrics_flush_interval: std::time::Duration,
+    /// The encryption keys (`--encryption-key-file`; SIGHUP reloads them).
+    pub sealing: Arc<crate::engine::sealing::Sealing>,
 }
 
 #[derive(Debug, Clone)]
@@ -140,6 +142,7 @@ impl Default for Config {
             metrics_listen: None,
             metrics_queue_cap: crate::metrics::DEFAULT_QUEUE_CAP,
             metrics_flush_interval: crate::metrics::flush::FLUSH_INTERVAL,
+            sealing: Arc::default(),
         }
     }
 }
@@ -427,15 +430,15 @@ impl Server {
             config.metrics_queue_cap,
             config.users.is_none(),
         ));
-        let (ephemeral, ephemeral_requests) =
-            crate::engine::ephemeral::Ephemeral::new(&local_addr.to_string());
+        let fuser = Fuser::new(pool.clone(), announcer.clone(), config.sealing.clone());
         let engine = Arc::new(Engine {
-            ephemeral: ephemeral.clone(),
+            ephemeral: Ephemeral::start(client_config.clone(), local_addr, shutdown.signal()),
             draining: shutdown.drain_signal(),
             metrics: metrics.clone(),
             kv: kv.clone(),
             receipts: ReceiptKey::new(secret),
-            fuser: Arc::new(Fuser::new(pool.clone(), announcer.clone())),
+            fuser: Arc::new(fuser),
+            sealing: config.sealing.clone(),
             limits: Limits {
                 max_payload: config.max_payload,
             },
@@ -505,6 +508,7 @@ impl Server {
             tokio::spawn(timers::fire_loop(
                 timer_pool,
                 engine.announcer.clone(),
+                engine.sealing.clone(),
                 shutdown.signal(),
             )),
             tokio::spawn(crate::metrics::MAINTENANCE.scope(
@@ -517,12 +521,6 @@ impl Server {
                 ),
             )),
         ];
-        background_tasks.push(tokio::spawn(crate::engine::ephemeral::run(
-            background.clone(),
-            ephemeral,
-            ephemeral_requests,
-            shutdown.signal(),
-        )));
         background_tasks.push(tokio::spawn(crate::metrics::flush::run(
             background.clone(),
             metrics.clone(),
@@ -634,7 +632,8 @@ impl Server {
         report
     }
 
-    /// Reads the users file and the TLS certificate and key again (SIGHUP).
+    /// Reads the users file, the TLS certificate and key and the encryption
+    /// keys again (SIGHUP).
     /// New logins see the new users (the tenant roles of added users are
     /// made first, as at start); sessions already in are untouched, also
     /// those of a removed user. What fails to load is kept as it was and
@@ -661,6 +660,9 @@ impl Server {
                     errors.push(e.to_string());
                 }
             }
+        }
+        if let Err(e) = self.shared.engine.sealing.reload() {
+            errors.push(e);
         }
         match errors.is_empty() {
             true => Ok(()),

@@ -703,3 +703,123 @@ async fn a_prepared_statement_never_outlives_the_ddl_its_parse_saw() {
         "y"
     );
 }
+
+/// LISTEN over the extended protocol (what drivers that prepare every
+/// statement send: Parse, Bind, Execute, Sync) is served by the shared
+/// listening connection too: the session pins no backend connection, and
+/// the notifications reach it while idle. A LISTEN in a pipeline that then
+/// fails is undone, as PostgreSQL rolls it back with the implicit
+/// transaction; an UNLISTEN takes effect at the Sync.
+#[tokio::test]
+async fn extended_protocol_listen_is_served_by_the_shared_connection() {
+    use common::raw::{bind_text, execute, sync, Raw};
+    use queenwire::protocol::frontend::build_parse;
+    let proxy = Proxy::start_with("listen_extended", |c| c.pool_size = 1).await;
+    let statement = |sql: &str| {
+        vec![
+            build_parse("", sql, &[]),
+            bind_text("", "", &[]),
+            execute("", 0),
+            sync(),
+        ]
+    };
+    let mut listener = Raw::connect(proxy.addr).await;
+    listener.send(&statement("LISTEN jobs")).await;
+    let r = listener.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.completions, vec!["LISTEN".to_string()]);
+    // With a pool of one, a pinned listener would leave no connection for
+    // anybody else.
+    let client = proxy.connect().await;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        client.batch_execute("NOTIFY jobs, 'one'"),
+    )
+    .await
+    .expect("the listener pins no connection")
+    .unwrap();
+    let got = listener
+        .next_within(Duration::from_secs(10))
+        .await
+        .expect("notified while idle");
+    let mut rd = got.reader();
+    rd.i32().unwrap();
+    assert_eq!(rd.cstr().unwrap(), "jobs");
+    assert_eq!(rd.cstr().unwrap(), "one");
+
+    // A pipeline whose LISTEN is followed by a failing statement: the
+    // LISTEN is rolled back.
+    let mut msgs = statement("LISTEN undone");
+    msgs.pop();
+    msgs.extend(statement("SELECT 1/0"));
+    listener.send(&msgs).await;
+    let r = listener.read_until_ready().await;
+    assert_eq!(r.errors.len(), 1, "{:?}", r.messages);
+    assert_eq!(r.errors[0].code(), "22012");
+    client.batch_execute("NOTIFY undone, 'x'").await.unwrap();
+    assert!(
+        listener
+            .next_within(Duration::from_millis(500))
+            .await
+            .is_none(),
+        "a rolled-back LISTEN hears nothing"
+    );
+
+    // UNLISTEN over the extended protocol: nothing more after its Sync.
+    listener.send(&statement("UNLISTEN jobs")).await;
+    let r = listener.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.completions, vec!["UNLISTEN".to_string()]);
+    client.batch_execute("NOTIFY jobs, 'two'").await.unwrap();
+    assert!(
+        listener
+            .next_within(Duration::from_millis(500))
+            .await
+            .is_none(),
+        "nothing after UNLISTEN"
+    );
+
+    // Inside a transaction block it goes to the session's own connection,
+    // as before (and so it pins it): PostgreSQL's transactional LISTEN.
+    let r = listener.simple("BEGIN").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    listener.send(&statement("LISTEN inblock")).await;
+    let r = listener.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let r = listener.simple("COMMIT").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+}
+
+/// A client's SQL-level DEALLOCATE or EXECUTE on a pooled connection cannot
+/// reach another session's prepared statement there: the proxy's names for
+/// them carry a random prefix, not a counter one could guess.
+#[tokio::test]
+async fn another_session_s_prepared_statement_cannot_be_named() {
+    let proxy = Proxy::start_with("statement_names", |c| c.pool_size = 1).await;
+    let a = proxy.connect().await;
+    let b = proxy.connect().await;
+    let stmt = a.prepare("SELECT $1::int4 + 1").await.unwrap();
+    for guess in ["qw_s0", "qw_s1", "qw_s2", "qw_s3"] {
+        let e = b
+            .batch_execute(&format!("DEALLOCATE {guess}"))
+            .await
+            .expect_err("no such statement on the pooled connection");
+        assert_eq!(e.code().map(|c| c.code()), Some("26000"), "{guess}: {e}");
+    }
+    let held: Vec<String> = b
+        .simple_query("SELECT name FROM pg_prepared_statements")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        held.iter().all(|n| n.len() > 20 && n.starts_with("qw_")),
+        "the proxy's names are long and random: {held:?}"
+    );
+    let two: i32 = a.query_one(&stmt, &[&1i32]).await.unwrap().get(0);
+    assert_eq!(two, 2);
+}

@@ -10,7 +10,7 @@ mod common;
 
 use common::proxy::{connect, Proxy};
 use common::sql::rows;
-use queenwire::engine::retention::{trim_partition, RetentionSettings, STEP_SEGMENTS};
+use queenwire::engine::retention::{trim_partition, Pace, RetentionSettings, STEP_SEGMENTS};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +18,9 @@ use tokio_postgres::Client;
 
 /// Old, fully acknowledged segments waiting for retention.
 const BACKLOG: i64 = 100_000;
+/// PUSHes per second: about half of what one client pushes flat out on
+/// the 2-core machine (about 700/s), which one POP/ACK client keeps up with.
+const PUSH_RATE: u32 = 300;
 /// Length of the run without a pass.
 const BASELINE: Duration = Duration::from_secs(10);
 
@@ -108,7 +111,15 @@ async fn workload(proxy: &Proxy, stop: Arc<AtomicBool>) -> (Vec<Duration>, Vec<D
             let client = connect(&cfg).await;
             let mut took = Vec::new();
             let mut n = 0u64;
+            // A fixed rate, not as fast as it can: the consumer keeps up
+            // with it, so every phase sees the same work (one message per
+            // POP or so). Flat out, the pusher outran the consumer and the
+            // phases after the pass popped ten-segment batches from a
+            // backlog, which is slower whatever retention does.
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / PUSH_RATE);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
                 let t = Instant::now();
                 rows(&client, &format!("PUSH INTO lat VALUES ('{{\"n\":{n}}}')")).await;
                 took.push(t.elapsed());
@@ -126,6 +137,9 @@ async fn workload(proxy: &Proxy, stop: Arc<AtomicBool>) -> (Vec<Duration>, Vec<D
                 let t = Instant::now();
                 let got = rows(&client, "POP FROM lat LIMIT 10").await;
                 took.push(t.elapsed());
+                if got.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 for r in got {
                     rows(&client, &format!("ACK '{}'", col(&r, "receipt"))).await;
                 }
@@ -158,7 +172,7 @@ async fn retention_pass(direct: &Client) -> (Duration, Duration, i64) {
         }
         for row in &page {
             let until = Instant::now() + Duration::from_secs(3600);
-            let trimmed = trim_partition(direct, row.get(0), usize::MAX, until)
+            let trimmed = trim_partition(direct, row.get(0), usize::MAX, until, Pace::GENTLE)
                 .await
                 .unwrap();
             longest = longest.max(trimmed.longest_step);
@@ -204,7 +218,9 @@ async fn push_and_pop_latency_during_a_retention_pass_against_without() {
     // same workload until it has deleted all of it.
     direct
         .batch_execute(
-            "UPDATE queen.queues SET completed_retention_seconds = 60 WHERE name = 'lat'",
+            // Ten minutes: the backlog (an hour old) is due, what the
+            // workload pushes during the pass is not.
+            "UPDATE queen.queues SET completed_retention_seconds = 600 WHERE name = 'lat'",
         )
         .await
         .unwrap();
@@ -233,6 +249,21 @@ async fn push_and_pop_latency_during_a_retention_pass_against_without() {
         .await
         .unwrap();
     let vacuum_took = vacuum_started.elapsed();
+    if std::env::var("QW_EXPLAIN").is_ok() {
+        for q in [
+            "EXPLAIN (ANALYZE, BUFFERS) SELECT s.base_offset FROM queen.log_segments s, queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'lat' AND s.partition_id = p.id AND s.base_offset >= COALESCE((SELECT max(s2.base_offset) FROM queen.log_segments s2 WHERE s2.partition_id = p.id AND s2.base_offset <= p.last_offset), p.last_offset) ORDER BY s.base_offset",
+            "SELECT pid, state, backend_xmin, backend_xid, now() - xact_start, left(query, 60), backend_type FROM pg_stat_activity WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL",
+            "SELECT relname, n_tup_upd, n_tup_hot_upd, last_autovacuum, autovacuum_count FROM pg_stat_user_tables WHERE schemaname = 'queen' AND relname IN ('log_partitions','log_consumers','queues')",
+            "SELECT relname, n_live_tup, n_dead_tup, (SELECT reltuples FROM pg_class c WHERE c.oid = relid), (SELECT relpages FROM pg_class c WHERE c.oid = relid) FROM pg_stat_user_tables WHERE schemaname = 'queen' AND relname IN ('log_segments','log_txns','log_partitions','log_consumers')",
+        ] {
+            for r in direct.simple_query(q).await.unwrap() {
+                if let tokio_postgres::SimpleQueryMessage::Row(r) = r {
+                    let cols: Vec<_> = (0..r.len()).map(|i| r.get(i).unwrap_or("").to_string()).collect();
+                    eprintln!("  {}", cols.join(" | "));
+                }
+            }
+        }
+    }
     let (push_vacuumed, pop_vacuumed) = baseline(&proxy).await;
 
     eprintln!(

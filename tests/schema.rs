@@ -5,6 +5,7 @@ mod common;
 
 use common::proxy::{connect, Proxy};
 use queenwire::engine::schema;
+use std::time::{Duration, Instant};
 
 /// Everything in schema `queen` a re-apply could change.
 const CATALOG_SNAPSHOT: &str = r#"
@@ -127,11 +128,13 @@ async fn one_push_call_places_repeated_partitions_in_input_order() {
         )
         .await
         .unwrap();
+    // No blob starts with 2: that would be a sealed one (003's encryption
+    // check answers `plain` for it on a queue without encryption).
     let rows = direct
         .query(
             "SELECT msg_index, status, partition_name, \"offset\" FROM queen.log_push_v1( \
              'setq', ARRAY['a', 'b', 'a'], ARRAY[2, 1, 3], \
-             ARRAY['\\x01', '\\x02', '\\x03']::bytea[], \
+             ARRAY['\\x01', '\\x04', '\\x03']::bytea[], \
              ARRAY[NULL, NULL, 7, NULL, NULL, NULL]::bigint[], \
              ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 6)), \
              ARRAY[now(), now(), now()], ARRAY[now(), now(), now()])",
@@ -191,4 +194,72 @@ async fn one_push_call_places_repeated_partitions_in_input_order() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(last, vec![("a".to_string(), 4), ("b".to_string(), 1)]);
+}
+
+/// Pushes into one partition update its row HOT (heap-only: no new index
+/// entries, no version off the page), although `last_write_at` is indexed:
+/// a push keeps a stamp less than a second old (003). Without it every
+/// push's UPDATE was a non-HOT one, and a busy partition's row bloated
+/// until autovacuum came. A queue with a window_buffer is stamped exactly.
+#[tokio::test]
+async fn pushes_into_one_partition_update_its_row_heap_only() {
+    let proxy = Proxy::start("push_hot_update").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    common::sql::rows(&client, "PUSH INTO hot VALUES ('0')").await;
+    let stats = || async {
+        let row = direct
+            .query_one(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+                 WHERE schemaname = 'queen' AND relname = 'log_partitions'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    };
+    let (upd0, hot0) = stats().await;
+    const PUSHES: i64 = 200;
+    for n in 0..PUSHES {
+        common::sql::rows(&client, &format!("PUSH INTO hot VALUES ('{n}')")).await;
+    }
+    // Backends report their counters when idle, about once a second.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (upd, hot) = loop {
+        let (upd, hot) = stats().await;
+        if upd - upd0 >= PUSHES || Instant::now() > deadline {
+            break (upd - upd0, hot - hot0);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(upd >= PUSHES, "every push updated the partition row: {upd}");
+    assert!(
+        hot * 10 >= upd * 9,
+        "at least 90 % of the updates are HOT: {hot} of {upd}"
+    );
+    // Stamped exactly with a window_buffer: last_write_at moves each push.
+    client
+        .batch_execute("CREATE QUEUE windowed WITH (window_buffer = 1)")
+        .await
+        .unwrap();
+    let stamp = || async {
+        direct
+            .query_one(
+                "SELECT p.last_write_at::text FROM queen.log_partitions p
+                 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'windowed'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, String>(0)
+    };
+    common::sql::rows(&client, "PUSH INTO windowed VALUES ('1')").await;
+    let first = stamp().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    common::sql::rows(&client, "PUSH INTO windowed VALUES ('2')").await;
+    assert_ne!(
+        first,
+        stamp().await,
+        "a window_buffer queue is stamped by every push"
+    );
 }

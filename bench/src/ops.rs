@@ -388,7 +388,7 @@ impl Worker {
                         payload: self.payloads.get(start.wrapping_add(i)).to_string(),
                     })
                     .collect();
-                let blob = frame::encode(&frames)?;
+                let blob = frame::encode(&frames, None)?;
                 let part =
                     partitions.map_or_else(|| "Default".to_string(), |p| self.random_partition(p));
                 let names = vec![part.as_str()];

@@ -201,7 +201,7 @@ fn bind(msg: &Message, b: &frontend::Bind<'_>, state: &State) {
             let _ = queues::prepare_push(push, &Params(&params), &Limits::default());
         }
         Some(Statement::Pop(pop)) => {
-            let _ = pop::plan_pop(pop, &Params(&params));
+            let _ = pop::plan_pop(pop, &Params(&params), Default::default());
         }
         _ => {}
     }

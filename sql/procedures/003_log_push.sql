@@ -116,6 +116,7 @@ DECLARE
     v_now    TIMESTAMPTZ := clock_timestamp();
     v_base   BIGINT;
     v_hashes BIGINT[];
+    v_sealed BOOLEAN;
 BEGIN
     IF p_count IS NULL OR p_count < 1 OR p_blob IS NULL
        OR p_min_created_at IS NULL OR p_max_created_at IS NULL
@@ -131,15 +132,25 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    -- last_write_at to the second (see log_push_v1, step 4).
     UPDATE queen.log_partitions p
     SET last_offset = p.last_offset + p_count,
-        last_write_at = v_now
+        last_write_at = CASE WHEN q.window_buffer = 0
+                              AND p.last_write_at > v_now - interval '1 second'
+                             THEN p.last_write_at ELSE v_now END
     FROM queen.queues q
     WHERE p.id = p_partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
-    RETURNING p.last_offset - p_count + 1 INTO v_base;
+    RETURNING p.last_offset - p_count + 1, q.encryption_enabled INTO v_base, v_sealed;
     IF v_base IS NULL THEN
         RAISE EXCEPTION 'partition % does not exist', p_partition_id
             USING ERRCODE = '42704';
+    END IF;
+    -- As in log_push_v1: an encrypted queue takes only sealed blobs (the
+    -- raise undoes the UPDATE above with the caller's transaction).
+    IF (CASE WHEN octet_length(p_blob) > 0 THEN get_byte(p_blob, 0) = 2 ELSE false END)
+       IS DISTINCT FROM v_sealed THEN
+        RAISE EXCEPTION 'partition %: the segment''s encryption does not match the queue''s encryption_enabled', p_partition_id
+            USING ERRCODE = '55000';
     END IF;
 
     -- Store NULL rather than an array of NULLs: the dedup probe then skips
@@ -307,6 +318,23 @@ BEGIN
             USING ERRCODE = '40001';
     END IF;
 
+    -- Encryption at rest (src/engine/sealing.rs): a queue with
+    -- encryption_enabled stores only sealed blobs (version byte 2), any
+    -- other queue only plain ones. A push framed the other way writes
+    -- nothing and answers one row, 'encrypt' or 'plain', and the engine
+    -- frames it again: the queue's row, read under the queue key, decides,
+    -- so no stale guess of a queenwire's stores plaintext in an encrypted
+    -- queue. A push that read the row before an ALTER QUEUE committed is
+    -- ordered before it, as for every other option.
+    IF EXISTS (SELECT 1 FROM unnest(p_blobs) b
+               WHERE CASE WHEN octet_length(b) > 0 THEN get_byte(b, 0) = 2 ELSE false END
+                     IS DISTINCT FROM v_queue.encryption_enabled) THEN
+        RETURN QUERY
+        SELECT 0, CASE WHEN v_queue.encryption_enabled THEN 'encrypt' ELSE 'plain' END,
+               NULL::TEXT, NULL::BIGINT, NULL::UUID;
+        RETURN;
+    END IF;
+
     -- 2. Provision the partitions (name ascending), then lock them (id
     -- ascending). The FOR loop fetches, and so locks, in ORDER BY order.
     SELECT array_agg(DISTINCT n COLLATE "C" ORDER BY n COLLATE "C") INTO v_names FROM unnest(p_partitions) n;
@@ -433,9 +461,22 @@ BEGIN
         JOIN seg ON seg.pname = pp.pname
         GROUP BY pp.pid, pp.pname
     ), upd AS (
+        -- last_write_at is indexed (the hot list's reseed window, 001),
+        -- so an UPDATE that changes it is never HOT: each one adds a heap
+        -- version off the page and an entry to every index of the table,
+        -- and a partition pushed to a few hundred times a second bloats
+        -- until autovacuum comes (measured: 32,388 updates, 500 HOT; push
+        -- p50 1.2 -> 4 ms within two minutes). So it is stamped to the
+        -- second: kept while less than a second old, and the UPDATE that
+        -- leaves it is HOT. Readers allow for it: the reseed window reaches
+        -- back a second more (hotlist SKEW_MARGIN), cleanup ages are days.
+        -- A queue with a window_buffer is stamped exactly, since its POP
+        -- holds a partition until that long after its last write.
         UPDATE queen.log_partitions p
         SET last_offset = p.last_offset + tot.total,
-            last_write_at = v_now
+            last_write_at = CASE WHEN v_queue.window_buffer = 0
+                                  AND p.last_write_at > v_now - interval '1 second'
+                                 THEN p.last_write_at ELSE v_now END
         FROM tot
         WHERE p.id = tot.pid
         RETURNING p.id AS pid, tot.pname, p.last_offset - tot.total AS prior_last

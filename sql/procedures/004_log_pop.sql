@@ -695,3 +695,55 @@ BEGIN
     ORDER BY q.priority DESC, q.name COLLATE "C";
 END
 $$;
+
+-- Gives back what one POP claimed when the engine cannot hand it out: an
+-- encrypted segment whose key this queenwire lacks, or one that does not
+-- authenticate (src/engine/sealing.rs). The messages stay for a consumer
+-- that can read them and no failure is counted: a leased claim (token
+-- given) releases its lease, the cursor staying where the claim left it;
+-- an AUTO ACK claim (token NULL) moves the cursor back before the batch,
+-- unless something moved it since. Inside a transaction block or a
+-- pipeline the engine's error rolls this back with the claim itself.
+-- Returns the rows given back.
+-- Locks: log_consumers rows of the claims, (partition_id, group)
+-- ascending; nothing else.
+CREATE OR REPLACE FUNCTION queen.log_unclaim_v1(
+    p_partition_ids BIGINT[],
+    p_group         TEXT,
+    p_lease_tokens  UUID[],
+    p_from_offsets  BIGINT[],
+    p_to_offsets    BIGINT[],
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS INTEGER
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n INTEGER;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    WITH claim AS (
+        SELECT c.pid, min(c.f) AS f, max(c.t) AS t, (array_agg(c.tok))[1] AS tok
+        FROM unnest(p_partition_ids, p_lease_tokens, p_from_offsets, p_to_offsets) AS c(pid, tok, f, t)
+        GROUP BY c.pid
+    ), locked AS (
+        SELECT lc.partition_id, cl.f, cl.tok
+        FROM queen.log_consumers lc
+        JOIN claim cl ON cl.pid = lc.partition_id
+        JOIN queen.log_partitions p ON p.id = lc.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
+        WHERE lc.consumer_group = p_group
+          AND CASE WHEN cl.tok IS NOT NULL THEN lc.lease_token = cl.tok
+                   ELSE lc.lease_token IS NULL AND lc.cursor_offset = cl.t END
+        ORDER BY lc.partition_id
+        FOR UPDATE OF lc
+    )
+    UPDATE queen.log_consumers c
+    SET cursor_offset = CASE WHEN l.tok IS NULL THEN l.f - 1 ELSE c.cursor_offset END,
+        lease_token = NULL, lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
+        batch_acked = NULL
+    FROM locked l
+    WHERE c.partition_id = l.partition_id AND c.consumer_group = p_group;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;

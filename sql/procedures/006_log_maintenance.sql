@@ -217,6 +217,14 @@ BEGIN
         RAISE EXCEPTION 'log_retention_step_v1: a partition and a positive limit are required'
             USING ERRCODE = '22023';
     END IF;
+    -- This transaction's commit does not wait for its WAL to reach disk:
+    -- a step lost in a crash is undone whole (WAL is replayed in order, so
+    -- no later commit survives it), its segments are simply still there
+    -- and the next pass deletes them again. What it buys: the partition
+    -- row taken below is released at once, instead of after an fsync of
+    -- the purge's WAL, so a push queued on it waits for an UPDATE, not for
+    -- the disk.
+    PERFORM set_config('synchronous_commit', 'off', true);
     -- 1. purge what the previous step marked.
     SELECT p.first_offset INTO v_first
     FROM queen.log_partitions p WHERE p.id = p_partition_id;

@@ -192,3 +192,72 @@ BEGIN
     END IF;
 END
 $$;
+
+-- ALTER GROUP grp ON queue SUBSCRIBE FROM …: the subscription update.
+-- Replaces where the group starts on the partitions it has not met yet
+-- (first sight places a cursor by the subscription, queen.log_cursor_at_v1,
+-- so 'now' and a timestamp also hold for partitions created later). Cursors
+-- the group already has stay where they are: moving them is SEEK GROUP's
+-- job, and a subscription change that silently skipped or replayed
+-- messages of partitions in use would surprise. A group not seen yet is
+-- registered with the subscription, so it can be set before the first POP
+-- (which then finds the group and ignores its own SUBSCRIBE FROM: the
+-- choice is fixed at first sight, and this is the first sight). 'now' is
+-- this call's instant. Announced in hotlist_repairs: pendingness of the
+-- group's unmet partitions changes with it.
+-- Returns the cursors kept (partitions the group has met).
+-- Errors: 42704 unknown queue; 22023 bad mode or a timestamp missing.
+-- Locks, in order:
+--   1. advisory: the queue key SHARED (excludes DROP QUEUE), then the
+--      group's first-sight key (the one a first-sight POP takes, so the two
+--      are ordered);
+--   2. queues: the queue row FOR KEY SHARE (as the first-sight POP);
+--   3. consumer_groups_metadata: the group's row (insert or update; it sits
+--      with queues in the global order);
+--   4. leaf hotlist_repairs.
+CREATE OR REPLACE FUNCTION queen.consumer_group_subscribe_v1(
+    p_queue  TEXT,
+    p_group  TEXT,
+    p_mode   TEXT,
+    p_at     TIMESTAMPTZ DEFAULT NULL,
+    p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS BIGINT
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queue_id UUID;
+    v_at       TIMESTAMPTZ;
+    v_kept     BIGINT;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF p_mode IS NULL OR p_mode NOT IN ('beginning', 'now', 'timestamp')
+       OR (p_mode = 'timestamp' AND p_at IS NULL) THEN
+        RAISE EXCEPTION 'a subscription is beginning, now or a timestamp (with a time)'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_queue_id));
+    PERFORM pg_advisory_xact_lock(-1 - (hashtext(v_queue_id::TEXT) & 2147483647), hashtext(p_group));
+    -- A DROP QUEUE may have committed between the lookup and the key.
+    PERFORM 1 FROM queen.queues q WHERE q.id = v_queue_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
+    END IF;
+    v_at := CASE p_mode WHEN 'now' THEN clock_timestamp() WHEN 'timestamp' THEN p_at END;
+    INSERT INTO queen.consumer_groups_metadata AS m
+        (queue_id, consumer_group, subscription_mode, subscription_at)
+    VALUES (v_queue_id, p_group, p_mode, v_at)
+    ON CONFLICT (queue_id, consumer_group) DO UPDATE
+    SET subscription_mode = EXCLUDED.subscription_mode,
+        subscription_at = EXCLUDED.subscription_at;
+    SELECT count(*) INTO v_kept
+    FROM queen.log_consumers c
+    JOIN queen.log_partitions p ON p.id = c.partition_id
+    WHERE p.queue_id = v_queue_id AND c.consumer_group = p_group;
+    PERFORM queen.log_hotlist_repair_v1(p_queue, p_group, NULL, 'subscribe', p_tenant);
+    RETURN v_kept;
+END
+$$;

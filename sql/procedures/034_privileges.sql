@@ -105,7 +105,7 @@ DO $$
 DECLARE
     v_client TEXT[] := ARRAY[
         'log_push_v1', 'log_pop_v1', 'log_pop_v2', 'log_hotlist_seed_v1',
-        'log_ack_v1', 'log_renew_v1',
+        'log_ack_v1', 'log_renew_v1', 'log_unclaim_v1',
         'log_namespace_queues_v1',
         'ephemeral_configure_v1', 'ephemeral_queues_v1', 'ephemeral_commit_mark_v1',
         'log_seek_group_v1', 'log_drop_group_v1', 'get_dlq_messages_v1',
@@ -116,7 +116,8 @@ DECLARE
         'tenant_visible_v1',
         'log_browse_v1', 'log_browse_message_v1',
         'consumer_groups_v1', 'consumer_group_detail_v1', 'lagging_partitions_v1',
-        'dlq_replay_take_v1', 'trace_messages_v1', 'status_v1'];
+        'consumer_group_subscribe_v1',
+        'dlq_replay_take_v1', 'trace_messages_v1', 'status_v1', 'queue_ops_v1'];
     v_engine TEXT[] := ARRAY[
         'receipt_secret_v1', 'log_expire_pending_v1', 'maintenance_try_lease_v1',
         'log_retention_work_v1', 'log_retention_step_v1', 'log_partition_cleanup_step_v1',
@@ -152,6 +153,9 @@ BEGIN
         GRANT SELECT ON queen.queue_depth, queen.group_lag, queen.dlq_counts, queen.throughput
             TO queen_client, queen_engine;
         GRANT SELECT ON queen.status, queen.throughput_per_minute TO queen_client, queen_engine;
+        GRANT SELECT ON queen.queue_stats, queen.namespace_stats, queen.task_stats,
+                        queen.queue_lag, queen.queue_ops_per_minute
+            TO queen_client, queen_engine;
     END IF;
 END
 $$;

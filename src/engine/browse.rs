@@ -5,7 +5,8 @@
 //! browse's start and limit, and each message gets its state. Nothing here
 //! writes: no cursor, lease or retry count changes.
 
-use super::frame;
+use super::frame::{self, SegmentFrameError};
+use super::sealing::{KeyRing, SealError};
 use super::values::{micros, system_time, Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
@@ -24,14 +25,15 @@ pub async fn execute(
     stmt: &Browse,
     params: &Params<'_>,
     tenant: Uuid,
+    keys: &KeyRing,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     match stmt {
-        Browse::Messages(m) => show_messages(conn, m, params, tenant).await,
-        Browse::Message(m) => show_message(conn, m, params, tenant).await,
+        Browse::Messages(m) => show_messages(conn, m, params, tenant, keys).await,
+        Browse::Message(m) => show_message(conn, m, params, tenant, keys).await,
         Browse::Trace(t) => {
             let trace = params.text(t, "trace id")?;
             check_trace_id(&trace).map_err(parse_error)?;
-            show_trace(conn, &trace, tenant).await
+            show_trace(conn, &trace, tenant, keys).await
         }
     }
 }
@@ -42,6 +44,7 @@ async fn show_trace(
     conn: &mut Calls<'_>,
     trace: &str,
     tenant: Uuid,
+    keys: &KeyRing,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn
         .run(&Trace {
@@ -52,7 +55,7 @@ async fn show_trace(
         .await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let Some((offset, f)) = frames(&row.segment, row.message_offset)?
+        let Some((offset, f)) = frames(&row.segment, row.message_offset, keys)?
             .next()
             .filter(|(_, f)| f.message_id == row.message_id)
         else {
@@ -83,6 +86,7 @@ async fn show_messages(
     m: &ShowMessages,
     params: &Params<'_>,
     tenant: Uuid,
+    keys: &KeyRing,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let queue = params.name(&m.queue, "queue")?;
     let partition = m
@@ -122,7 +126,7 @@ async fn show_messages(
         }
         let from = segment.from_offset.max(segment.base_offset);
         let not_before = segment.from_time.map(micros);
-        for (offset, f) in frames(segment, from)? {
+        for (offset, f) in frames(segment, from, keys)? {
             if out.len() >= limit {
                 break;
             }
@@ -140,6 +144,7 @@ async fn show_message(
     m: &ShowMessage,
     params: &Params<'_>,
     tenant: Uuid,
+    keys: &KeyRing,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let id = check_message_id(&params.text(&m.message_id, "message id")?).map_err(parse_error)?;
     let queue = params.name(&m.queue, "queue")?;
@@ -163,7 +168,7 @@ async fn show_message(
         })
         .await?;
     for segment in &segments {
-        for (offset, f) in frames(segment, segment.base_offset)? {
+        for (offset, f) in frames(segment, segment.base_offset, keys)? {
             if f.message_id == id {
                 return Ok(vec![message_row(segment, offset, f)]);
             }
@@ -176,14 +181,23 @@ async fn show_message(
 fn frames(
     segment: &SegmentRow,
     from: i64,
+    keys: &KeyRing,
 ) -> Result<impl Iterator<Item = (i64, frame::Frame)>, ExecError> {
     let skip = usize::try_from(from - segment.base_offset).unwrap_or(0);
     let take = usize::try_from(segment.message_count)
         .unwrap_or(0)
         .saturating_sub(skip);
-    let decoded = frame::decode_range(&segment.blob, skip, take).map_err(|e| {
+    let decoded = frame::decode_range(&segment.blob, skip, take, keys).map_err(|e| {
+        // An encrypted segment this queenwire has no key for: the browse
+        // says so rather than showing rows without their payload.
+        let state = match e {
+            SegmentFrameError::Sealed(SealError::UnknownKey(_)) => {
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            _ => SqlState::DATA_CORRUPTED,
+        };
         ExecError::Refused(SqlError::error(
-            SqlState::DATA_CORRUPTED,
+            state,
             format!(
                 "segment {} of partition \"{}\": {e}",
                 segment.base_offset, segment.partition_name

@@ -12,12 +12,25 @@
 //!            payload:[u8]                       -- JSON text, the rest of the body
 //! ```
 //!
+//! A queue with `encryption_enabled` stores version 2 instead, the same
+//! compressed frames sealed with AES-256-GCM (`sealing.rs`):
+//!
+//! ```text
+//! blob    := version:u8 (= 2) key_id_len:u8 key_id:[u8;key_id_len]
+//!            nonce:[u8;12] aes256gcm(zstd(frame*)) tag:[u8;16]
+//! ```
+//!
+//! The header (version, key id length, key id) is the associated data, so
+//! it cannot be altered either; the key id says which key of the key file
+//! opens the segment (rotation).
+//!
 //! All integers are big-endian. The version byte sits outside the
 //! compressed part so a future format can change the compression too.
 //! PostgreSQL stores the blob as is (`STORAGE EXTERNAL`: no second
 //! compression). Decoding walks the length prefixes and parses only the
 //! frames asked for.
 
+use super::sealing::{KeyRing, SealError, SEALED_VERSION};
 use bytes::{Buf, BufMut};
 
 pub const FORMAT_VERSION: u8 = 1;
@@ -50,11 +63,15 @@ pub enum SegmentFrameError {
     Corrupt(&'static str),
     #[error("field too long to frame: {0}")]
     TooLong(&'static str),
+    #[error("{0}")]
+    Sealed(#[from] SealError),
 }
 
-/// Frames and compresses messages into one blob.
+/// Frames and compresses messages into one blob, sealed with the ring's
+/// current key when `seal` is given.
 pub fn encode<'a>(
     frames: impl IntoIterator<Item = &'a Frame> + Clone,
+    seal: Option<&KeyRing>,
 ) -> Result<Vec<u8>, SegmentFrameError> {
     let mut raw = Vec::with_capacity(
         frames
@@ -87,8 +104,13 @@ pub fn encode<'a>(
             .compress_to_buffer(&raw, &mut blob)
             .map_err(SegmentFrameError::Decompress)
     })?;
-    blob.insert(0, FORMAT_VERSION);
-    Ok(blob)
+    match seal {
+        Some(ring) => Ok(ring.seal(&blob)?),
+        None => {
+            blob.insert(0, FORMAT_VERSION);
+            Ok(blob)
+        }
+    }
 }
 
 // A zstd context costs about as much to set up as compressing a hundred
@@ -128,17 +150,25 @@ fn put_opt(
     Ok(())
 }
 
-/// Decompresses a blob and returns the frames at positions `skip ..
-/// skip + take` (positions relative to the segment's base offset).
+/// Decompresses a blob (opened with `keys` when sealed) and returns the
+/// frames at positions `skip .. skip + take` (positions relative to the
+/// segment's base offset).
 pub fn decode_range(
     blob: &[u8],
     skip: usize,
     take: usize,
+    keys: &KeyRing,
 ) -> Result<Vec<Frame>, SegmentFrameError> {
-    let (&version, compressed) = blob.split_first().ok_or(SegmentFrameError::Empty)?;
-    if version != FORMAT_VERSION {
-        return Err(SegmentFrameError::Version(version));
-    }
+    let opened;
+    let compressed = match blob.first() {
+        None => return Err(SegmentFrameError::Empty),
+        Some(&FORMAT_VERSION) => &blob[1..],
+        Some(&SEALED_VERSION) => {
+            opened = keys.open(blob)?;
+            &opened[..]
+        }
+        Some(&version) => return Err(SegmentFrameError::Version(version)),
+    };
     let size = match zstd::zstd_safe::get_frame_content_size(compressed) {
         Ok(Some(size)) if size <= MAX_RAW_SEGMENT => size as usize,
         _ => {
@@ -231,6 +261,10 @@ fn get_opt(body: &mut &[u8]) -> Result<Option<String>, SegmentFrameError> {
 mod tests {
     use super::*;
 
+    fn none() -> KeyRing {
+        KeyRing::default()
+    }
+
     fn frame(n: u32, txn: Option<&str>) -> Frame {
         Frame {
             message_id: uuid::Uuid::now_v7(),
@@ -246,16 +280,16 @@ mod tests {
         let mut blob = vec![FORMAT_VERSION];
         blob.extend(zstd::stream::encode_all(&b"\0\0\0\x01x"[..], 1).unwrap());
         assert!(matches!(
-            decode_range(&blob, 0, 1),
+            decode_range(&blob, 0, 1, &none()),
             Err(SegmentFrameError::Corrupt(_))
         ));
         // A blob encoded here round-trips through the reused contexts, on
         // this thread and on another.
         let frames: Vec<Frame> = (0..3).map(|n| frame(n, None)).collect();
-        let blob = encode(frames.iter()).unwrap();
-        assert_eq!(decode_range(&blob, 0, 3).unwrap(), frames);
+        let blob = encode(frames.iter(), None).unwrap();
+        assert_eq!(decode_range(&blob, 0, 3, &none()).unwrap(), frames);
         let again = blob.clone();
-        let other = std::thread::spawn(move || decode_range(&again, 1, 1).unwrap());
+        let other = std::thread::spawn(move || decode_range(&again, 1, 1, &none()).unwrap());
         assert_eq!(other.join().unwrap(), frames[1..2]);
     }
 
@@ -264,39 +298,71 @@ mod tests {
         let frames: Vec<Frame> = (0..10)
             .map(|n| frame(n, if n % 2 == 0 { Some("t") } else { None }))
             .collect();
-        let blob = encode(&frames).unwrap();
+        let blob = encode(&frames, None).unwrap();
         assert_eq!(blob[0], FORMAT_VERSION);
-        assert_eq!(decode_range(&blob, 0, usize::MAX).unwrap(), frames);
-        assert_eq!(decode_range(&blob, 3, 4).unwrap(), frames[3..7].to_vec());
-        assert_eq!(decode_range(&blob, 9, 10).unwrap(), frames[9..].to_vec());
-        assert!(decode_range(&blob, 10, 1).unwrap().is_empty());
+        assert_eq!(decode_range(&blob, 0, usize::MAX, &none()).unwrap(), frames);
+        assert_eq!(
+            decode_range(&blob, 3, 4, &none()).unwrap(),
+            frames[3..7].to_vec()
+        );
+        assert_eq!(
+            decode_range(&blob, 9, 10, &none()).unwrap(),
+            frames[9..].to_vec()
+        );
+        assert!(decode_range(&blob, 10, 1, &none()).unwrap().is_empty());
     }
 
     #[test]
     fn empty_strings_are_not_absent() {
         let mut f = frame(1, Some(""));
         f.trace_id = Some(String::new());
-        let blob = encode(std::slice::from_ref(&f)).unwrap();
-        assert_eq!(decode_range(&blob, 0, 1).unwrap(), vec![f]);
+        let blob = encode(std::slice::from_ref(&f), None).unwrap();
+        assert_eq!(decode_range(&blob, 0, 1, &none()).unwrap(), vec![f]);
     }
 
     #[test]
     fn corrupt_blobs_are_errors_not_panics() {
         assert!(matches!(
-            decode_range(&[], 0, 1),
+            decode_range(&[], 0, 1, &none()),
             Err(SegmentFrameError::Empty)
         ));
         assert!(matches!(
-            decode_range(&[9, 1, 2], 0, 1),
+            decode_range(&[9, 1, 2], 0, 1, &none()),
             Err(SegmentFrameError::Version(9))
         ));
-        assert!(decode_range(&[1, 1, 2, 3], 0, 1).is_err());
+        assert!(decode_range(&[1, 1, 2, 3], 0, 1, &none()).is_err());
         let raw = [0u8, 0, 0, 200, 1, 2];
         let mut blob = vec![1u8];
         blob.extend(zstd::bulk::compress(&raw, 1).unwrap());
         assert!(matches!(
-            decode_range(&blob, 0, 1),
+            decode_range(&blob, 0, 1, &none()),
             Err(SegmentFrameError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn a_sealed_blob_holds_no_plaintext_and_opens_only_with_its_key() {
+        let ring =
+            KeyRing::parse("k1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f")
+                .unwrap();
+        let mut f = frame(7, Some("txn-secret"));
+        f.payload = "{\"card\":\"4111-1111-1111-1111\"}".into();
+        let sealed = encode(std::slice::from_ref(&f), Some(&ring)).unwrap();
+        assert_eq!(sealed[0], SEALED_VERSION);
+        for needle in [&b"4111"[..], b"txn-secret"] {
+            assert!(!sealed.windows(needle.len()).any(|w| w == needle));
+        }
+        assert_eq!(decode_range(&sealed, 0, 1, &ring).unwrap(), vec![f]);
+        assert!(matches!(
+            decode_range(&sealed, 0, 1, &none()),
+            Err(SegmentFrameError::Sealed(SealError::UnknownKey(_)))
+        ));
+        let mut garbled = sealed.clone();
+        let last = garbled.len() - 1;
+        garbled[last] ^= 1;
+        assert!(matches!(
+            decode_range(&garbled, 0, 1, &ring),
+            Err(SegmentFrameError::Sealed(SealError::Unauthentic))
         ));
     }
 }

@@ -11,6 +11,7 @@
 //! statement's failure never fails another's.
 
 use super::queues::{write_pushes, PreparedPush};
+use super::sealing::Sealing;
 use super::wake::{queue_key, Announcer};
 use super::ExecError;
 use crate::backend::call::{CallEnd, Calls};
@@ -38,14 +39,16 @@ struct Lane {
 pub struct Fuser {
     pool: Pool,
     announcer: Announcer,
+    sealing: Arc<Sealing>,
     lanes: Mutex<HashMap<LaneKey, Arc<Mutex<Lane>>>>,
 }
 
 impl Fuser {
-    pub fn new(pool: Pool, announcer: Announcer) -> Fuser {
+    pub fn new(pool: Pool, announcer: Announcer, sealing: Arc<Sealing>) -> Fuser {
         Fuser {
             pool,
             announcer,
+            sealing,
             lanes: Mutex::new(HashMap::new()),
         }
     }
@@ -118,7 +121,8 @@ impl Fuser {
         // Each call commits (or rolls back) in its own round trip.
         let together = {
             let mut refs: Vec<&mut PreparedPush> = preps.iter_mut().collect();
-            write_pushes(&mut Calls::new(&mut conn, CallEnd::Sync), &mut refs, tenant).await
+            let sync = &mut Calls::new(&mut conn, CallEnd::Sync);
+            write_pushes(sync, &mut refs, tenant, &self.sealing).await
         };
         match together {
             Ok(()) if conn.status == crate::protocol::TxStatus::Idle => {
@@ -145,6 +149,7 @@ impl Fuser {
                             &mut Calls::new(&mut conn, CallEnd::Sync),
                             &mut [&mut prep],
                             tenant,
+                            &self.sealing,
                         )
                         .await;
                         let _ = reply.send(result.map(|()| prep));

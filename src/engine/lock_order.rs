@@ -68,6 +68,7 @@ fn takes_queue_locks(stmt: &Statement) -> bool {
             | Statement::DropQueue(_)
             | Statement::SeekGroup(_)
             | Statement::DropGroup(_)
+            | Statement::AlterGroup(_)
             | Statement::ReplayDlq(_)
     )
 }

@@ -30,6 +30,7 @@ pub mod receipt;
 pub mod replay;
 pub mod retention;
 pub mod schema;
+pub mod sealing;
 pub mod status;
 pub mod timers;
 pub mod values;
@@ -127,6 +128,8 @@ pub struct Engine {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The ephemeral queues: their names, the ones this process owns.
     pub ephemeral: Arc<ephemeral::Ephemeral>,
+    /// The encryption keys and which queues need them.
+    pub sealing: Arc<sealing::Sealing>,
 }
 
 impl Engine {
@@ -144,7 +147,8 @@ impl Engine {
         let mut pushed = None;
         let rows = match stmt {
             Statement::Push(push) => {
-                let written = queues::push(conn, push, &params, &self.limits, tenant).await?;
+                let written =
+                    queues::push(conn, push, &params, &self.limits, tenant, &self.sealing).await?;
                 let queue = wake::queue_key(tenant, &written.queue);
                 let rows = written.rows();
                 if !rows.is_empty() {
@@ -153,7 +157,7 @@ impl Engine {
                 rows
             }
             Statement::Pop(pop) => {
-                let plan = pop::plan_pop(pop, &params)?;
+                let plan = pop::plan_pop(pop, &params, self.sealing.keys())?;
                 pop::pop_once(conn, &plan, &self.receipts, tenant).await?
             }
             Statement::Ack(ack) => {
@@ -202,6 +206,13 @@ impl Engine {
                 hot.repaired(tenant, &call.queue, &call.group);
                 Vec::new()
             }
+            Statement::AlterGroup(a) => {
+                let call = crate::rewrite::calls::groups::Subscribe::new(a, &params, tenant)?;
+                conn.run(&call).await?;
+                let hot = &self.announcer.waiters.hot;
+                hot.repaired(tenant, &call.queue, &call.group);
+                Vec::new()
+            }
             Statement::DropGroup(d) => {
                 let call = admin::drop_group(d, &params, tenant)?;
                 conn.run(&call).await?;
@@ -227,7 +238,7 @@ impl Engine {
             Statement::ShowDlq { queue, limit } => {
                 let queue = params.name(queue, "queue")?;
                 let limit = params.count(limit, "LIMIT")? as i32;
-                queues::show_dlq(conn, &queue, limit, tenant).await?
+                queues::show_dlq(conn, &queue, limit, tenant, &self.sealing.keys()).await?
             }
             Statement::Kv(statement) => {
                 kv::execute(
@@ -251,11 +262,14 @@ impl Engine {
                     .transpose()?;
                 timers::list(conn, queue.as_deref(), tenant).await?
             }
-            Statement::Browse(b) => browse::execute(conn, b, &params, tenant).await?,
+            Statement::Browse(b) => {
+                browse::execute(conn, b, &params, tenant, &self.sealing.keys()).await?
+            }
             Statement::GroupDetail(g) => groups::execute(conn, g, &params, tenant).await?,
             Statement::ShowStatus => status::show(conn, tenant).await?,
             Statement::ReplayDlq(r) => {
-                let (rows, queue) = replay::replay(conn, r, &params, &self.limits, tenant).await?;
+                let (rows, queue) =
+                    replay::replay(conn, r, &params, &self.limits, tenant, &self.sealing).await?;
                 if !rows.is_empty() {
                     pushed = Some(wake::queue_key(tenant, &queue));
                 }

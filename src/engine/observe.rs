@@ -22,6 +22,7 @@ pub fn kind(stmt: &Statement) -> Kind {
         | Statement::DropQueue(_)
         | Statement::SeekGroup(_)
         | Statement::DropGroup(_)
+        | Statement::AlterGroup(_)
         | Statement::PurgeTenant(_) => Kind::QueueAdmin,
         Statement::ShowQueues
         | Statement::ShowPartitions { .. }

@@ -4,15 +4,17 @@
 //! the dialect's rows (receipts signed here). Which candidates to pass is
 //! the hot list's business (`hotlist/`); waiting is `wait.rs`.
 
-use super::frame;
+use super::frame::{self, SegmentFrameError};
 use super::receipt::{Receipt, ReceiptKey};
+use super::sealing::KeyRing;
 use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::queues::{pop_args, PopArgs, PopCandidates, PopRow};
+use crate::rewrite::calls::queues::{pop_args, PopArgs, PopCandidates, PopRow, Unclaim};
 use crate::rewrite::dialect::pop::Pop;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use uuid::Uuid;
 
@@ -21,14 +23,17 @@ pub struct PopPlan {
     pub queue: String,
     pub wait: Option<Duration>,
     args: PopArgs,
+    /// The keys that open encrypted segments, as they were at the start.
+    keys: Arc<KeyRing>,
 }
 
-pub fn plan_pop(stmt: &Pop, params: &Params<'_>) -> Result<PopPlan, SqlError> {
+pub fn plan_pop(stmt: &Pop, params: &Params<'_>, keys: Arc<KeyRing>) -> Result<PopPlan, SqlError> {
     let args = pop_args(stmt, params)?;
     Ok(PopPlan {
         queue: args.queue.clone(),
         wait: args.wait,
         args,
+        keys,
     })
 }
 
@@ -69,6 +74,7 @@ impl PopPlan {
             queue: args.queue.clone(),
             wait: self.wait,
             args,
+            keys: self.keys.clone(),
         }
     }
 }
@@ -96,13 +102,62 @@ pub async fn pop_call(
         .await?;
     let mut out = Vec::new();
     let mut judged = Vec::with_capacity(rows.len());
+    let mut claimed = Vec::new();
+    let mut failure = None;
     for judgement in rows {
         judged.push((judgement.partition_id, judgement.state, judgement.retry_at));
-        if let Some(row) = &judgement.claimed {
-            decode_claimed(row, plan, key, &mut out)?;
+        if let Some(row) = judgement.claimed {
+            if failure.is_none() {
+                failure = decode_claimed(&row, plan, key, &mut out).err();
+            }
+            claimed.push(row);
         }
     }
-    Ok((out, judged))
+    match failure {
+        None => Ok((out, judged)),
+        Some(e) => Err(give_back(conn, plan, tenant, &claimed, e).await),
+    }
+}
+
+/// A claim that cannot be handed out (a sealed segment whose key is
+/// missing, or that does not authenticate) is given back before the POP
+/// fails, so its messages stay, uncounted, for a queenwire that holds the
+/// key; a corrupt plain segment is not (it would come back every time).
+async fn give_back(
+    conn: &mut Calls<'_>,
+    plan: &PopPlan,
+    tenant: Uuid,
+    claimed: &[PopRow],
+    error: SegmentFrameError,
+) -> ExecError {
+    let state = match &error {
+        SegmentFrameError::Sealed(crate::engine::sealing::SealError::UnknownKey(_)) => {
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+        }
+        _ => SqlState::DATA_CORRUPTED,
+    };
+    let refusal = SqlError::error(
+        state,
+        format!(
+            "queue \"{}\": {error}; the message stays in the queue",
+            plan.queue
+        ),
+    );
+    if !matches!(error, SegmentFrameError::Sealed(_)) {
+        return refusal.into();
+    }
+    let call = Unclaim {
+        partition_ids: claimed.iter().map(|r| r.partition_id).collect(),
+        group: &plan.args.group,
+        lease_tokens: claimed.iter().map(|r| r.lease_token).collect(),
+        from_offsets: claimed.iter().map(|r| r.from_offset).collect(),
+        to_offsets: claimed.iter().map(|r| r.to_offset).collect(),
+        tenant,
+    };
+    match conn.run(&call).await {
+        Ok(_) => refusal.into(),
+        Err(e) => e.into(),
+    }
 }
 
 /// One attempt of a POP over the whole queue, without the hot list.
@@ -120,7 +175,7 @@ fn decode_claimed(
     plan: &PopPlan,
     key: &ReceiptKey,
     out: &mut Vec<Vec<Cell>>,
-) -> Result<(), ExecError> {
+) -> Result<(), SegmentFrameError> {
     let first = row.from_offset.max(row.base_offset);
     let to = row.to_offset;
     if to < first {
@@ -130,8 +185,8 @@ fn decode_claimed(
         &row.blob,
         (first - row.base_offset) as usize,
         (to - first + 1) as usize,
-    )
-    .map_err(|e| SqlError::error(SqlState::DATA_CORRUPTED, e.to_string()))?;
+        &plan.keys,
+    )?;
     for (i, f) in frames.into_iter().enumerate() {
         let offset = first + i as i64;
         let receipt = row.lease_token.map(|token| {

@@ -7,6 +7,7 @@
 
 use super::frame::{self, Frame};
 use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
+use super::sealing::{KeyRing, Sealing};
 use super::values::{now_micros, Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
@@ -230,15 +231,24 @@ impl PreparedPush {
 /// round removes at least one row, so this ends. A transaction id repeated
 /// across fused statements counts as a duplicate of its first appearance,
 /// exactly as if the statements had run one after the other.
+///
+/// A queue with `encryption_enabled` gets sealed segments: `sealing`
+/// guesses which queues need it, and a wrong guess costs one round that
+/// writes nothing (`log_push_v1` answers `encrypt` or `plain`).
 pub async fn write_pushes(
     conn: &mut Calls<'_>,
     batch: &mut [&mut PreparedPush],
     tenant: Uuid,
+    sealing: &Sealing,
 ) -> Result<(), ExecError> {
     let Some(queue) = batch.first().map(|p| p.queue.clone()) else {
         return Ok(());
     };
     let now = super::values::system_time(now_micros());
+    let keys = sealing.keys();
+    // Flips of the guess: more than two means ALTER QUEUE toggles
+    // encryption faster than this push can follow.
+    let mut flips = 0;
     // (statement, input index) of a row whose result another row copies.
     let mut copies: Vec<((usize, usize), (usize, usize))> = Vec::new();
     loop {
@@ -274,6 +284,10 @@ pub async fn write_pushes(
         if order.is_empty() {
             break;
         }
+        let seal = sealing
+            .is_encrypted(tenant, &queue)
+            .then(|| sealing_key(&keys, &queue))
+            .transpose()?;
         let mut names = Vec::with_capacity(order.len());
         let mut counts = Vec::with_capacity(order.len());
         let mut blobs = Vec::with_capacity(order.len());
@@ -298,8 +312,13 @@ pub async fn write_pushes(
                 ids.push(it.frame.message_id);
                 flat.push((s, it.input_index));
             }
-            let blob = frame::encode(frames.iter().copied())
-                .map_err(|e| SqlError::error(SqlState::PROGRAM_LIMIT_EXCEEDED, e.to_string()))?;
+            let blob = frame::encode(frames.iter().copied(), seal).map_err(|e| {
+                let state = match e {
+                    frame::SegmentFrameError::TooLong(_) => SqlState::PROGRAM_LIMIT_EXCEEDED,
+                    _ => SqlState::INTERNAL_ERROR,
+                };
+                SqlError::error(state, e.to_string())
+            })?;
             names.push(name.clone());
             counts.push(frames.len() as i32);
             blobs.push(blob);
@@ -324,6 +343,26 @@ pub async fn write_pushes(
                 tenant,
             })
             .await?;
+        let needs = rows.first().and_then(|r| match r.status.as_str() {
+            "encrypt" => Some(true),
+            "plain" => Some(false),
+            _ => None,
+        });
+        if let Some(encrypted) = needs {
+            // Nothing was written: frame the same rows the other way.
+            sealing.learn(tenant, &queue, encrypted);
+            flips += 1;
+            if flips > 2 {
+                return Err(SqlError::error(
+                    SqlState::T_R_SERIALIZATION_FAILURE,
+                    format!(
+                        "queue \"{queue}\" changed its encryption while being pushed to; retry"
+                    ),
+                )
+                .into());
+            }
+            continue;
+        }
         let mut found_duplicates = false;
         let mut round: Vec<((usize, usize), PushResult)> = Vec::with_capacity(rows.len());
         for row in rows {
@@ -373,6 +412,20 @@ pub async fn write_pushes(
     Ok(())
 }
 
+/// The ring to seal a push to an encrypted queue with; without a key the
+/// push is refused, so nothing is stored in plaintext.
+fn sealing_key<'k>(keys: &'k KeyRing, queue: &str) -> Result<&'k KeyRing, SqlError> {
+    match keys.current() {
+        Some(_) => Ok(keys),
+        None => Err(SqlError::error(
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "queue \"{queue}\" has encryption_enabled, but this queenwire has no encryption key (--encryption-key-file); nothing was stored"
+            ),
+        )),
+    }
+}
+
 /// PUSH on the session's own connection (inside its transaction); the
 /// statement's rows are then [`PreparedPush::rows`].
 pub async fn push(
@@ -381,9 +434,10 @@ pub async fn push(
     params: &Params<'_>,
     limits: &Limits,
     tenant: Uuid,
+    sealing: &Sealing,
 ) -> Result<PreparedPush, ExecError> {
     let mut prep = prepare_push(stmt, params, limits)?;
-    write_pushes(conn, &mut [&mut prep], tenant).await?;
+    write_pushes(conn, &mut [&mut prep], tenant, sealing).await?;
     Ok(prep)
 }
 
@@ -587,6 +641,7 @@ pub async fn show_dlq(
     queue: &str,
     limit: i32,
     tenant: Uuid,
+    keys: &KeyRing,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let rows = conn
         .run(&ShowDlq {
@@ -599,7 +654,7 @@ pub async fn show_dlq(
     for r in rows {
         let frame = usize::try_from(r.message_offset - r.base_offset)
             .ok()
-            .and_then(|skip| frame::decode_range(&r.blob, skip, 1).ok())
+            .and_then(|skip| frame::decode_range(&r.blob, skip, 1, keys).ok())
             .and_then(|mut v| v.pop());
         out.push(vec![
             frame

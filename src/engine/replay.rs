@@ -18,8 +18,9 @@
 //! by several groups a single new message (the later rows answer
 //! `duplicate` with the first one's id), which every group then receives.
 
-use super::frame;
+use super::frame::{self, SegmentFrameError};
 use super::queues::{self, Limits};
+use super::sealing::{KeyRing, SealError, Sealing};
 use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::call::{CallEnd, Calls};
@@ -42,6 +43,7 @@ pub async fn replay(
     params: &Params<'_>,
     limits: &Limits,
     tenant: Uuid,
+    sealing: &Sealing,
 ) -> Result<(Vec<Vec<Cell>>, String), ExecError> {
     let queue = params.name(&stmt.queue, "queue")?;
     let partition = stmt
@@ -71,7 +73,7 @@ pub async fn replay(
     let end = conn.end();
     let result = {
         let mut flush = Calls::new(conn, CallEnd::Flush);
-        take_and_push(&mut flush, &take, limits).await
+        take_and_push(&mut flush, &take, limits, sealing).await
     };
     if end == CallEnd::Sync && !matches!(result, Err(ExecError::Lost(_))) {
         // Commits both calls, or rolls back the failed transaction.
@@ -84,12 +86,13 @@ async fn take_and_push(
     conn: &mut Calls<'_>,
     take: &ReplayTake<'_>,
     limits: &Limits,
+    sealing: &Sealing,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let taken = conn.run(take).await?;
     if taken.is_empty() {
         return Ok(Vec::new());
     }
-    match push_again(conn, take, &taken, limits).await {
+    match push_again(conn, take, &taken, limits, sealing).await {
         Err(ExecError::Refused(refusal)) => Err(raise(conn, refusal).await),
         other => other,
     }
@@ -100,11 +103,13 @@ async fn push_again(
     take: &ReplayTake<'_>,
     taken: &[TakenRow],
     limits: &Limits,
+    sealing: &Sealing,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
+    let keys = sealing.keys();
     let mut originals = Vec::with_capacity(taken.len());
     let mut rows = Vec::with_capacity(taken.len());
     for t in taken {
-        let f = original_frame(t)?;
+        let f = original_frame(t, &keys)?;
         originals.push(f.message_id);
         rows.push(PushRow {
             payload: Value::Literal(f.payload),
@@ -121,7 +126,7 @@ async fn push_again(
         partition: None,
         rows,
     };
-    let written = queues::push(conn, &push, &Params(&[]), limits, take.tenant).await?;
+    let written = queues::push(conn, &push, &Params(&[]), limits, take.tenant, sealing).await?;
     // PUSH's rows: message_id, queue, partition, offset, transaction_id, status.
     Ok(written
         .rows()
@@ -147,20 +152,25 @@ async fn push_again(
 }
 
 /// The dead-lettered message's frame, from its segment.
-fn original_frame(t: &TakenRow) -> Result<frame::Frame, ExecError> {
-    usize::try_from(t.message_offset - t.base_offset)
-        .ok()
-        .and_then(|skip| frame::decode_range(&t.blob, skip, 1).ok())
-        .and_then(|mut frames| frames.pop())
-        .ok_or_else(|| {
-            ExecError::Refused(SqlError::error(
-                SqlState::DATA_CORRUPTED,
-                format!(
-                    "dead-lettered message at offset {} of partition \"{}\" cannot be decoded; nothing was replayed",
-                    t.message_offset, t.partition_name
-                ),
-            ))
-        })
+fn original_frame(t: &TakenRow, keys: &KeyRing) -> Result<frame::Frame, ExecError> {
+    let decoded = usize::try_from(t.message_offset - t.base_offset)
+        .map_err(|_| SegmentFrameError::Corrupt("offset before its segment"))
+        .and_then(|skip| frame::decode_range(&t.blob, skip, 1, keys));
+    let (state, why) = match decoded.map(|mut frames| frames.pop()) {
+        Ok(Some(f)) => return Ok(f),
+        Err(e @ SegmentFrameError::Sealed(SealError::UnknownKey(_))) => {
+            (SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, e.to_string())
+        }
+        Err(e) => (SqlState::DATA_CORRUPTED, e.to_string()),
+        Ok(None) => (SqlState::DATA_CORRUPTED, "no such frame".to_string()),
+    };
+    Err(ExecError::Refused(SqlError::error(
+        state,
+        format!(
+            "dead-lettered message at offset {} of partition \"{}\" cannot be decoded ({why}); nothing was replayed",
+            t.message_offset, t.partition_name
+        ),
+    )))
 }
 
 /// Fails the transaction in the backend with the engine's refusal, so the

@@ -71,10 +71,10 @@ const RETAINED_BYTES_PAGE: i32 = 100;
 
 /// Segments deleted per step (one transaction holding one partition row):
 /// bounds how long a push to that partition can wait behind retention.
-/// With a pause of three times the step after each (measured 2026-12-01,
-/// tests/retention_latency.rs, 100,000 segments, 2 cores): PUSH/POP p99
+/// Measured 2026-12-01 (tests/retention_latency.rs, 100,000 segments, 2
+/// cores) with a pause of three times the step after each: PUSH/POP p99
 /// during a pass 1.78x / 1.76x of without, the pass 26.7 s; with 500 and a
-/// pause of one step: 2.97x / 2.58x, 7.6 s.
+/// pause of one step: 2.97x / 2.58x, 7.6 s. The pause is now [`Pace`]'s.
 pub const STEP_SEGMENTS: i32 = 200;
 /// Steps on one partition per pass before moving on, so one huge backlog
 /// does not starve the others.
@@ -92,6 +92,41 @@ const WORK_PAGE: i32 = 64;
 /// Partitions deleted per cleanup step, and steps per pass.
 const CLEANUP_BATCH: i32 = 100;
 const CLEANUP_ROUNDS: usize = 10;
+
+/// How hard retention works: after each step it pauses `factor` times as
+/// long as the step took, so it spends 1/(factor+1) of its connection's
+/// time in steps. On a machine whose cores the write path keeps busy, every
+/// step's CPU is taken from pushes and pops, so retention is gentle (10 %)
+/// while it keeps up, and hurries (25 %, then 50 %) only while passes run
+/// out of time, i.e. while the backlog grows faster than a gentle pass
+/// deletes it; each pass that finishes relaxes it a step again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    factor: u32,
+}
+
+impl Pace {
+    /// The steady state: a pause of nine steps after each.
+    pub const GENTLE: Pace = Pace { factor: 9 };
+    /// The fastest: a pause as long as the step.
+    pub const HURRIED: Pace = Pace { factor: 1 };
+
+    fn hurry(self) -> Pace {
+        Pace {
+            factor: (self.factor / 3).max(Self::HURRIED.factor),
+        }
+    }
+
+    fn relax(self) -> Pace {
+        Pace {
+            factor: (self.factor * 3).min(Self::GENTLE.factor),
+        }
+    }
+
+    fn pause(self, step: Duration) -> Duration {
+        (step * self.factor).min(MAX_STEP_PAUSE)
+    }
+}
 
 /// What one pass deleted.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -139,9 +174,8 @@ impl Trimmed {
 /// Runs up to `max_steps` retention steps on one partition, until one
 /// marks nothing (which also purged the last batch marked), starting none
 /// after `until` (a step is short: at most [`STEP_SEGMENTS`]). After each
-/// step it pauses as long as the step took, so retention uses at most half
-/// of its connection's time and leaves the rest of the database's to the
-/// write path (the measured cost of running flat out is in
+/// step it pauses as `pace` says, leaving the rest of the database's time
+/// to the write path (the measured cost of running flat out is in
 /// docs/internals/storage.md). A step that found the partition held by a
 /// push is retried after [`LOCKED_PAUSE`], at most [`LOCKED_RETRIES`]
 /// times. Public for the latency measurement (tests/retention_latency.rs),
@@ -151,6 +185,7 @@ pub async fn trim_partition(
     partition_id: i64,
     max_steps: usize,
     until: Instant,
+    pace: Pace,
 ) -> Result<Trimmed, ClientCallError> {
     let mut trimmed = Trimmed::default();
     let mut steps = 0;
@@ -179,7 +214,7 @@ pub async fn trim_partition(
         if !step.more {
             break;
         }
-        tokio::time::sleep((took * 3).min(MAX_STEP_PAUSE)).await;
+        tokio::time::sleep(pace.pause(took)).await;
     }
     Ok(trimmed)
 }
@@ -191,6 +226,7 @@ struct Schedule {
     last_cleanup: Option<Instant>,
     last_retained_bytes: Option<Instant>,
     resume_after: i64,
+    pace: Pace,
 }
 
 /// Runs the tasks on a connection of its own until the caller drops the
@@ -202,6 +238,7 @@ pub async fn run(config: tokio_postgres::Config, settings: RetentionSettings, ho
         last_cleanup: None,
         last_retained_bytes: None,
         resume_after: 0,
+        pace: Pace::GENTLE,
     };
     let mut health = Health::new("retention");
     loop {
@@ -234,7 +271,19 @@ async fn cycle(
         if due(schedule.last_retention) {
             schedule.last_retention = Some(Instant::now());
             crate::metrics::count_maintenance_run(RETENTION_TASK);
-            retention_pass(client, settings, holder, &mut schedule.resume_after).await?;
+            let finished = retention_pass(
+                client,
+                settings,
+                holder,
+                &mut schedule.resume_after,
+                schedule.pace,
+            )
+            .await?;
+            schedule.pace = if finished {
+                schedule.pace.relax()
+            } else {
+                schedule.pace.hurry()
+            };
         }
     } else {
         // Another process runs it; ours starts afresh if it ever takes over.
@@ -295,14 +344,18 @@ async fn retained_bytes_lap(
     }
 }
 
+/// One pass; true when it went through the whole work list, false when it
+/// ran out of time or lease (the next pass resumes where it stopped).
 async fn retention_pass(
     client: &tokio_postgres::Client,
     settings: &RetentionSettings,
     holder: &str,
     resume_after: &mut i64,
-) -> Result<(), ClientCallError> {
+    pace: Pace,
+) -> Result<bool, ClientCallError> {
     let started = Instant::now();
     let mut totals = PassTotals::default();
+    let mut finished = false;
     let mut after = *resume_after;
     let mut wrapped = after == 0;
     'pass: loop {
@@ -326,14 +379,21 @@ async fn retention_pass(
                 break 'pass;
             }
             let until = Instant::now() + settings.interval / 2;
-            let trimmed =
-                trim_partition(client, partition.partition_id, STEPS_PER_PARTITION, until).await?;
+            let trimmed = trim_partition(
+                client,
+                partition.partition_id,
+                STEPS_PER_PARTITION,
+                until,
+                pace,
+            )
+            .await?;
             totals.add(&trimmed);
             after = partition.partition_id;
         }
         if page.len() < WORK_PAGE as usize {
             if wrapped {
                 *resume_after = 0;
+                finished = true;
                 break;
             }
             // Resumed mid-list: finish with the partitions before it.
@@ -341,7 +401,8 @@ async fn retention_pass(
             after = 0;
         }
     }
-    record(client, "retention", holder, started, totals).await
+    record(client, "retention", holder, started, totals).await?;
+    Ok(finished)
 }
 
 async fn cleanup_pass(

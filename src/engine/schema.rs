@@ -36,6 +36,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("015_status.sql"),
     procedure!("016_messages.sql"),
     procedure!("017_traces.sql"),
+    procedure!("018_stats_readers.sql"),
     procedure!("019_worker_metrics.sql"),
     procedure!("020_log_partition_counters.sql"),
     procedure!("024_kv.sql"),

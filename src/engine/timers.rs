@@ -6,6 +6,7 @@
 //! partition lock, as the global lock order requires.
 
 use super::queues::{write_pushes, PreparedPush, DEFAULT_PARTITION};
+use super::sealing::Sealing;
 use super::values::{Cell, Params};
 use super::wake::{queue_key, Announcer};
 use super::ExecError;
@@ -21,6 +22,7 @@ use crate::rewrite::calls::transaction::{
 use crate::rewrite::dialect::timer::{CancelSchedule, Schedule};
 use crate::shutdown::ShutdownSignal;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -88,17 +90,22 @@ pub const FIRE_INTERVAL: Duration = Duration::from_millis(200);
 const FIRE_BATCH: i32 = 500;
 
 /// Fires due timers until shutdown begins.
-pub async fn fire_loop(pool: Pool, announcer: Announcer, shutdown: ShutdownSignal) {
+pub async fn fire_loop(
+    pool: Pool,
+    announcer: Announcer,
+    sealing: Arc<Sealing>,
+    shutdown: ShutdownSignal,
+) {
     tokio::select! {
-        () = fire_forever(pool, announcer) => {}
+        () = fire_forever(pool, announcer, &sealing) => {}
         () = shutdown.begun() => {}
     }
 }
 
-async fn fire_forever(pool: Pool, announcer: Announcer) {
+async fn fire_forever(pool: Pool, announcer: Announcer, sealing: &Sealing) {
     let mut health = Health::new("timers");
     loop {
-        match fire_due(&pool, &announcer).await {
+        match fire_due(&pool, &announcer, sealing).await {
             // A full batch: more may be due at once.
             Ok(n) if n >= FIRE_BATCH as usize => {
                 health.ok();
@@ -118,26 +125,35 @@ async fn fire_forever(pool: Pool, announcer: Announcer) {
 /// a refusing queue are postponed by [`RETRY_FAILED_FIRE`] instead of
 /// coming back first in every claim, where they would hold back everyone
 /// else's due timers.
-async fn fire_due(pool: &Pool, announcer: &Announcer) -> Result<usize, ExecError> {
-    match fire_batch(pool, announcer, false).await {
+async fn fire_due(
+    pool: &Pool,
+    announcer: &Announcer,
+    sealing: &Sealing,
+) -> Result<usize, ExecError> {
+    match fire_batch(pool, announcer, sealing, false).await {
         Err(ExecError::Failed(e)) => {
             tracing::debug!("firing timers: {}; again queue by queue", e.message);
-            fire_batch(pool, announcer, true).await
+            fire_batch(pool, announcer, sealing, true).await
         }
         Err(ExecError::Refused(e)) => {
             tracing::debug!("firing timers: {}; again queue by queue", e.message);
-            fire_batch(pool, announcer, true).await
+            fire_batch(pool, announcer, sealing, true).await
         }
         other => other,
     }
 }
 
-async fn fire_batch(pool: &Pool, announcer: &Announcer, careful: bool) -> Result<usize, ExecError> {
+async fn fire_batch(
+    pool: &Pool,
+    announcer: &Announcer,
+    sealing: &Sealing,
+    careful: bool,
+) -> Result<usize, ExecError> {
     let mut conn = pool
         .get()
         .await
         .map_err(|e| ExecError::Lost(crate::backend::BackendError::from(e)))?;
-    let result = fire_on(&mut Calls::new(&mut conn, CallEnd::Flush), careful).await;
+    let result = fire_on(&mut Calls::new(&mut conn, CallEnd::Flush), sealing, careful).await;
     if let Err(e) = &result {
         if !matches!(e, ExecError::Failed(_)) {
             // The backend saw no error (the engine refused something): make
@@ -180,7 +196,11 @@ fn push_refused(e: &ExecError) -> bool {
     matches!(e, ExecError::Refused(_) | ExecError::Failed(_))
 }
 
-async fn fire_on(conn: &mut Calls<'_>, careful: bool) -> Result<(usize, Vec<String>), ExecError> {
+async fn fire_on(
+    conn: &mut Calls<'_>,
+    sealing: &Sealing,
+    careful: bool,
+) -> Result<(usize, Vec<String>), ExecError> {
     // Claim, push and delete are one transaction: the claimed rows stay
     // locked until the commit, which is what makes a fire exactly once.
     // The careful fire needs savepoints, so an explicit block; the usual
@@ -216,7 +236,7 @@ async fn fire_on(conn: &mut Calls<'_>, careful: bool) -> Result<(usize, Vec<Stri
         let mut prep = PreparedPush::from_messages(queue.clone(), messages);
         let pushed = if careful {
             conn.call(&SAVEPOINT_FIRE, &[]).await?;
-            match write_pushes(conn, &mut [&mut prep], tenant).await {
+            match write_pushes(conn, &mut [&mut prep], tenant, sealing).await {
                 Ok(()) => {
                     conn.call(&RELEASE_FIRE, &[]).await?;
                     true
@@ -233,7 +253,7 @@ async fn fire_on(conn: &mut Calls<'_>, careful: bool) -> Result<(usize, Vec<Stri
                 Err(e) => return Err(e),
             }
         } else {
-            write_pushes(conn, &mut [&mut prep], tenant).await?;
+            write_pushes(conn, &mut [&mut prep], tenant, sealing).await?;
             true
         };
         let target = if pushed {

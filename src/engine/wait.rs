@@ -17,7 +17,7 @@ use super::{pop, wake, Engine, ExecError, Outcome};
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::queues::namespace_args;
+use crate::rewrite::calls::namespace::namespace_args;
 use crate::rewrite::dialect::pop::Pop;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ impl Engine {
         params: &[Option<String>],
         tenant: Uuid,
     ) -> Result<Outcome, ExecError> {
-        let plan = pop::plan_pop(stmt, &Params(params))?;
+        let plan = pop::plan_pop(stmt, &Params(params), self.sealing.keys())?;
         let deadline = plan.wait.map(|w| Instant::now() + w);
         let waiters = &self.announcer.waiters;
         let target = match namespace_args(stmt, &Params(params))? {

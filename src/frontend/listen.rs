@@ -158,6 +158,14 @@ impl ListenHub {
         });
     }
 
+    /// Whether `session` listens on `channel` through the hub.
+    pub fn listens(&self, session: u64, channel: &str) -> bool {
+        lock(&self.state)
+            .channels
+            .get(channel)
+            .is_some_and(|sessions| sessions.contains(&session))
+    }
+
     /// The session ended.
     pub fn leave(&self, session: u64) {
         if lock(&self.state).sinks.remove(&session).is_some() {

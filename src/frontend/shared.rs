@@ -266,15 +266,28 @@ impl CancelRegistry {
 /// of its own for each named Parse a client sends, so a statement is only
 /// ever parsed from that Parse (again, where the session lands on a
 /// connection that lacks it) and never taken over from another session's,
-/// which may have been parsed before DDL this one saw.
-#[derive(Default)]
+/// which may have been parsed before DDL this one saw. The names carry a
+/// random prefix drawn at start: a client's SQL-level `EXECUTE`,
+/// `DEALLOCATE` or `PREPARE` on a pooled connection cannot name another
+/// session's statement (or take a name the proxy will use) by guessing a
+/// counter.
 pub struct StatementNames {
+    prefix: String,
     next: AtomicU64,
+}
+
+impl Default for StatementNames {
+    fn default() -> Self {
+        StatementNames {
+            prefix: format!("qw_{:016x}_", rand::random::<u64>()),
+            next: AtomicU64::new(0),
+        }
+    }
 }
 
 impl StatementNames {
     pub fn fresh(&self) -> Arc<str> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        Arc::from(format!("qw_s{n}"))
+        Arc::from(format!("{}{n}", self.prefix))
     }
 }

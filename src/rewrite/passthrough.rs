@@ -23,10 +23,9 @@ pub enum SessionEffect {
 /// the backend does not know (statements live there under proxy-global
 /// names), so the proxy answers it.
 pub fn deallocated_name(sql: &str) -> Option<String> {
-    let toks = super::split::tokens(sql);
-    let mut words = toks
-        .iter()
-        .filter(|t| t.kind != super::split::TokenKind::Semicolon);
+    // Lazily: most statements stop at their first word.
+    let mut words =
+        super::split::Tokens::new(sql).filter(|t| t.kind != super::split::TokenKind::Semicolon);
     let first = words.next()?;
     if !sql[first.range.clone()].eq_ignore_ascii_case("DEALLOCATE") {
         return None;
@@ -160,14 +159,20 @@ pub enum Listening {
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
 pub fn listening(sql: &str) -> Option<Listening> {
-    let toks = tokens(sql);
-    let [verb, name] = toks.as_slice() else {
-        return None;
-    };
+    // Lazily: most statements stop at their first word.
+    let mut toks = super::split::Tokens::new(sql);
+    let verb = toks.next()?;
     if verb.kind != TokenKind::Word {
         return None;
     }
     let verb = &sql[verb.range.clone()];
+    if !verb.eq_ignore_ascii_case("LISTEN") && !verb.eq_ignore_ascii_case("UNLISTEN") {
+        return None;
+    }
+    let name = toks.next()?;
+    if toks.next().is_some() {
+        return None;
+    }
     let text = &sql[name.range.clone()];
     let name = match name.kind {
         // (`U&"…"` is three tokens: never taken.)

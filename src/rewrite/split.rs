@@ -29,87 +29,113 @@ pub struct Token {
 /// unterminated literal or comment runs to the end of the text (PostgreSQL
 /// will report it when it sees the statement).
 pub fn tokens(sql: &str) -> Vec<Token> {
-    let bytes = sql.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        let start = i;
-        match c {
-            b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => i += 1,
-            b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                while i < bytes.len() && bytes[i] != b'\n' {
-                    i += 1;
-                }
+    Tokens::new(sql).collect()
+}
+
+/// The tokens of `sql`, one at a time: a caller that needs only the first
+/// few (what is the first word?) reads no further.
+pub struct Tokens<'a> {
+    bytes: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Tokens<'a> {
+    pub fn new(sql: &'a str) -> Tokens<'a> {
+        Tokens {
+            bytes: sql.as_bytes(),
+            i: 0,
+        }
+    }
+}
+
+impl Iterator for Tokens<'_> {
+    type Item = Token;
+
+    fn next(&mut self) -> Option<Token> {
+        let bytes = self.bytes;
+        let mut i = self.i;
+        let found = loop {
+            if i >= bytes.len() {
+                break None;
             }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                // Block comments nest in PostgreSQL.
-                let mut depth = 0usize;
-                while i < bytes.len() {
-                    if bytes[i] == b'/' && bytes.get(i + 1) == Some(&b'*') {
-                        depth += 1;
-                        i += 2;
-                    } else if bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/') {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
+            let c = bytes[i];
+            let start = i;
+            match c {
+                b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => i += 1,
+                b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                    while i < bytes.len() && bytes[i] != b'\n' {
                         i += 1;
                     }
                 }
-            }
-            b'\'' => {
-                i = end_of_quoted(bytes, i, b'\'', false);
-                out.push(tok(TokenKind::Quoted, start, i));
-            }
-            b'"' => {
-                i = end_of_quoted(bytes, i, b'"', false);
-                out.push(tok(TokenKind::Quoted, start, i));
-            }
-            b'E' | b'e' if bytes.get(i + 1) == Some(&b'\'') => {
-                i = end_of_quoted(bytes, i + 1, b'\'', true);
-                out.push(tok(TokenKind::Quoted, start, i));
-            }
-            b'$' => {
-                if let Some(tag_end) = dollar_tag_end(bytes, i) {
-                    let tag = &bytes[i..=tag_end];
-                    let body_start = tag_end + 1;
-                    i = find(bytes, body_start, tag)
-                        .map(|p| p + tag.len())
-                        .unwrap_or(bytes.len());
-                    out.push(tok(TokenKind::Quoted, start, i));
-                } else {
+                b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                    // Block comments nest in PostgreSQL.
+                    let mut depth = 0usize;
+                    while i < bytes.len() {
+                        if bytes[i] == b'/' && bytes.get(i + 1) == Some(&b'*') {
+                            depth += 1;
+                            i += 2;
+                        } else if bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/') {
+                            depth -= 1;
+                            i += 2;
+                            if depth == 0 {
+                                break;
+                            }
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+                b'\'' => {
+                    i = end_of_quoted(bytes, i, b'\'', false);
+                    break Some(tok(TokenKind::Quoted, start, i));
+                }
+                b'"' => {
+                    i = end_of_quoted(bytes, i, b'"', false);
+                    break Some(tok(TokenKind::Quoted, start, i));
+                }
+                b'E' | b'e' if bytes.get(i + 1) == Some(&b'\'') => {
+                    i = end_of_quoted(bytes, i + 1, b'\'', true);
+                    break Some(tok(TokenKind::Quoted, start, i));
+                }
+                b'$' => {
+                    if let Some(tag_end) = dollar_tag_end(bytes, i) {
+                        let tag = &bytes[i..=tag_end];
+                        let body_start = tag_end + 1;
+                        i = find(bytes, body_start, tag)
+                            .map(|p| p + tag.len())
+                            .unwrap_or(bytes.len());
+                        break Some(tok(TokenKind::Quoted, start, i));
+                    }
                     // `$1` parameters and stray dollars.
                     i += 1;
                     while i < bytes.len() && bytes[i].is_ascii_digit() {
                         i += 1;
                     }
-                    out.push(tok(TokenKind::Other, start, i));
+                    break Some(tok(TokenKind::Other, start, i));
                 }
-            }
-            b';' => {
-                i += 1;
-                out.push(tok(TokenKind::Semicolon, start, i));
-            }
-            c if is_word_start(c) => {
-                while i < bytes.len() && is_word_char(bytes[i]) {
+                b';' => {
                     i += 1;
+                    break Some(tok(TokenKind::Semicolon, start, i));
                 }
-                out.push(tok(TokenKind::Word, start, i));
-            }
-            _ => {
-                // Advance one whole UTF-8 character.
-                i += 1;
-                while i < bytes.len() && (bytes[i] & 0xC0) == 0x80 {
+                c if is_word_start(c) => {
+                    while i < bytes.len() && is_word_char(bytes[i]) {
+                        i += 1;
+                    }
+                    break Some(tok(TokenKind::Word, start, i));
+                }
+                _ => {
+                    // Advance one whole UTF-8 character.
                     i += 1;
+                    while i < bytes.len() && (bytes[i] & 0xC0) == 0x80 {
+                        i += 1;
+                    }
+                    break Some(tok(TokenKind::Other, start, i));
                 }
-                out.push(tok(TokenKind::Other, start, i));
             }
-        }
+        };
+        self.i = i;
+        found
     }
-    out
 }
 
 fn tok(kind: TokenKind, start: usize, end: usize) -> Token {
@@ -228,8 +254,7 @@ pub fn split_statements(sql: &str) -> Vec<Range<usize>> {
 
 /// The bare words of a statement, in order, outside literals and comments.
 pub fn words(sql: &str) -> impl Iterator<Item = &str> {
-    tokens(sql)
-        .into_iter()
+    Tokens::new(sql)
         .filter(|t| t.kind == TokenKind::Word)
         .map(move |t| &sql[t.range])
 }

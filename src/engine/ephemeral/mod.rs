@@ -105,6 +105,21 @@ pub struct Ephemeral {
 }
 
 impl Ephemeral {
+    /// Starts the registry and its background connection ([`run`], on
+    /// `config`, until `shutdown` begins); `listen`, the client address of
+    /// this process, goes into its holder name.
+    pub fn start(
+        mut config: tokio_postgres::Config,
+        listen: std::net::SocketAddr,
+        shutdown: ShutdownSignal,
+    ) -> Arc<Ephemeral> {
+        // As the server's other background connections are named.
+        config.application_name("queenwire background");
+        let (hub, requests) = Ephemeral::new(&listen.to_string());
+        tokio::spawn(run(config, hub.clone(), requests, shutdown));
+        hub
+    }
+
     /// `listen`: the client address of this process, in its holder name.
     pub fn new(listen: &str) -> (Arc<Ephemeral>, Receiver) {
         let (tx, rx) = mpsc::unbounded_channel();

@@ -26,8 +26,10 @@ pub const RECONCILE_EVERY: Duration = Duration::from_secs(10);
 pub const RECONCILE_SHARE: u32 = 100;
 /// How far a windowed reseed reaches back before the previous one's start:
 /// a push stamps `last_write_at` before it commits, so a write committed
-/// after a reseed began can carry a stamp a little older than that start.
-pub const SKEW_MARGIN: Duration = Duration::from_secs(1);
+/// after a reseed began can carry a stamp a little older than that start
+/// (1 s allowed for that), and a push keeps a stamp less than a second old
+/// instead of writing its own (003, so that its UPDATE is HOT): 1 s more.
+pub const SKEW_MARGIN: Duration = Duration::from_secs(2);
 /// Parked ids come back this much after their instant (the database's clock
 /// and ours differ a little; early costs a look, late costs latency).
 const PARK_SLACK: Duration = Duration::from_millis(5);

@@ -54,6 +54,27 @@ pub(super) struct Txn {
     pub(super) locks: LockOrder,
     /// Startup settings the client reset in the exchange in progress.
     pub(super) reset: super::settings::Reset,
+    /// A plain statement was executed on the backend since the last Sync
+    /// (it may have opened a transaction block the proxy has not seen).
+    pub(super) executed_since_sync: bool,
+    /// LISTEN / UNLISTEN of the pipeline in progress served by the hub,
+    /// settled at its Sync (see `extended::listen_in_pipeline`).
+    pub(super) pipeline_listens: Vec<PipelineListen>,
+}
+
+/// A LISTEN or UNLISTEN executed in a pipeline and served by the hub.
+#[derive(Debug)]
+pub(super) enum PipelineListen {
+    /// Listened at once (so that a NOTIFY after the reply is seen); undone
+    /// if the pipeline fails after it, since PostgreSQL rolls it back.
+    /// `errors`: the backend errors seen when it ran.
+    Listened { channel: String, errors: u64 },
+    /// Carried out at Sync if the pipeline succeeded: PostgreSQL stops
+    /// listening at commit, so notifications keep coming until then.
+    Unlisten {
+        channel: Option<String>,
+        statement: String,
+    },
 }
 
 /// What a message of a pipeline did to the session's bookkeeping, undone

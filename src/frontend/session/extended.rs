@@ -3,17 +3,19 @@
 //! names (parsed again on a connection that lacks them); dialect
 //! statements and their portals are served by the proxy.
 
-use super::dispatch::Undo;
+use super::dispatch::{PipelineListen, Undo};
 use super::lease::For;
 use super::portals::LocalPortal;
 use super::prepared::Prepared;
 use super::replies::Expect;
 use super::{canned, rows, End, Session};
 use crate::engine::CallEnd;
+use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::encoding::ClientText;
 use crate::frontend::params::bind_params_as_text;
 use crate::protocol::tags::Target;
 use crate::protocol::{self, frontend, Message, TxStatus};
+use crate::rewrite::passthrough::Listening;
 use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
 use std::sync::Arc;
@@ -298,11 +300,100 @@ impl Session {
             return Ok(());
         }
         if let Some((effect, query)) = self.portals.backend_effect(portal) {
+            if let Some(listening) = self.shareable_listen(&query) {
+                return self.listen_in_pipeline(listening, &query).await;
+            }
             self.apply_effect(effect, &query);
         }
         self.observed.passthrough_executes += 1;
+        self.txn.executed_since_sync = true;
         self.forward(msg, Expect::Execute);
         Ok(())
+    }
+
+    /// A LISTEN / UNLISTEN the shared listening connection can serve in
+    /// place of the session's own: outside a transaction block (none known,
+    /// and nothing executed since the last Sync that could have opened
+    /// one), on a connection the session has not pinned, in UTF8 (the
+    /// hub's channel names are UTF-8).
+    fn shareable_listen(&self, query: &str) -> Option<Listening> {
+        if self.lease.pinned()
+            || self.lease.status() != TxStatus::Idle
+            || self.txn.executed_since_sync
+            || self.client_encoding != ClientEncoding::Utf8
+        {
+            return None;
+        }
+        rewrite::passthrough::listening(query)
+    }
+
+    /// Executes a LISTEN / UNLISTEN portal through the hub (its Parse and
+    /// Bind went to the backend, which never runs it): answered with
+    /// CommandComplete in its place among the backend's replies. PostgreSQL
+    /// applies both at the commit of the pipeline's implicit transaction:
+    /// a LISTEN here listens at once (a NOTIFY sent after the reply must
+    /// be seen) and is undone at Sync if the pipeline failed after it; an
+    /// UNLISTEN waits for the Sync.
+    async fn listen_in_pipeline(
+        &mut self,
+        listening: Listening,
+        statement: &str,
+    ) -> Result<(), End> {
+        if self.replies.skipping() {
+            return Ok(());
+        }
+        self.relay_earlier_replies().await?;
+        let hub = self.shared.listen.clone();
+        match listening {
+            Listening::Listen(channel) => {
+                let was_listening = hub.listens(self.id, &channel);
+                match hub.listen(self.id, statement, channel.clone()).await {
+                    Ok(rx) => {
+                        if let Some(rx) = rx {
+                            self.notifications = Some(rx);
+                        }
+                        if !was_listening {
+                            self.txn.pipeline_listens.push(PipelineListen::Listened {
+                                channel,
+                                errors: self.observed.backend_errors,
+                            });
+                        }
+                        self.client.send(&protocol::command_complete("LISTEN"));
+                    }
+                    Err(e) => self.local_error(e),
+                }
+            }
+            Listening::Unlisten(channel) => {
+                self.txn.pipeline_listens.push(PipelineListen::Unlisten {
+                    channel,
+                    statement: statement.to_string(),
+                });
+                self.client.send(&protocol::command_complete("UNLISTEN"));
+            }
+        }
+        Ok(())
+    }
+
+    /// At Sync: the pipeline's LISTEN / UNLISTEN served by the hub take
+    /// effect as its implicit transaction did.
+    async fn settle_pipeline_listens(&mut self, failed: bool) {
+        let hub = self.shared.listen.clone();
+        for listen in std::mem::take(&mut self.txn.pipeline_listens) {
+            match listen {
+                PipelineListen::Listened { channel, errors } => {
+                    if failed || self.observed.backend_errors != errors {
+                        hub.forget(self.id, Some(channel));
+                    }
+                }
+                PipelineListen::Unlisten { channel, statement } => {
+                    if !failed {
+                        if let Err(e) = hub.unlisten(self.id, &statement, channel).await {
+                            tracing::warn!(session = self.id, "UNLISTEN after Sync: {}", e.message);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// One Execute of a dialect portal whose statement ran: at most `limit`
@@ -380,6 +471,8 @@ impl Session {
     }
 
     pub(super) async fn sync(&mut self) -> Result<(), End> {
+        let errors_before = self.observed.backend_errors;
+        let failed_locally = self.replies.skipping();
         if self.lease.held() {
             let executes = std::mem::take(&mut self.observed.passthrough_executes);
             let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
@@ -391,8 +484,13 @@ impl Session {
         } else {
             self.reply_local(protocol::ready_for_query(self.lease.status()));
         }
+        if !self.txn.pipeline_listens.is_empty() {
+            let failed = failed_locally || self.observed.backend_errors != errors_before;
+            self.settle_pipeline_listens(failed).await;
+        }
         self.replies.end_skip();
         self.txn.forwarded_since_sync = false;
+        self.txn.executed_since_sync = false;
         // No portal outlives its transaction, the proxy's or the backend's.
         if self.lease.status() == TxStatus::Idle {
             self.portals.transaction_ended();

@@ -155,6 +155,7 @@ impl Session {
         }
         self.replies.end_skip();
         self.txn.forwarded_since_sync = false;
+        self.txn.executed_since_sync = false;
         self.release_if_idle();
         Ok(self.client.flush().await?)
     }

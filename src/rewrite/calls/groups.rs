@@ -1,10 +1,15 @@
 //! The consumer-groups surface (`sql/procedures/014_consumer_groups.sql`):
-//! one group's detail per partition (`consumer_group_detail_v1`) and the
-//! lagging partitions (`lagging_partitions_v1`). The group list with its
+//! one group's detail per partition (`consumer_group_detail_v1`), the
+//! lagging partitions (`lagging_partitions_v1`) and the subscription update
+//! (`consumer_group_subscribe_v1`). The group list with its
 //! state is SHOW GROUPS (`show::GROUPS`). Columns come back in the order of
 //! the statements' own (`dialect/groups.rs`).
 
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use crate::protocol::SqlError;
+use crate::rewrite::bind::Params;
+use crate::rewrite::dialect::groups::AlterGroup;
+use crate::rewrite::dialect::pop::SubscribeFrom;
 use std::time::SystemTime;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
@@ -72,6 +77,52 @@ impl FromRow for DetailRow {
             blocked_until: row.get("blocked_until")?,
             last_claimed_at: row.get("last_claimed_at")?,
         })
+    }
+}
+
+pub const SUBSCRIBE: CallSpec = CallSpec {
+    name: "qw_consumer_group_subscribe_v1",
+    sql: "SELECT queen.consumer_group_subscribe_v1(p_queue => $1, p_group => $2, p_mode => $3, p_at => $4::timestamptz, p_tenant => $5) AS cursors_kept",
+    params: &[Type::TEXT, Type::TEXT, Type::TEXT, Type::TEXT, Type::UUID],
+    columns: &[column("cursors_kept", Type::INT8)],
+};
+
+/// ALTER GROUP … SUBSCRIBE FROM, with its names and time bound.
+pub struct Subscribe {
+    pub queue: String,
+    pub group: String,
+    pub mode: &'static str,
+    /// Timestamp text, cast by PostgreSQL.
+    pub at: Option<String>,
+    pub tenant: Uuid,
+}
+
+impl Subscribe {
+    pub fn new(
+        stmt: &AlterGroup,
+        params: &Params<'_>,
+        tenant: Uuid,
+    ) -> Result<Subscribe, SqlError> {
+        let (mode, at) = match &stmt.subscribe_from {
+            SubscribeFrom::Beginning => ("beginning", None),
+            SubscribeFrom::Now => ("now", None),
+            SubscribeFrom::Timestamp(ts) => ("timestamp", Some(params.text(ts, "SUBSCRIBE FROM")?)),
+        };
+        Ok(Subscribe {
+            queue: params.name(&stmt.queue, "queue")?,
+            group: params.name(&stmt.group, "group")?,
+            mode,
+            at,
+            tenant,
+        })
+    }
+}
+
+impl Call for Subscribe {
+    const SPEC: &'static CallSpec = &SUBSCRIBE;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.queue, &self.group, &self.mode, &self.at, &self.tenant]
     }
 }
 

@@ -20,6 +20,7 @@
 //! | calls                                          | module          |
 //! |------------------------------------------------|-----------------|
 //! | push, pop, ack, renew, the hot list's seed     | [`queues`]      |
+//! | the wildcard POP's queues of a namespace       | [`namespace`]   |
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
 //! | the ephemeral class: declare, own, commit      | [`ephemeral`]   |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
@@ -41,6 +42,7 @@ pub mod kv;
 pub mod maintenance;
 pub mod messages;
 pub mod metrics;
+pub mod namespace;
 pub mod purge;
 pub mod queues;
 pub mod retention;
@@ -100,9 +102,10 @@ pub const ALL: &[&CallSpec] = &[
     &queues::POP,
     &queues::POP_CANDIDATES,
     &queues::HOTLIST_SEED,
-    &queues::NAMESPACE_QUEUES,
+    &namespace::NAMESPACE_QUEUES,
     &queues::ACK,
     &queues::RENEW,
+    &queues::UNCLAIM,
     &admin::CONFIGURE,
     &admin::DELETE_QUEUE,
     &admin::SEEK_GROUP,
@@ -124,6 +127,7 @@ pub const ALL: &[&CallSpec] = &[
     &status::STATUS,
     &groups::DETAIL,
     &groups::LAGGING,
+    &groups::SUBSCRIBE,
     &kv::APPLY,
     &timers::SCHEDULE,
     &timers::CANCEL,

@@ -414,83 +414,6 @@ impl FromRow for HotlistSeedRow {
     }
 }
 
-pub const NAMESPACE_QUEUES: CallSpec = CallSpec {
-    name: "qw_namespace_queues_v1",
-    sql: "SELECT queue_name, priority FROM queen.log_namespace_queues_v1(p_namespace => $1, p_task => $2, p_group => $3, p_subscribe => $4, p_subscribe_at => $5::timestamptz, p_tenant => $6)",
-    params: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::UUID,
-    ],
-    columns: &[
-        column("queue_name", Type::TEXT),
-        column("priority", Type::INT4),
-    ],
-};
-
-/// A wildcard POP's namespace and task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceArgs {
-    pub namespace: String,
-    pub task: Option<String>,
-}
-
-/// The namespace and task of `POP FROM NAMESPACE ns [TASK t]`; `None` for
-/// a POP of one queue.
-pub fn namespace_args(
-    stmt: &PopStatement,
-    params: &Params<'_>,
-) -> Result<Option<NamespaceArgs>, SqlError> {
-    let PopFrom::Namespace { namespace, task } = &stmt.from else {
-        return Ok(None);
-    };
-    Ok(Some(NamespaceArgs {
-        namespace: params.name(namespace, "namespace")?,
-        task: task.as_ref().map(|t| params.name(t, "task")).transpose()?,
-    }))
-}
-
-/// The queues of a namespace (and task), higher priority first; registers
-/// the POP's group on those that have not seen it (004_log_pop).
-pub struct NamespaceQueues<'a> {
-    pub scope: &'a NamespaceArgs,
-    pub args: &'a PopArgs,
-    pub tenant: Uuid,
-}
-
-impl Call for NamespaceQueues<'_> {
-    const SPEC: &'static CallSpec = &NAMESPACE_QUEUES;
-    type Row = NamespaceQueue;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.scope.namespace,
-            &self.scope.task,
-            &self.args.group,
-            &self.args.subscribe,
-            &self.args.subscribe_at,
-            &self.tenant,
-        ]
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceQueue {
-    pub queue_name: String,
-    pub priority: i32,
-}
-
-impl FromRow for NamespaceQueue {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(NamespaceQueue {
-            queue_name: row.get("queue_name")?,
-            priority: row.get("priority")?,
-        })
-    }
-}
-
 pub const ACK: CallSpec = CallSpec {
     name: "qw_ack_v1",
     sql: "SELECT idx, status FROM queen.log_ack_v1(p_partition_ids => $1, p_offsets => $2, p_groups => $3, p_lease_tokens => $4, p_failed => $5, p_reason => $6, p_tenant => $7)",
@@ -599,6 +522,58 @@ impl FromRow for RenewRow {
         Ok(RenewRow {
             idx: row.get("idx")?,
             lease_expires_at: row.get("lease_expires_at")?,
+        })
+    }
+}
+
+/// Gives back one POP's claims that could not be decoded (a segment
+/// sealed with a key this queenwire lacks): the messages stay.
+pub const UNCLAIM: CallSpec = CallSpec {
+    name: "qw_unclaim_v1",
+    sql: "SELECT queen.log_unclaim_v1(p_partition_ids => $1, p_group => $2, p_lease_tokens => $3, p_from_offsets => $4, p_to_offsets => $5, p_tenant => $6) AS released",
+    params: &[
+        Type::INT8_ARRAY,
+        Type::TEXT,
+        Type::UUID_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::UUID,
+    ],
+    columns: &[column("released", Type::INT4)],
+};
+
+pub struct Unclaim<'a> {
+    pub partition_ids: Vec<i64>,
+    pub group: &'a str,
+    pub lease_tokens: Vec<Option<Uuid>>,
+    pub from_offsets: Vec<i64>,
+    pub to_offsets: Vec<i64>,
+    pub tenant: Uuid,
+}
+
+impl Call for Unclaim<'_> {
+    const SPEC: &'static CallSpec = &UNCLAIM;
+    type Row = UnclaimRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.partition_ids,
+            &self.group,
+            &self.lease_tokens,
+            &self.from_offsets,
+            &self.to_offsets,
+            &self.tenant,
+        ]
+    }
+}
+
+pub struct UnclaimRow {
+    pub released: Option<i32>,
+}
+
+impl FromRow for UnclaimRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(UnclaimRow {
+            released: row.get("released")?,
         })
     }
 }

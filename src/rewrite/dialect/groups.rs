@@ -1,12 +1,17 @@
 //! Consumer-group detail: `SHOW GROUP grp ON queue` and
-//! `SHOW LAGGING PARTITIONS ON queue [GROUP grp] [OVER duration]`.
+//! `SHOW LAGGING PARTITIONS ON queue [GROUP grp] [OVER duration]`, and the
+//! subscription update `ALTER GROUP grp ON queue SUBSCRIBE FROM …`.
 //! (`SHOW GROUPS` is in `show.rs`.)
 //!
-//! Neither is PostgreSQL: `GROUP` is a reserved word there, and its `SHOW`
-//! takes one configuration name, so `SHOW lagging partitions` is a syntax
-//! error.
+//! Neither SHOW is PostgreSQL: `GROUP` is a reserved word there, and its
+//! `SHOW` takes one configuration name, so `SHOW lagging partitions` is a
+//! syntax error. `ALTER GROUP role ADD USER …` / `DROP USER` / `RENAME TO`
+//! is PostgreSQL's (roles); it never has `ON` after the role, so the
+//! dialect's form requires `ON queue` and everything else passes through
+//! (`mod.rs` decides on the first four words).
 
 use super::cursor::{Cursor, Result};
+use super::pop::{parse_subscribe_from, SubscribeFrom};
 use super::value::{Name, ParamTypes, Value};
 use super::{oid, Column};
 use std::time::Duration;
@@ -108,6 +113,41 @@ impl GroupDetail {
     }
 }
 
+/// `ALTER GROUP grp ON queue SUBSCRIBE FROM (BEGINNING | NOW | 'timestamp')`:
+/// where the group starts on partitions it has not met yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterGroup {
+    pub group: Name,
+    pub queue: Name,
+    pub subscribe_from: SubscribeFrom,
+}
+
+impl AlterGroup {
+    pub(crate) fn parse(cursor: &mut Cursor<'_>) -> Result<AlterGroup> {
+        cursor.expect_keyword("ALTER")?;
+        cursor.expect_keyword("GROUP")?;
+        let group = cursor.name("group")?;
+        cursor.expect_keyword("ON")?;
+        let queue = cursor.name("queue")?;
+        cursor.expect_keyword("SUBSCRIBE")?;
+        cursor.expect_keyword("FROM")?;
+        let subscribe_from = parse_subscribe_from(cursor)?;
+        Ok(AlterGroup {
+            group,
+            queue,
+            subscribe_from,
+        })
+    }
+
+    pub(crate) fn describe_params(&self, params: &mut ParamTypes) {
+        params.note(&self.group, oid::TEXT);
+        params.note(&self.queue, oid::TEXT);
+        if let SubscribeFrom::Timestamp(timestamp) = &self.subscribe_from {
+            params.note(timestamp, oid::TIMESTAMPTZ);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::{error, lit, ok};
@@ -156,6 +196,53 @@ mod tests {
             error("SHOW LAGGING PARTITIONS ON q OVER 1 OVER 2").0,
             "42601"
         );
+    }
+
+    #[test]
+    fn alter_group_on_a_queue_changes_its_subscription() {
+        let statement = ok("ALTER GROUP billing ON orders SUBSCRIBE FROM NOW;");
+        assert_eq!(
+            statement,
+            Statement::AlterGroup(AlterGroup {
+                group: lit("billing"),
+                queue: lit("orders"),
+                subscribe_from: SubscribeFrom::Now,
+            })
+        );
+        assert!(statement.columns().is_empty());
+        assert_eq!(statement.command_tag(0), "ALTER GROUP");
+        let Statement::AlterGroup(a) = ok("alter group g on q subscribe from timestamp $1") else {
+            panic!()
+        };
+        assert_eq!(a.subscribe_from, SubscribeFrom::Timestamp(Value::Param(1)));
+        assert_eq!(
+            ok("ALTER GROUP $1 ON $2 SUBSCRIBE FROM $3").param_types(),
+            vec![oid::TEXT, oid::TEXT, oid::TIMESTAMPTZ]
+        );
+        ok("ALTER GROUP g ON q SUBSCRIBE FROM '2026-01-01 00:00:00+00'");
+        ok("ALTER GROUP g ON q SUBSCRIBE FROM BEGINNING");
+        assert_eq!(error("ALTER GROUP g ON q").0, "42601");
+        assert_eq!(error("ALTER GROUP g ON q SUBSCRIBE FROM later").0, "42601");
+        assert_eq!(
+            error("ALTER GROUP g ON q SUBSCRIBE FROM NOW LIMIT 1").0,
+            "42601"
+        );
+    }
+
+    #[test]
+    fn postgresqls_alter_group_on_roles_passes_through() {
+        for sql in [
+            "ALTER GROUP staff ADD USER alice",
+            "ALTER GROUP staff ADD USER alice, bob;",
+            "ALTER GROUP staff DROP USER alice",
+            "ALTER GROUP staff RENAME TO crew",
+            "ALTER GROUP CURRENT_USER ADD USER alice",
+            "alter group \"On\" add user alice",
+            "ALTER GROUP",
+            "ALTER GROUP staff",
+        ] {
+            assert_eq!(parse(sql), None, "{sql}");
+        }
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! | `CREATE/ALTER/DROP QUEUE`, `SEEK/DROP GROUP`    | [`queue_admin`] |
 //! | `SHOW QUEUES/PARTITIONS/GROUPS/DLQ`             | [`show`]        |
 //! | `SHOW MESSAGES`, `SHOW MESSAGE`, `SHOW TRACE`   | [`browse`]      |
-//! | `SHOW GROUP`, `SHOW LAGGING PARTITIONS`         | [`groups`]      |
+//! | `SHOW GROUP`, `SHOW LAGGING PARTITIONS`,        | [`groups`]      |
+//! | `ALTER GROUP … ON … SUBSCRIBE FROM`             |                 |
 //! | `REPLAY DLQ`                                    | [`replay`]      |
 //! | `SHOW STATUS`                                   | [`status`]      |
 //! | `KV …`                                          | [`kv`]          |
@@ -94,6 +95,8 @@ pub enum Statement {
     DropQueue(queue_admin::DropQueue),
     SeekGroup(queue_admin::SeekGroup),
     DropGroup(queue_admin::DropGroup),
+    /// The subscription update of a consumer group.
+    AlterGroup(groups::AlterGroup),
     ShowQueues,
     ShowPartitions {
         queue: Name,
@@ -137,7 +140,8 @@ impl Statement {
             | Statement::AlterQueue(_)
             | Statement::DropQueue(_)
             | Statement::SeekGroup(_)
-            | Statement::DropGroup(_) => &[],
+            | Statement::DropGroup(_)
+            | Statement::AlterGroup(_) => &[],
             Statement::ShowQueues => show::QUEUES_COLUMNS,
             Statement::ShowPartitions { .. } => show::PARTITIONS_COLUMNS,
             Statement::ShowGroups { .. } => show::GROUPS_COLUMNS,
@@ -163,6 +167,7 @@ impl Statement {
             Statement::DropQueue(_) => "DROP QUEUE".to_string(),
             Statement::SeekGroup(_) => "SEEK GROUP".to_string(),
             Statement::DropGroup(_) => "DROP GROUP".to_string(),
+            Statement::AlterGroup(_) => "ALTER GROUP".to_string(),
             _ => format!("SELECT {rows}"),
         }
     }
@@ -197,6 +202,7 @@ impl Statement {
             Statement::DropQueue(drop) => drop.describe_params(&mut params),
             Statement::SeekGroup(seek) => seek.describe_params(&mut params),
             Statement::DropGroup(drop) => drop.describe_params(&mut params),
+            Statement::AlterGroup(alter) => alter.describe_params(&mut params),
             Statement::ShowQueues | Statement::ShowStatus | Statement::Console(_) => {}
             Statement::ShowPartitions { queue } => params.note(queue, oid::TEXT),
             Statement::ShowGroups { queue } | Statement::ShowSchedules { queue } => {
@@ -233,6 +239,7 @@ enum Family {
     DropQueue,
     SeekGroup,
     DropGroup,
+    AlterGroup,
     Show,
     ShowSchedules,
     Browse,
@@ -288,6 +295,16 @@ fn recognize(sql: &str) -> Option<Family> {
                         return None;
                     }
                     Family::DropGroup
+                }
+                // Likewise PostgreSQL's ALTER GROUP role ADD/DROP USER or
+                // RENAME TO: the dialect's names a queue with ON.
+                ("ALTER", "GROUP") => {
+                    let _group = lexer.next_token().ok()?;
+                    let on = lexer.next_token().ok()?;
+                    if !word(&on).is_some_and(|w| w.eq_ignore_ascii_case("ON")) {
+                        return None;
+                    }
+                    Family::AlterGroup
                 }
                 ("SEEK", "GROUP") => Family::SeekGroup,
                 ("REPLAY", "DLQ") => Family::ReplayDlq,
@@ -348,6 +365,7 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::DropQueue => queue_admin::DropQueue::parse(&mut cursor).map(Statement::DropQueue),
         Family::SeekGroup => queue_admin::SeekGroup::parse(&mut cursor).map(Statement::SeekGroup),
         Family::DropGroup => queue_admin::DropGroup::parse(&mut cursor).map(Statement::DropGroup),
+        Family::AlterGroup => groups::AlterGroup::parse(&mut cursor).map(Statement::AlterGroup),
         Family::Show => show::parse(&mut cursor),
         Family::ShowSchedules => timer::parse_show(&mut cursor),
         Family::Browse => browse::Browse::parse(&mut cursor).map(Statement::Browse),

@@ -166,6 +166,10 @@ impl QueueOption {
     /// Option names are matched case-insensitively, as PostgreSQL folds
     /// unquoted reloption names.
     pub fn from_name(name: &str) -> Option<QueueOption> {
+        // `encryption` is the and Queen's short name of the column.
+        if name.eq_ignore_ascii_case("encryption") {
+            return Some(QueueOption::EncryptionEnabled);
+        }
         QueueOption::ALL
             .into_iter()
             .find(|option| option.name().eq_ignore_ascii_case(name))
@@ -321,6 +325,10 @@ mod tests {
             );
         }
         assert_eq!(QueueOption::from_name("lease"), None);
+        assert_eq!(
+            QueueOption::from_name("Encryption"),
+            Some(QueueOption::EncryptionEnabled)
+        );
     }
 
     #[test]

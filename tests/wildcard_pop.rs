@@ -51,13 +51,27 @@ async fn higher_priority_queues_are_served_first() {
         "CREATE QUEUE low WITH (namespace = 'billing', priority = 1);
          CREATE QUEUE high WITH (namespace = 'billing', priority = 10);
          CREATE QUEUE middle WITH (namespace = 'billing', priority = 5);
-         CREATE QUEUE elsewhere WITH (namespace = 'shipping', priority = 100);",
+         CREATE QUEUE elsewhere WITH (namespace = 'shipping', priority = 100);
+         CREATE QUEUE fleeting WITH (namespace = 'billing', priority = 50, class = ephemeral);",
     )
     .await
     .unwrap();
-    for q in ["low", "high", "middle", "elsewhere"] {
+    // The ephemeral one is left out (its messages are in memory only).
+    for q in ["low", "high", "middle", "elsewhere", "fleeting"] {
         push(&c, q, 2).await;
     }
+    let direct = proxy.connect_direct().await;
+    let listed: Vec<String> = direct
+        .query(
+            "SELECT queue_name FROM queen.log_namespace_queues_v1('billing')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(listed, ["high", "middle", "low"]);
     let mut order = Vec::new();
     for _ in 0..7 {
         order.extend(popped_queues(&c, "POP FROM NAMESPACE billing AUTO ACK").await);

@@ -603,7 +603,9 @@ $$;
 -- ns [TASK t]): every queue of the tenant whose namespace is p_namespace
 -- (and whose task is p_task, when given), higher priority first, then by
 -- name (COLLATE "C"); the engine rotates among the queues of one priority
--- (fairness) and pops each through its hot list with log_pop_v2.
+-- (fairness) and pops each through its hot list with log_pop_v2. Ephemeral
+-- queues (030, resolved at run time) are left out: their messages are not
+-- in the database.
 --
 -- The group is registered durably here, on every such queue that has not
 -- seen it yet (seed 000's "deliberate widening": a wildcard pop writes the
@@ -658,6 +660,8 @@ BEGIN
     JOIN queen.queues q ON q.id = m.queue_id
     WHERE q.tenant_id = p_tenant AND q.namespace = p_namespace
       AND (p_task IS NULL OR q.task = p_task)
+      -- 030: an ephemeral queue's messages are in its owner's memory only.
+      AND NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
       AND m.consumer_group = v_group
     ORDER BY m.created_at, q.name COLLATE "C"
     LIMIT 1;
@@ -672,6 +676,7 @@ BEGIN
         SELECT q.id FROM queen.queues q
         WHERE q.tenant_id = p_tenant AND q.namespace = p_namespace
           AND (p_task IS NULL OR q.task = p_task)
+          AND NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
           AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
                           WHERE m.queue_id = q.id AND m.consumer_group = v_group)
         ORDER BY q.name COLLATE "C"
@@ -692,6 +697,8 @@ BEGIN
     FROM queen.queues q
     WHERE q.tenant_id = p_tenant AND q.namespace = p_namespace
       AND (p_task IS NULL OR q.task = p_task)
+      -- 030: an ephemeral queue's messages are in its owner's memory only.
+      AND NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
     ORDER BY q.priority DESC, q.name COLLATE "C";
 END
 $$;

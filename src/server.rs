@@ -7,7 +7,7 @@ use crate::engine::kv::KvState;
 use crate::engine::queues::Limits;
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
-use crate::engine::{maintenance, timers, wake, Engine};
+use crate::engine::{ephemeral::Ephemeral, maintenance, timers, wake, Engine};
 use crate::frontend::slots::SessionSlots;
 use crate::frontend::{self, FrontendConfig, Shared};
 use crate::metrics::gauges::Gauges;
@@ -432,6 +432,7 @@ impl Server {
         ));
         let fuser = Fuser::new(pool.clone(), announcer.clone(), config.sealing.clone());
         let engine = Arc::new(Engine {
+            ephemeral: Ephemeral::start(client_config.clone(), local_addr, shutdown.signal()),
             draining: shutdown.drain_signal(),
             metrics: metrics.clone(),
             kv: kv.clone(),

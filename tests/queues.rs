@@ -584,6 +584,7 @@ async fn describe_reports_the_dialect_columns_and_types() {
                 ("pending", Type::INT8),
                 ("dead_lettered", Type::INT8),
                 ("created_at", Type::TIMESTAMPTZ),
+                ("storage", Type::TEXT),
             ],
         ),
     ];

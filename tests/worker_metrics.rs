@@ -33,7 +33,9 @@ async fn partition_counters_are_attached_once_and_rolled_up() {
         before.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
         [
             "trg_partitions_created_counter",
-            "trg_partitions_deleted_counter"
+            "trg_partitions_deleted_counter",
+            // 030: no partition for an ephemeral queue.
+            "trg_partitions_ephemeral_guard"
         ]
     );
     // A second boot's apply leaves the triggers alone (no DROP/CREATE on

@@ -2,7 +2,8 @@
 -- over the engine's hot-list candidates), log_pop_v1 (the same pop over the
 -- whole queue, its original signature kept for direct SQL callers) and
 -- log_hotlist_seed_v1 (what the engine seeds its hot list from; see
--- docs/internals/hotlist.md).
+-- docs/internals/hotlist.md), and log_namespace_queues_v1 (the queues of a
+-- wildcard POP FROM NAMESPACE, higher priority first).
 --
 -- log_pop_v1 changes shape only by DROP-and-CREATE: its OUT row type is part
 -- of the signature and CREATE OR REPLACE refuses a return-type change, which
@@ -595,6 +596,110 @@ BEGIN
 
     RETURN QUERY SELECT COALESCE(v_ids, '{}'::BIGINT[]), v_now, v_to, v_rep_at, v_rep_id,
                         CASE WHEN v_rep_at IS NULL THEN NULL ELSE v_rep_name IS NULL END;
+END
+$$;
+
+-- log_namespace_queues_v1: the queues of a wildcard POP (POP FROM NAMESPACE
+-- ns [TASK t]): every queue of the tenant whose namespace is p_namespace
+-- (and whose task is p_task, when given), higher priority first, then by
+-- name (COLLATE "C"); the engine rotates among the queues of one priority
+-- (fairness) and pops each through its hot list with log_pop_v2. Ephemeral
+-- queues (030, resolved at run time) are left out: their messages are not
+-- in the database.
+--
+-- The group is registered durably here, on every such queue that has not
+-- seen it yet (seed 000's "deliberate widening": a wildcard pop writes the
+-- queue-scoped consumer_groups_metadata row), with one subscription for the
+-- whole namespace: the one the group's earliest registration on a queue of
+-- the namespace (and task) recorded, or, at the group's first sight in the
+-- namespace, the POP's SUBSCRIBE FROM. So a queue that joins the namespace
+-- later gets the group's original subscription at the group's next wildcard
+-- POP, and messages pushed to it in between are not skipped by a NOW
+-- subscription. (A namespace with no queue at all records nothing: there is
+-- no queue row to hang the subscription on.)
+--
+-- Locks, per unregistered queue and exactly as log_pop_v2's first sight,
+-- all tried, never waited for: the queue key SHARED (a DROP QUEUE in
+-- flight skips the queue), the group's advisory key, the queue row FOR KEY
+-- SHARE SKIP LOCKED, then the leaf consumer_groups_metadata insert. A queue
+-- skipped that way is still listed; its log_pop_v2 registers the group at
+-- first sight as for any POP.
+CREATE OR REPLACE FUNCTION queen.log_namespace_queues_v1(
+    p_namespace    TEXT,
+    p_task         TEXT DEFAULT NULL,
+    p_group        TEXT DEFAULT '__QUEUE_MODE__',
+    p_subscribe    TEXT DEFAULT 'beginning',
+    p_subscribe_at TIMESTAMPTZ DEFAULT NULL,
+    p_tenant       UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    queue_name TEXT,
+    priority   INTEGER
+)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_group TEXT := COALESCE(p_group, '__QUEUE_MODE__');
+    v_mode  TEXT := COALESCE(p_subscribe, 'beginning');
+    v_at    TIMESTAMPTZ;
+    v_found BOOLEAN;
+    v_q     RECORD;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF p_namespace IS NULL THEN
+        RAISE EXCEPTION 'log_namespace_queues_v1: needs a namespace' USING ERRCODE = '22023';
+    END IF;
+    IF v_mode NOT IN ('beginning', 'now', 'timestamp')
+       OR (v_mode = 'timestamp' AND p_subscribe_at IS NULL) THEN
+        RAISE EXCEPTION 'log_namespace_queues_v1: subscribe must be beginning, now or timestamp (with a time), got %', v_mode
+            USING ERRCODE = '22023';
+    END IF;
+
+    SELECT m.subscription_mode, m.subscription_at INTO v_mode, v_at
+    FROM queen.consumer_groups_metadata m
+    JOIN queen.queues q ON q.id = m.queue_id
+    WHERE q.tenant_id = p_tenant AND q.namespace = p_namespace
+      AND (p_task IS NULL OR q.task = p_task)
+      -- 030: an ephemeral queue's messages are in its owner's memory only.
+      AND NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
+      AND m.consumer_group = v_group
+    ORDER BY m.created_at, q.name COLLATE "C"
+    LIMIT 1;
+    v_found := FOUND;
+    IF NOT v_found THEN
+        v_mode := COALESCE(p_subscribe, 'beginning');
+        v_at := CASE v_mode WHEN 'now' THEN clock_timestamp()
+                            WHEN 'timestamp' THEN p_subscribe_at END;
+    END IF;
+
+    FOR v_q IN
+        SELECT q.id FROM queen.queues q
+        WHERE q.tenant_id = p_tenant AND q.namespace = p_namespace
+          AND (p_task IS NULL OR q.task = p_task)
+          AND NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
+          AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups_metadata m
+                          WHERE m.queue_id = q.id AND m.consumer_group = v_group)
+        ORDER BY q.name COLLATE "C"
+    LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(v_q.id));
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(-1 - (hashtext(v_q.id::TEXT) & 2147483647),
+                                                    hashtext(v_group));
+        PERFORM 1 FROM queen.queues q WHERE q.id = v_q.id FOR KEY SHARE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        INSERT INTO queen.consumer_groups_metadata
+            (queue_id, consumer_group, subscription_mode, subscription_at)
+        VALUES (v_q.id, v_group, v_mode, v_at)
+        ON CONFLICT (queue_id, consumer_group) DO NOTHING;
+    END LOOP;
+
+    RETURN QUERY
+    SELECT q.name::TEXT, q.priority
+    FROM queen.queues q
+    WHERE q.tenant_id = p_tenant AND q.namespace = p_namespace
+      AND (p_task IS NULL OR q.task = p_task)
+      -- 030: an ephemeral queue's messages are in its owner's memory only.
+      AND NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
+    ORDER BY q.priority DESC, q.name COLLATE "C";
 END
 $$;
 

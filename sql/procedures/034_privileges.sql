@@ -106,6 +106,8 @@ DECLARE
     v_client TEXT[] := ARRAY[
         'log_push_v1', 'log_pop_v1', 'log_pop_v2', 'log_hotlist_seed_v1',
         'log_ack_v1', 'log_renew_v1', 'log_unclaim_v1',
+        'log_namespace_queues_v1',
+        'ephemeral_configure_v1', 'ephemeral_queues_v1', 'ephemeral_commit_mark_v1',
         'log_seek_group_v1', 'log_drop_group_v1', 'get_dlq_messages_v1',
         'log_show_queues_v1', 'log_show_partitions_v1', 'log_show_groups_v1',
         'configure_queue_v1', 'delete_queue_v1', 'kv_apply_v1',
@@ -123,7 +125,8 @@ DECLARE
         'kv_prune_shard_v1', 'kv_usage_rollup_v1', 'kv_quota_poll_v1',
         'timer_claim_due_v1', 'timer_delete_fired_v1', 'timer_postpone_v1',
         'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1',
-        'tenant_purge_step_v1'];
+        'tenant_purge_step_v1',
+        'ephemeral_names_v1', 'ephemeral_claim_v1', 'ephemeral_commit_take_v1'];
     v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL
                        AND to_regrole('queen_client') IS NOT NULL;
     v_fn REGPROCEDURE;

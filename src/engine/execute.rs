@@ -65,6 +65,14 @@ impl Engine {
         if let Statement::Console(view) = stmt {
             return console_view(lender, &self.metrics, *view, stmt, tenant);
         }
+        if let Some(result) = self.ephemeral_statement(lender, stmt, params, tenant).await {
+            return match result {
+                Ok(outcome) => Ok(outcome),
+                Err(ExecError::Refused(refusal)) => Err(self.refuse(lender, refusal).await),
+                Err(ExecError::Failed(fields)) => Err(StatementError::Failed(fields)),
+                Err(ExecError::Lost(e)) => Err(StatementError::Lost(e)),
+            };
+        }
         if let Statement::Push(push) = stmt {
             if lender.view().detached() {
                 return self.fused_push(stmt, push, params, tenant).await;
@@ -141,6 +149,7 @@ impl Engine {
                     rows,
                     // The fused writer woke the queue's waiters itself.
                     pushed: None,
+                    ephemeral_commit: None,
                 })
             }
             Err(ExecError::Refused(fields) | ExecError::Failed(fields)) => {
@@ -175,6 +184,7 @@ fn console_view<L: Lender>(
         tag: stmt.command_tag(rows.len()),
         rows,
         pushed: None,
+        ephemeral_commit: None,
     })
 }
 

@@ -11,6 +11,7 @@
 
 pub mod browse;
 mod console;
+pub mod ephemeral;
 mod execute;
 pub mod frame;
 pub mod fusion;
@@ -35,6 +36,7 @@ pub mod timers;
 pub mod values;
 mod wait;
 pub mod wake;
+pub mod wildcard;
 
 pub use execute::StatementError;
 pub use lend::{CallEnd, Lender, TxnView};
@@ -107,6 +109,10 @@ pub struct Outcome {
     /// A queue this statement pushed to: its waiters are woken once the
     /// transaction ends.
     pub pushed: Option<String>,
+    /// An ephemeral PUSH inside a transaction block: the token its
+    /// messages wait under, applied once the block is found committed
+    /// (`ephemeral/`).
+    pub ephemeral_commit: Option<Uuid>,
 }
 
 /// What every session's statements share.
@@ -120,6 +126,8 @@ pub struct Engine {
     pub draining: crate::shutdown::ShutdownSignal,
     /// Counters and latencies of the statements run here.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The ephemeral queues: their names, the ones this process owns.
+    pub ephemeral: Arc<ephemeral::Ephemeral>,
     /// The encryption keys and which queues need them.
     pub sealing: Arc<sealing::Sealing>,
 }
@@ -167,18 +175,22 @@ impl Engine {
                     ConfigureMode::Create
                 };
                 let call = admin::configure(&c.queue, &c.settings, mode, &params, tenant)?;
-                conn.run(&call).await?;
+                self.configure(conn, &call, &c.settings).await?;
                 Vec::new()
             }
             Statement::AlterQueue(a) => {
                 let call =
                     admin::configure(&a.queue, &a.settings, ConfigureMode::Alter, &params, tenant)?;
-                conn.run(&call).await?;
+                self.configure(conn, &call, &a.settings).await?;
                 Vec::new()
             }
             Statement::DropQueue(d) => {
                 let queue = params.name(&d.queue, "queue")?;
-                if !queues::drop_queue(conn, &queue, tenant).await? && !d.if_exists {
+                let existed = queues::drop_queue(conn, &queue, tenant).await?;
+                if self.ephemeral.ref_of(tenant, &queue).is_some() {
+                    self.ephemeral.refresh().await;
+                }
+                if !existed && !d.if_exists {
                     return Err(SqlError::error(
                         SqlState::UNDEFINED_OBJECT,
                         format!("queue \"{queue}\" does not exist"),
@@ -208,7 +220,10 @@ impl Engine {
                 hot.repaired(tenant, &call.queue, &call.group);
                 Vec::new()
             }
-            Statement::ShowQueues => queues::show_queues(conn, tenant).await?,
+            Statement::ShowQueues => {
+                let rows = queues::show_queues(conn, tenant).await?;
+                ephemeral::show_queues(conn, &self.ephemeral, rows, tenant).await?
+            }
             Statement::ShowPartitions { queue } => {
                 let queue = params.name(queue, "queue")?;
                 queues::show_partitions(conn, &queue, tenant).await?
@@ -276,7 +291,29 @@ impl Engine {
             tag: stmt.command_tag(rows.len()),
             rows,
             pushed,
+            ephemeral_commit: None,
         })
+    }
+}
+
+impl Engine {
+    /// CREATE / ALTER QUEUE: through `ephemeral_configure_v1` when an
+    /// option of the ephemeral class is named (the names are then re-read,
+    /// so this process knows the class at once), else `configure_queue_v1`.
+    async fn configure(
+        &self,
+        conn: &mut Calls<'_>,
+        call: &admin::Configure,
+        settings: &[crate::rewrite::dialect::QueueSetting],
+    ) -> Result<(), ExecError> {
+        if settings.iter().any(|s| s.option.is_ephemeral()) {
+            conn.run(&crate::rewrite::calls::ephemeral::EphemeralConfigure(call))
+                .await?;
+            self.ephemeral.refresh().await;
+        } else {
+            conn.run(call).await?;
+        }
+        Ok(())
     }
 }
 

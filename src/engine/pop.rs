@@ -52,6 +52,31 @@ impl PopPlan {
     pub fn max_partitions(&self) -> usize {
         usize::try_from(self.args.max_partitions).unwrap_or(1)
     }
+
+    /// Its LIMIT.
+    pub fn limit(&self) -> usize {
+        usize::try_from(self.args.limit).unwrap_or(1)
+    }
+
+    /// The call values of the POP.
+    pub fn args(&self) -> &PopArgs {
+        &self.args
+    }
+
+    /// The same POP on one queue of a wildcard POP's namespace, with what
+    /// is left of its LIMIT and PARTITIONS (each at least 1).
+    pub fn for_queue(&self, queue: &str, limit: usize, partitions: usize) -> PopPlan {
+        let mut args = self.args.clone();
+        args.queue = queue.to_string();
+        args.limit = i32::try_from(limit.max(1)).unwrap_or(i32::MAX);
+        args.max_partitions = i32::try_from(partitions.max(1)).unwrap_or(i32::MAX);
+        PopPlan {
+            queue: args.queue.clone(),
+            wait: self.wait,
+            args,
+            keys: self.keys.clone(),
+        }
+    }
 }
 
 /// What `log_pop_v2` said of each partition it judged: (id, state,

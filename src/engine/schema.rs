@@ -45,6 +45,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("027_kv_quota.sql"),
     procedure!("028_retained_bytes.sql"),
     procedure!("029_maintenance_leases.sql"),
+    procedure!("030_ephemeral.sql"),
     procedure!("031_tenant_purge.sql"),
     procedure!("034_privileges.sql"),
 ];

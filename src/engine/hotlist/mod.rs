@@ -17,6 +17,7 @@
 
 mod pop;
 pub mod ring;
+pub mod rotation;
 
 use ring::RingState;
 use std::collections::HashMap;
@@ -58,6 +59,8 @@ pub struct Hotlist {
     /// Wake-up counters by the digest of the queue key (`wake.rs`), which is
     /// all a NOTIFY carries.
     wakes: Mutex<HashMap<String, Arc<AtomicU64>>>,
+    /// Wildcard POPs' turns among the queues of a namespace.
+    pub rotations: rotation::Rotations,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -132,5 +135,6 @@ impl Hotlist {
         let now = Instant::now();
         lock(&self.rings).retain(|_, r| Arc::strong_count(r) > 1 || !r.lock().idle(now, RING_IDLE));
         lock(&self.wakes).retain(|_, w| Arc::strong_count(w) > 1);
+        self.rotations.prune();
     }
 }

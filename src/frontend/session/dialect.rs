@@ -157,6 +157,7 @@ impl Session {
                         self.txn.pushed.push(key.clone());
                     }
                 }
+                self.txn.ephemeral.extend(outcome.ephemeral_commit);
                 Ok(Some(outcome))
             }
             Err(StatementError::Lost(e)) => Err(self.backend_lost(e).await),

@@ -49,6 +49,8 @@ pub(super) struct Txn {
     pub(super) forwarded_since_sync: bool,
     /// Queues pushed to in the current transaction, woken when it ends.
     pub(super) pushed: Vec<String>,
+    /// Ephemeral PUSHes of the current transaction, applied if it committed.
+    pub(super) ephemeral: Vec<uuid::Uuid>,
     pub(super) locks: LockOrder,
     /// Startup settings the client reset in the exchange in progress.
     pub(super) reset: super::settings::Reset,
@@ -338,6 +340,8 @@ impl Session {
         for key in self.txn.pushed.drain(..) {
             self.shared.engine.announcer.pushed(&key);
         }
+        let ephemeral = std::mem::take(&mut self.txn.ephemeral);
+        self.shared.engine.ephemeral.transaction_ended(ephemeral);
     }
 
     /// The backend reported `status` at the end of an exchange: startup

@@ -90,7 +90,7 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
             OptionValue::Duration(d)
                 if matches!(
                     s.option,
-                    QueueOption::RetryDelay | QueueOption::MinPopWaitTime
+                    QueueOption::RetryDelay | QueueOption::MinPopWaitTime | QueueOption::Ttl
                 ) =>
             {
                 JsonValue::Uint(d.as_millis())

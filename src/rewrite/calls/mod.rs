@@ -20,7 +20,9 @@
 //! | calls                                          | module          |
 //! |------------------------------------------------|-----------------|
 //! | push, pop, ack, renew, the hot list's seed     | [`queues`]      |
+//! | the wildcard POP's queues of a namespace       | [`namespace`]   |
 //! | configure, delete queue, seek and drop group   | [`admin`]       |
+//! | the ephemeral class: declare, own, commit      | [`ephemeral`]   |
 //! | SHOW QUEUES/PARTITIONS/GROUPS/DLQ              | [`show`]        |
 //! | SHOW MESSAGES / MESSAGE / TRACE, REPLAY DLQ    | [`messages`]    |
 //! | SHOW GROUP, SHOW LAGGING PARTITIONS            | [`groups`]      |
@@ -33,12 +35,14 @@
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 
 pub mod admin;
+pub mod ephemeral;
 pub mod groups;
 pub mod json;
 pub mod kv;
 pub mod maintenance;
 pub mod messages;
 pub mod metrics;
+pub mod namespace;
 pub mod purge;
 pub mod queues;
 pub mod retention;
@@ -98,6 +102,7 @@ pub const ALL: &[&CallSpec] = &[
     &queues::POP,
     &queues::POP_CANDIDATES,
     &queues::HOTLIST_SEED,
+    &namespace::NAMESPACE_QUEUES,
     &queues::ACK,
     &queues::RENEW,
     &queues::UNCLAIM,
@@ -105,6 +110,12 @@ pub const ALL: &[&CallSpec] = &[
     &admin::DELETE_QUEUE,
     &admin::SEEK_GROUP,
     &admin::DROP_GROUP,
+    &ephemeral::CONFIGURE,
+    &ephemeral::QUEUES,
+    &ephemeral::NAMES,
+    &ephemeral::CLAIM,
+    &ephemeral::COMMIT_MARK,
+    &ephemeral::COMMIT_TAKE,
     &show::QUEUES,
     &show::PARTITIONS,
     &show::GROUPS,

@@ -7,7 +7,7 @@
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::Params;
-use crate::rewrite::dialect::pop::{Pop as PopStatement, SubscribeFrom};
+use crate::rewrite::dialect::pop::{Pop as PopStatement, PopFrom, SubscribeFrom};
 use bytes::Bytes;
 use std::time::{Duration, SystemTime};
 use tokio_postgres::types::{ToSql, Type};
@@ -145,7 +145,8 @@ pub struct PopArgs {
     pub wait: Option<Duration>,
 }
 
-/// A POP statement's call values.
+/// A POP statement's call values. A wildcard POP's `queue` is empty: the
+/// engine fills in each queue of the namespace ([`namespace_args`]).
 pub fn pop_args(stmt: &PopStatement, params: &Params<'_>) -> Result<PopArgs, SqlError> {
     let (subscribe, subscribe_at) = match &stmt.subscribe_from {
         None | Some(SubscribeFrom::Beginning) => ("beginning", None),
@@ -155,7 +156,10 @@ pub fn pop_args(stmt: &PopStatement, params: &Params<'_>) -> Result<PopArgs, Sql
         }
     };
     Ok(PopArgs {
-        queue: params.name(&stmt.queue, "queue")?,
+        queue: match &stmt.from {
+            PopFrom::Queue(queue) => params.name(queue, "queue")?,
+            PopFrom::Namespace { .. } => String::new(),
+        },
         partition: stmt
             .partition
             .as_ref()

@@ -31,6 +31,13 @@ pub enum QueueOption {
     Task,
     EncryptionEnabled,
     MinPopWaitTime,
+    /// `ephemeral` or `durable` (030_ephemeral checks the word).
+    Class,
+    MaxLength,
+    MaxBytes,
+    Ttl,
+    /// `reject` or `drop_oldest` (030_ephemeral checks the word).
+    Overflow,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +67,7 @@ pub struct QueueSetting {
 }
 
 impl QueueOption {
-    pub const ALL: [QueueOption; 18] = [
+    pub const ALL: [QueueOption; 23] = [
         QueueOption::LeaseTime,
         QueueOption::RetryLimit,
         QueueOption::RetryDelay,
@@ -79,7 +86,25 @@ impl QueueOption {
         QueueOption::Task,
         QueueOption::EncryptionEnabled,
         QueueOption::MinPopWaitTime,
+        QueueOption::Class,
+        QueueOption::MaxLength,
+        QueueOption::MaxBytes,
+        QueueOption::Ttl,
+        QueueOption::Overflow,
     ];
+
+    /// The options of the ephemeral class, kept in `queen.ephemeral_queues`
+    /// (030) rather than `queen.queues`.
+    pub fn is_ephemeral(self) -> bool {
+        matches!(
+            self,
+            QueueOption::Class
+                | QueueOption::MaxLength
+                | QueueOption::MaxBytes
+                | QueueOption::Ttl
+                | QueueOption::Overflow
+        )
+    }
 
     /// The option's name in the dialect (and the seeds' column name).
     pub fn name(self) -> &'static str {
@@ -102,6 +127,11 @@ impl QueueOption {
             QueueOption::Task => "task",
             QueueOption::EncryptionEnabled => "encryption_enabled",
             QueueOption::MinPopWaitTime => "min_pop_wait_time",
+            QueueOption::Class => "class",
+            QueueOption::MaxLength => "max_length",
+            QueueOption::MaxBytes => "max_bytes",
+            QueueOption::Ttl => "ttl",
+            QueueOption::Overflow => "overflow",
         }
     }
 
@@ -115,15 +145,21 @@ impl QueueOption {
             | QueueOption::RetentionSeconds
             | QueueOption::CompletedRetentionSeconds
             | QueueOption::MaxWaitTimeSeconds
-            | QueueOption::MinPopWaitTime => OptionKind::Duration,
-            QueueOption::RetryLimit | QueueOption::MaxQueueSize | QueueOption::Priority => {
-                OptionKind::Integer
-            }
+            | QueueOption::MinPopWaitTime
+            | QueueOption::Ttl => OptionKind::Duration,
+            QueueOption::RetryLimit
+            | QueueOption::MaxQueueSize
+            | QueueOption::Priority
+            | QueueOption::MaxLength
+            | QueueOption::MaxBytes => OptionKind::Integer,
             QueueOption::DeadLetterQueue
             | QueueOption::DlqAfterMaxRetries
             | QueueOption::RetentionEnabled
             | QueueOption::EncryptionEnabled => OptionKind::Boolean,
-            QueueOption::Namespace | QueueOption::Task => OptionKind::Text,
+            QueueOption::Namespace
+            | QueueOption::Task
+            | QueueOption::Class
+            | QueueOption::Overflow => OptionKind::Text,
         }
     }
 
@@ -178,6 +214,9 @@ impl QueueOption {
                     matches!(self, QueueOption::RetryLimit | QueueOption::MaxQueueSize);
                 if non_negative && value < 0 {
                     return Err(invalid("an integer of at least 0"));
+                }
+                if matches!(self, QueueOption::MaxLength | QueueOption::MaxBytes) && value < 1 {
+                    return Err(invalid("an integer of at least 1"));
                 }
                 Ok(OptionValue::Integer(value))
             }

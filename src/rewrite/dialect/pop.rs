@@ -1,8 +1,12 @@
 //! `POP FROM queue [PARTITION part] [GROUP grp] [LIMIT n] [PARTITIONS n]
 //! [WAIT duration] [LEASE duration] [AUTO ACK]
-//! [SUBSCRIBE FROM (BEGINNING | NOW | 'timestamp')]`
+//! [SUBSCRIBE FROM (BEGINNING | NOW | 'timestamp')]`, and the wildcard
+//! `POP FROM NAMESPACE ns [TASK t] …` (the same clauses but PARTITION)
+//! across every queue of a namespace (and task).
 //!
-//! The clauses may come in any order, each at most once.
+//! The clauses may come in any order, each at most once. `NAMESPACE` right
+//! after `FROM` starts the wildcard form only when a name follows it: `POP
+//! FROM namespace LIMIT 1` still pops from a queue called `namespace`.
 
 use std::time::Duration;
 
@@ -27,7 +31,7 @@ pub const COLUMNS: &[Column] = &[
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pop {
-    pub queue: Name,
+    pub from: PopFrom,
     /// `None`: any partition of the queue.
     pub partition: Option<Name>,
     /// `None`: the queue's default group (queue mode).
@@ -45,6 +49,18 @@ pub struct Pop {
     pub subscribe_from: Option<SubscribeFrom>,
 }
 
+/// What a POP takes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PopFrom {
+    Queue(Name),
+    /// Every queue whose `namespace` option is this (and `task`, when
+    /// given): higher `priority` first.
+    Namespace {
+        namespace: Name,
+        task: Option<Name>,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SubscribeFrom {
     Beginning,
@@ -55,12 +71,40 @@ pub enum SubscribeFrom {
 
 const CLAUSES: &str =
     "PARTITION, GROUP, LIMIT, PARTITIONS, WAIT, LEASE, AUTO ACK, SUBSCRIBE FROM or the end of the statement";
+const NAMESPACE_CLAUSES: &str =
+    "TASK, GROUP, LIMIT, PARTITIONS, WAIT, LEASE, AUTO ACK, SUBSCRIBE FROM or the end of the statement";
+/// The words that start a clause: after `NAMESPACE`, one of them (or the
+/// end) means `namespace` was a queue's name.
+const CLAUSE_WORDS: &[&str] = &[
+    "PARTITION",
+    "GROUP",
+    "LIMIT",
+    "PARTITIONS",
+    "WAIT",
+    "LEASE",
+    "AUTO",
+    "SUBSCRIBE",
+];
 
 impl Pop {
     pub(crate) fn parse(cursor: &mut Cursor<'_>) -> Result<Pop> {
         cursor.expect_keyword("POP")?;
         cursor.expect_keyword("FROM")?;
-        let queue = cursor.name("queue")?;
+        let wildcard = cursor.peek_keyword("NAMESPACE") && {
+            let next = cursor.peek_ahead(1);
+            !matches!(next.kind, TokenKind::Semicolon | TokenKind::Eof)
+                && !CLAUSE_WORDS.iter().any(|w| next.is_keyword(w))
+        };
+        let mut from = if wildcard {
+            cursor.advance();
+            PopFrom::Namespace {
+                namespace: cursor.name("namespace")?,
+                task: None,
+            }
+        } else {
+            PopFrom::Queue(cursor.name("queue")?)
+        };
+        let expected = if wildcard { NAMESPACE_CLAUSES } else { CLAUSES };
         let mut partition = None;
         let mut group = None;
         let mut limit = None;
@@ -72,10 +116,18 @@ impl Pop {
         while !cursor.at_end() {
             let clause = cursor.peek().clone();
             let TokenKind::Word(word) = clause.kind else {
-                return Err(cursor.unexpected(CLAUSES));
+                return Err(cursor.unexpected(expected));
             };
             match word.to_ascii_uppercase().as_str() {
-                "PARTITION" => {
+                "TASK" if wildcard => {
+                    let PopFrom::Namespace { task, .. } = &mut from else {
+                        return Err(cursor.unexpected(expected));
+                    };
+                    cursor.once(task.is_some(), &clause, "TASK")?;
+                    cursor.advance();
+                    *task = Some(cursor.name("task")?);
+                }
+                "PARTITION" if !wildcard => {
                     cursor.once(partition.is_some(), &clause, "PARTITION")?;
                     cursor.advance();
                     partition = Some(cursor.name("partition")?);
@@ -117,11 +169,11 @@ impl Pop {
                     cursor.expect_keyword("FROM")?;
                     subscribe_from = Some(parse_subscribe_from(cursor)?);
                 }
-                _ => return Err(cursor.unexpected(CLAUSES)),
+                _ => return Err(cursor.unexpected(expected)),
             }
         }
         Ok(Pop {
-            queue,
+            from,
             partition,
             group,
             limit: limit.unwrap_or(Value::Literal(1)),
@@ -133,8 +185,22 @@ impl Pop {
         })
     }
 
+    /// The queue, for a POP of one queue.
+    pub fn queue(&self) -> Option<&Name> {
+        match &self.from {
+            PopFrom::Queue(queue) => Some(queue),
+            PopFrom::Namespace { .. } => None,
+        }
+    }
+
     pub(crate) fn describe_params(&self, params: &mut ParamTypes) {
-        params.note(&self.queue, oid::TEXT);
+        match &self.from {
+            PopFrom::Queue(queue) => params.note(queue, oid::TEXT),
+            PopFrom::Namespace { namespace, task } => {
+                params.note(namespace, oid::TEXT);
+                params.note_all(task, oid::TEXT);
+            }
+        }
         params.note_all(&self.partition, oid::TEXT);
         params.note_all(&self.group, oid::TEXT);
         params.note(&self.limit, oid::INT4);
@@ -176,7 +242,10 @@ mod tests {
     #[test]
     fn defaults() {
         let pop = pop("POP FROM orders");
-        assert_eq!(pop.queue, Value::Literal("orders".to_string()));
+        assert_eq!(
+            pop.from,
+            PopFrom::Queue(Value::Literal("orders".to_string()))
+        );
         assert_eq!(pop.limit, Value::Literal(1));
         assert_eq!(pop.partitions, Value::Literal(1));
         assert_eq!(
@@ -284,6 +353,69 @@ mod tests {
         );
         assert_eq!(error("POP FROM q AUTO ACK AUTO ACK"), ("42601", Some(21)));
         assert_eq!(error("POP FROM q GROUP a group b"), ("42601", Some(20)));
+    }
+
+    #[test]
+    fn the_wildcard_form() {
+        let p = pop("POP FROM NAMESPACE billing TASK invoices GROUP g LIMIT 5 WAIT 2 AUTO ACK");
+        assert_eq!(
+            p.from,
+            PopFrom::Namespace {
+                namespace: Value::Literal("billing".to_string()),
+                task: Some(Value::Literal("invoices".to_string())),
+            }
+        );
+        assert_eq!(p.limit, Value::Literal(5));
+        assert!(p.auto_ack);
+        assert_eq!(p.queue(), None);
+        let p = pop("pop from namespace $1 task $2 limit $3");
+        assert_eq!(
+            p.from,
+            PopFrom::Namespace {
+                namespace: Value::Param(1),
+                task: Some(Value::Param(2)),
+            }
+        );
+        let Some(Ok(statement)) = parse("POP FROM NAMESPACE $1 TASK $2 LIMIT $3") else {
+            panic!()
+        };
+        assert_eq!(
+            statement.param_types(),
+            vec![oid::TEXT, oid::TEXT, oid::INT4]
+        );
+    }
+
+    #[test]
+    fn namespace_followed_by_a_clause_or_the_end_is_a_queue() {
+        for sql in [
+            "POP FROM namespace",
+            "POP FROM NAMESPACE LIMIT 2",
+            "POP FROM namespace;",
+        ] {
+            assert_eq!(
+                pop(sql).from,
+                PopFrom::Queue(Value::Literal(sql[9..18].to_string())),
+                "{sql}"
+            );
+        }
+        assert_eq!(
+            pop("POP FROM \"NAMESPACE\" GROUP g").from,
+            PopFrom::Queue(Value::Literal("NAMESPACE".to_string()))
+        );
+    }
+
+    #[test]
+    fn the_wildcard_takes_no_partition_and_one_task() {
+        assert_eq!(
+            error("POP FROM NAMESPACE ns PARTITION p"),
+            ("42601", Some(23))
+        );
+        assert_eq!(
+            error("POP FROM NAMESPACE ns TASK a TASK b"),
+            ("42601", Some(30))
+        );
+        assert_eq!(error("POP FROM q TASK t"), ("42601", Some(12)));
+        assert_eq!(error("POP FROM NAMESPACE ns TASK"), ("42601", Some(27)));
     }
 
     #[test]

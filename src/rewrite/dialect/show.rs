@@ -13,6 +13,8 @@ pub const QUEUES_COLUMNS: &[Column] = &[
     Column::new("pending", oid::INT8),
     Column::new("dead_lettered", oid::INT8),
     Column::new("created_at", oid::TIMESTAMPTZ),
+    // `durable`, or where an ephemeral queue's messages are (memory only).
+    Column::new("storage", oid::TEXT),
 ];
 
 pub const PARTITIONS_COLUMNS: &[Column] = &[

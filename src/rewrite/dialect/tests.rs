@@ -181,7 +181,11 @@ fn names_are_taken_exactly_as_written() {
         let Some(Ok(Statement::Pop(pop))) = parse(sql) else {
             panic!("{sql}")
         };
-        assert_eq!(pop.queue, Value::Literal(expected.to_string()), "{sql}");
+        assert_eq!(
+            pop.queue(),
+            Some(&Value::Literal(expected.to_string())),
+            "{sql}"
+        );
     }
 }
 

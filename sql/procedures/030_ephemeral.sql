@@ -1,0 +1,291 @@
+-- 030_ephemeral: the whole database footprint of the ephemeral queue class
+-- (seed 000: "its declarations and quota, never its messages"). An
+-- ephemeral queue is a queen.queues row (its name, tenant, lease_time,
+-- retry_limit, namespace, ...) plus a queen.ephemeral_queues row (its
+-- quota); its messages live only in the memory of the one queenwire that
+-- owns it, elected through 029's lease table (task 'ephemeral:<ref>'), and
+-- are lost when that process stops (docs/internals/ephemeral.md).
+--
+-- Lock order (seed 000): queen.queues (012's configure, FOR NO KEY UPDATE)
+-- → queen.ephemeral_queues (with its queue, like consumer_groups_metadata)
+-- → leaves (queen.maintenance_leases, queen.ephemeral_commits). The lease is
+-- taken only by the engine's own connection in a transaction of its own,
+-- holding nothing else, as 029 requires.
+
+CREATE TABLE IF NOT EXISTS queen.ephemeral_queues (
+    queue_id   UUID PRIMARY KEY REFERENCES queen.queues(id) ON DELETE CASCADE,
+    -- The number receipts carry (as a negative partition id) so an ACK
+    -- finds its queue without the queue's name.
+    ref        BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+    -- Messages held at most (NULL: no limit).
+    max_length BIGINT CHECK (max_length >= 1),
+    -- Payload bytes held at most (NULL: no limit).
+    max_bytes  BIGINT CHECK (max_bytes >= 1),
+    -- A message older than this is dropped (milliseconds; 0: never).
+    ttl_ms     BIGINT NOT NULL DEFAULT 0 CHECK (ttl_ms >= 0),
+    -- What a PUSH that does not fit does: fail whole (54000), or drop the
+    -- oldest messages until it fits.
+    overflow   TEXT NOT NULL DEFAULT 'reject' CHECK (overflow IN ('reject', 'drop_oldest')),
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- An ephemeral PUSH inside a transaction block writes one token here in the
+-- client's transaction and nothing else: the owner applies the messages it
+-- holds for the token only once it finds the token committed (it deletes
+-- it then). A rolled-back block leaves no token, so its messages are
+-- dropped. Leaf of the lock order; tokens left by a process that died are
+-- pruned after an hour by the taker.
+CREATE TABLE IF NOT EXISTS queen.ephemeral_commits (
+    token      UUID PRIMARY KEY,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- CREATE QUEUE / ALTER QUEUE with an ephemeral option (class, max_length,
+-- max_bytes, ttl, overflow), in one transaction: the queen.queues part goes
+-- through configure_queue_v1 (012) with the other options, the quota to
+-- queen.ephemeral_queues. p_options as configure_queue_v1's, ttl already in
+-- milliseconds. Results as configure_queue_v1's. Errors, nothing changed:
+--   22023  an unknown class, max_length / max_bytes below 1, a negative ttl,
+--          an unknown overflow, a quota option without class = ephemeral
+--          (CREATE) or on a durable queue (ALTER), any error of 012;
+--   0A000  ALTER of a queue's class (it is fixed at creation).
+-- Locks: those of configure_queue_v1, then the queue's ephemeral_queues row.
+CREATE OR REPLACE FUNCTION queen.ephemeral_configure_v1(
+    p_queue   TEXT,
+    p_options JSONB DEFAULT '{}',
+    p_mode    TEXT DEFAULT 'create',
+    p_tenant  UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TEXT
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_keys    CONSTANT TEXT[] := ARRAY['class', 'max_length', 'max_bytes', 'ttl', 'overflow'];
+    v_options JSONB := COALESCE(p_options, '{}');
+    v_class   TEXT;
+    v_len     BIGINT;
+    v_bytes   BIGINT;
+    v_ttl     BIGINT;
+    v_over    TEXT;
+    v_result  TEXT;
+    v_id      UUID;
+    v_is_eph  BOOLEAN;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF jsonb_typeof(v_options) <> 'object' THEN
+        RAISE EXCEPTION 'queue options must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+    v_class := v_options ->> 'class';
+    IF v_class IS NOT NULL AND v_class NOT IN ('ephemeral', 'durable') THEN
+        RAISE EXCEPTION 'class must be ephemeral or durable, got "%"', v_class
+            USING ERRCODE = '22023';
+    END IF;
+    BEGIN
+        v_len := (v_options ->> 'max_length')::BIGINT;
+        v_bytes := (v_options ->> 'max_bytes')::BIGINT;
+        v_ttl := (v_options ->> 'ttl')::BIGINT;
+    EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
+        RAISE EXCEPTION 'max_length, max_bytes and ttl take integers (ttl: a duration)'
+            USING ERRCODE = '22023';
+    END;
+    IF v_len < 1 OR v_bytes < 1 THEN
+        RAISE EXCEPTION 'max_length and max_bytes must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    IF v_ttl < 0 THEN
+        RAISE EXCEPTION 'ttl must not be negative' USING ERRCODE = '22023';
+    END IF;
+    v_over := v_options ->> 'overflow';
+    IF v_over IS NOT NULL AND v_over NOT IN ('reject', 'drop_oldest') THEN
+        RAISE EXCEPTION 'overflow must be reject or drop_oldest, got "%"', v_over
+            USING ERRCODE = '22023';
+    END IF;
+    v_options := v_options - v_keys;
+
+    IF p_mode = 'alter' THEN
+        SELECT q.id, e.queue_id IS NOT NULL INTO v_id, v_is_eph
+        FROM queen.queues q LEFT JOIN queen.ephemeral_queues e ON e.queue_id = q.id
+        WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        IF v_class IS NOT NULL AND v_class <> (CASE WHEN v_is_eph THEN 'ephemeral' ELSE 'durable' END) THEN
+            RAISE EXCEPTION 'a queue''s class is fixed when it is created' USING ERRCODE = '0A000';
+        END IF;
+        IF v_id IS NOT NULL AND NOT v_is_eph
+           AND (v_len IS NOT NULL OR v_bytes IS NOT NULL OR v_ttl IS NOT NULL OR v_over IS NOT NULL) THEN
+            RAISE EXCEPTION 'max_length, max_bytes, ttl and overflow apply only to queues of class ephemeral'
+                USING ERRCODE = '22023';
+        END IF;
+        -- 42704 for a missing queue, and the other options.
+        v_result := queen.configure_queue_v1(p_queue, v_options, 'alter', p_tenant);
+        UPDATE queen.ephemeral_queues e
+        SET max_length = COALESCE(v_len, e.max_length),
+            max_bytes = COALESCE(v_bytes, e.max_bytes),
+            ttl_ms = COALESCE(v_ttl, e.ttl_ms),
+            overflow = COALESCE(v_over, e.overflow)
+        WHERE e.queue_id = v_id;
+        RETURN v_result;
+    END IF;
+
+    IF COALESCE(v_class, 'durable') = 'durable'
+       AND (v_len IS NOT NULL OR v_bytes IS NOT NULL OR v_ttl IS NOT NULL OR v_over IS NOT NULL) THEN
+        RAISE EXCEPTION 'max_length, max_bytes, ttl and overflow need class = ephemeral'
+            USING ERRCODE = '22023';
+    END IF;
+    v_result := queen.configure_queue_v1(p_queue, v_options, p_mode, p_tenant);
+    IF v_result = 'created' AND v_class = 'ephemeral' THEN
+        INSERT INTO queen.ephemeral_queues (queue_id, max_length, max_bytes, ttl_ms, overflow)
+        SELECT q.id, v_len, v_bytes, COALESCE(v_ttl, 0), COALESCE(v_over, 'reject')
+        FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    END IF;
+    RETURN v_result;
+END
+$$;
+
+-- The tenant's ephemeral queues with their quota and their owner: the
+-- holder of the lease 'ephemeral:<ref>' and until when it holds it (NULL
+-- when no lease is live: the next statement on the queue elects one).
+-- Reads only.
+CREATE OR REPLACE FUNCTION queen.ephemeral_queues_v1(
+    p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    queue_name TEXT,
+    ref        BIGINT,
+    max_length BIGINT,
+    max_bytes  BIGINT,
+    ttl_ms     BIGINT,
+    overflow   TEXT,
+    holder     TEXT,
+    held_until TIMESTAMPTZ
+)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    RETURN QUERY
+    SELECT q.name::TEXT, e.ref, e.max_length, e.max_bytes, e.ttl_ms, e.overflow,
+           l.holder, l.expires_at
+    FROM queen.ephemeral_queues e
+    JOIN queen.queues q ON q.id = e.queue_id
+    LEFT JOIN queen.maintenance_leases l
+           ON l.task = 'ephemeral:' || e.ref AND l.expires_at > clock_timestamp()
+    WHERE q.tenant_id = p_tenant
+    ORDER BY q.name COLLATE "C";
+END
+$$;
+
+-- Every ephemeral queue of every tenant: (tenant, name, ref), what each
+-- queenwire keeps in memory to tell an ephemeral statement from a durable
+-- one without a call per statement. Engine only. Reads only.
+CREATE OR REPLACE FUNCTION queen.ephemeral_names_v1()
+RETURNS TABLE (tenant_id UUID, queue_name TEXT, ref BIGINT)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT q.tenant_id, q.name::TEXT, e.ref
+    FROM queen.ephemeral_queues e JOIN queen.queues q ON q.id = e.queue_id;
+$$;
+
+-- Takes or renews the ownership of ephemeral queue p_ref for p_holder (029's
+-- maintenance_try_lease_v1 on task 'ephemeral:<ref>') and returns the
+-- queue's declaration with the holder afterwards: p_holder when it won or
+-- renewed, the other holder otherwise. No row: the queue is gone. Engine
+-- only, on a connection of its own, in a transaction of its own.
+-- Locks: the maintenance_leases row (leaf); reads queues and
+-- ephemeral_queues.
+CREATE OR REPLACE FUNCTION queen.ephemeral_claim_v1(
+    p_ref    BIGINT,
+    p_holder TEXT,
+    p_ttl_ms BIGINT
+) RETURNS TABLE (
+    tenant_id   UUID,
+    queue_name  TEXT,
+    max_length  BIGINT,
+    max_bytes   BIGINT,
+    ttl_ms      BIGINT,
+    overflow    TEXT,
+    lease_time  INTEGER,
+    retry_limit INTEGER,
+    holder      TEXT,
+    held_until  TIMESTAMPTZ
+)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.ref = p_ref) THEN
+        RETURN;
+    END IF;
+    PERFORM queen.maintenance_try_lease_v1('ephemeral:' || p_ref, p_holder, p_ttl_ms);
+    RETURN QUERY
+    SELECT q.tenant_id, q.name::TEXT, e.max_length, e.max_bytes, e.ttl_ms, e.overflow,
+           q.lease_time, q.retry_limit, l.holder, l.expires_at
+    FROM queen.ephemeral_queues e
+    JOIN queen.queues q ON q.id = e.queue_id
+    JOIN queen.maintenance_leases l ON l.task = 'ephemeral:' || e.ref
+    WHERE e.ref = p_ref;
+END
+$$;
+
+-- An ephemeral PUSH inside a transaction block: the token its messages
+-- wait under until the block commits. Runs in the client's transaction.
+-- Locks: the new ephemeral_commits row (leaf).
+CREATE OR REPLACE FUNCTION queen.ephemeral_commit_mark_v1(
+    p_token  UUID,
+    p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    INSERT INTO queen.ephemeral_commits (token) VALUES (p_token);
+END
+$$;
+
+-- The tokens of p_tokens whose blocks committed, deleted as they are
+-- returned (the messages they stand for are applied once); tokens older
+-- than an hour (their process died) are pruned on the way. Engine only.
+-- Locks: the ephemeral_commits rows deleted (leaf).
+CREATE OR REPLACE FUNCTION queen.ephemeral_commit_take_v1(
+    p_tokens UUID[]
+) RETURNS TABLE (token UUID)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    DELETE FROM queen.ephemeral_commits c WHERE c.created_at < now() - INTERVAL '1 hour';
+    RETURN QUERY
+    DELETE FROM queen.ephemeral_commits c WHERE c.token = ANY (p_tokens) RETURNING c.token;
+END
+$$;
+
+-- Messages of an ephemeral queue never reach queen.log_segments: a
+-- partition of one is refused, so a PUSH that reached the durable path (a
+-- queenwire that has not yet learnt the queue's class, within about a
+-- second of its CREATE QUEUE elsewhere) fails with 55000 instead of storing.
+CREATE OR REPLACE FUNCTION queen.ephemeral_guard_partition_v1()
+RETURNS TRIGGER
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = NEW.queue_id) THEN
+        RAISE EXCEPTION 'the queue is ephemeral: its messages are kept in memory by its owning queenwire only; retry the statement'
+            USING ERRCODE = '55000';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- Attached only when absent (as 020: CREATE TRIGGER takes SHARE ROW
+-- EXCLUSIVE on the hottest table, so not at every boot). Per row, BEFORE
+-- INSERT: partitions are inserted only on a partition's first push, so the
+-- check costs one primary-key probe per new partition.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger t
+                   WHERE t.tgrelid = 'queen.log_partitions'::REGCLASS
+                     AND t.tgname = 'trg_partitions_ephemeral_guard') THEN
+        CREATE TRIGGER trg_partitions_ephemeral_guard
+            BEFORE INSERT ON queen.log_partitions
+            FOR EACH ROW
+            EXECUTE FUNCTION queen.ephemeral_guard_partition_v1();
+    END IF;
+END
+$$;

@@ -249,6 +249,11 @@ async fn push_and_pop_latency_during_a_retention_pass_against_without() {
         .await
         .unwrap();
     let vacuum_took = vacuum_started.elapsed();
+    if let Ok(secs) = std::env::var("QW_HOLD").map(|s| s.parse::<u64>().unwrap_or(300)) {
+        // Keeps the cluster up after VACUUM, to look at it with psql.
+        eprintln!("holding {secs} s: direct {:?}", proxy.direct);
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+    }
     if std::env::var("QW_EXPLAIN").is_ok() {
         for q in [
             "EXPLAIN (ANALYZE, BUFFERS) SELECT s.base_offset FROM queen.log_segments s, queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'lat' AND s.partition_id = p.id AND s.base_offset >= COALESCE((SELECT max(s2.base_offset) FROM queen.log_segments s2 WHERE s2.partition_id = p.id AND s2.base_offset <= p.last_offset), p.last_offset) ORDER BY s.base_offset",

@@ -54,6 +54,9 @@ async fn listen(listen: &str) -> std::io::Result<TcpListener> {
 
 /// Connections of the timer firing loop (it fires one batch at a time).
 const TIMER_POOL_SIZE: usize = 2;
+/// Connections of the stream runner: the cycle's, and one for its POPs and
+/// idle flushes (evaluation is on the tenant's pool).
+const STREAM_POOL_SIZE: usize = 2;
 
 /// `application_name` of queenwire's own background connections (schema
 /// apply, wake-ups), to tell them apart from the pool in pg_stat_activity.
@@ -437,6 +440,7 @@ impl Server {
                 max_payload: config.max_payload,
             },
             announcer,
+            streams: Arc::new(crate::engine::streams::Evaluators::default()),
         });
         let shared = Arc::new(Shared::new(
             FrontendConfig {
@@ -463,6 +467,22 @@ impl Server {
             engine.clone(),
             &shutdown,
         ));
+        {
+            // Stream expressions run as the tenant's own backend role
+            // (read-only one first); without a users file, as the engine.
+            let weak = Arc::downgrade(&shared);
+            let has_users = config.users.is_some();
+            let engine_pool = pool.clone();
+            engine.streams.set(Box::new(move |tenant| {
+                if !has_users {
+                    return Some(engine_pool.clone());
+                }
+                let shared = weak.upgrade()?;
+                shared
+                    .role_pool(tenant, true)
+                    .or_else(|| shared.role_pool(tenant, false))
+            }));
+        }
         let slots = shared.slots.clone();
         let listen_hub = shared.listen.clone();
         let mut pools = pool_labels(&shared);
@@ -485,6 +505,14 @@ impl Server {
             TIMER_POOL_SIZE,
         )?;
         pools.push(("timers".to_string(), timer_pool.clone()));
+        let stream_pool = pool::build_pool(
+            Arc::new(BackendTarget {
+                application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
+                ..(*shared_target).clone()
+            }),
+            STREAM_POOL_SIZE,
+        )?;
+        pools.push(("streams".to_string(), stream_pool.clone()));
         metrics.set_pools(pools);
         let mut background_tasks = vec![
             tokio::spawn(frontend::listen::run(
@@ -501,6 +529,12 @@ impl Server {
             // Connections of their own, which no client is ever handed.
             tokio::spawn(timers::fire_loop(
                 timer_pool,
+                engine.announcer.clone(),
+                shutdown.signal(),
+            )),
+            tokio::spawn(crate::engine::streams::runner::run(
+                stream_pool,
+                engine.streams.clone(),
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),

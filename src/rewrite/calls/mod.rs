@@ -45,6 +45,7 @@ pub mod retention;
 mod row;
 pub mod show;
 pub mod status;
+pub mod streams;
 pub mod timers;
 pub mod transaction;
 
@@ -143,6 +144,19 @@ pub const ALL: &[&CallSpec] = &[
     &metrics::FLUSH,
     &metrics::ROLLUP,
     &purge::STEP,
+    &streams::CREATE,
+    &streams::EVAL_SQL,
+    &streams::EVAL,
+    &streams::DROP,
+    &streams::SET_PAUSED,
+    &streams::LIST,
+    &streams::SHOW,
+    &streams::ACTIVE,
+    &streams::CYCLE_BEGIN,
+    &streams::STATE_LOAD,
+    &streams::CYCLE_SAVE,
+    &streams::IDLE_PARTITIONS,
+    &streams::NOTE_ERROR,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

@@ -9,6 +9,21 @@
 -- validated them on the tenant's own backend role (stream_eval_v1), and the
 -- runner evaluates them there too.
 
+-- The stream's consumer group on its source, dropped (RESET, DROP STREAM)
+-- so the next cycle subscribes afresh. A source that does not exist yet
+-- has no group to drop. Locks: those of queen.log_drop_group_v1.
+CREATE OR REPLACE FUNCTION queen.stream_drop_group_v1(p_stream queen.streams, p_tenant UUID)
+RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queen.queues q
+               WHERE q.tenant_id = p_tenant AND q.name = p_stream.source_queue) THEN
+        PERFORM queen.log_drop_group_v1(p_stream.source_queue, p_stream.consumer_group, p_tenant);
+    END IF;
+END;
+$$;
+
 -- p_mode: 'create' (a different definition under the name is 42710),
 -- 'replace' (a different definition replaces it; one that reshapes the
 -- state, see state_hash in 002, is 55000 without RESET), 'reset' (replace
@@ -95,7 +110,7 @@ BEGIN
     IF p_mode = 'reset' THEN
         DELETE FROM queen.stream_state WHERE stream_id = v_old.id;
         DELETE FROM queen.stream_partitions WHERE stream_id = v_old.id;
-        PERFORM queen.log_drop_group_v1(v_old.source_queue, v_old.consumer_group, p_tenant);
+        PERFORM queen.stream_drop_group_v1(v_old, p_tenant);
     END IF;
     UPDATE queen.streams SET
         source_queue = p_source, consumer_group = p_group, subscribe = p_subscribe,
@@ -133,7 +148,7 @@ BEGIN
     DELETE FROM queen.stream_state WHERE stream_id = v_old.id;
     DELETE FROM queen.stream_partitions WHERE stream_id = v_old.id;
     DELETE FROM queen.streams WHERE id = v_old.id;
-    PERFORM queen.log_drop_group_v1(v_old.source_queue, v_old.consumer_group, p_tenant);
+    PERFORM queen.stream_drop_group_v1(v_old, p_tenant);
     RETURN true;
 END;
 $$;

@@ -168,13 +168,15 @@ fn expression(cursor: &mut Cursor<'_>, what: &str, in_parens: bool) -> Result<St
             TokenKind::RightParen if depth == 0 => return Err(cursor.unexpected(what)),
             TokenKind::RightParen => depth -= 1,
             TokenKind::LeftParen => depth += 1,
-            TokenKind::Param(_) => return Err(ParseError::new(
-                SqlState::SYNTAX_ERROR,
-                format!(
+            TokenKind::Param(_) => {
+                return Err(ParseError::new(
+                    SqlState::SYNTAX_ERROR,
+                    format!(
                     "a parameter cannot stand in {what}: the expression is stored with the stream"
                 ),
-            )
-            .at(cursor.position(&token))),
+                )
+                .at(cursor.position(&token)))
+            }
             _ if depth == 0 && !in_parens && clause_starts(cursor) => break,
             _ => {}
         }

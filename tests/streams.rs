@@ -65,6 +65,13 @@ fn texts(messages: Vec<SimpleQueryMessage>, columns: &[&str]) -> Vec<Vec<Option<
 /// Reads the sink until `expected` windows arrived (or the hang bound):
 /// the emitted JSON is read back by PostgreSQL itself.
 async fn drain(client: &Client, sink: &str, expected: usize) -> Windows {
+    let raw = drain_raw(client, sink, expected).await;
+    parse_windows(client, raw).await
+}
+
+/// The sink's (partition, payload) pairs, once `expected` arrived (and a
+/// little longer, so a duplicate would show).
+async fn drain_raw(client: &Client, sink: &str, expected: usize) -> Vec<(String, String)> {
     let began = Instant::now();
     let mut raw: Vec<(String, String)> = Vec::new();
     while raw.len() < expected && began.elapsed() < HANG {
@@ -93,6 +100,10 @@ async fn drain(client: &Client, sink: &str, expected: usize) -> Windows {
     for r in texts(extra, &["partition", "payload"]) {
         raw.push((r[0].clone().unwrap(), r[1].clone().unwrap()));
     }
+    raw
+}
+
+async fn parse_windows(client: &Client, raw: Vec<(String, String)>) -> Windows {
     let mut out = Windows::new();
     for (p, payload) in raw {
         let row = client
@@ -587,4 +598,95 @@ async fn two_queenwires_share_a_stream_and_never_run_one_partition_at_once() {
     assert!(twice.is_empty(), "emitted more than once: {twice:?}");
     assert_eq!(got, want);
     let _ = (_a.port, _b.port);
+}
+
+#[tokio::test]
+async fn expressions_run_with_the_tenant_s_own_rights_never_the_engine_s() {
+    use queenwire::users::{Passthrough, User, Users, Verifier};
+    use uuid::Uuid;
+    let mut users = Users::default();
+    for (name, tenant, passthrough) in [
+        ("a", 0xa, Passthrough::Full),
+        ("b", 0xb, Passthrough::Full),
+        ("n", 0xc, Passthrough::None),
+    ] {
+        users.users.insert(
+            name.into(),
+            User {
+                name: name.into(),
+                tenant: Uuid::from_u128(tenant),
+                passthrough,
+                verifier: Verifier::new("pw"),
+            },
+        );
+    }
+    let users = std::sync::Arc::new(users);
+    let proxy = Proxy::start_with("streams_rights", |c| c.users = Some(users.clone())).await;
+    let login = |name: &'static str| {
+        let mut cfg = proxy.client_config();
+        cfg.user(name).password("pw");
+        cfg
+    };
+    let a = connect(&login("a")).await;
+    let b = connect(&login("b")).await;
+    let n = connect(&login("n")).await;
+    // Reading the engine's tables from an expression: PostgreSQL refuses it,
+    // because the expression runs as tenant a's role.
+    let e = a
+        .batch_execute("CREATE STREAM peek FROM src KEY BY (SELECT count(*)::text FROM queen.log_segments) WINDOW TUMBLING 10 AGGREGATE (count(*)) INTO out")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "42501", "{e:?}");
+    // A user without plain SQL has no role to run expressions as.
+    let e = n
+        .batch_execute("CREATE STREAM s FROM src WINDOW TUMBLING 10 AGGREGATE (count(*)) INTO out")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "42501", "{e:?}");
+    // An ordinary stream runs, evaluated on the tenant's role.
+    a.batch_execute(TUMBLING).await.unwrap();
+    let evs = events(1, 50);
+    push(&a, "src", &evs).await;
+    push(&a, "src", &closers(1)).await;
+    let want = tumbling(&evs);
+    assert_eq!(without_closer(drain(&a, "out", want.len()).await), want);
+    // Another tenant sees none of it and cannot touch it.
+    assert!(texts(b.simple_query("SHOW STREAMS").await.unwrap(), &["stream"]).is_empty());
+    let e = b.batch_execute("DROP STREAM totals").await.unwrap_err();
+    assert_eq!(code(&e), "42704", "{e:?}");
+    let e = b.batch_execute("SHOW STREAM totals").await.unwrap_err();
+    assert_eq!(code(&e), "42704", "{e:?}");
+}
+
+#[tokio::test]
+async fn processing_time_windows_on_a_quiet_partition_close_by_idle_flush() {
+    let proxy = Proxy::start("streams_idle").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE STREAM quiet FROM src KEY BY payload->>'k' WINDOW TUMBLING '1s' IDLE FLUSH '500ms' AGGREGATE (count(*) AS n, sum((payload->>'amount')::numeric) AS total, avg((payload->>'amount')::numeric) AS mean, first(payload->'t') AS first_t, last(payload->'t') AS last_t, min((payload->>'t')::int) AS lo, max((payload->>'t')::int) AS hi) INTO out")
+        .await
+        .unwrap();
+    let evs: Vec<Ev> = (0..5)
+        .map(|t| ("Default".to_string(), "a".to_string(), t, 100 * (t + 1)))
+        .collect();
+    push(&client, "src", &evs).await;
+    // Nothing more is pushed: only the wall clock closes the window(s).
+    // One PUSH gives its messages one created_at: one window.
+    let raw = drain_raw(&client, "out", 1).await;
+    assert_eq!(raw.len(), 1, "{raw:?}");
+    let row = client
+        .query_one(
+            "SELECT (j->>'n')::int, (j->>'total')::numeric::text, (j->>'mean')::numeric::text,
+                    j->>'first_t', j->>'last_t', j->>'lo', j->>'hi', j ? 'late'
+             FROM (SELECT $1::text::jsonb AS j) s",
+            &[&raw[0].1],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 5);
+    assert_eq!(row.get::<_, String>(1), "15.00");
+    assert_eq!(row.get::<_, String>(2), "3");
+    let texts: Vec<String> = (3..7).map(|i| row.get(i)).collect();
+    assert_eq!(texts, ["0", "4", "0", "4"]);
+    assert!(!row.get::<_, bool>(7));
 }

@@ -650,7 +650,25 @@ async fn expressions_run_with_the_tenant_s_own_rights_never_the_engine_s() {
     push(&a, "src", &closers(1)).await;
     let want = tumbling(&evs);
     assert_eq!(without_closer(drain(&a, "out", want.len()).await), want);
+    // The open windows in plain SQL: the view, filtered by tenant; the
+    // table itself is the engine's.
+    let open = a
+        .query("SELECT stream, key FROM queen.stream_windows", &[])
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].get::<_, String>(1), "closer");
+    let e = a
+        .query("SELECT * FROM queen.stream_state", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "42501", "{e:?}");
     // Another tenant sees none of it and cannot touch it.
+    assert!(b
+        .query("SELECT * FROM queen.stream_windows", &[])
+        .await
+        .unwrap()
+        .is_empty());
     assert!(texts(b.simple_query("SHOW STREAMS").await.unwrap(), &["stream"]).is_empty());
     let e = b.batch_execute("DROP STREAM totals").await.unwrap_err();
     assert_eq!(code(&e), "42704", "{e:?}");

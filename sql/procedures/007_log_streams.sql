@@ -4,9 +4,9 @@
 --   1. stream_cycle_begin_v1 locks the stream_partitions row (streams space);
 --   2. stream_state_load_v1 reads the open windows (no locks);
 --   3. the engine assigns the batch to windows and closes the ripe ones;
---   4. the closed windows are pushed into the sink through log_push_v1 (so
+--   4. stream_cycle_save_v1 writes the state upserts and deletes;
+--   5. the closed windows are pushed into the sink through log_push_v1 (so
 --      log_push_one_v1 stays the one place an offset is assigned);
---   5. stream_cycle_save_v1 writes the state upserts and deletes;
 --   6. log_ack_v1 acknowledges the batch under the source partition's lease.
 -- Any failure rolls all of it back; the batch is delivered again.
 -- The user's expressions were evaluated before, by stream_eval_v1, on a

@@ -72,3 +72,26 @@ BEGIN
     ORDER BY sp.partition_name, st.window_start, st.key;
 END;
 $$;
+
+-- queen.stream_windows: the open windows as a plain view, for SQL and BI
+-- tools through the proxy (a tenant role has no privilege on the stream
+-- tables themselves). Filtered by queen.tenant_visible_v1 like the views
+-- of 011 (a tenant role sees its own tenant, the owner and the engine all),
+-- security_barrier; created only when its COMMENT lacks the version below
+-- (CREATE OR REPLACE VIEW takes ACCESS EXCLUSIVE). Granted in 034.
+DO $$
+BEGIN
+    IF obj_description(to_regclass('queen.stream_windows'), 'pg_class')
+       IS DISTINCT FROM 'queenwire 009 v1' THEN
+        CREATE OR REPLACE VIEW queen.stream_windows WITH (security_barrier) AS
+        SELECT s.tenant_id, s.name::TEXT AS stream, sp.partition_name::TEXT AS partition,
+               st.key::TEXT AS key, st.window_start, st.window_end, st.state, st.late
+        FROM queen.streams s
+        JOIN queen.stream_state st ON st.stream_id = s.id
+        JOIN queen.stream_partitions sp
+          ON sp.stream_id = st.stream_id AND sp.partition_id = st.partition_id
+        WHERE queen.tenant_visible_v1(s.tenant_id);
+        COMMENT ON VIEW queen.stream_windows IS 'queenwire 009 v1';
+    END IF;
+END
+$$;

@@ -156,6 +156,7 @@ BEGIN
         GRANT SELECT ON queen.queue_depth, queen.group_lag, queen.dlq_counts, queen.throughput
             TO queen_client, queen_engine;
         GRANT SELECT ON queen.status, queen.throughput_per_minute TO queen_client, queen_engine;
+        GRANT SELECT ON queen.stream_windows TO queen_client, queen_engine;
     END IF;
 END
 $$;

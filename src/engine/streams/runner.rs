@@ -13,12 +13,13 @@
 //!    engine's: see [`super::Evaluators`]);
 //! 3. in ONE transaction on an engine connection: lock the (stream,
 //!    partition) progress row, load its open windows, assign the batch and
-//!    close what is ripe ([`super::window`]), push the closed windows into
-//!    the sink through the ordinary push path (`log_push_v1`, so
-//!    `log_push_one_v1` assigns their offsets), save the state, and ACK the
-//!    batch under the lease. Any failure (a stale ACK included) rolls it
-//!    all back: the batch is delivered again and no window is emitted
-//!    twice.
+//!    close what is ripe ([`super::window`]), save the state, push the
+//!    closed windows into the sink through the ordinary push path
+//!    (`log_push_v1`, so `log_push_one_v1` assigns their offsets), and ACK
+//!    the batch under the lease (locks in the global order: stream tables,
+//!    then the sink's queue and partitions, then the source's consumer
+//!    row). Any failure (a stale ACK included) rolls it all back: the
+//!    batch is delivered again and no window is emitted twice.
 
 use super::window::{Event, Kind, Partition, Spec};
 use super::Evaluators;
@@ -466,21 +467,6 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
     } else {
         part.idle(work.idle_us);
     }
-    let pushed = !part.emitted.is_empty();
-    if pushed {
-        let messages = part
-            .emitted
-            .iter()
-            .map(|e| {
-                (
-                    sink_partition(stream, work.partition_name, &e.key),
-                    e.payload.clone(),
-                )
-            })
-            .collect();
-        let mut prep = PreparedPush::from_messages(stream.sink.clone(), messages);
-        write_pushes(conn, &mut [&mut prep], stream.tenant).await?;
-    }
     let (deletes, upserts) = part.changes();
     let mut save = CycleSave {
         stream_id: stream.id,
@@ -504,7 +490,24 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
         save.up_states.push(u.state);
         save.up_late.push(u.late);
     }
+    // The state first: stream tables come before every queue lock in the
+    // global order (002), and the sink push takes queue and partition locks.
     conn.run(&save).await?;
+    let pushed = !part.emitted.is_empty();
+    if pushed {
+        let messages = part
+            .emitted
+            .iter()
+            .map(|e| {
+                (
+                    sink_partition(stream, work.partition_name, &e.key),
+                    e.payload.clone(),
+                )
+            })
+            .collect();
+        let mut prep = PreparedPush::from_messages(stream.sink.clone(), messages);
+        write_pushes(conn, &mut [&mut prep], stream.tenant).await?;
+    }
     if let Some(batch) = &work.batch {
         let token = batch.lease_token.ok_or_else(|| {
             ExecError::Refused(SqlError::error(

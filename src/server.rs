@@ -54,9 +54,6 @@ async fn listen(listen: &str) -> std::io::Result<TcpListener> {
 
 /// Connections of the timer firing loop (it fires one batch at a time).
 const TIMER_POOL_SIZE: usize = 2;
-/// Connections of the stream runner: the cycle's, and one for its POPs and
-/// idle flushes (evaluation is on the tenant's pool).
-const STREAM_POOL_SIZE: usize = 2;
 
 /// `application_name` of queenwire's own background connections (schema
 /// apply, wake-ups), to tell them apart from the pool in pg_stat_activity.
@@ -467,22 +464,7 @@ impl Server {
             engine.clone(),
             &shutdown,
         ));
-        {
-            // Stream expressions run as the tenant's own backend role
-            // (read-only one first); without a users file, as the engine.
-            let weak = Arc::downgrade(&shared);
-            let has_users = config.users.is_some();
-            let engine_pool = pool.clone();
-            engine.streams.set(Box::new(move |tenant| {
-                if !has_users {
-                    return Some(engine_pool.clone());
-                }
-                let shared = weak.upgrade()?;
-                shared
-                    .role_pool(tenant, true)
-                    .or_else(|| shared.role_pool(tenant, false))
-            }));
-        }
+        shared.install_stream_evaluators(config.users.is_some());
         let slots = shared.slots.clone();
         let listen_hub = shared.listen.clone();
         let mut pools = pool_labels(&shared);
@@ -505,13 +487,8 @@ impl Server {
             TIMER_POOL_SIZE,
         )?;
         pools.push(("timers".to_string(), timer_pool.clone()));
-        let stream_pool = pool::build_pool(
-            Arc::new(BackendTarget {
-                application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
-                ..(*shared_target).clone()
-            }),
-            STREAM_POOL_SIZE,
-        )?;
+        let stream_pool =
+            crate::engine::streams::runner::pool(&shared_target, BACKGROUND_APPLICATION_NAME)?;
         pools.push(("streams".to_string(), stream_pool.clone()));
         metrics.set_pools(pools);
         let mut background_tasks = vec![
@@ -532,10 +509,9 @@ impl Server {
                 engine.announcer.clone(),
                 shutdown.signal(),
             )),
-            tokio::spawn(crate::engine::streams::runner::run(
+            tokio::spawn(crate::engine::streams::run(
                 stream_pool,
-                engine.streams.clone(),
-                engine.announcer.clone(),
+                engine.clone(),
                 shutdown.signal(),
             )),
             tokio::spawn(crate::metrics::MAINTENANCE.scope(

@@ -499,6 +499,7 @@ async fn spawn(db: &tokio_postgres::Config) -> (Process, Client) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let child = Process { child, port };
     let mut cfg = tokio_postgres::Config::new();
     cfg.host("127.0.0.1").port(port).user("tester").dbname("x");
     let began = Instant::now();
@@ -507,7 +508,7 @@ async fn spawn(db: &tokio_postgres::Config) -> (Process, Client) {
             tokio::spawn(async move {
                 let _ = conn.await;
             });
-            return (Process { child, port }, client);
+            return (child, client);
         }
         assert!(began.elapsed() < HANG, "queenwire did not start");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -585,7 +586,7 @@ async fn two_queenwires_share_a_stream_and_never_run_one_partition_at_once() {
     client_a.batch_execute(TUMBLING).await.unwrap();
     let evs = events(8, 2_000);
     let (half_a, half_b): (Vec<Ev>, Vec<Ev>) =
-        evs.iter().cloned().partition(|e| e.0 < "p4".to_string());
+        evs.iter().cloned().partition(|e| e.0.as_str() < "p4");
     // Both push at once, each to its own partitions; both run the stream.
     tokio::join!(
         push(&client_a, "src", &half_a),

@@ -43,10 +43,9 @@ impl Dec {
             return None;
         }
         let mut mantissa: i128 = 0;
-        for b in int.bytes().chain(frac.bytes()) {
-            mantissa = mantissa
-                .checked_mul(10)?
-                .checked_add(i128::from(b - b'0'))?;
+        for c in int.chars().chain(frac.chars()) {
+            let digit = c.to_digit(10)?;
+            mantissa = mantissa.checked_mul(10)?.checked_add(i128::from(digit))?;
         }
         let mut scale = i64::try_from(frac.len()).ok()? - i64::from(exp);
         while scale < 0 {
@@ -234,30 +233,22 @@ impl AggState {
                     (x, y) => x.or(y),
                 }
             }
-            (AggState::Min(a), AggState::Min(Some(b))) => {
-                if a.is_none_or(|x| b.cmp_value(x) == Ordering::Less) {
-                    *a = Some(*b);
-                }
+            (AggState::Min(a), AggState::Min(Some(b)))
+                if a.is_none_or(|x| b.cmp_value(x) == Ordering::Less) =>
+            {
+                *a = Some(*b)
             }
-            (AggState::Max(a), AggState::Max(Some(b))) => {
-                if a.is_none_or(|x| b.cmp_value(x) == Ordering::Greater) {
-                    *a = Some(*b);
-                }
+            (AggState::Max(a), AggState::Max(Some(b)))
+                if a.is_none_or(|x| b.cmp_value(x) == Ordering::Greater) =>
+            {
+                *a = Some(*b)
             }
             (AggState::Avg(s, c), AggState::Avg(s2, c2)) => {
                 *s = s.checked_add(*s2).ok_or_else(overflow)?;
                 *c += c2;
             }
-            (AggState::First(a), AggState::First(b)) => {
-                if a.is_none() {
-                    a.clone_from(b);
-                }
-            }
-            (AggState::Last(a), AggState::Last(b)) => {
-                if b.is_some() {
-                    a.clone_from(b);
-                }
-            }
+            (AggState::First(a), AggState::First(b)) if a.is_none() => a.clone_from(b),
+            (AggState::Last(a), AggState::Last(b)) if b.is_some() => a.clone_from(b),
             _ => {}
         }
         Ok(())

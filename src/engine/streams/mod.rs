@@ -20,6 +20,8 @@ pub mod aggregate;
 pub mod runner;
 pub mod window;
 
+pub use runner::run;
+
 use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::call::{CallEnd, Calls};

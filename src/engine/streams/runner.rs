@@ -32,9 +32,10 @@ use crate::engine::wake::{queue_key, Announcer};
 use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState, TxStatus};
 use crate::rewrite::calls::queues::{Ack, Pop, PopArgs, PopRow};
-use crate::rewrite::calls::streams::{
-    Active, ActiveRow, CycleBegin, CycleSave, Eval, EvalRow, IdlePartitions, NoteError, StateLoad,
+use crate::rewrite::calls::stream_cycle::{
+    Active, ActiveRow, CycleBegin, CycleSave, IdlePartitions, NoteError, StateLoad,
 };
+use crate::rewrite::calls::streams::{Eval, EvalRow};
 use crate::rewrite::calls::transaction::{Raise, ROLLBACK};
 use crate::rewrite::dialect::stream::AggFn;
 use crate::rewrite::dialect::validate_name;
@@ -54,14 +55,27 @@ pub const LEASE: Duration = Duration::from_secs(10);
 /// others back.
 const CYCLES_PER_ROUND: usize = 8;
 
+/// Connections of the runner: a cycle's, and one to note an error.
+const POOL_SIZE: usize = 2;
+
+/// The runner's own pool (no client is ever handed one of these).
+pub fn pool(
+    target: &crate::backend::BackendTarget,
+    application_name: &str,
+) -> Result<Pool, BackendError> {
+    pool::build_pool(
+        Arc::new(crate::backend::BackendTarget {
+            application_name: Some(application_name.into()),
+            ..target.clone()
+        }),
+        POOL_SIZE,
+    )
+}
+
 /// Runs the streams until shutdown begins. An interrupted cycle rolls back
 /// (its connection goes), and its batch comes back after the lease.
-pub async fn run(
-    pool: Pool,
-    evaluators: Arc<Evaluators>,
-    announcer: Announcer,
-    shutdown: ShutdownSignal,
-) {
+pub async fn run(pool: Pool, engine: Arc<crate::engine::Engine>, shutdown: ShutdownSignal) {
+    let (evaluators, announcer) = (engine.streams.clone(), engine.announcer.clone());
     tokio::select! {
         () = run_forever(pool, evaluators, announcer) => {}
         () = shutdown.begun() => {}

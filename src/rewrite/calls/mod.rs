@@ -45,6 +45,7 @@ pub mod retention;
 mod row;
 pub mod show;
 pub mod status;
+pub mod stream_cycle;
 pub mod streams;
 pub mod timers;
 pub mod transaction;
@@ -151,12 +152,12 @@ pub const ALL: &[&CallSpec] = &[
     &streams::SET_PAUSED,
     &streams::LIST,
     &streams::SHOW,
-    &streams::ACTIVE,
-    &streams::CYCLE_BEGIN,
-    &streams::STATE_LOAD,
-    &streams::CYCLE_SAVE,
-    &streams::IDLE_PARTITIONS,
-    &streams::NOTE_ERROR,
+    &stream_cycle::ACTIVE,
+    &stream_cycle::CYCLE_BEGIN,
+    &stream_cycle::STATE_LOAD,
+    &stream_cycle::CYCLE_SAVE,
+    &stream_cycle::IDLE_PARTITIONS,
+    &stream_cycle::NOTE_ERROR,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

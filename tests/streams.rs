@@ -709,3 +709,22 @@ async fn processing_time_windows_on_a_quiet_partition_close_by_idle_flush() {
     assert_eq!(texts, ["0", "4", "0", "4"]);
     assert!(!row.get::<_, bool>(7));
 }
+
+#[tokio::test]
+async fn postgresql_itself_rejects_every_stream_statement_so_the_dialect_takes_nothing_of_its() {
+    let proxy = Proxy::start("streams_pg").await;
+    let direct = proxy.connect_direct().await;
+    for sql in [
+        "CREATE STREAM s FROM q WINDOW TUMBLING 10 AGGREGATE (count(*)) INTO o",
+        "CREATE OR REPLACE STREAM s FROM q WINDOW TUMBLING 10 AGGREGATE (count(*)) INTO o RESET",
+        "DROP STREAM s",
+        "DROP STREAM IF EXISTS s",
+        "ALTER STREAM s PAUSE",
+        "SHOW STREAM s",
+    ] {
+        let e = direct.batch_execute(sql).await.unwrap_err();
+        assert_eq!(code(&e), "42601", "{sql}: {e:?}");
+    }
+    let e = direct.batch_execute("SHOW STREAMS").await.unwrap_err();
+    assert_eq!(code(&e), "42704", "{e:?}");
+}

@@ -213,15 +213,16 @@ END;
 $$;
 
 -- The idle flush's work list: partitions of a stream with open windows
--- where no message was seen for p_idle_ms by the wall clock. No locks.
+-- where no message was seen for p_idle_ms by the wall clock, with the
+-- database's clock (the stream time an idle flush closes by). No locks.
 CREATE OR REPLACE FUNCTION queen.stream_idle_partitions_v1(
     p_stream_id BIGINT,
     p_idle_ms   BIGINT
-) RETURNS TABLE (partition_id BIGINT, partition_name TEXT, idle_us BIGINT)
+) RETURNS TABLE (partition_id BIGINT, partition_name TEXT, now_us BIGINT)
 LANGUAGE sql STABLE
 AS $$
     SELECT sp.partition_id, sp.partition_name::TEXT,
-           (extract(epoch FROM now() - sp.last_message_at) * 1000000)::BIGINT
+           (extract(epoch FROM now()) * 1000000)::BIGINT
     FROM queen.stream_partitions sp
     WHERE sp.stream_id = p_stream_id
       AND sp.last_message_at < now() - p_idle_ms * interval '1 millisecond'

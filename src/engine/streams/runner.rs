@@ -317,7 +317,7 @@ async fn cycle(
             evaluated,
             lease_token,
         }),
-        idle_us: 0,
+        now_us: 0,
     };
     let result = in_one_transaction(&mut conn, &work).await;
     pool::release(conn);
@@ -370,7 +370,8 @@ struct Work<'a> {
     partition_id: i64,
     partition_name: &'a str,
     batch: Option<Batch<'a>>,
-    idle_us: i64,
+    /// An idle flush's wall clock (microseconds since the epoch).
+    now_us: i64,
 }
 
 /// Runs `work` in one transaction (the implicit one the final Sync ends):
@@ -479,7 +480,7 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
         }
         offsets = batch.messages.iter().map(|m| m.offset).collect();
     } else {
-        part.idle(work.idle_us);
+        part.idle(work.now_us);
     }
     let (deletes, upserts) = part.changes();
     let mut save = CycleSave {
@@ -603,7 +604,7 @@ async fn idle_flush(
             partition_id: p.partition_id,
             partition_name: &p.partition_name,
             batch: None,
-            idle_us: p.idle_us,
+            now_us: p.now_us,
         };
         match in_one_transaction(&mut conn, &work).await {
             Ok(true) => announcer.pushed(&queue_key(stream.tenant, &stream.sink)),

@@ -15,8 +15,8 @@
 //! - a window closes (is emitted, its state deleted) when
 //!   `window_end + GRACE <= stream time`;
 //! - IDLE FLUSH: on a partition quiet for longer than the idle time by the
-//!   wall clock, the stream time moves on to (largest time seen − lateness
-//!   + time idle), closing what is ripe by then.
+//!   wall clock, the stream time moves on to the wall clock (as Queen's
+//!   runner does: `window_end + grace <= now`), closing what is ripe by then.
 
 use super::aggregate::{json_string, AggError, AggState};
 use crate::engine::values::format_timestamptz;
@@ -281,13 +281,10 @@ impl<'s> Partition<'s> {
         Ok(())
     }
 
-    /// The partition was quiet for `idle` by the wall clock.
-    pub fn idle(&mut self, idle: i64) {
-        if let Some(seen) = self.max_seen {
-            let t = seen.saturating_sub(self.spec.lateness).saturating_add(idle);
-            self.stream_time = Some(self.stream_time.map_or(t, |s| s.max(t)));
-            self.close_ripe();
-        }
+    /// The partition was quiet for the idle time; `now` is the wall clock.
+    pub fn idle(&mut self, now: i64) {
+        self.stream_time = Some(self.stream_time.map_or(now, |s| s.max(now)));
+        self.close_ripe();
     }
 
     fn close_ripe(&mut self) {
@@ -494,7 +491,7 @@ mod tests {
         p.event(ev(1, "k", 1)).unwrap();
         p.event(ev(14, "k", 1)).unwrap();
         assert!(p.emitted.is_empty());
-        p.idle(S);
+        p.idle(15 * S);
         assert_eq!(summary(&p), vec![("k".into(), 0, 10)]);
     }
 

@@ -271,12 +271,12 @@ impl Call for CycleSave {
 
 pub const IDLE_PARTITIONS: CallSpec = CallSpec {
     name: "qw_stream_idle_partitions_v1",
-    sql: "SELECT partition_id, partition_name, idle_us FROM queen.stream_idle_partitions_v1(p_stream_id => $1, p_idle_ms => $2)",
+    sql: "SELECT partition_id, partition_name, now_us FROM queen.stream_idle_partitions_v1(p_stream_id => $1, p_idle_ms => $2)",
     params: &[Type::INT8, Type::INT8],
     columns: &[
         column("partition_id", Type::INT8),
         column("partition_name", Type::TEXT),
-        column("idle_us", Type::INT8),
+        column("now_us", Type::INT8),
     ],
 };
 
@@ -296,7 +296,8 @@ impl Call for IdlePartitions {
 pub struct IdleRow {
     pub partition_id: i64,
     pub partition_name: String,
-    pub idle_us: i64,
+    /// The database's clock, microseconds since the epoch.
+    pub now_us: i64,
 }
 
 impl FromRow for IdleRow {
@@ -306,7 +307,7 @@ impl FromRow for IdleRow {
             partition_name: row
                 .get::<Option<String>>("partition_name")?
                 .unwrap_or_default(),
-            idle_us: row.get::<Option<i64>>("idle_us")?.unwrap_or(0),
+            now_us: row.get::<Option<i64>>("now_us")?.unwrap_or(0),
         })
     }
 }

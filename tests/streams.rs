@@ -728,3 +728,34 @@ async fn postgresql_itself_rejects_every_stream_statement_so_the_dialect_takes_n
     let e = direct.batch_execute("SHOW STREAMS").await.unwrap_err();
     assert_eq!(code(&e), "42704", "{e:?}");
 }
+
+#[tokio::test]
+async fn purge_tenant_removes_the_tenant_s_streams_and_their_windows() {
+    let proxy = Proxy::start("streams_purge").await;
+    let client = proxy.connect().await;
+    client.batch_execute(TUMBLING).await.unwrap();
+    push(&client, "src", &events(2, 20)).await;
+    let direct = proxy.connect_direct().await;
+    let count = |table: &'static str| {
+        let direct = &direct;
+        async move {
+            direct
+                .query_one(&format!("SELECT count(*) FROM queen.{table}"), &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    let began = Instant::now();
+    while count("stream_state").await == 0 {
+        assert!(began.elapsed() < HANG, "no window opened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client
+        .batch_execute("PURGE TENANT '00000000-0000-0000-0000-000000000001'")
+        .await
+        .unwrap();
+    for table in ["streams", "stream_partitions", "stream_state"] {
+        assert_eq!(count(table).await, 0, "{table}");
+    }
+}

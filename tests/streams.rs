@@ -759,3 +759,40 @@ async fn purge_tenant_removes_the_tenant_s_streams_and_their_windows() {
         assert_eq!(count(table).await, 0, "{table}");
     }
 }
+
+#[tokio::test]
+async fn a_slow_expression_fails_its_own_cycles_and_holds_up_no_other_stream() {
+    let proxy = Proxy::start("streams_slow").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE STREAM slow FROM slow_src KEY BY (SELECT pg_sleep(8)::text) WINDOW TUMBLING 10 AGGREGATE (count(*)) INTO slow_out")
+        .await
+        .unwrap();
+    client.batch_execute(TUMBLING).await.unwrap();
+    push(&client, "slow_src", &events(1, 3)).await;
+    let evs = events(1, 100);
+    push(&client, "src", &evs).await;
+    push(&client, "src", &closers(1)).await;
+    let want = tumbling(&evs);
+    assert_eq!(
+        without_closer(drain(&client, "out", want.len()).await),
+        want
+    );
+    let began = Instant::now();
+    loop {
+        let rows = texts(
+            client.simple_query("SHOW STREAMS").await.unwrap(),
+            &["stream", "last_error"],
+        );
+        let slow = rows
+            .iter()
+            .find(|r| r[0].as_deref() == Some("slow"))
+            .unwrap();
+        if let Some(e) = &slow[1] {
+            assert!(e.contains("took longer than"), "{e}");
+            break;
+        }
+        assert!(began.elapsed() < HANG, "no error noted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

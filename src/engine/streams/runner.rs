@@ -51,6 +51,8 @@ pub const BATCH: i32 = 1000;
 /// (else its ACK is stale and it rolls back), and a dead runner's
 /// partitions move to another queenwire after it.
 pub const LEASE: Duration = Duration::from_secs(10);
+/// The longest one batch's evaluation may take (well inside [`LEASE`]).
+pub const EVAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Cycles per stream in one round, so one busy stream does not hold the
 /// others back.
 const CYCLES_PER_ROUND: usize = 8;
@@ -344,15 +346,21 @@ async fn evaluate(
         .await
         .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
     let input = eval_input(messages, partition);
-    let rows = conn
-        .run(
-            &Eval {
-                sql: &stream.eval_sql,
-                messages: &input,
-            },
-            CallEnd::Sync,
-        )
-        .await;
+    let call = Eval {
+        sql: &stream.eval_sql,
+        messages: &input,
+    };
+    let rows = tokio::time::timeout(EVAL_TIMEOUT, conn.run(&call, CallEnd::Sync)).await;
+    let Ok(rows) = rows else {
+        // One tenant's slow expression must not hold every other stream of
+        // this runner: the connection goes (its backend ends the statement
+        // when it next talks to the socket), the batch comes back.
+        pool::discard(conn);
+        return Err(ExecError::Refused(SqlError::error(
+            SqlState::QUERY_CANCELED,
+            format!("the stream's expressions took longer than {EVAL_TIMEOUT:?} over one batch"),
+        )));
+    };
     pool::release(conn);
     Ok(rows?)
 }

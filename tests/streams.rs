@@ -419,6 +419,18 @@ async fn a_changed_definition_needs_or_replace_and_a_bad_expression_gets_postgre
     );
     assert_eq!(paused, vec![vec![Some("t".to_string())]]);
     client.batch_execute("ALTER STREAM s RESUME").await.unwrap();
+    // CREATE with parameters for its names and durations.
+    let create = client
+        .prepare("CREATE STREAM $1 FROM $2 WINDOW TUMBLING $3 GRACE $4 AGGREGATE (count(*)) INTO $5")
+        .await
+        .unwrap();
+    assert!(create.columns().is_empty());
+    assert_eq!(create.params().len(), 5);
+    client
+        .execute(&create, &[&"p", &"src", &"30s", &"1s", &"p_out"])
+        .await
+        .unwrap();
+    client.batch_execute("DROP STREAM p").await.unwrap();
     let e = client
         .batch_execute("SHOW STREAM nosuch")
         .await

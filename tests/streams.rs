@@ -421,7 +421,9 @@ async fn a_changed_definition_needs_or_replace_and_a_bad_expression_gets_postgre
     client.batch_execute("ALTER STREAM s RESUME").await.unwrap();
     // CREATE with parameters for its names and durations.
     let create = client
-        .prepare("CREATE STREAM $1 FROM $2 WINDOW TUMBLING $3 GRACE $4 AGGREGATE (count(*)) INTO $5")
+        .prepare(
+            "CREATE STREAM $1 FROM $2 WINDOW TUMBLING $3 GRACE $4 AGGREGATE (count(*)) INTO $5",
+        )
         .await
         .unwrap();
     assert!(create.columns().is_empty());

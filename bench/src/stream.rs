@@ -28,6 +28,8 @@ pub struct StreamLag {
     pub median_lag: f64,
     pub drain: Option<Duration>,
     pub windows: i64,
+    /// A second stream reading the whole backlog: messages per second.
+    pub catch_up_rate: Option<f64>,
 }
 
 async fn lag_of(client: &tokio_postgres::Client, name: &str) -> Result<(i64, i64, i64), BoxError> {
@@ -105,7 +107,7 @@ impl Bench {
         }
         let mut sorted: Vec<f64> = lags.iter().map(|l| *l as f64).collect();
         sorted.sort_by(f64::total_cmp);
-        let result = StreamLag {
+        let mut result = StreamLag {
             offered: STREAM_RATE as f64,
             pushed_rate: pushed as f64 / push_secs,
             consumed_rate: last.1 as f64 / (push_secs + drain.map_or(0.0, |d| d.as_secs_f64())),
@@ -117,10 +119,33 @@ impl Bench {
             },
             drain,
             windows: last.2,
+            catch_up_rate: None,
         };
+        // Capacity: a second stream over the same source reads the whole
+        // backlog from the beginning, as fast as the runner goes.
+        let catch_up_name = self.next_name("stream");
+        let catch_up_sink = self.next_name("streamsink");
+        let began = Instant::now();
+        self.qw_admin
+            .simple_query(&format!(
+                "CREATE STREAM {catch_up_name} FROM {source} KEY BY payload->>'k' WINDOW TUMBLING '1s' \
+                 AGGREGATE (count(*) AS n, sum((payload->>'v')::numeric) AS total) INTO {catch_up_sink}"
+            ))
+            .await?;
+        while began.elapsed() < Duration::from_secs(300) {
+            let (lag, messages, _) = lag_of(&self.qw_admin, &catch_up_name).await?;
+            if lag == 0 && messages as u64 >= pushed {
+                result.catch_up_rate = Some(messages as f64 / began.elapsed().as_secs_f64());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.qw_admin
+            .simple_query(&format!("DROP STREAM {catch_up_name}"))
+            .await?;
         eprintln!("bench: stream: {result:?}");
         self.extras.notes.push(format!(
-            "stream: {:.0} msg/s offered, {:.0} pushed, {:.0} consumed by the stream; lag while pushing median {:.0}, max {} messages; lag 0 {} after the producers stopped; {} windows emitted",
+            "stream: {:.0} msg/s offered, {:.0} pushed, {:.0} consumed by the stream; lag while pushing median {:.0}, max {} messages; lag 0 {} after the producers stopped; {} windows emitted; a second stream read the {}-message backlog at {} msg/s",
             result.offered,
             result.pushed_rate,
             result.consumed_rate,
@@ -128,6 +153,8 @@ impl Bench {
             result.max_lag,
             result.drain.map_or("not reached within 120 s".to_string(), |d| format!("{:.2} s", d.as_secs_f64())),
             result.windows,
+            pushed,
+            result.catch_up_rate.map_or("n/a".to_string(), |r| format!("{r:.0}")),
         ));
         self.extras.stream = Some(result);
         self.qw_admin

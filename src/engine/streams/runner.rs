@@ -116,6 +116,9 @@ async fn round(
         rows?
     };
     let mut busy = false;
+    // A lost connection (the engine's, or one tenant's role pool) ends
+    // that stream's turn, not the round: the other streams still run.
+    let mut lost = None;
     for stream in streams {
         let Some(spec) = spec_of(&stream) else {
             continue;
@@ -124,7 +127,10 @@ async fn round(
             match cycle(pool, evaluators, announcer, &stream, &spec).await {
                 Ok(true) => busy = true,
                 Ok(false) => break,
-                Err(ExecError::Lost(e)) => return Err(ExecError::Lost(e)),
+                Err(ExecError::Lost(e)) => {
+                    lost = Some(e);
+                    break;
+                }
                 Err(e) => {
                     note_error(pool, &stream, &e).await;
                     break;
@@ -132,12 +138,17 @@ async fn round(
             }
         }
         if let Some(idle_ms) = stream.idle_ms {
-            if let Err(e) = idle_flush(pool, announcer, &stream, &spec, idle_ms).await {
-                note_error(pool, &stream, &e).await;
+            match idle_flush(pool, announcer, &stream, &spec, idle_ms).await {
+                Ok(()) => {}
+                Err(ExecError::Lost(e)) => lost = Some(e),
+                Err(e) => note_error(pool, &stream, &e).await,
             }
         }
     }
-    Ok(busy)
+    match lost {
+        Some(e) if !busy => Err(ExecError::Lost(e)),
+        _ => Ok(busy),
+    }
 }
 
 async fn note_error(pool: &Pool, stream: &ActiveRow, e: &ExecError) {

@@ -810,3 +810,68 @@ async fn a_slow_expression_fails_its_own_cycles_and_holds_up_no_other_stream() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn subscribe_from_now_or_a_timestamp_skips_what_came_before() {
+    let proxy = Proxy::start("streams_subscribe").await;
+    let client = proxy.connect().await;
+    let early: Vec<Ev> = (0..5)
+        .map(|t| ("Default".to_string(), "a".to_string(), t, 100))
+        .collect();
+    push(&client, "src", &early).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let direct = proxy.connect_direct().await;
+    let cut: String = direct
+        .query_one("SELECT now()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let rest = "KEY BY payload->>'k' WINDOW TUMBLING 10 EVENT TIME to_timestamp((payload->>'t')::bigint) AGGREGATE (count(*) AS n, sum((payload->>'amount')::numeric) AS total)";
+    client
+        .batch_execute(&format!(
+            "CREATE STREAM from_now FROM src SUBSCRIBE FROM NOW {rest} INTO out_now;
+             CREATE STREAM from_cut FROM src SUBSCRIBE FROM '{cut}' {rest} INTO out_cut;
+             CREATE STREAM from_start FROM src {rest} INTO out_start;"
+        ))
+        .await
+        .unwrap();
+    // Each group's first POP fixes where it starts: wait until all three
+    // were seen.
+    let began = Instant::now();
+    loop {
+        let seen: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM queen.consumer_groups_metadata WHERE consumer_group LIKE 'stream:from_%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if seen == 3 {
+            break;
+        }
+        assert!(began.elapsed() < HANG, "the groups were never seen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let late: Vec<Ev> = (20..25)
+        .map(|t| ("Default".to_string(), "a".to_string(), t, 1))
+        .collect();
+    push(&client, "src", &late).await;
+    let closer = ("Default".to_string(), "closer".to_string(), 80_000, 0);
+    push(&client, "src", &[closer]).await;
+    let key = |s: i64| ("Default".to_string(), "a".to_string(), s, s + 10);
+    let only_late = Windows::from([(key(20), vec![(5, 5, false)])]);
+    let everything = Windows::from([
+        (key(0), vec![(5, 500, false)]),
+        (key(20), vec![(5, 5, false)]),
+    ]);
+    for (sink, want) in [
+        ("out_now", &only_late),
+        ("out_cut", &only_late),
+        ("out_start", &everything),
+    ] {
+        let got = without_closer(drain(&client, sink, want.len()).await);
+        assert_eq!(&got, want, "{sink}");
+    }
+}

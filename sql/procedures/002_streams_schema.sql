@@ -31,7 +31,9 @@ CREATE TABLE IF NOT EXISTS queen.streams (
     name                TEXT COLLATE "C" NOT NULL,
     source_queue        TEXT COLLATE "C" NOT NULL,
     consumer_group      TEXT COLLATE "C" NOT NULL,
-    subscribe           TEXT NOT NULL DEFAULT 'beginning',
+    subscribe           TEXT NOT NULL DEFAULT 'beginning'
+                        CHECK (subscribe IN ('beginning', 'now', 'timestamp')),
+    subscribe_at        TIMESTAMPTZ,
     definition          TEXT NOT NULL,
     definition_hash     TEXT NOT NULL,
     state_hash          TEXT NOT NULL,

@@ -78,7 +78,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen.stream_active_v1()
 RETURNS TABLE (
     id BIGINT, tenant_id UUID, name TEXT, source_queue TEXT, consumer_group TEXT,
-    subscribe TEXT, window_kind TEXT, window_size_ms BIGINT, window_every_ms BIGINT,
+    subscribe TEXT, subscribe_at TEXT, window_kind TEXT, window_size_ms BIGINT, window_every_ms BIGINT,
     session_gap_ms BIGINT, event_time BOOLEAN, allowed_lateness_ms BIGINT,
     on_late TEXT, grace_ms BIGINT, idle_flush_ms BIGINT, agg_names TEXT[],
     agg_fns TEXT[], sink_queue TEXT, partition_by_key BOOLEAN, eval_sql TEXT,
@@ -87,7 +87,7 @@ RETURNS TABLE (
 LANGUAGE sql STABLE
 AS $$
     SELECT s.id, s.tenant_id, s.name::TEXT, s.source_queue::TEXT, s.consumer_group::TEXT,
-           s.subscribe, s.window_kind, s.window_size_ms, s.window_every_ms,
+           s.subscribe, s.subscribe_at::TEXT, s.window_kind, s.window_size_ms, s.window_every_ms,
            s.session_gap_ms, s.event_time_expr IS NOT NULL, s.allowed_lateness_ms,
            s.on_late, s.grace_ms, s.idle_flush_ms, s.agg_names, s.agg_fns,
            s.sink_queue::TEXT, s.partition_by_key, s.eval_sql, s.generation

@@ -53,7 +53,8 @@ CREATE OR REPLACE FUNCTION queen.stream_create_v1(
     p_agg_args       TEXT[],
     p_sink           TEXT,
     p_partition_by_key BOOLEAN,
-    p_mode           TEXT
+    p_mode           TEXT,
+    p_subscribe_at   TIMESTAMPTZ DEFAULT NULL
 ) RETURNS TEXT
 LANGUAGE plpgsql
 AS $$
@@ -76,13 +77,13 @@ BEGIN
     FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO queen.streams (
-            tenant_id, name, source_queue, consumer_group, subscribe, definition,
+            tenant_id, name, source_queue, consumer_group, subscribe, subscribe_at, definition,
             definition_hash, state_hash, where_expr, key_expr, window_kind,
             window_size_ms, window_every_ms, session_gap_ms, event_time_expr,
             allowed_lateness_ms, on_late, grace_ms, idle_flush_ms, agg_names,
             agg_fns, agg_args, sink_queue, partition_by_key, eval_sql)
         VALUES (
-            p_tenant, p_name, p_source, p_group, p_subscribe, p_definition,
+            p_tenant, p_name, p_source, p_group, p_subscribe, p_subscribe_at, p_definition,
             v_hash, v_state_hash, p_where, p_key, p_kind,
             p_size_ms, p_every_ms, p_gap_ms, p_event_time,
             p_lateness_ms, p_on_late, p_grace_ms, p_idle_ms, p_agg_names,
@@ -114,6 +115,7 @@ BEGIN
     END IF;
     UPDATE queen.streams SET
         source_queue = p_source, consumer_group = p_group, subscribe = p_subscribe,
+        subscribe_at = p_subscribe_at,
         definition = p_definition, definition_hash = v_hash, state_hash = v_state_hash,
         where_expr = p_where, key_expr = p_key, window_kind = p_kind,
         window_size_ms = p_size_ms, window_every_ms = p_every_ms,

@@ -30,6 +30,7 @@ use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::calls::streams::{
     CreateStream as CreateCall, DropStream, Eval, EvalSql, ListStreams, SetPaused, ShowStream,
 };
+use crate::rewrite::dialect::pop::SubscribeFrom;
 use crate::rewrite::dialect::stream::{CreateStream, Window};
 use crate::rewrite::dialect::validate_name;
 use std::sync::OnceLock;
@@ -99,6 +100,14 @@ fn resolve(
             "a stream's sink cannot be its source queue (it would read its own windows)".into(),
         ));
     }
+    let (subscribe, subscribe_at) = match &stmt.subscribe {
+        None | Some(SubscribeFrom::Beginning) => ("beginning".to_string(), None),
+        Some(SubscribeFrom::Now) => ("now".to_string(), None),
+        Some(SubscribeFrom::Timestamp(ts)) => (
+            "timestamp".to_string(),
+            Some(params.text(ts, "SUBSCRIBE FROM")?),
+        ),
+    };
     let (kind, size_ms, every_ms, gap_ms) = match &stmt.window {
         Window::Tumbling(size) => (
             "tumbling",
@@ -139,7 +148,8 @@ fn resolve(
         name,
         source,
         group,
-        subscribe: if stmt.from_now { "now" } else { "beginning" }.to_string(),
+        subscribe,
+        subscribe_at,
         definition: String::new(),
         where_expr: stmt.where_expr.clone(),
         key_expr: stmt.key_expr.clone(),
@@ -186,10 +196,11 @@ fn definition(c: &CreateCall) -> String {
         .map(|((f, a), n)| format!("{f}({}) AS {n:?}", a.as_deref().unwrap_or("*")))
         .collect();
     format!(
-        "FROM {:?} GROUP {:?} SUBSCRIBE FROM {} WHERE {:?} KEY BY {:?} WINDOW {} {:?}/{:?}/{:?} ms EVENT TIME {:?} ALLOWED LATENESS {} ms ON LATE {} GRACE {} ms IDLE FLUSH {:?} ms AGGREGATE ({}) INTO {:?}{}",
+        "FROM {:?} GROUP {:?} SUBSCRIBE FROM {} {:?} WHERE {:?} KEY BY {:?} WINDOW {} {:?}/{:?}/{:?} ms EVENT TIME {:?} ALLOWED LATENESS {} ms ON LATE {} GRACE {} ms IDLE FLUSH {:?} ms AGGREGATE ({}) INTO {:?}{}",
         c.source,
         c.group,
         c.subscribe,
+        c.subscribe_at,
         c.where_expr,
         c.key_expr,
         c.kind,

@@ -267,12 +267,12 @@ async fn cycle(
         limit: BATCH,
         max_partitions: 1,
         lease_ms: Some(LEASE.as_millis() as i64),
-        subscribe: if stream.subscribe == "now" {
-            "now"
-        } else {
-            "beginning"
+        subscribe: match stream.subscribe.as_str() {
+            "now" => "now",
+            "timestamp" => "timestamp",
+            _ => "beginning",
         },
-        subscribe_at: None,
+        subscribe_at: stream.subscribe_at.clone(),
         auto_ack: false,
         wait: None,
     };

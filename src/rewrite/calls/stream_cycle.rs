@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 pub const ACTIVE: CallSpec = CallSpec {
     name: "qw_stream_active_v1",
-    sql: "SELECT id, tenant_id, name, source_queue, consumer_group, subscribe, window_kind, window_size_ms, window_every_ms, session_gap_ms, event_time, allowed_lateness_ms, on_late, grace_ms, idle_flush_ms, agg_names, agg_fns, sink_queue, partition_by_key, eval_sql, generation FROM queen.stream_active_v1()",
+    sql: "SELECT id, tenant_id, name, source_queue, consumer_group, subscribe, subscribe_at, window_kind, window_size_ms, window_every_ms, session_gap_ms, event_time, allowed_lateness_ms, on_late, grace_ms, idle_flush_ms, agg_names, agg_fns, sink_queue, partition_by_key, eval_sql, generation FROM queen.stream_active_v1()",
     params: &[],
     columns: &[
         column("id", Type::INT8),
@@ -17,6 +17,7 @@ pub const ACTIVE: CallSpec = CallSpec {
         column("source_queue", Type::TEXT),
         column("consumer_group", Type::TEXT),
         column("subscribe", Type::TEXT),
+        column("subscribe_at", Type::TEXT),
         column("window_kind", Type::TEXT),
         column("window_size_ms", Type::INT8),
         column("window_every_ms", Type::INT8),
@@ -54,6 +55,8 @@ pub struct ActiveRow {
     pub source: String,
     pub group: String,
     pub subscribe: String,
+    /// For `timestamp`: its text.
+    pub subscribe_at: Option<String>,
     pub kind: String,
     pub size_ms: Option<i64>,
     pub every_ms: Option<i64>,
@@ -83,6 +86,7 @@ impl FromRow for ActiveRow {
             source: text("source_queue")?,
             group: text("consumer_group")?,
             subscribe: text("subscribe")?,
+            subscribe_at: row.get("subscribe_at")?,
             kind: text("window_kind")?,
             size_ms: row.get("window_size_ms")?,
             every_ms: row.get("window_every_ms")?,

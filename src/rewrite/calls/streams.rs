@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 pub const CREATE: CallSpec = CallSpec {
     name: "qw_stream_create_v1",
-    sql: "SELECT queen.stream_create_v1(p_tenant => $1, p_name => $2, p_source => $3, p_group => $4, p_subscribe => $5, p_definition => $6, p_where => $7, p_key => $8, p_kind => $9, p_size_ms => $10, p_every_ms => $11, p_gap_ms => $12, p_event_time => $13, p_lateness_ms => $14, p_on_late => $15, p_grace_ms => $16, p_idle_ms => $17, p_agg_names => $18, p_agg_fns => $19, p_agg_args => $20, p_sink => $21, p_partition_by_key => $22, p_mode => $23) AS status",
+    sql: "SELECT queen.stream_create_v1(p_tenant => $1, p_name => $2, p_source => $3, p_group => $4, p_subscribe => $5, p_definition => $6, p_where => $7, p_key => $8, p_kind => $9, p_size_ms => $10, p_every_ms => $11, p_gap_ms => $12, p_event_time => $13, p_lateness_ms => $14, p_on_late => $15, p_grace_ms => $16, p_idle_ms => $17, p_agg_names => $18, p_agg_fns => $19, p_agg_args => $20, p_sink => $21, p_partition_by_key => $22, p_mode => $23, p_subscribe_at => $24::timestamptz) AS status",
     params: &[
         Type::UUID,
         Type::TEXT,
@@ -33,6 +33,7 @@ pub const CREATE: CallSpec = CallSpec {
         Type::TEXT,
         Type::BOOL,
         Type::TEXT,
+        Type::TEXT,
     ],
     columns: &[column("status", Type::TEXT)],
 };
@@ -45,6 +46,8 @@ pub struct CreateStream {
     pub source: String,
     pub group: String,
     pub subscribe: String,
+    /// SUBSCRIBE FROM 'timestamp': the text, cast by PostgreSQL.
+    pub subscribe_at: Option<String>,
     pub definition: String,
     pub where_expr: Option<String>,
     pub key_expr: Option<String>,
@@ -94,6 +97,7 @@ impl Call for CreateStream {
             &self.sink,
             &self.partition_by_key,
             &self.mode,
+            &self.subscribe_at,
         ]
     }
 }

@@ -147,7 +147,7 @@ impl Pop {
     }
 }
 
-fn parse_subscribe_from(cursor: &mut Cursor<'_>) -> Result<SubscribeFrom> {
+pub(crate) fn parse_subscribe_from(cursor: &mut Cursor<'_>) -> Result<SubscribeFrom> {
     if cursor.eat_keyword("BEGINNING") {
         return Ok(SubscribeFrom::Beginning);
     }

@@ -92,8 +92,9 @@ pub struct CreateStream {
     pub name: Name,
     pub source: Name,
     pub group: Option<Name>,
-    /// `SUBSCRIBE FROM NOW` (default: from the beginning).
-    pub from_now: bool,
+    /// Where the stream's group starts when it is first seen (`None`: from
+    /// the beginning), as for POP.
+    pub subscribe: Option<super::pop::SubscribeFrom>,
     pub where_expr: Option<String>,
     pub key_expr: Option<String>,
     pub window: Window,
@@ -285,15 +286,12 @@ impl CreateStream {
         } else {
             None
         };
-        let mut from_now = false;
-        if cursor.eat_keyword("SUBSCRIBE") {
+        let subscribe = if cursor.eat_keyword("SUBSCRIBE") {
             cursor.expect_keyword("FROM")?;
-            if cursor.eat_keyword("NOW") {
-                from_now = true;
-            } else {
-                cursor.expect_keyword("BEGINNING")?;
-            }
-        }
+            Some(super::pop::parse_subscribe_from(cursor)?)
+        } else {
+            None
+        };
         let where_expr = if cursor.eat_keyword("WHERE") {
             Some(expression(cursor, "a WHERE predicate", false)?)
         } else {
@@ -370,7 +368,7 @@ impl CreateStream {
             name,
             source,
             group,
-            from_now,
+            subscribe,
             where_expr,
             key_expr,
             window,
@@ -387,6 +385,9 @@ impl CreateStream {
         params.note(&self.name, oid::TEXT);
         params.note(&self.source, oid::TEXT);
         params.note_all(&self.group, oid::TEXT);
+        if let Some(super::pop::SubscribeFrom::Timestamp(ts)) = &self.subscribe {
+            params.note(ts, oid::TIMESTAMPTZ);
+        }
         match &self.window {
             Window::Tumbling(size) => params.note(size, oid::TEXT),
             Window::Sliding { size, every } => {
@@ -511,6 +512,15 @@ mod tests {
             "CREATE OR REPLACE STREAM s FROM q WINDOW SLIDING '10m' EVERY '1m' AGGREGATE (count(*)) INTO o RESET",
         );
         assert!(c.or_replace && c.reset);
+        let c = create(
+            "CREATE STREAM s FROM q SUBSCRIBE FROM '2026-01-01' WINDOW TUMBLING 5 AGGREGATE (count(*)) INTO o",
+        );
+        assert_eq!(
+            c.subscribe,
+            Some(super::super::pop::SubscribeFrom::Timestamp(lit(
+                "2026-01-01"
+            )))
+        );
         assert_eq!(
             ok("DROP STREAM IF EXISTS s"),
             Statement::DropStream {

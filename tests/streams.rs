@@ -875,3 +875,36 @@ async fn subscribe_from_now_or_a_timestamp_skips_what_came_before() {
         assert_eq!(&got, want, "{sink}");
     }
 }
+
+#[tokio::test]
+async fn or_replace_with_reset_reads_the_source_again_under_the_new_definition() {
+    let proxy = Proxy::start("streams_reset").await;
+    let client = proxy.connect().await;
+    client.batch_execute(TUMBLING).await.unwrap();
+    let evs = events(2, 200);
+    push(&client, "src", &evs).await;
+    push(&client, "src", &closers(2)).await;
+    let want = tumbling(&evs);
+    assert_eq!(
+        without_closer(drain(&client, "out", want.len()).await),
+        want
+    );
+    client
+        .batch_execute(&format!(
+            "{} RESET",
+            TUMBLING
+                .replace("CREATE STREAM", "CREATE OR REPLACE STREAM")
+                .replace("TUMBLING 10", "TUMBLING 20")
+                .replace("INTO out", "INTO out20")
+        ))
+        .await
+        .unwrap();
+    let want20 = expected(&evs, |t| {
+        let s = t.div_euclid(20) * 20;
+        vec![(s, s + 20)]
+    });
+    assert_eq!(
+        without_closer(drain(&client, "out20", want20.len()).await),
+        want20
+    );
+}

@@ -917,3 +917,52 @@ async fn or_replace_with_reset_reads_the_source_again_under_the_new_definition()
         want20
     );
 }
+
+#[tokio::test]
+async fn a_message_the_expressions_fail_on_is_retried_then_dead_lettered_and_the_rest_go_on() {
+    let proxy = Proxy::start("streams_poison").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE src WITH (retry_limit = 1, retry_delay = '100ms')")
+        .await
+        .unwrap();
+    client.batch_execute(TUMBLING).await.unwrap();
+    let mut evs = events(1, 40);
+    for e in &mut evs {
+        e.0 = "Default".to_string();
+    }
+    push(&client, "src", &evs[..20]).await;
+    client
+        .batch_execute(
+            "PUSH INTO src VALUES ('{\"k\": \"k0\", \"t\": 1, \"amount\": \"not a number\"}')",
+        )
+        .await
+        .unwrap();
+    push(&client, "src", &evs[20..]).await;
+    let closer = ("Default".to_string(), "closer".to_string(), 80_000, 0);
+    push(&client, "src", &[closer]).await;
+    // Every good message counted once; the bad one in the DLQ, with the
+    // error as the reason.
+    let want = tumbling(&evs);
+    assert_eq!(
+        without_closer(drain(&client, "out", want.len()).await),
+        want
+    );
+    let dlq = texts(
+        client.simple_query("SHOW DLQ FROM src").await.unwrap(),
+        &["payload", "reason", "group"],
+    );
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert!(
+        dlq[0][0].as_deref().unwrap_or("").contains("not a number"),
+        "{dlq:?}"
+    );
+    assert!(
+        dlq[0][1]
+            .as_deref()
+            .unwrap_or("")
+            .contains("invalid input syntax"),
+        "{dlq:?}"
+    );
+    assert_eq!(dlq[0][2].as_deref(), Some("stream:totals"));
+}

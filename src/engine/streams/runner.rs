@@ -313,31 +313,112 @@ async fn cycle(
         pool::release(conn);
         return Ok(false);
     }
-    let evaluated = match evaluate(evaluators, stream, &messages, &partition_name).await {
-        Ok(rows) => rows,
+    let mut messages = messages;
+    let (evaluated, poison) = match evaluate(evaluators, stream, &messages, &partition_name).await {
+        Ok(rows) => (rows, None),
+        Err(ExecError::Failed(e)) => {
+            match poisoned(evaluators, stream, &mut messages, &partition_name).await {
+                Ok(Some((rows, offset))) => (rows, Some((offset, e))),
+                Ok(None) => {
+                    pool::release(conn);
+                    return Err(ExecError::Failed(e));
+                }
+                Err(other) => {
+                    pool::release(conn);
+                    return Err(other);
+                }
+            }
+        }
         Err(e) => {
             pool::release(conn);
             return Err(e);
         }
     };
-    let work = Work {
-        stream,
-        spec,
-        partition_id,
-        partition_name: &partition_name,
-        batch: Some(Batch {
-            messages: &messages,
-            evaluated,
-            lease_token,
-        }),
-        now_us: 0,
-    };
-    let result = in_one_transaction(&mut conn, &work).await;
-    pool::release(conn);
-    if result? {
+    let mut pushed = false;
+    if !messages.is_empty() {
+        let work = Work {
+            stream,
+            spec,
+            partition_id,
+            partition_name: &partition_name,
+            batch: Some(Batch {
+                messages: &messages,
+                evaluated,
+                lease_token,
+            }),
+            now_us: 0,
+        };
+        match in_one_transaction(&mut conn, &work).await {
+            Ok(p) => pushed = p,
+            Err(e) => {
+                pool::release(conn);
+                return Err(e);
+            }
+        }
+    }
+    if pushed {
         announcer.pushed(&queue_key(stream.tenant, &stream.sink));
     }
-    Ok(true)
+    let Some((offset, error)) = poison else {
+        pool::release(conn);
+        return Ok(true);
+    };
+    // The message the expressions fail on: ACK … FAILED, so the source's
+    // retry rules apply to it alone (delivered again after retry_delay,
+    // dead-lettered past retry_limit) and the messages before it went on.
+    let failed = conn
+        .run(
+            &Ack {
+                partition_ids: vec![partition_id],
+                offsets: vec![offset],
+                groups: vec![stream.group.as_str()],
+                lease_tokens: lease_token.into_iter().collect(),
+                failed: true,
+                reason: Some(format!("stream {}: {}", stream.name, error.message)),
+                tenant: stream.tenant,
+            },
+            CallEnd::Sync,
+        )
+        .await;
+    pool::release(conn);
+    failed?;
+    Err(ExecError::Failed(error))
+}
+
+/// The batch's evaluation failed: the first message it fails on, found by
+/// bisection (each step evaluates a prefix), with the messages before it
+/// kept in `messages` and their evaluation. `None` when the expressions
+/// fail without any message (a definition-level error, say a function the
+/// expression calls was dropped): then no message is to blame, and none is
+/// failed.
+async fn poisoned(
+    evaluators: &Evaluators,
+    stream: &ActiveRow,
+    messages: &mut Vec<Message>,
+    partition: &str,
+) -> Result<Option<(Vec<EvalRow>, i64)>, ExecError> {
+    match evaluate(evaluators, stream, &[], partition).await {
+        Ok(_) => {}
+        Err(ExecError::Failed(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let (mut lo, mut hi) = (0, messages.len() - 1);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match evaluate(evaluators, stream, &messages[..=mid], partition).await {
+            Ok(_) => lo = mid + 1,
+            Err(ExecError::Failed(_)) => hi = mid,
+            Err(e) => return Err(e),
+        }
+    }
+    let offset = messages[lo].offset;
+    messages.truncate(lo);
+    let rows = if messages.is_empty() {
+        Vec::new()
+    } else {
+        evaluate(evaluators, stream, messages, partition).await?
+    };
+    Ok(Some((rows, offset)))
 }
 
 async fn evaluate(

@@ -17,6 +17,7 @@
 //! only) there are no tenant roles and the engine's pool evaluates.
 
 pub mod aggregate;
+mod evaluate;
 pub mod runner;
 pub mod window;
 

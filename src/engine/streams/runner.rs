@@ -1,7 +1,7 @@
 //! The stream runner: a task in every queenwire that runs each stream that
 //! is not paused. A stream reads its source as a consumer group, so the
-//! group's partition lease (one holder per (partition, group), seed 029's
-//! lease model for queues) is what makes one queenwire at a time run a
+//! group's partition lease (one holder per (partition, group), the
+//! `queen.log_consumers` lease every POP takes) is what makes one queenwire at a time run a
 //! source partition: a runner that dies stops acknowledging, its lease runs
 //! out after [`LEASE`], and any queenwire's next POP of the group takes the
 //! partition over.
@@ -21,21 +21,21 @@
 //!    row). Any failure (a stale ACK included) rolls it all back: the
 //!    batch is delivered again and no window is emitted twice.
 
+use super::evaluate::{decode, evaluate, poisoned, Message};
 use super::window::{Event, Kind, Partition, Spec};
 use super::Evaluators;
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::health::Health;
 use crate::backend::{pool, BackendError, Pool};
-use crate::engine::frame;
 use crate::engine::queues::{write_pushes, PreparedPush, DEFAULT_PARTITION};
 use crate::engine::wake::{queue_key, Announcer};
 use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState, TxStatus};
-use crate::rewrite::calls::queues::{Ack, Pop, PopArgs, PopRow};
+use crate::rewrite::calls::queues::{Ack, Pop, PopArgs};
 use crate::rewrite::calls::stream_cycle::{
     Active, ActiveRow, CycleBegin, CycleSave, IdlePartitions, NoteError, StateLoad,
 };
-use crate::rewrite::calls::streams::{Eval, EvalRow};
+use crate::rewrite::calls::streams::EvalRow;
 use crate::rewrite::calls::transaction::{Raise, ROLLBACK};
 use crate::rewrite::dialect::stream::AggFn;
 use crate::rewrite::dialect::validate_name;
@@ -51,8 +51,6 @@ pub const BATCH: i32 = 1000;
 /// (else its ACK is stale and it rolls back), and a dead runner's
 /// partitions move to another queenwire after it.
 pub const LEASE: Duration = Duration::from_secs(10);
-/// The longest one batch's evaluation may take (well inside [`LEASE`]).
-pub const EVAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Cycles per stream in one round, so one busy stream does not hold the
 /// others back.
 const CYCLES_PER_ROUND: usize = 8;
@@ -197,61 +195,6 @@ pub fn spec_of(s: &ActiveRow) -> Option<Spec> {
     })
 }
 
-/// One decoded message of a batch.
-struct Message {
-    offset: i64,
-    created_us: i64,
-    payload: String,
-    transaction_id: Option<String>,
-}
-
-fn decode(rows: &[PopRow]) -> Result<Vec<Message>, ExecError> {
-    let mut out = Vec::new();
-    for row in rows {
-        let first = row.from_offset.max(row.base_offset);
-        if row.to_offset < first {
-            continue;
-        }
-        let frames = frame::decode_range(
-            &row.blob,
-            (first - row.base_offset) as usize,
-            (row.to_offset - first + 1) as usize,
-        )
-        .map_err(|e| SqlError::error(SqlState::DATA_CORRUPTED, e.to_string()))?;
-        for (i, f) in frames.into_iter().enumerate() {
-            out.push(Message {
-                offset: first + i as i64,
-                created_us: f.created_at_micros,
-                payload: f.payload,
-                transaction_id: f.transaction_id,
-            });
-        }
-    }
-    Ok(out)
-}
-
-/// The batch as `stream_eval_v1`'s JSON input.
-fn eval_input(messages: &[Message], partition: &str) -> String {
-    use super::aggregate::json_string;
-    let mut out = String::from("[");
-    let part = json_string(partition);
-    for (i, m) in messages.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let txn = m
-            .transaction_id
-            .as_deref()
-            .map_or("null".to_string(), json_string);
-        out.push_str(&format!(
-            "{{\"ord\":{i},\"payload\":{},\"partition\":{part},\"created_us\":{},\"transaction_id\":{txn}}}",
-            m.payload, m.created_us
-        ));
-    }
-    out.push(']');
-    out
-}
-
 /// One cycle of one stream: whether a batch was claimed.
 async fn cycle(
     pool: &Pool,
@@ -383,78 +326,6 @@ async fn cycle(
     pool::release(conn);
     failed?;
     Err(ExecError::Failed(error))
-}
-
-/// The batch's evaluation failed: the first message it fails on, found by
-/// bisection (each step evaluates a prefix), with the messages before it
-/// kept in `messages` and their evaluation. `None` when the expressions
-/// fail without any message (a definition-level error, say a function the
-/// expression calls was dropped): then no message is to blame, and none is
-/// failed.
-async fn poisoned(
-    evaluators: &Evaluators,
-    stream: &ActiveRow,
-    messages: &mut Vec<Message>,
-    partition: &str,
-) -> Result<Option<(Vec<EvalRow>, i64)>, ExecError> {
-    match evaluate(evaluators, stream, &[], partition).await {
-        Ok(_) => {}
-        Err(ExecError::Failed(_)) => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let (mut lo, mut hi) = (0, messages.len() - 1);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        match evaluate(evaluators, stream, &messages[..=mid], partition).await {
-            Ok(_) => lo = mid + 1,
-            Err(ExecError::Failed(_)) => hi = mid,
-            Err(e) => return Err(e),
-        }
-    }
-    let offset = messages[lo].offset;
-    messages.truncate(lo);
-    let rows = if messages.is_empty() {
-        Vec::new()
-    } else {
-        evaluate(evaluators, stream, messages, partition).await?
-    };
-    Ok(Some((rows, offset)))
-}
-
-async fn evaluate(
-    evaluators: &Evaluators,
-    stream: &ActiveRow,
-    messages: &[Message],
-    partition: &str,
-) -> Result<Vec<EvalRow>, ExecError> {
-    let Some(eval_pool) = evaluators.pool(stream.tenant) else {
-        return Err(ExecError::Refused(SqlError::error(
-            SqlState::INSUFFICIENT_PRIVILEGE,
-            "the stream's tenant has no backend role to evaluate its expressions with (a user with passthrough full or read_only)",
-        )));
-    };
-    let mut conn = eval_pool
-        .get()
-        .await
-        .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
-    let input = eval_input(messages, partition);
-    let call = Eval {
-        sql: &stream.eval_sql,
-        messages: &input,
-    };
-    let rows = tokio::time::timeout(EVAL_TIMEOUT, conn.run(&call, CallEnd::Sync)).await;
-    let Ok(rows) = rows else {
-        // One tenant's slow expression must not hold every other stream of
-        // this runner: the connection goes (its backend ends the statement
-        // when it next talks to the socket), the batch comes back.
-        pool::discard(conn);
-        return Err(ExecError::Refused(SqlError::error(
-            SqlState::QUERY_CANCELED,
-            format!("the stream's expressions took longer than {EVAL_TIMEOUT:?} over one batch"),
-        )));
-    };
-    pool::release(conn);
-    Ok(rows?)
 }
 
 struct Batch<'a> {

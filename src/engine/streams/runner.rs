@@ -203,6 +203,12 @@ async fn cycle(
     stream: &ActiveRow,
     spec: &Spec,
 ) -> Result<bool, ExecError> {
+    if evaluators.pool(stream.tenant).is_none() {
+        // This queenwire cannot evaluate the tenant's expressions (its users
+        // file has no user of that tenant with plain SQL): it takes none of
+        // its batches, which would only come back (and count as failures).
+        return Ok(false);
+    }
     let args = PopArgs {
         queue: stream.source.clone(),
         partition: None,

@@ -9,6 +9,8 @@ use crate::engine::receipt::ReceiptKey;
 use crate::engine::schema::{self, SchemaError};
 use crate::engine::{ephemeral::Ephemeral, maintenance, timers, wake, Engine};
 use crate::frontend::slots::SessionSlots;
+use crate::frontend::tls::tls_acceptor;
+pub use crate::frontend::tls::TlsFiles;
 use crate::frontend::{self, FrontendConfig, Shared};
 use crate::metrics::gauges::Gauges;
 use crate::metrics::http::Exporter;
@@ -145,41 +147,6 @@ impl Default for Config {
             sealing: Arc::default(),
         }
     }
-}
-
-/// PEM files of the server certificate (chain) and its private key.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartError> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    use tokio_rustls::rustls;
-    let bad = |what: &str, e: &dyn std::fmt::Display| StartError::Tls(format!("{what}: {e}"));
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| bad(&files.cert.display().to_string(), &e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| bad(&files.cert.display().to_string(), &e))?;
-    if certs.is_empty() {
-        return Err(StartError::Tls(format!(
-            "{}: no certificate",
-            files.cert.display()
-        )));
-    }
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| bad(&files.key.display().to_string(), &e))?;
-    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| bad("TLS versions", &e))?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .map_err(|e| bad("certificate and key", &e))?;
-    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
 }
 
 /// The backend login role of every (tenant, read-only) pair the users file
@@ -443,12 +410,13 @@ impl Server {
                 max_payload: config.max_payload,
             },
             announcer,
+            streams: Arc::new(crate::engine::streams::Evaluators::default()),
         });
         let shared = Arc::new(Shared::new(
             FrontendConfig {
                 users: config.users.clone(),
                 tls: match &config.tls {
-                    Some(files) => Some(tls_acceptor(files)?),
+                    Some(files) => Some(tls_acceptor(files).map_err(StartError::Tls)?),
                     None => None,
                 },
                 require_tls: config.require_tls,
@@ -469,6 +437,7 @@ impl Server {
             engine.clone(),
             &shutdown,
         ));
+        shared.install_stream_evaluators(config.users.is_some());
         let slots = shared.slots.clone();
         let listen_hub = shared.listen.clone();
         let mut pools = pool_labels(&shared);
@@ -483,14 +452,20 @@ impl Server {
             target: shared_target.clone(),
             pool_size: config.pool_size,
         };
-        let timer_pool = pool::build_pool(
-            Arc::new(BackendTarget {
+        // Connections of their own, which no client is ever handed.
+        let background_pool = |size| {
+            let target = BackendTarget {
                 application_name: Some(BACKGROUND_APPLICATION_NAME.into()),
                 ..(*shared_target).clone()
-            }),
-            TIMER_POOL_SIZE,
-        )?;
+            };
+            pool::build_pool(Arc::new(target), size)
+        };
+        let (timer_pool, stream_pool) = (
+            background_pool(TIMER_POOL_SIZE)?,
+            background_pool(crate::engine::streams::runner::POOL_SIZE)?,
+        );
         pools.push(("timers".to_string(), timer_pool.clone()));
+        pools.push(("streams".to_string(), stream_pool.clone()));
         metrics.set_pools(pools);
         let mut background_tasks = vec![
             tokio::spawn(frontend::listen::run(
@@ -504,11 +479,15 @@ impl Server {
                 announcements,
                 shutdown.signal(),
             )),
-            // Connections of their own, which no client is ever handed.
             tokio::spawn(timers::fire_loop(
                 timer_pool,
                 engine.announcer.clone(),
                 engine.sealing.clone(),
+                shutdown.signal(),
+            )),
+            tokio::spawn(crate::engine::streams::run(
+                stream_pool,
+                engine.clone(),
                 shutdown.signal(),
             )),
             tokio::spawn(crate::metrics::MAINTENANCE.scope(
@@ -520,13 +499,13 @@ impl Server {
                     shutdown.signal(),
                 ),
             )),
+            tokio::spawn(crate::metrics::flush::run(
+                background.clone(),
+                metrics.clone(),
+                config.metrics_flush_interval,
+                shutdown.signal(),
+            )),
         ];
-        background_tasks.push(tokio::spawn(crate::metrics::flush::run(
-            background.clone(),
-            metrics.clone(),
-            config.metrics_flush_interval,
-            shutdown.signal(),
-        )));
         let mut metrics_addr = None;
         if let Some(listener) = metrics_listener {
             metrics_addr = listener.local_addr().ok();

@@ -33,6 +33,8 @@ pub struct Extras {
     /// queenwire's RSS with the idle clients open, and before (MB).
     pub idle_rss_mb: Option<(f64, f64)>,
     pub notes: Vec<String>,
+    /// The stream workload's figures.
+    pub stream: Option<crate::stream::StreamLag>,
 }
 
 impl Bench {

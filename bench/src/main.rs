@@ -15,6 +15,7 @@ mod procfs;
 mod runner;
 mod setup;
 mod soak;
+mod stream;
 
 use ops::{Op, SeqProducer, Worker};
 use payload::Payloads;
@@ -40,7 +41,7 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
   --pool-size N  queenwire's backend pool (default 16, queenwire's default)
   --only         workloads: push1,push100,push1_100p,push100_100p,push1_text,
                  push100_text,popack1,popack100,autoack1,autoack100,e2e,
-                 fanout,select1,pop_scale,tpcb,idle1000
+                 fanout,select1,pop_scale,tpcb,idle1000,stream
   --systems      run only these systems (queenwire, pgmq, INSERT, direct;
                  a prefix: queenwire covers queenwire 1000p), e.g. to profile
   --prefill-cap  most messages queued before one consume slice (default 400000)
@@ -65,6 +66,7 @@ const WORKLOADS: &[&str] = &[
     "pop_scale",
     "tpcb",
     "idle1000",
+    "stream",
 ];
 /// Partitions of the spread-push workloads (a random one per statement).
 const SPREAD_PARTITIONS: usize = 100;
@@ -621,6 +623,9 @@ impl Bench {
         }
         if self.wants("pop_scale") && self.runs("queenwire") {
             self.pop_scale().await?;
+        }
+        if self.wants("stream") && self.runs("queenwire") {
+            self.stream_lag().await?;
         }
         Ok(())
     }
@@ -1378,6 +1383,13 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
                 .map_or("n/a".into(), |(_, r)| format!("{r:.0}")),
         ),
         ("tpcb_vs_direct", tpcb_ratio(extras)),
+        (
+            "stream_5k_max_lag",
+            extras
+                .stream
+                .as_ref()
+                .map_or("n/a".into(), |s| format!("{} msgs", s.max_lag)),
+        ),
         (
             "select1_vs_direct_tcp",
             ratio(rate("select1", "queenwire"), rate("select1", "direct tcp")),

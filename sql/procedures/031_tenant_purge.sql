@@ -16,6 +16,7 @@
 -- timer lock after a queue lock:
 --   1. queen.kv rows, (namespace, key) ascending COLLATE "C", FOR UPDATE;
 --   2. queen.log_timers rows, (queue_name, timer_key) ascending, FOR UPDATE;
+--   2b. the tenant's streams: open windows, then progress and registry rows;
 --   3. one queue (the tenant's lowest id): its advisory key EXCLUSIVE, as
 --      queen.delete_queue_v1 takes it (waits for pushes, acks, seeks in
 --      flight and holds off new ones; pops skip the queue), then the
@@ -101,6 +102,33 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+
+    -- 2b. Streams (002: the stream tables sit between the timers and the
+    -- advisory keys), so no runner re-reads a source being purged: up to
+    -- p_batch open windows a step; once none is left, the progress rows
+    -- and the registry rows (FOR UPDATE: waits for a running cycle).
+    WITH victims AS (
+        SELECT st.stream_id, st.partition_id, st.window_start, st.key
+        FROM queen.stream_state st
+        JOIN queen.streams s ON s.id = st.stream_id
+        WHERE s.tenant_id = p_tenant
+        LIMIT p_batch
+    ), gone AS (
+        DELETE FROM queen.stream_state st USING victims v
+        WHERE st.stream_id = v.stream_id AND st.partition_id = v.partition_id
+          AND st.window_start = v.window_start AND st.key = v.key
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM gone;
+    IF v_n > 0 THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    PERFORM 1 FROM queen.streams s WHERE s.tenant_id = p_tenant ORDER BY s.id FOR UPDATE;
+    DELETE FROM queen.stream_partitions sp
+    USING queen.streams s
+    WHERE s.id = sp.stream_id AND s.tenant_id = p_tenant;
+    DELETE FROM queen.streams s WHERE s.tenant_id = p_tenant;
 
     -- 3. One queue.
     SELECT q.id INTO v_queue_id FROM queen.queues q

@@ -117,7 +117,9 @@ DECLARE
         'log_browse_v1', 'log_browse_message_v1',
         'consumer_groups_v1', 'consumer_group_detail_v1', 'lagging_partitions_v1',
         'consumer_group_subscribe_v1',
-        'dlq_replay_take_v1', 'trace_messages_v1', 'status_v1', 'queue_ops_v1'];
+        'dlq_replay_take_v1', 'trace_messages_v1', 'status_v1', 'queue_ops_v1',
+        'stream_create_v1', 'stream_drop_v1', 'stream_set_paused_v1',
+        'stream_list_v1', 'stream_show_v1'];
     v_engine TEXT[] := ARRAY[
         'receipt_secret_v1', 'log_expire_pending_v1', 'maintenance_try_lease_v1',
         'log_retention_work_v1', 'log_retention_step_v1', 'log_partition_cleanup_step_v1',
@@ -126,7 +128,9 @@ DECLARE
         'timer_claim_due_v1', 'timer_delete_fired_v1', 'timer_postpone_v1',
         'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1',
         'tenant_purge_step_v1',
-        'ephemeral_names_v1', 'ephemeral_claim_v1', 'ephemeral_commit_take_v1'];
+        'ephemeral_names_v1', 'ephemeral_claim_v1', 'ephemeral_commit_take_v1',
+        'stream_active_v1', 'stream_cycle_begin_v1', 'stream_state_load_v1',
+        'stream_cycle_save_v1', 'stream_idle_partitions_v1', 'stream_note_error_v1'];
     v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL
                        AND to_regrole('queen_client') IS NOT NULL;
     v_fn REGPROCEDURE;
@@ -149,6 +153,9 @@ BEGIN
     IF v_roles THEN
         -- raise_v1 touches nothing: invoker rights are enough.
         GRANT EXECUTE ON FUNCTION queen.raise_v1(TEXT, TEXT) TO queen_client, queen_engine;
+        -- A stream's expressions run with the caller's rights, never the
+        -- owner's: stream_eval_v1 stays SECURITY INVOKER (007).
+        GRANT EXECUTE ON FUNCTION queen.stream_eval_v1(TEXT, JSONB) TO queen_client, queen_engine;
         GRANT USAGE ON SCHEMA queen TO queen_client, queen_engine;
         GRANT SELECT ON queen.queue_depth, queen.group_lag, queen.dlq_counts, queen.throughput
             TO queen_client, queen_engine;
@@ -156,6 +163,7 @@ BEGIN
         GRANT SELECT ON queen.queue_stats, queen.namespace_stats, queen.task_stats,
                         queen.queue_lag, queen.queue_ops_per_minute
             TO queen_client, queen_engine;
+        GRANT SELECT ON queen.stream_windows TO queen_client, queen_engine;
     END IF;
 END
 $$;

@@ -84,12 +84,14 @@ impl Engine {
             return Err(StatementError::Unavailable(e.into_cause()));
         }
         let in_block = lender.view().status.in_transaction();
-        if matches!(stmt, Statement::PurgeTenant(_)) && (in_block || end == CallEnd::Flush) {
-            let refusal = SqlError::error(
-                SqlState::ACTIVE_SQL_TRANSACTION,
-                "PURGE TENANT cannot run inside a transaction block",
-            );
-            return Err(self.refuse(lender, refusal).await);
+        if let Some(what) = own_transaction(stmt) {
+            if in_block || end == CallEnd::Flush {
+                let refusal = SqlError::error(
+                    SqlState::ACTIVE_SQL_TRANSACTION,
+                    format!("{what} cannot run inside a transaction block"),
+                );
+                return Err(self.refuse(lender, refusal).await);
+            }
         }
         if let Err(refusal) = lender.lock_order().check(stmt, in_block) {
             return Err(self.refuse(lender, refusal).await);
@@ -161,6 +163,20 @@ impl Engine {
             }
             Err(ExecError::Lost(e)) => Err(StatementError::Unavailable(e)),
         }
+    }
+}
+
+/// Statements that must be transactions of their own: PURGE TENANT's steps
+/// each commit; the stream statements take the stream tables' locks, which
+/// the global lock order puts before every queue lock (and CREATE STREAM
+/// validates its expressions on another connection).
+fn own_transaction(stmt: &Statement) -> Option<&'static str> {
+    match stmt {
+        Statement::PurgeTenant(_) => Some("PURGE TENANT"),
+        Statement::CreateStream(_) => Some("CREATE STREAM"),
+        Statement::DropStream { .. } => Some("DROP STREAM"),
+        Statement::AlterStream { .. } => Some("ALTER STREAM"),
+        _ => None,
     }
 }
 

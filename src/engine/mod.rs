@@ -32,6 +32,7 @@ pub mod retention;
 pub mod schema;
 pub mod sealing;
 pub mod status;
+pub mod streams;
 pub mod timers;
 pub mod values;
 mod wait;
@@ -130,6 +131,8 @@ pub struct Engine {
     pub ephemeral: Arc<ephemeral::Ephemeral>,
     /// The encryption keys and which queues need them.
     pub sealing: Arc<sealing::Sealing>,
+    /// Where stream expressions are evaluated (the tenant's own role).
+    pub streams: Arc<streams::Evaluators>,
 }
 
 impl Engine {
@@ -285,6 +288,23 @@ impl Engine {
                 )
                 .map_err(crate::rewrite::bind::parse_error)?;
                 purge::purge_tenant(conn, target).await?
+            }
+            // `execute.rs` refused these inside a transaction block.
+            Statement::CreateStream(c) => {
+                streams::create(conn, c, &params, &self.streams, tenant).await?
+            }
+            Statement::DropStream { name, if_exists } => {
+                let name = params.name(name, "stream")?;
+                streams::drop(conn, &name, *if_exists, tenant).await?
+            }
+            Statement::AlterStream { name, paused } => {
+                let name = params.name(name, "stream")?;
+                streams::set_paused(conn, &name, *paused, tenant).await?
+            }
+            Statement::ShowStreams => streams::list(conn, tenant).await?,
+            Statement::ShowStream { name } => {
+                let name = params.name(name, "stream")?;
+                streams::show(conn, &name, tenant).await?
             }
         };
         Ok(Outcome {

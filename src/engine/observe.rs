@@ -23,14 +23,19 @@ pub fn kind(stmt: &Statement) -> Kind {
         | Statement::SeekGroup(_)
         | Statement::DropGroup(_)
         | Statement::AlterGroup(_)
-        | Statement::PurgeTenant(_) => Kind::QueueAdmin,
+        | Statement::PurgeTenant(_)
+        | Statement::CreateStream(_)
+        | Statement::DropStream { .. }
+        | Statement::AlterStream { .. } => Kind::QueueAdmin,
         Statement::ShowQueues
         | Statement::ShowPartitions { .. }
         | Statement::ShowGroups { .. }
         | Statement::ShowDlq { .. }
         | Statement::Browse(_)
         | Statement::GroupDetail(_)
-        | Statement::ShowStatus => Kind::Show,
+        | Statement::ShowStatus
+        | Statement::ShowStreams
+        | Statement::ShowStream { .. } => Kind::Show,
         // A replay writes messages, but its rows do not name the queue the
         // way PUSH's do: counted as administration, not as pushes.
         Statement::ReplayDlq(_) => Kind::QueueAdmin,

@@ -24,10 +24,14 @@ pub const SCHEMA_FILE: (&str, &str) = ("schema.sql", include_str!("../../sql/sch
 /// list against the directory.
 pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("001_log_schema.sql"),
+    procedure!("002_streams_schema.sql"),
     procedure!("003_log_push.sql"),
     procedure!("004_log_pop.sql"),
     procedure!("005_log_ack.sql"),
     procedure!("006_log_maintenance.sql"),
+    procedure!("007_log_streams.sql"),
+    procedure!("008_streams_registry.sql"),
+    procedure!("009_streams_show.sql"),
     procedure!("010_log_admin.sql"),
     procedure!("011_log_stats.sql"),
     procedure!("012_configure.sql"),

@@ -18,6 +18,7 @@ pub mod session;
 pub mod shared;
 pub mod slots;
 pub mod startup;
+pub mod tls;
 
 pub use shared::{CancelRegistry, FrontendConfig, PoolMode, SessionHandle, Shared, StatementNames};
 use std::sync::Arc;

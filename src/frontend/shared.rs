@@ -137,6 +137,23 @@ impl Shared {
         })
     }
 
+    /// Where stream expressions are evaluated (`engine::streams`): the
+    /// tenant's own backend role, the read-only one first; without a users
+    /// file, the engine's pool.
+    pub fn install_stream_evaluators(self: &Arc<Shared>, has_users: bool) {
+        let weak = Arc::downgrade(self);
+        let engine_pool = self.pool.clone();
+        self.engine.streams.set(Box::new(move |tenant| {
+            if !has_users {
+                return Some(engine_pool.clone());
+            }
+            let shared = weak.upgrade()?;
+            shared
+                .role_pool(tenant, true)
+                .or_else(|| shared.role_pool(tenant, false))
+        }));
+    }
+
     /// Whether a pool for this (tenant, read-only) exists already.
     pub fn has_role_pool(&self, tenant: uuid::Uuid, read_only: bool) -> bool {
         self.role_pool(tenant, read_only).is_some()

@@ -49,6 +49,8 @@ pub mod retention;
 mod row;
 pub mod show;
 pub mod status;
+pub mod stream_cycle;
+pub mod streams;
 pub mod timers;
 pub mod transaction;
 
@@ -156,6 +158,19 @@ pub const ALL: &[&CallSpec] = &[
     &metrics::FLUSH,
     &metrics::ROLLUP,
     &purge::STEP,
+    &streams::CREATE,
+    &streams::EVAL_SQL,
+    &streams::EVAL,
+    &streams::DROP,
+    &streams::SET_PAUSED,
+    &streams::LIST,
+    &streams::SHOW,
+    &stream_cycle::ACTIVE,
+    &stream_cycle::CYCLE_BEGIN,
+    &stream_cycle::STATE_LOAD,
+    &stream_cycle::CYCLE_SAVE,
+    &stream_cycle::IDLE_PARTITIONS,
+    &stream_cycle::NOTE_ERROR,
     &transaction::RAISE,
     &transaction::BEGIN,
     &transaction::COMMIT,

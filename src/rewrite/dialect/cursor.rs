@@ -132,6 +132,12 @@ impl<'a> Cursor<'a> {
         self.sql.get(token.start..token.end).unwrap_or("")
     }
 
+    /// The statement text between two byte offsets (a stream's expressions
+    /// are kept as the user wrote them, for PostgreSQL to read).
+    pub fn slice(&self, start: usize, end: usize) -> &'a str {
+        self.sql.get(start..end).unwrap_or("")
+    }
+
     /// A syntax error at the next token, saying what was expected there.
     pub fn unexpected(&self, expected: &str) -> ParseError {
         let token = self.peek();

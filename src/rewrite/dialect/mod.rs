@@ -21,6 +21,7 @@
 //! | `SCHEDULE`, `CANCEL SCHEDULE`, `SHOW SCHEDULES` | [`timer`]       |
 //! | `SHOW QUEENWIRE POOLS/CLIENTS/SERVERS/STATS`    | [`console`]     |
 //! | `PURGE TENANT`                                  | [`purge`]       |
+//! | `CREATE/DROP/ALTER STREAM`, `SHOW STREAM(S)`    | [`stream`]      |
 //!
 //! The parser is pure: literals are checked here (names, JSON, durations,
 //! counts), `$n` are left for the engine, which applies the same public
@@ -50,6 +51,7 @@ pub mod queue_admin;
 pub mod replay;
 pub mod show;
 pub mod status;
+pub mod stream;
 pub mod timer;
 mod value;
 
@@ -125,6 +127,19 @@ pub enum Statement {
     Console(console::Console),
     /// Administrators only; never inside a transaction block.
     PurgeTenant(purge::PurgeTenant),
+    CreateStream(Box<stream::CreateStream>),
+    DropStream {
+        name: Name,
+        if_exists: bool,
+    },
+    AlterStream {
+        name: Name,
+        paused: bool,
+    },
+    ShowStreams,
+    ShowStream {
+        name: Name,
+    },
 }
 
 impl Statement {
@@ -156,6 +171,11 @@ impl Statement {
             Statement::ShowStatus => status::COLUMNS,
             Statement::Console(view) => view.columns(),
             Statement::PurgeTenant(_) => purge::COLUMNS,
+            Statement::CreateStream(_)
+            | Statement::DropStream { .. }
+            | Statement::AlterStream { .. } => &[],
+            Statement::ShowStreams => stream::LIST_COLUMNS,
+            Statement::ShowStream { .. } => stream::SHOW_COLUMNS,
         }
     }
 
@@ -168,6 +188,9 @@ impl Statement {
             Statement::SeekGroup(_) => "SEEK GROUP".to_string(),
             Statement::DropGroup(_) => "DROP GROUP".to_string(),
             Statement::AlterGroup(_) => "ALTER GROUP".to_string(),
+            Statement::CreateStream(_) => "CREATE STREAM".to_string(),
+            Statement::DropStream { .. } => "DROP STREAM".to_string(),
+            Statement::AlterStream { .. } => "ALTER STREAM".to_string(),
             _ => format!("SELECT {rows}"),
         }
     }
@@ -219,6 +242,11 @@ impl Statement {
             Statement::GroupDetail(detail) => detail.describe_params(&mut params),
             Statement::ReplayDlq(replay) => replay.describe_params(&mut params),
             Statement::PurgeTenant(purge) => purge.describe_params(&mut params),
+            Statement::CreateStream(create) => create.describe_params(&mut params),
+            Statement::DropStream { name, .. }
+            | Statement::AlterStream { name, .. }
+            | Statement::ShowStream { name } => params.note(name, oid::TEXT),
+            Statement::ShowStreams => {}
         }
         params.into_vec()
     }
@@ -248,6 +276,10 @@ enum Family {
     ShowStatus,
     Console,
     PurgeTenant,
+    CreateStream,
+    DropStream,
+    AlterStream,
+    ShowStream,
 }
 
 fn word<'a>(token: &Token<'a>) -> Option<&'a str> {
@@ -283,6 +315,23 @@ fn recognize(sql: &str) -> Option<Family> {
             let second = word(&second)?.to_ascii_uppercase();
             match (first.as_str(), second.as_str()) {
                 ("CANCEL", "SCHEDULE") => Family::CancelSchedule,
+                // PostgreSQL 15 has no STREAM object: CREATE/DROP/ALTER
+                // STREAM are syntax errors there.
+                ("CREATE", "STREAM") => Family::CreateStream,
+                ("CREATE", "OR") => {
+                    let third = lexer.next_token().ok()?;
+                    let fourth = lexer.next_token().ok()?;
+                    if !(word(&third)?.eq_ignore_ascii_case("REPLACE")
+                        && word(&fourth)?.eq_ignore_ascii_case("STREAM"))
+                    {
+                        return None;
+                    }
+                    Family::CreateStream
+                }
+                ("DROP", "STREAM") => Family::DropStream,
+                ("ALTER", "STREAM") => Family::AlterStream,
+                ("SHOW", "STREAMS") => Family::ShowStream,
+                ("SHOW", "STREAM") if more_follows(&mut lexer) => Family::ShowStream,
                 ("CREATE", "QUEUE") => Family::CreateQueue,
                 ("ALTER", "QUEUE") => Family::AlterQueue,
                 ("DROP", "QUEUE") => Family::DropQueue,
@@ -374,6 +423,10 @@ pub fn parse(sql: &str) -> Option<Result<Statement, ParseError>> {
         Family::ShowStatus => status::parse(&mut cursor),
         Family::Console => console::parse(&mut cursor),
         Family::PurgeTenant => purge::PurgeTenant::parse(&mut cursor),
+        Family::CreateStream => stream::CreateStream::parse(&mut cursor),
+        Family::DropStream => stream::parse_drop(&mut cursor),
+        Family::AlterStream => stream::parse_alter(&mut cursor),
+        Family::ShowStream => stream::parse_show(&mut cursor),
     };
     Some(statement.and_then(|statement| {
         cursor.finish()?;

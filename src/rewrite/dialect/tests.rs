@@ -27,6 +27,11 @@ fn postgresql_statements_that_share_the_dialect_s_first_words_are_not_ours() {
         "show lagging -- comment",
         "REPLAY",
         "CANCEL",
+        "SHOW stream",
+        "CREATE OR REPLACE VIEW stream AS SELECT 1",
+        "CREATE OR REPLACE FUNCTION stream() RETURNS int LANGUAGE sql AS 'select 1'",
+        "CREATE OR",
+        "DROP TABLE stream",
     ] {
         assert!(parse(sql).is_none(), "{sql} was taken by the dialect");
     }
@@ -291,6 +296,10 @@ const SAMPLES: &[&str] = &[
     "SHOW LAGGING PARTITIONS ON q GROUP g OVER '5m'",
     "SHOW TRACE $$checkout-7$$",
     "REPLAY DLQ FROM q PARTITION p GROUP g WHERE REASON LIKE 'up%' LIMIT 50",
+    "CREATE OR REPLACE STREAM s FROM q GROUP g WHERE (payload->>'a')::int > 1 KEY BY payload->>'k' WINDOW SLIDING '1m' EVERY 10 EVENT TIME (payload->>'t')::timestamptz ALLOWED LATENESS 5 ON LATE INCLUDE GRACE 1 IDLE FLUSH '5s' AGGREGATE (count(*) AS n, sum((payload->>'x')::numeric), first(payload)) INTO o PARTITION BY KEY RESET",
+    "DROP STREAM IF EXISTS \"s\"",
+    "ALTER STREAM $1 RESUME",
+    "SHOW STREAM s",
 ];
 
 #[test]

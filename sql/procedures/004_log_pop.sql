@@ -147,6 +147,7 @@ DECLARE
     v_group_held  BOOLEAN;
     v_seg         RECORD;
     v_next        BIGINT;
+    v_seg_start   BIGINT;
     v_first       BIGINT;
     v_last        BIGINT;
     v_seg_from    BIGINT;
@@ -368,15 +369,24 @@ BEGIN
         v_held_until := NULL;
         -- Start at the segment holding v_next (the last one based at or
         -- below it); when retention removed it, at the oldest one left.
+        -- At most v_budget + 1 segments are read (each gives at least one
+        -- message but the first), and the LIMIT says so to the planner:
+        -- without it, the cached generic plan read "a third of the
+        -- partition's segments" and, once retention had emptied the front
+        -- of the table, chose a sequential scan and a sort of all of them
+        -- (measured: 2 ms of a 3.5 ms POP, 3,727 pages, after 100,000
+        -- segments were deleted and vacuumed).
+        v_seg_start := COALESCE(
+            (SELECT max(s2.base_offset) FROM queen.log_segments s2
+             WHERE s2.partition_id = v_cand.id AND s2.base_offset <= v_next),
+            v_next);
         FOR v_seg IN
             SELECT s.base_offset, s.message_count, s.max_created_at
             FROM queen.log_segments s
             WHERE s.partition_id = v_cand.id
-              AND s.base_offset >= COALESCE(
-                      (SELECT max(s2.base_offset) FROM queen.log_segments s2
-                       WHERE s2.partition_id = v_cand.id AND s2.base_offset <= v_next),
-                      v_next)
+              AND s.base_offset >= v_seg_start
             ORDER BY s.base_offset
+            LIMIT v_budget + 1
         LOOP
             CONTINUE WHEN v_seg.base_offset + v_seg.message_count - 1 < v_next;
             IF v_queue.delayed_processing > 0 AND v_seg.max_created_at > v_ready_until THEN

@@ -204,6 +204,7 @@ AS $$
 DECLARE
     v_now      TIMESTAMPTZ := clock_timestamp();
     v_first    BIGINT;
+    v_purge_from BIGINT;
     v_p        RECORD;
     v_floor    BIGINT;
     v_upto     BIGINT;
@@ -233,15 +234,36 @@ BEGIN
         RETURN;
     END IF;
     -- first_offset is always a segment boundary (it is only ever set past
-    -- a whole segment), so "below it" is a primary-key range.
-    DELETE FROM queen.log_segments s
-    WHERE s.partition_id = p_partition_id AND s.base_offset < v_first;
-    DELETE FROM queen.log_txns t
-    WHERE t.partition_id = p_partition_id AND t.base_offset < v_first;
-    -- The trace index of the purged messages (017; a probe of its
-    -- (partition_id, message_offset) index when the partition has none).
-    DELETE FROM queen.log_traces t
-    WHERE t.partition_id = p_partition_id AND t.message_offset < v_first;
+    -- a whole segment), so "below it" is a primary-key range. What is left
+    -- below it is what the previous step marked, at most p_limit segments,
+    -- just below first_offset: they are read from there downwards, so the
+    -- index entries of what earlier steps deleted (dead until VACUUM) are
+    -- never walked. A range "everything below first_offset" walked them
+    -- all on every step, so steps grew longer as a pass went on (measured:
+    -- PUSH/POP p99 during a 100,000-segment pass 2.1x / 1.9x of without,
+    -- against 1.4x / 1.2x for 20,000). Twice p_limit: a backlog left by a
+    -- larger limit drains, a step at a time.
+    WITH purged AS (
+        DELETE FROM queen.log_segments s
+        WHERE s.partition_id = p_partition_id
+          AND s.base_offset IN (
+              SELECT s1.base_offset FROM queen.log_segments s1
+              WHERE s1.partition_id = p_partition_id AND s1.base_offset < v_first
+              ORDER BY s1.base_offset DESC
+              LIMIT 2 * p_limit)
+        RETURNING s.base_offset
+    )
+    SELECT min(purged.base_offset) INTO v_purge_from FROM purged;
+    IF v_purge_from IS NOT NULL THEN
+        DELETE FROM queen.log_txns t
+        WHERE t.partition_id = p_partition_id
+          AND t.base_offset >= v_purge_from AND t.base_offset < v_first;
+        -- The trace index of the purged messages (017; a probe of its
+        -- (partition_id, message_offset) index when the partition has none).
+        DELETE FROM queen.log_traces t
+        WHERE t.partition_id = p_partition_id
+          AND t.message_offset >= v_purge_from AND t.message_offset < v_first;
+    END IF;
 
     -- 2. mark the next due prefix. It is found before the partition lock
     -- is taken, so the lock covers only the UPDATE: segments below the

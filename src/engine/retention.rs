@@ -71,10 +71,11 @@ const RETAINED_BYTES_PAGE: i32 = 100;
 
 /// Segments deleted per step (one transaction holding one partition row):
 /// bounds how long a push to that partition can wait behind retention.
-/// Measured 2026-12-01 (tests/retention_latency.rs, 100,000 segments, 2
-/// cores) with a pause of three times the step after each: PUSH/POP p99
-/// during a pass 1.78x / 1.76x of without, the pass 26.7 s; with 500 and a
-/// pause of one step: 2.97x / 2.58x, 7.6 s. The pause is now [`Pace`]'s.
+/// Measured 2026-12-01 on a quiet 2-core machine (tests/retention_latency.rs,
+/// 100,000 segments, pushes at a fixed 300/s): with [`Pace::GENTLE`] and the
+/// purge read downwards from first_offset (006), PUSH/POP p99 during a pass
+/// 1.37x / 1.31x and 1.27x / 1.39x of without, the pass 11 s, the longest
+/// step 7.6 ms; docs/internals/storage.md has the history.
 pub const STEP_SEGMENTS: i32 = 200;
 /// Steps on one partition per pass before moving on, so one huge backlog
 /// does not starve the others.

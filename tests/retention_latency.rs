@@ -5,6 +5,11 @@
 //! nothing about timing.
 //!
 //!     cargo test --release --test retention_latency -- --ignored --nocapture
+//!
+//! `QW_HOLD=SECONDS` keeps the cluster up that long after the VACUUM (its
+//! socket is printed), to look at the plans with psql and `auto_explain`:
+//! an EXPLAIN of a procedure's query with literals is not the generic plan
+//! the procedure runs.
 
 mod common;
 
@@ -253,21 +258,6 @@ async fn push_and_pop_latency_during_a_retention_pass_against_without() {
         // Keeps the cluster up after VACUUM, to look at it with psql.
         eprintln!("holding {secs} s: direct {:?}", proxy.direct);
         tokio::time::sleep(Duration::from_secs(secs)).await;
-    }
-    if std::env::var("QW_EXPLAIN").is_ok() {
-        for q in [
-            "EXPLAIN (ANALYZE, BUFFERS) SELECT s.base_offset FROM queen.log_segments s, queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'lat' AND s.partition_id = p.id AND s.base_offset >= COALESCE((SELECT max(s2.base_offset) FROM queen.log_segments s2 WHERE s2.partition_id = p.id AND s2.base_offset <= p.last_offset), p.last_offset) ORDER BY s.base_offset",
-            "SELECT pid, state, backend_xmin, backend_xid, now() - xact_start, left(query, 60), backend_type FROM pg_stat_activity WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL",
-            "SELECT relname, n_tup_upd, n_tup_hot_upd, last_autovacuum, autovacuum_count FROM pg_stat_user_tables WHERE schemaname = 'queen' AND relname IN ('log_partitions','log_consumers','queues')",
-            "SELECT relname, n_live_tup, n_dead_tup, (SELECT reltuples FROM pg_class c WHERE c.oid = relid), (SELECT relpages FROM pg_class c WHERE c.oid = relid) FROM pg_stat_user_tables WHERE schemaname = 'queen' AND relname IN ('log_segments','log_txns','log_partitions','log_consumers')",
-        ] {
-            for r in direct.simple_query(q).await.unwrap() {
-                if let tokio_postgres::SimpleQueryMessage::Row(r) = r {
-                    let cols: Vec<_> = (0..r.len()).map(|i| r.get(i).unwrap_or("").to_string()).collect();
-                    eprintln!("  {}", cols.join(" | "));
-                }
-            }
-        }
     }
     let (push_vacuumed, pop_vacuumed) = baseline(&proxy).await;
 

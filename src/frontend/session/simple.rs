@@ -46,6 +46,13 @@ impl Session {
                 if !self.lease.held() && self.client_encoding == ClientEncoding::Utf8 {
                     return self.listen_shared(listening, statement).await;
                 }
+                if self.block_can_listen()
+                    && self
+                        .listen_in_block(listening.clone(), statement, true)
+                        .await?
+                {
+                    return Ok(());
+                }
                 // It goes to the session's own connection; the hub forgets
                 // the session's channels too.
                 if let Listening::Unlisten(channel) = listening {
@@ -55,12 +62,20 @@ impl Session {
                 }
             } else if self.notifications.is_some() && discards_all(statement) {
                 self.shared.listen.forget(self.id, None);
+            } else if self.txn.block.has_pending()
+                && rewrite::passthrough::transaction_control(statement)
+                    == Some(rewrite::passthrough::Control::Prepare)
+            {
+                self.prepare_with_block_listens(statement).await?;
+                return self.finish_simple_query().await;
             }
         }
         if commands.iter().all(|(_, c)| plain(c)) {
             if !self.ensure_backend(For::Client).await {
                 return self.finish_simple_query().await;
             }
+            self.before_plain(commands.iter().map(|(r, _)| &sql[r.clone()]))
+                .await?;
             for (range, command) in &commands {
                 if let Command::Passthrough(effect) = command {
                     self.apply_effect(*effect, &sql[range.clone()]);
@@ -174,6 +189,8 @@ impl Session {
                     if !self.ensure_backend(For::Client).await {
                         break;
                     }
+                    self.before_plain(std::iter::once(&sql[range.clone()]))
+                        .await?;
                     self.apply_effect(*effect, &sql[range.clone()]);
                     let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
                     let ok = self

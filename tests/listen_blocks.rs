@@ -181,6 +181,31 @@ async fn simple_scenario(
     out.iter().map(|l| l.replace(p, "")).collect()
 }
 
+/// Several statements in one simple query (`psql -c "…; …"`).
+async fn script_scenario(
+    listener: &mut Raw,
+    notifier: &tokio_postgres::Client,
+    p: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for sql in [
+        "BEGIN; LISTEN {p}s1; SAVEPOINT x; LISTEN {p}s2; ROLLBACK TO x; COMMIT",
+        "LISTEN {p}s3; LISTEN {p}s4",
+        "LISTEN {p}s5; SELECT 1/0; LISTEN {p}s6",
+        "UNLISTEN {p}s3; SELECT 1",
+        "BEGIN; LISTEN {p}s7",
+        "LISTEN {p}s8; ROLLBACK",
+    ] {
+        let sql = sql.replace("{p}", p);
+        let r = listener.simple(&sql).await;
+        step(listener, &sql, r, &mut out).await;
+    }
+    let notify: Vec<String> = (1..=8).map(|i| format!("NOTIFY {p}s{i}, '{i}'")).collect();
+    notifier.batch_execute(&notify.join("; ")).await.unwrap();
+    step(listener, "after the scripts", Default::default(), &mut out).await;
+    out.iter().map(|l| l.replace(p, "")).collect()
+}
+
 fn statement(sql: &str) -> Vec<Message> {
     vec![
         build_parse("", sql, &[]),
@@ -254,6 +279,7 @@ async fn listen_in_blocks_behaves_as_postgresql_s_and_pins_nothing() {
     let mut direct = Raw::connect_direct(&proxy.direct).await;
     let want = simple_scenario(&mut direct, &direct_notifier, "dd7_").await;
     let want_ext = extended_scenario(&mut direct, &direct_notifier, "dd7_").await;
+    let want_scripts = script_scenario(&mut direct, &direct_notifier, "dd7_").await;
     drop(direct);
 
     let notifier = proxy.connect().await;
@@ -268,6 +294,32 @@ async fn listen_in_blocks_behaves_as_postgresql_s_and_pins_nothing() {
         got_ext, want_ext,
         "extended protocol: through queenwire vs PostgreSQL"
     );
+    let got_scripts = script_scenario(&mut listener, &notifier, "qq7_").await;
+    assert_eq!(
+        got_scripts, want_scripts,
+        "scripts: through queenwire vs PostgreSQL"
+    );
+    assert!(
+        want_scripts
+            .last()
+            .is_some_and(|l| l.contains("[\"s1:1\", \"s4:4\"]")),
+        "{want_scripts:#?}"
+    );
+    // A script with a queenwire statement runs statement by statement: its
+    // LISTEN, in no block, listens at once.
+    let r = listener
+        .simple("PUSH INTO qq7_queue VALUES ('{}'); LISTEN qq7_mixed")
+        .await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    notifier
+        .batch_execute("NOTIFY qq7_mixed, 'm'")
+        .await
+        .unwrap();
+    let m = listener
+        .next_within(Duration::from_secs(10))
+        .await
+        .expect("the mixed script's LISTEN listens");
+    assert_eq!(payload(&m), "qq7_mixed:m");
     // The scenarios heard something at all (they can fail).
     assert!(want.iter().any(|l| l.contains("\"c:c3\"")), "{want:#?}");
     assert!(

@@ -278,6 +278,169 @@ impl Session {
     }
 }
 
+/// How a simple query of several plain statements, LISTEN or UNLISTEN
+/// among them, runs so that the shared connection can serve them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ScriptPlan {
+    /// Every statement runs inside a transaction block (open before it or
+    /// opened by its first statement, up to a last COMMIT / ROLLBACK):
+    /// statement by statement, as PostgreSQL runs them in that block.
+    InBlock,
+    /// No transaction control at all, outside a block: PostgreSQL runs
+    /// them as one implicit transaction; the proxy runs them statement by
+    /// statement in a block of its own, committed at the end (rolled back
+    /// at the first error, where PostgreSQL stops too).
+    Implicit,
+}
+
+impl Session {
+    /// Whether (and how) a script of plain `statements` with LISTEN or
+    /// UNLISTEN among them runs statement by statement; `None`: forwarded
+    /// whole, on the session's own connection, which its LISTEN pins.
+    pub(super) fn listen_script_plan<'a>(
+        &self,
+        statements: impl Iterator<Item = &'a str>,
+    ) -> Option<ScriptPlan> {
+        if self.lease.pinned()
+            || self.lease.status() == TxStatus::Failed
+            || self.client_encoding != ClientEncoding::Utf8
+        {
+            return None;
+        }
+        let (mut listens, mut controls, mut in_block) = (false, false, true);
+        let mut open = self.txn.block.open();
+        for sql in statements {
+            listens |= crate::rewrite::passthrough::listening(sql).is_some();
+            let control = transaction_control(sql);
+            controls |= control.is_some();
+            match control {
+                Some(Control::Begin) => open = true,
+                Some(Control::Commit { chain }) | Some(Control::Rollback { chain }) => {
+                    in_block &= open;
+                    open = chain;
+                }
+                Some(Control::Prepare) => return None,
+                _ => in_block &= open,
+            }
+        }
+        if !listens {
+            None
+        } else if in_block {
+            Some(ScriptPlan::InBlock)
+        } else if !controls && !self.txn.block.open() {
+            Some(ScriptPlan::Implicit)
+        } else {
+            None
+        }
+    }
+
+    /// Runs such a script (its ReadyForQuery included).
+    pub(super) async fn run_listen_script(
+        &mut self,
+        text: &crate::frontend::encoding::ClientText<'_>,
+        commands: &[(std::ops::Range<usize>, crate::rewrite::Command)],
+        plan: ScriptPlan,
+    ) -> Result<(), End> {
+        if !self.ensure_backend(super::lease::For::Client).await {
+            return Ok(());
+        }
+        if plan == ScriptPlan::Implicit {
+            if !self.quietly("BEGIN").await? {
+                return Ok(());
+            }
+            self.txn.block.ready(TxStatus::InBlock);
+        }
+        self.run_statements(text, commands).await?;
+        if plan == ScriptPlan::Implicit {
+            let commit = self.lease.status() == TxStatus::InBlock;
+            let pending = std::mem::take(&mut self.txn.block.pending);
+            let done = self
+                .quietly(if commit { "COMMIT" } else { "ROLLBACK" })
+                .await?;
+            if commit && done {
+                self.settle_block_listens(pending).await;
+            }
+            let status = self.lease.status();
+            self.backend_ready(status).await?;
+        }
+        self.replies.end_skip();
+        self.client
+            .send(&protocol::ready_for_query(self.lease.status()));
+        Ok(())
+    }
+
+    /// Runs the proxy's own `sql` on the session's connection; PostgreSQL's
+    /// error goes to the client (`false`).
+    async fn quietly(&mut self, sql: &str) -> Result<bool, End> {
+        let Some(conn) = self.lease.conn_mut() else {
+            return Ok(false);
+        };
+        match conn.simple_query_quiet(sql).await {
+            Ok(()) => Ok(true),
+            Err(crate::backend::BackendError::Server(e)) => {
+                self.local_error(e);
+                Ok(false)
+            }
+            Err(e) => Err(self.backend_lost(e).await),
+        }
+    }
+
+    /// A LISTEN / UNLISTEN among the statements of a script run one by
+    /// one, served by the shared connection where it can be: `None` if not
+    /// (it goes to the session's connection), else whether it succeeded.
+    pub(super) async fn script_listen(&mut self, statement: &str) -> Result<Option<bool>, End> {
+        let Some(listening) = crate::rewrite::passthrough::listening(statement) else {
+            return Ok(None);
+        };
+        if self.lease.pinned() || self.client_encoding != ClientEncoding::Utf8 {
+            return Ok(None);
+        }
+        if self.txn.block.open() {
+            if !self.block_can_listen() {
+                return Ok(None);
+            }
+            let served = self.listen_in_block(listening, statement, false).await?;
+            return Ok(served.then_some(true));
+        }
+        if self.lease.status() != TxStatus::Idle {
+            return Ok(None);
+        }
+        // A transaction of its own: it listens at once.
+        match self.hub_listen(listening, statement).await {
+            Ok(tag) => {
+                self.client.send(&protocol::command_complete(tag));
+                Ok(Some(true))
+            }
+            Err(e) => {
+                self.local_error(e);
+                Ok(Some(false))
+            }
+        }
+    }
+
+    /// LISTEN / UNLISTEN through the shared connection now; its command
+    /// tag.
+    pub(super) async fn hub_listen(
+        &mut self,
+        listening: Listening,
+        statement: &str,
+    ) -> Result<&'static str, crate::protocol::SqlError> {
+        let hub = self.shared.listen.clone();
+        match listening {
+            Listening::Listen(channel) => {
+                if let Some(rx) = hub.listen(self.id, statement, channel).await? {
+                    self.notifications = Some(rx);
+                }
+                Ok("LISTEN")
+            }
+            Listening::Unlisten(channel) => {
+                hub.unlisten(self.id, statement, channel).await?;
+                Ok("UNLISTEN")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,13 @@ impl Session {
             }
         }
         if commands.iter().all(|(_, c)| plain(c)) {
+            if commands.len() > 1 {
+                let statements = commands.iter().map(|(r, _)| &sql[r.clone()]);
+                if let Some(plan) = self.listen_script_plan(statements) {
+                    self.run_listen_script(&text, &commands, plan).await?;
+                    return self.finish_simple_query().await;
+                }
+            }
             if !self.ensure_backend(For::Client).await {
                 return self.finish_simple_query().await;
             }
@@ -99,25 +106,8 @@ impl Session {
     /// (`frontend::listen`): answered once it listens, with PostgreSQL's
     /// own error for a statement PostgreSQL refuses.
     async fn listen_shared(&mut self, listening: Listening, statement: &str) -> Result<(), End> {
-        let hub = self.shared.listen.clone();
-        let (command_tag, result) = match listening {
-            Listening::Listen(channel) => {
-                let r = hub.listen(self.id, statement, channel).await;
-                (
-                    "LISTEN",
-                    r.map(|rx| {
-                        if let Some(rx) = rx {
-                            self.notifications = Some(rx);
-                        }
-                    }),
-                )
-            }
-            Listening::Unlisten(channel) => {
-                ("UNLISTEN", hub.unlisten(self.id, statement, channel).await)
-            }
-        };
-        match result {
-            Ok(()) => {
+        match self.hub_listen(listening, statement).await {
+            Ok(command_tag) => {
                 self.reply_local(protocol::command_complete(command_tag));
                 self.reply_local(protocol::ready_for_query(self.lease.status()));
                 Ok(self.client.flush().await?)
@@ -177,7 +167,20 @@ impl Session {
 
     /// A simple-query message holding dialect statements: each statement
     /// runs in turn (plain ones as their own Query), up to the first error.
-    async fn run_script(
+    pub(super) async fn run_script(
+        &mut self,
+        text: &ClientText<'_>,
+        commands: &[(Range<usize>, Command)],
+    ) -> Result<(), End> {
+        self.run_statements(text, commands).await?;
+        self.replies.end_skip();
+        self.client
+            .send(&protocol::ready_for_query(self.lease.status()));
+        Ok(())
+    }
+
+    /// The statements of a script in turn, up to the first error.
+    pub(super) async fn run_statements(
         &mut self,
         text: &ClientText<'_>,
         commands: &[(Range<usize>, Command)],
@@ -188,6 +191,12 @@ impl Session {
                 Command::Passthrough(effect) => {
                     if !self.ensure_backend(For::Client).await {
                         break;
+                    }
+                    if let Some(ok) = self.script_listen(&sql[range.clone()]).await? {
+                        if !ok {
+                            break;
+                        }
+                        continue;
                     }
                     self.before_plain(std::iter::once(&sql[range.clone()]))
                         .await?;
@@ -230,9 +239,6 @@ impl Session {
                 break;
             }
         }
-        self.replies.end_skip();
-        self.client
-            .send(&protocol::ready_for_query(self.lease.status()));
         Ok(())
     }
 
@@ -274,6 +280,10 @@ impl Session {
                 tag::PARAMETER_STATUS => {
                     conn.note_parameter_status(&msg);
                     self.client_parameter_status(&msg);
+                }
+                tag::COMMAND_COMPLETE => {
+                    self.block_command_complete(&msg.body).await;
+                    self.client.send(&msg);
                 }
                 tag::NOTIFICATION_RESPONSE => {
                     let notification = self.notification_for_client(&msg);

@@ -21,7 +21,8 @@
 //!    row). Any failure (a stale ACK included) rolls it all back: the
 //!    batch is delivered again and no window is emitted twice.
 
-use super::evaluate::{decode, evaluate, poisoned, Message};
+use super::aggregate::AggState;
+use super::evaluate::{decode, evaluate, fold, poisoned, Message};
 use super::window::{Event, Kind, Partition, Spec};
 use super::Evaluators;
 use crate::backend::call::{CallEnd, Calls};
@@ -34,7 +35,7 @@ use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState, TxStatus};
 use crate::rewrite::calls::queues::{Ack, Pop, PopArgs};
 use crate::rewrite::calls::stream_cycle::{
-    Active, ActiveRow, CycleBegin, CycleSave, IdlePartitions, NoteError, StateLoad,
+    Active, ActiveRow, CycleBegin, CycleSave, Extrema, IdlePartitions, NoteError, StateLoad,
 };
 use crate::rewrite::calls::streams::EvalRow;
 use crate::rewrite::calls::transaction::{Raise, ROLLBACK};
@@ -131,7 +132,7 @@ async fn round(
             }
         }
         if let Some(idle_ms) = stream.idle_ms {
-            match idle_flush(pool, announcer, sealing, &stream, &spec, idle_ms).await {
+            match idle_flush(pool, evaluators, announcer, sealing, &stream, &spec, idle_ms).await {
                 Ok(()) => {}
                 Err(ExecError::Lost(e)) => lost = Some(e),
                 Err(e) => note_error(pool, &stream, &e).await,
@@ -283,6 +284,7 @@ async fn cycle(
     if !messages.is_empty() {
         let work = Work {
             stream,
+            evaluators,
             sealing,
             spec,
             partition_id,
@@ -340,6 +342,8 @@ struct Batch<'a> {
 /// What one transaction does: a batch (a cycle), or none (an idle flush).
 struct Work<'a> {
     stream: &'a ActiveRow,
+    /// The tenant's role, for a reduce's fold.
+    evaluators: &'a Evaluators,
     /// The sink push seals its segments if the sink is encrypted.
     sealing: &'a Sealing,
     spec: &'a Spec,
@@ -447,10 +451,19 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
             } else {
                 m.created_us
             };
+            let mut vals = r.vals.clone();
+            for (i, f) in work.spec.aggs.iter().enumerate() {
+                // A reduce folds the message's payload itself.
+                if *f == AggFn::Reduce {
+                    if let Some(v) = vals.get_mut(i) {
+                        *v = Some(m.payload.clone());
+                    }
+                }
+            }
             part.event(Event {
                 ts,
                 key: r.key.clone().unwrap_or_default(),
-                vals: r.vals.clone(),
+                vals,
             })
             .map_err(bad_state)?;
         }
@@ -458,6 +471,7 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
     } else {
         part.idle(work.now_us);
     }
+    resolve_pending(conn, work, &mut part).await?;
     let (deletes, upserts) = part.changes();
     let mut save = CycleSave {
         stream_id: stream.id,
@@ -492,7 +506,7 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
             .map(|e| {
                 (
                     sink_partition(stream, work.partition_name, &e.key),
-                    e.payload.clone(),
+                    part.payload(e),
                 )
             })
             .collect();
@@ -529,6 +543,70 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
     Ok(pushed)
 }
 
+/// What PostgreSQL decides for the cycle's windows, before they are saved
+/// or emitted: text min/max in one call on this connection (in the
+/// cycle's transaction; the database's collation), reduce folds in one
+/// call on the tenant's role (a user function). Either failing fails the
+/// cycle, which rolls back: the batch comes back after its lease.
+async fn resolve_pending(
+    conn: &mut Calls<'_>,
+    work: &Work<'_>,
+    part: &mut Partition<'_>,
+) -> Result<(), ExecError> {
+    let mut pending = part.pending();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let (mut texts, mut folds) = (Vec::new(), Vec::new());
+    for (id, (agg, state)) in pending.iter().enumerate() {
+        match &**state {
+            AggState::Text { best, pending, .. } => {
+                let values: Vec<&str> = best.iter().chain(pending).map(String::as_str).collect();
+                texts.push(format!("{{\"i\":{id},\"v\":[{}]}}", values.join(",")));
+            }
+            AggState::Reduce { state, pending } => {
+                let s = state
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(",\"s\":[{s}]"));
+                folds.push(format!(
+                    "{{\"id\":{id},\"a\":{}{s},\"p\":[{}]}}",
+                    agg + 1,
+                    pending.join(",")
+                ));
+            }
+            _ => {}
+        }
+    }
+    if !texts.is_empty() {
+        let jobs = format!("[{}]", texts.join(","));
+        for row in conn.run(&Extrema { jobs: &jobs }).await? {
+            if let Some((_, state)) = usize::try_from(row.id).ok().and_then(|i| pending.get_mut(i)) {
+                let max = matches!(&**state, AggState::Text { max: true, .. });
+                if let Some(v) = if max { row.hi } else { row.lo } {
+                    state.resolve(v);
+                }
+            }
+        }
+    }
+    if !folds.is_empty() {
+        let jobs = format!("[{}]", folds.join(","));
+        for row in fold(work.evaluators, work.stream, &jobs).await? {
+            if let Some((_, state)) = usize::try_from(row.ord).ok().and_then(|i| pending.get_mut(i)) {
+                if let Some(Some(v)) = row.vals.into_iter().next() {
+                    state.resolve(v);
+                }
+            }
+        }
+    }
+    if pending.iter().any(|(_, s)| s.is_pending()) {
+        return Err(ExecError::Refused(SqlError::error(
+            SqlState::INTERNAL_ERROR,
+            "a stream's text min/max or reduce came back without a value",
+        )));
+    }
+    Ok(())
+}
+
 /// PARTITION BY KEY: the window's key (when it is a valid partition name);
 /// otherwise the source partition's name, so a sink partition keeps the
 /// order of its source partition.
@@ -547,6 +625,7 @@ fn sink_partition(stream: &ActiveRow, source_partition: &str, key: &str) -> Stri
 /// SKIP LOCKED, keeps it apart from a running cycle).
 async fn idle_flush(
     pool: &Pool,
+    evaluators: &Evaluators,
     announcer: &Announcer,
     sealing: &Sealing,
     stream: &ActiveRow,
@@ -577,6 +656,7 @@ async fn idle_flush(
     for p in quiet {
         let work = Work {
             stream,
+            evaluators,
             sealing,
             spec,
             partition_id: p.partition_id,

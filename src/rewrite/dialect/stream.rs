@@ -30,6 +30,9 @@ pub enum Window {
     },
 }
 
+/// An aggregate as stored. `Min`/`Max` are numeric; the engine turns them
+/// into `MinText`, `MinTime`, … at CREATE by the argument's type, which
+/// PostgreSQL tells it (those are never written by a user).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggFn {
     Count,
@@ -39,6 +42,12 @@ pub enum AggFn {
     Avg,
     First,
     Last,
+    /// `reduce(fn, init)`: a fold of the payloads over a user function.
+    Reduce,
+    MinText,
+    MaxText,
+    MinTime,
+    MaxTime,
 }
 
 impl AggFn {
@@ -51,10 +60,27 @@ impl AggFn {
             AggFn::Avg => "avg",
             AggFn::First => "first",
             AggFn::Last => "last",
+            AggFn::Reduce => "reduce",
+            AggFn::MinText => "min_text",
+            AggFn::MaxText => "max_text",
+            AggFn::MinTime => "min_timestamptz",
+            AggFn::MaxTime => "max_timestamptz",
         }
     }
 
+    /// A stored name (`queen.streams.agg_fns`).
     pub fn from_name(name: &str) -> Option<AggFn> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "min_text" => AggFn::MinText,
+            "max_text" => AggFn::MaxText,
+            "min_timestamptz" => AggFn::MinTime,
+            "max_timestamptz" => AggFn::MaxTime,
+            other => return AggFn::from_keyword(other),
+        })
+    }
+
+    /// What a user may write in AGGREGATE (…).
+    pub fn from_keyword(name: &str) -> Option<AggFn> {
         Some(match name.to_ascii_lowercase().as_str() {
             "count" => AggFn::Count,
             "sum" => AggFn::Sum,
@@ -63,6 +89,7 @@ impl AggFn {
             "avg" => AggFn::Avg,
             "first" => AggFn::First,
             "last" => AggFn::Last,
+            "reduce" => AggFn::Reduce,
             _ => return None,
         })
     }
@@ -71,8 +98,10 @@ impl AggFn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Aggregate {
     pub func: AggFn,
-    /// `None` for `count(*)`.
+    /// `None` for `count(*)`; for `reduce` the function's name as written.
     pub arg: Option<String>,
+    /// `reduce`'s initial state: a PostgreSQL expression (cast to jsonb).
+    pub init: Option<String>,
     /// The member of the emitted JSON object.
     pub alias: String,
 }
@@ -205,21 +234,91 @@ fn alias(cursor: &mut Cursor<'_>) -> Result<String> {
     Ok(text)
 }
 
+/// `reduce`'s function: a (schema-qualified) name, as written; PostgreSQL
+/// resolves it. Anything else is refused here, as it is pasted before an
+/// argument list.
+fn function_name(cursor: &mut Cursor<'_>) -> Result<String> {
+    let first = cursor.peek().clone();
+    let mut end = first.start;
+    while matches!(
+        cursor.peek().kind,
+        TokenKind::Word(_) | TokenKind::QuotedIdent(_) | TokenKind::Symbol('.')
+    ) {
+        end = cursor.peek().end;
+        cursor.advance();
+    }
+    let text = cursor.slice(first.start, end).trim().to_string();
+    if !qualified_name(&text) {
+        return Err(ParseError::new(
+            SqlState::SYNTAX_ERROR,
+            "reduce takes a function's name, then ',' and the initial state: reduce(my_fn, '{}')",
+        )
+        .at(cursor.position(&first)));
+    }
+    Ok(text)
+}
+
+/// `name` or `"quoted name"`, joined by dots.
+fn qualified_name(text: &str) -> bool {
+    let mut chars = text.chars().peekable();
+    loop {
+        match chars.next() {
+            Some('"') => {
+                let mut empty = true;
+                loop {
+                    match chars.next() {
+                        Some('"') if chars.peek() == Some(&'"') => {
+                            chars.next();
+                        }
+                        Some('"') => break,
+                        Some(_) => {}
+                        None => return false,
+                    }
+                    empty = false;
+                }
+                if empty {
+                    return false;
+                }
+            }
+            Some(c) if c.is_alphabetic() || c == '_' => {
+                while chars
+                    .peek()
+                    .is_some_and(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+                {
+                    chars.next();
+                }
+            }
+            _ => return false,
+        }
+        match chars.next() {
+            None => return true,
+            Some('.') => {}
+            Some(_) => return false,
+        }
+    }
+}
+
 fn aggregates(cursor: &mut Cursor<'_>) -> Result<Vec<Aggregate>> {
     cursor.expect(&TokenKind::LeftParen, "'(' after AGGREGATE")?;
     let mut out: Vec<Aggregate> = Vec::new();
     loop {
         let at = cursor.peek().clone();
         let func = match &at.kind {
-            TokenKind::Word(w) => AggFn::from_name(w),
+            TokenKind::Word(w) => AggFn::from_keyword(w),
             _ => None,
         }
         .ok_or_else(|| {
-            cursor.unexpected("an aggregate: count, sum, min, max, avg, first or last")
+            cursor.unexpected("an aggregate: count, sum, min, max, avg, first, last or reduce")
         })?;
         cursor.advance();
         cursor.expect(&TokenKind::LeftParen, "'('")?;
-        let arg = if cursor.peek().kind == TokenKind::Symbol('*') {
+        let mut init = None;
+        let arg = if func == AggFn::Reduce {
+            let name = function_name(cursor)?;
+            cursor.expect(&TokenKind::Comma, "',' and reduce's initial state")?;
+            init = Some(expression(cursor, "reduce's initial state", true)?);
+            Some(name)
+        } else if cursor.peek().kind == TokenKind::Symbol('*') {
             if func != AggFn::Count {
                 return Err(cursor.unexpected("an expression (only count takes *)"));
             }
@@ -241,7 +340,12 @@ fn aggregates(cursor: &mut Cursor<'_>) -> Result<Vec<Aggregate>> {
             )
             .at(cursor.position(&at)));
         }
-        out.push(Aggregate { func, arg, alias });
+        out.push(Aggregate {
+            func,
+            arg,
+            init,
+            alias,
+        });
         if !cursor.eat(&TokenKind::Comma) {
             break;
         }
@@ -540,6 +644,34 @@ mod tests {
             ok("SHOW STREAM s"),
             Statement::ShowStream { name: lit("s") }
         );
+    }
+
+    #[test]
+    fn reduce_takes_a_function_name_and_an_initial_state() {
+        let c = create(
+            "CREATE STREAM s FROM q WINDOW TUMBLING 5 AGGREGATE (reduce(app.\"Collect ids\", '[]') AS ids, reduce(f, jsonb_build_object('n', 0))) INTO o",
+        );
+        assert_eq!(c.aggregates[0].func, AggFn::Reduce);
+        assert_eq!(c.aggregates[0].arg.as_deref(), Some("app.\"Collect ids\""));
+        assert_eq!(c.aggregates[0].init.as_deref(), Some("'[]'"));
+        assert_eq!(c.aggregates[0].alias, "ids");
+        assert_eq!(c.aggregates[1].arg.as_deref(), Some("f"));
+        assert_eq!(
+            c.aggregates[1].init.as_deref(),
+            Some("jsonb_build_object('n', 0)")
+        );
+        assert_eq!(c.aggregates[1].alias, "reduce");
+        for bad in [
+            "reduce(f)",
+            "reduce(f(x), '{}')",
+            "reduce('f', '{}')",
+            "reduce(f, )",
+            "reduce(*)",
+            "min_text(payload)",
+        ] {
+            let sql = format!("CREATE STREAM s FROM q WINDOW TUMBLING 5 AGGREGATE ({bad}) INTO o");
+            assert_eq!(error(&sql).0, "42601", "{bad}");
+        }
     }
 
     #[test]

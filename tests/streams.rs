@@ -1005,9 +1005,11 @@ async fn folded(client: &Client, raw: Vec<(String, String)>) -> Folded {
             )
             .await
             .unwrap();
-        out.entry((p, row.get(0), row.get(1)))
-            .or_default()
-            .push((row.get(2), row.get(3), row.get(4)));
+        out.entry((p, row.get(0), row.get(1))).or_default().push((
+            row.get(2),
+            row.get(3),
+            row.get(4),
+        ));
     }
     out
 }
@@ -1049,15 +1051,20 @@ async fn reduce_folds_each_tumbling_and_sliding_window_over_a_sql_function_in_or
     }
     for (p, payloads) in &by_partition {
         push_payloads(&client, "src", p, payloads).await;
-        push_payloads(&client, "src", p, &[
-            "{\"id\": -1, \"k\": \"closer\", \"t\": 80000, \"amount\": \"0\"}".to_string(),
-        ])
+        push_payloads(
+            &client,
+            "src",
+            p,
+            &["{\"id\": -1, \"k\": \"closer\", \"t\": 80000, \"amount\": \"0\"}".to_string()],
+        )
         .await;
     }
     // Computed here, without the engine: per window, the ids in offset
     // order, the first id of the largest amount.
     let want = |windows: &dyn Fn(i64) -> Vec<i64>| {
-        let mut acc: BTreeMap<(String, String, i64), (Vec<i64>, i64, i64, i64)> = BTreeMap::new();
+        // (ids, top id, top amount, count) per window.
+        type Acc = (Vec<i64>, i64, i64, i64);
+        let mut acc: BTreeMap<(String, String, i64), Acc> = BTreeMap::new();
         for (id, (p, k, t, c)) in evs.iter().enumerate() {
             for s in windows(*t) {
                 let w = acc
@@ -1076,7 +1083,11 @@ async fn reduce_folds_each_tumbling_and_sliding_window_over_a_sql_function_in_or
             .collect::<Folded>()
     };
     let tumbling = want(&|t| vec![t.div_euclid(10) * 10]);
-    let sliding = want(&|t| (t.div_euclid(10) - 2..=t.div_euclid(10)).map(|k| k * 10).collect());
+    let sliding = want(&|t| {
+        (t.div_euclid(10) - 2..=t.div_euclid(10))
+            .map(|k| k * 10)
+            .collect()
+    });
     for (sink, want) in [("out_tumble", tumbling), ("out_slide", sliding)] {
         let raw = drain_raw(&client, sink, want.len()).await;
         let mut got = folded(&client, raw).await;
@@ -1160,7 +1171,9 @@ async fn reduce_is_refused_with_session_windows_and_a_bad_function_gets_postgres
         .unwrap_err();
     assert_eq!(code(&e), "42710", "{e:?}");
     let e = a
-        .batch_execute(&create("reduce(f1, '[]') AS x", "TUMBLING 10").replace("CREATE", "CREATE OR REPLACE"))
+        .batch_execute(
+            &create("reduce(f1, '[]') AS x", "TUMBLING 10").replace("CREATE", "CREATE OR REPLACE"),
+        )
         .await
         .unwrap_err();
     assert_eq!(code(&e), "55000", "{e:?}");
@@ -1170,9 +1183,15 @@ async fn reduce_is_refused_with_session_windows_and_a_bad_function_gets_postgres
     ))
     .await
     .unwrap();
-    let def = texts(a.simple_query("SHOW STREAMS").await.unwrap(), &["definition"]);
+    let def = texts(
+        a.simple_query("SHOW STREAMS").await.unwrap(),
+        &["definition"],
+    );
     assert!(
-        def[0][0].as_deref().unwrap_or("").contains("reduce(f2, '{}') AS \"x\""),
+        def[0][0]
+            .as_deref()
+            .unwrap_or("")
+            .contains("reduce(f2, '{}') AS \"x\""),
         "{def:?}"
     );
 }
@@ -1225,7 +1244,10 @@ async fn a_reduce_that_raises_rolls_its_cycle_back_and_the_batch_comes_again_onc
         .get(0);
     assert_eq!(kept, 0);
     assert!(texts(
-        client.simple_query("POP FROM out LIMIT 10 AUTO ACK").await.unwrap(),
+        client
+            .simple_query("POP FROM out LIMIT 10 AUTO ACK")
+            .await
+            .unwrap(),
         &["payload"]
     )
     .is_empty());
@@ -1298,17 +1320,26 @@ async fn min_and_max_over_text_and_timestamptz_follow_postgresql_s_order() {
         .map(|(k, t, name, us, c)| {
             let name = name.map_or(String::new(), |n| format!(", \"name\": \"{n}\""));
             // The same instant written in another zone: ordered by instant.
-            let at = format!("{}", chrono_like(*us));
-            format!("{{\"k\": \"{k}\", \"t\": {t}{name}, \"at\": \"{at}\", \"amount\": \"{}\"}}", amount(*c))
+            let at = chrono_like(*us);
+            format!(
+                "{{\"k\": \"{k}\", \"t\": {t}{name}, \"at\": \"{at}\", \"amount\": \"{}\"}}",
+                amount(*c)
+            )
         })
-        .chain(["{\"k\": \"closer\", \"t\": 90000, \"at\": \"2026-01-01\", \"amount\": \"0\"}".to_string()])
+        .chain([
+            "{\"k\": \"closer\", \"t\": 90000, \"at\": \"2026-01-01\", \"amount\": \"0\"}"
+                .to_string(),
+        ])
         .collect();
     push_payloads(&client, "src", "Default", &payloads).await;
 
-    let mut windows: BTreeMap<(String, i64), Vec<&(String, i64, Option<&str>, i64, i64)>> =
-        BTreeMap::new();
+    type Event<'a> = (String, i64, Option<&'a str>, i64, i64);
+    let mut windows: BTreeMap<(String, i64), Vec<&Event>> = BTreeMap::new();
     for e in &evs {
-        windows.entry((e.0.clone(), e.1.div_euclid(10) * 10)).or_default().push(e);
+        windows
+            .entry((e.0.clone(), e.1.div_euclid(10) * 10))
+            .or_default()
+            .push(e);
     }
     let raw = drain_raw(&client, "out", windows.len()).await;
     let direct = proxy.connect_direct().await;

@@ -159,7 +159,10 @@ pub enum AggState {
         pending: Vec<String>,
     },
     /// Timestamptz min/max, microseconds since the epoch.
-    Time { max: bool, best: Option<i64> },
+    Time {
+        max: bool,
+        best: Option<i64>,
+    },
     /// `reduce`: the state's JSON text (`None`: the initial state) and the
     /// payloads not folded into it yet, in order.
     Reduce {
@@ -327,7 +330,12 @@ impl AggState {
             }
             (AggState::First(a), AggState::First(b)) if a.is_none() => a.clone_from(b),
             (AggState::Last(a), AggState::Last(b)) if b.is_some() => a.clone_from(b),
-            (AggState::Text { pending, .. }, AggState::Text { best, pending: p2, .. }) => {
+            (
+                AggState::Text { pending, .. },
+                AggState::Text {
+                    best, pending: p2, ..
+                },
+            ) => {
                 pending.extend(best.iter().cloned());
                 pending.extend(p2.iter().cloned());
             }
@@ -338,9 +346,7 @@ impl AggState {
             }
             // Refused at CREATE: a reduce has no merge, and sessions merge.
             (AggState::Reduce { .. }, _) => {
-                return Err(AggError(
-                    "reduce cannot merge two session windows".into(),
-                ))
+                return Err(AggError("reduce cannot merge two session windows".into()))
             }
             _ => {}
         }

@@ -300,7 +300,9 @@ async fn ordered_min_max(
     call: &mut CreateCall,
 ) -> Result<(), ExecError> {
     let at: Vec<usize> = (0..call.agg_fns.len())
-        .filter(|&i| matches!(call.agg_fns[i].as_str(), "min" | "max") && call.agg_args[i].is_some())
+        .filter(|&i| {
+            matches!(call.agg_fns[i].as_str(), "min" | "max") && call.agg_args[i].is_some()
+        })
         .collect();
     if at.is_empty() {
         return Ok(());

@@ -132,7 +132,11 @@ async fn round(
             }
         }
         if let Some(idle_ms) = stream.idle_ms {
-            match idle_flush(pool, evaluators, announcer, sealing, &stream, &spec, idle_ms).await {
+            match idle_flush(
+                pool, evaluators, announcer, sealing, &stream, &spec, idle_ms,
+            )
+            .await
+            {
                 Ok(()) => {}
                 Err(ExecError::Lost(e)) => lost = Some(e),
                 Err(e) => note_error(pool, &stream, &e).await,
@@ -580,7 +584,10 @@ async fn resolve_pending(
     if !texts.is_empty() {
         let jobs = format!("[{}]", texts.join(","));
         for row in conn.run(&Extrema { jobs: &jobs }).await? {
-            if let Some((_, state)) = usize::try_from(row.id).ok().and_then(|i| pending.get_mut(i)) {
+            if let Some((_, state)) = usize::try_from(row.id)
+                .ok()
+                .and_then(|i| pending.get_mut(i))
+            {
                 let max = matches!(&**state, AggState::Text { max: true, .. });
                 if let Some(v) = if max { row.hi } else { row.lo } {
                     state.resolve(v);
@@ -591,7 +598,10 @@ async fn resolve_pending(
     if !folds.is_empty() {
         let jobs = format!("[{}]", folds.join(","));
         for row in fold(work.evaluators, work.stream, &jobs).await? {
-            if let Some((_, state)) = usize::try_from(row.ord).ok().and_then(|i| pending.get_mut(i)) {
+            if let Some((_, state)) = usize::try_from(row.ord)
+                .ok()
+                .and_then(|i| pending.get_mut(i))
+            {
                 if let Some(Some(v)) = row.vals.into_iter().next() {
                     state.resolve(v);
                 }

@@ -514,6 +514,55 @@ mod tests {
     }
 
     #[test]
+    fn each_sliding_window_keeps_its_own_payloads_to_fold_until_resolved() {
+        let spec = Spec {
+            aggs: vec![AggFn::Reduce],
+            names: vec!["ids".into()],
+            ..spec(
+                Kind::Sliding {
+                    size: 10 * S,
+                    every: 5 * S,
+                },
+                true,
+            )
+        };
+        let mut p = Partition::new(&spec, None, None);
+        for (t, id) in [(1, "1"), (6, "2"), (30, "3")] {
+            p.event(Event {
+                ts: t * S,
+                key: "k".into(),
+                vals: vec![Some(id.into())],
+            })
+            .unwrap();
+        }
+        // [-5, 5) holds 1; [0, 10) holds 1, 2; [5, 15) holds 2 (all
+        // emitted); [25, 35) and [30, 40) hold 3 (open).
+        let mut pending: Vec<Vec<String>> = p
+            .pending()
+            .into_iter()
+            .map(|(i, a)| {
+                assert_eq!(i, 0);
+                match a {
+                    AggState::Reduce { pending, .. } => pending.clone(),
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect();
+        pending.sort();
+        assert_eq!(
+            pending,
+            [vec!["1"], vec!["1", "2"], vec!["2"], vec!["3"], vec!["3"]]
+        );
+        for (_, a) in p.pending() {
+            a.resolve("[\"folded\"]".into());
+        }
+        assert!(p.pending().is_empty());
+        assert!(p.payload(&p.emitted[0]).ends_with("\"ids\": [\"folded\"]}"));
+        let (_, upserts) = p.changes();
+        assert_eq!(upserts[0].state, "{\"ids\": [[\"folded\"]]}");
+    }
+
+    #[test]
     fn a_reload_changes_only_what_moved() {
         let spec = spec(Kind::Tumbling { size: 10 * S }, true);
         let mut p = Partition::new(&spec, Some(5 * S), Some(5 * S));

@@ -1183,6 +1183,20 @@ async fn reduce_is_refused_with_session_windows_and_a_bad_function_gets_postgres
     ))
     .await
     .unwrap();
+    // A text min/max is typed on the tenant's role too.
+    a.batch_execute("CREATE STREAM names FROM src WINDOW TUMBLING 10 AGGREGATE (min(payload->>'name') AS lo, max(now()) AS at) INTO out")
+        .await
+        .unwrap();
+    let fns: String = direct
+        .query_one(
+            "SELECT agg_fns::text FROM queen.streams WHERE name = 'names'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(fns, "{min_text,max_timestamptz}");
+    a.batch_execute("DROP STREAM names").await.unwrap();
     let def = texts(
         a.simple_query("SHOW STREAMS").await.unwrap(),
         &["definition"],

@@ -558,6 +558,33 @@ mod tests {
     }
 
     #[test]
+    fn merged_text_and_time_extremes_keep_every_candidate_and_a_reduce_refuses() {
+        let mut a = AggState::new(AggFn::MaxText);
+        a.add(Some("\"pear\"")).unwrap();
+        a.resolve("\"pear\"".into());
+        let mut b = AggState::new(AggFn::MaxText);
+        b.add(Some("\"fig\"")).unwrap();
+        a.merge(&b).unwrap();
+        // PostgreSQL decides between them (resolve), not this code.
+        assert_eq!(
+            a,
+            AggState::Text {
+                max: true,
+                best: Some("\"pear\"".into()),
+                pending: vec!["\"fig\"".into()],
+            }
+        );
+        let mut t = AggState::new(AggFn::MinTime);
+        t.add(Some("5")).unwrap();
+        let mut u = AggState::new(AggFn::MinTime);
+        u.add(Some("-3")).unwrap();
+        t.merge(&u).unwrap();
+        assert_eq!(t.stored(), "-3");
+        let mut r = AggState::new(AggFn::Reduce);
+        assert!(r.merge(&AggState::new(AggFn::Reduce)).is_err());
+    }
+
+    #[test]
     fn json_strings_are_escaped() {
         assert_eq!(json_string("a\"b\\\n\u{1}"), "\"a\\\"b\\\\\\n\\u0001\"");
     }

@@ -18,6 +18,7 @@
 
 pub mod aggregate;
 mod evaluate;
+mod resolve;
 pub mod runner;
 pub mod window;
 

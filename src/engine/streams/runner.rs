@@ -13,7 +13,9 @@
 //!    engine's: see [`super::Evaluators`]);
 //! 3. in ONE transaction on an engine connection: lock the (stream,
 //!    partition) progress row, load its open windows, assign the batch and
-//!    close what is ripe ([`super::window`]), save the state, push the
+//!    close what is ripe ([`super::window`]), have PostgreSQL decide text
+//!    min/max and fold reduce aggregates ([`super::resolve`]; the fold on
+//!    the tenant's role), save the state, push the
 //!    closed windows into the sink through the ordinary push path
 //!    (`log_push_v1`, so `log_push_one_v1` assigns their offsets), and ACK
 //!    the batch under the lease (locks in the global order: stream tables,
@@ -21,8 +23,7 @@
 //!    row). Any failure (a stale ACK included) rolls it all back: the
 //!    batch is delivered again and no window is emitted twice.
 
-use super::aggregate::AggState;
-use super::evaluate::{decode, evaluate, fold, poisoned, Message};
+use super::evaluate::{decode, evaluate, poisoned, Message};
 use super::window::{Event, Kind, Partition, Spec};
 use super::Evaluators;
 use crate::backend::call::{CallEnd, Calls};
@@ -35,7 +36,7 @@ use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState, TxStatus};
 use crate::rewrite::calls::queues::{Ack, Pop, PopArgs};
 use crate::rewrite::calls::stream_cycle::{
-    Active, ActiveRow, CycleBegin, CycleSave, Extrema, IdlePartitions, NoteError, StateLoad,
+    Active, ActiveRow, CycleBegin, CycleSave, IdlePartitions, NoteError, StateLoad,
 };
 use crate::rewrite::calls::streams::EvalRow;
 use crate::rewrite::calls::transaction::{Raise, ROLLBACK};
@@ -475,7 +476,7 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
     } else {
         part.idle(work.now_us);
     }
-    resolve_pending(conn, work, &mut part).await?;
+    super::resolve::pending(conn, work.evaluators, stream, &mut part).await?;
     let (deletes, upserts) = part.changes();
     let mut save = CycleSave {
         stream_id: stream.id,
@@ -545,76 +546,6 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
         }
     }
     Ok(pushed)
-}
-
-/// What PostgreSQL decides for the cycle's windows, before they are saved
-/// or emitted: text min/max in one call on this connection (in the
-/// cycle's transaction; the database's collation), reduce folds in one
-/// call on the tenant's role (a user function). Either failing fails the
-/// cycle, which rolls back: the batch comes back after its lease.
-async fn resolve_pending(
-    conn: &mut Calls<'_>,
-    work: &Work<'_>,
-    part: &mut Partition<'_>,
-) -> Result<(), ExecError> {
-    let mut pending = part.pending();
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let (mut texts, mut folds) = (Vec::new(), Vec::new());
-    for (id, (agg, state)) in pending.iter().enumerate() {
-        match &**state {
-            AggState::Text { best, pending, .. } => {
-                let values: Vec<&str> = best.iter().chain(pending).map(String::as_str).collect();
-                texts.push(format!("{{\"i\":{id},\"v\":[{}]}}", values.join(",")));
-            }
-            AggState::Reduce { state, pending } => {
-                let s = state
-                    .as_ref()
-                    .map_or(String::new(), |s| format!(",\"s\":[{s}]"));
-                folds.push(format!(
-                    "{{\"id\":{id},\"a\":{}{s},\"p\":[{}]}}",
-                    agg + 1,
-                    pending.join(",")
-                ));
-            }
-            _ => {}
-        }
-    }
-    if !texts.is_empty() {
-        let jobs = format!("[{}]", texts.join(","));
-        for row in conn.run(&Extrema { jobs: &jobs }).await? {
-            if let Some((_, state)) = usize::try_from(row.id)
-                .ok()
-                .and_then(|i| pending.get_mut(i))
-            {
-                let max = matches!(&**state, AggState::Text { max: true, .. });
-                if let Some(v) = if max { row.hi } else { row.lo } {
-                    state.resolve(v);
-                }
-            }
-        }
-    }
-    if !folds.is_empty() {
-        let jobs = format!("[{}]", folds.join(","));
-        for row in fold(work.evaluators, work.stream, &jobs).await? {
-            if let Some((_, state)) = usize::try_from(row.ord)
-                .ok()
-                .and_then(|i| pending.get_mut(i))
-            {
-                if let Some(Some(v)) = row.vals.into_iter().next() {
-                    state.resolve(v);
-                }
-            }
-        }
-    }
-    if pending.iter().any(|(_, s)| s.is_pending()) {
-        return Err(ExecError::Refused(SqlError::error(
-            SqlState::INTERNAL_ERROR,
-            "a stream's text min/max or reduce came back without a value",
-        )));
-    }
-    Ok(())
 }
 
 /// PARTITION BY KEY: the window's key (when it is a valid partition name);

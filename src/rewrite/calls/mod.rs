@@ -118,6 +118,8 @@ pub const ALL: &[&CallSpec] = &[
     &ephemeral::CLAIM,
     &ephemeral::COMMIT_MARK,
     &ephemeral::COMMIT_TAKE,
+    &ephemeral::PEER_PUBLISH,
+    &ephemeral::PEER,
     &show::QUEUES,
     &show::PARTITIONS,
     &show::GROUPS,

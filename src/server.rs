@@ -402,7 +402,7 @@ impl Server {
         ));
         let fuser = Fuser::new(pool.clone(), announcer.clone(), config.sealing.clone());
         let internal = (config.internal.bind(local_addr).await)
-            .map_err(|e| StartError::Listen(format!("{:?} (internal)", config.internal.listen), e))?;
+            .map_err(|e| StartError::Listen(config.internal.to_string(), e))?;
         let engine = Arc::new(Engine {
             ephemeral: Ephemeral::start(client_config.clone(), local_addr, internal, &shutdown),
             draining: shutdown.drain_signal(),

@@ -1,9 +1,12 @@
 //! Ephemeral queues (030): declared in PostgreSQL, messages only in the
 //! memory of the one queenwire that owns the queue (elected through 029's
 //! lease table). PUSH/POP/ACK as for durable queues on the owner, quota
-//! and overflow, ttl, leases and redelivery, PUSH at COMMIT, a non-owner's
-//! 55006 naming the owner, a new owner (and an empty queue) after the owner
-//! stops, and bad declarations refused with nothing changed.
+//! and overflow, ttl, leases and redelivery, PUSH at COMMIT, bad
+//! declarations refused with nothing changed; and with two queenwires on
+//! one database: statements through the non-owner forwarded to the owner
+//! (PUSH, POP, ACK, RENEW, blocks, POP … WAIT and its cancel, a concurrent
+//! ledger), the internal channel refusing callers without the secret, and
+//! a new owner (and an empty queue) after the owner stops or is killed.
 
 mod common;
 
@@ -429,7 +432,10 @@ async fn statements_through_either_queenwire_reach_the_one_owner() {
     assert_eq!(ack(&cx, &[col(&got[0], "receipt")]).await, ["acked"]);
     // Errors come back as the owner raises them.
     rows(&co, "PUSH INTO shared VALUES ('\"lost\"')").await;
-    assert_eq!(holder_of(&direct, "shared").await.as_deref(), Some(&*holder));
+    assert_eq!(
+        holder_of(&direct, "shared").await.as_deref(),
+        Some(&*holder)
+    );
 
     // The owner stops: its lease runs out and the other takes over at its
     // next statement (which waits for that), with an empty queue.
@@ -504,7 +510,12 @@ async fn after_a_kill_9_of_the_owner_the_next_statement_elects_a_new_one() {
     let log = dir.path().join("queenwire.log");
     let mut child = Child(
         std::process::Command::new(env!("CARGO_BIN_EXE_queenwire"))
-            .args(["--backend", &backend, "--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "--backend",
+                &backend,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
             .args(["--pool-size", "4"])
             .env_remove("DATABASE_URL")
             .stdout(std::process::Stdio::null())
@@ -521,8 +532,16 @@ async fn after_a_kill_9_of_the_owner_the_next_statement_elects_a_new_one() {
             tokio::spawn(conn);
             break client;
         }
-        assert!(child.0.try_wait().unwrap().is_none(), "exited: {}", logged());
-        assert!(began.elapsed() < Duration::from_secs(60), "never served: {}", logged());
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "exited: {}",
+            logged()
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "never served: {}",
+            logged()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     ca.batch_execute("CREATE QUEUE k WITH (class = ephemeral)")
@@ -593,11 +612,17 @@ async fn a_push_in_a_block_through_the_non_owner_takes_effect_at_commit() {
     cb.batch_execute("BEGIN").await.unwrap();
     let pushed = rows(&cb, "PUSH INTO tx VALUES ('\"dropped\"')").await;
     assert_eq!(col(&pushed[0], "status"), "queued");
-    assert!(rows(&ca, "POP FROM tx").await.is_empty(), "not before COMMIT");
+    assert!(
+        rows(&ca, "POP FROM tx").await.is_empty(),
+        "not before COMMIT"
+    );
     cb.batch_execute("ROLLBACK").await.unwrap();
     cb.batch_execute("BEGIN").await.unwrap();
     rows(&cb, "PUSH INTO tx VALUES ('\"kept\"'), ('\"too\"')").await;
-    assert!(rows(&ca, "POP FROM tx").await.is_empty(), "not before COMMIT");
+    assert!(
+        rows(&ca, "POP FROM tx").await.is_empty(),
+        "not before COMMIT"
+    );
     cb.batch_execute("COMMIT").await.unwrap();
     // Once COMMIT returned through b, the owner has the messages.
     let got: Vec<String> = rows(&ca, "POP FROM tx LIMIT 10 AUTO ACK")
@@ -608,7 +633,10 @@ async fn a_push_in_a_block_through_the_non_owner_takes_effect_at_commit() {
     assert_eq!(got, ["\"kept\"", "\"too\""]);
     // A pipeline's implicit transaction: applied at its Sync.
     let push = cb
-        .prepare_typed("PUSH INTO tx VALUES ($1)", &[tokio_postgres::types::Type::TEXT])
+        .prepare_typed(
+            "PUSH INTO tx VALUES ($1)",
+            &[tokio_postgres::types::Type::TEXT],
+        )
         .await
         .unwrap();
     assert_eq!(cb.query(&push, &[&"\"extended\""]).await.unwrap().len(), 1);
@@ -789,7 +817,10 @@ async fn the_internal_channel_refuses_a_caller_without_the_secret() {
         let _ = s.write_all(&u32::MAX.to_be_bytes()).await;
     }
     assert!(closed(&mut s).await, "closed at an oversized frame");
-    assert!(rows(&c, "POP FROM guarded").await.is_empty(), "nothing changed");
+    assert!(
+        rows(&c, "POP FROM guarded").await.is_empty(),
+        "nothing changed"
+    );
     // The control: the right secret is welcomed and its PUSH served.
     let (mut s, answer) = handshake(&address, &secret).await;
     assert_eq!(answer.map(|w| w[0]), Some(b'W'));
@@ -990,8 +1021,16 @@ async fn concurrent_clients_on_two_queenwires_get_each_message_once_per_group_in
         }
         let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
         assert!(twice.is_empty(), "{group}: delivered twice: {twice:?}");
-        let lost: Vec<_> = sent.iter().filter(|t| !count.contains_key(t.as_str())).collect();
-        assert!(lost.is_empty(), "{group}: lost {} of {}", lost.len(), sent.len());
+        let lost: Vec<_> = sent
+            .iter()
+            .filter(|t| !count.contains_key(t.as_str()))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{group}: lost {} of {}",
+            lost.len(),
+            sent.len()
+        );
         // Per partition, in delivery order: offsets rise, and so does each
         // producer's own sequence.
         for part in 0..4 {
@@ -1001,7 +1040,12 @@ async fn concurrent_clients_on_two_queenwires_get_each_message_once_per_group_in
                 .collect();
             of_part.sort_by_key(|s| s.4);
             for w in of_part.windows(2) {
-                assert!(w[0].2 < w[1].2, "{group} part{part}: {:?} then {:?}", w[0], w[1]);
+                assert!(
+                    w[0].2 < w[1].2,
+                    "{group} part{part}: {:?} then {:?}",
+                    w[0],
+                    w[1]
+                );
             }
             let mut last: HashMap<&str, &str> = HashMap::new();
             for s in &of_part {
@@ -1119,5 +1163,49 @@ async fn figures() {
             "without guard"
         };
         println!("5,000 new partitions {label}: {:?}", began.elapsed());
+    }
+}
+
+/// Figures, not a pass/fail check (`cargo test --test ephemeral -- --ignored
+/// --nocapture forwarded_figures`): PUSH, POP … AUTO ACK and their sum
+/// through the owner and through the other queenwire (forwarded), median
+/// and p90 of 400 each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn forwarded_figures() {
+    let a = Proxy::start("eph_fwd_figures").await;
+    let b = Proxy::start_on(a.direct.clone(), |_| {}).await;
+    a.connect()
+        .await
+        .batch_execute("CREATE QUEUE f WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "f").await;
+    for (label, proxy) in [
+        ("local (owner)", &a),
+        ("forwarded", &b),
+        ("local (owner)", &a),
+        ("forwarded", &b),
+    ] {
+        let c = proxy.connect().await;
+        let (mut push, mut pop) = (Vec::new(), Vec::new());
+        for i in 0..400 {
+            let began = Instant::now();
+            rows(&c, &format!("PUSH INTO f VALUES ('{{\"i\":{i}}}')")).await;
+            push.push(began.elapsed());
+            let began = Instant::now();
+            assert_eq!(rows(&c, "POP FROM f AUTO ACK").await.len(), 1);
+            pop.push(began.elapsed());
+        }
+        let both: Vec<Duration> = push.iter().zip(&pop).map(|(a, b)| *a + *b).collect();
+        for (what, mut v) in [("PUSH", push), ("POP", pop), ("PUSH+POP", both)] {
+            v.sort();
+            println!(
+                "{label}: {what} median {:?}, p90 {:?}",
+                v[v.len() / 2],
+                v[v.len() * 9 / 10]
+            );
+        }
     }
 }

@@ -98,7 +98,9 @@ impl Dec<'_> {
     }
     fn u64(&mut self) -> D<u64> {
         let b = self.take(8)?;
-        Ok(u64::from_be_bytes(b.try_into().map_err(|_| WireError::Malformed("u64"))?))
+        Ok(u64::from_be_bytes(
+            b.try_into().map_err(|_| WireError::Malformed("u64"))?,
+        ))
     }
     fn i64(&mut self) -> D<i64> {
         Ok(self.u64()? as i64)
@@ -127,11 +129,15 @@ impl Dec<'_> {
         }
     }
     fn opt_str(&mut self) -> D<Option<String>> {
-        Ok(if self.flag()? { Some(self.str()?) } else { None })
+        Ok(if self.flag()? {
+            Some(self.str()?)
+        } else {
+            None
+        })
     }
     fn uuid(&mut self) -> D<Uuid> {
         let b = self.take(16)?;
-        Ok(Uuid::from_slice(b).map_err(|_| WireError::Malformed("uuid"))?)
+        Uuid::from_slice(b).map_err(|_| WireError::Malformed("uuid"))
     }
     fn opt_duration(&mut self) -> D<Option<Duration>> {
         Ok(if self.flag()? {
@@ -257,7 +263,11 @@ impl Inbound {
                     tag::POP => Op::Pop {
                         spec: PopSpec {
                             group: d.str()?,
-                            start: if d.flag()? { Start::Newest } else { Start::Oldest },
+                            start: if d.flag()? {
+                                Start::Newest
+                            } else {
+                                Start::Oldest
+                            },
                             limit: u32::try_from(d.u64()?).unwrap_or(u32::MAX),
                             partitions: u32::try_from(d.u64()?).unwrap_or(u32::MAX),
                             lease: d.opt_duration()?,
@@ -432,7 +442,10 @@ mod tests {
         };
         let ops = [
             Op::Push(vec![message(), message()]),
-            Op::Fit { count: 3, bytes: 10 },
+            Op::Fit {
+                count: 3,
+                bytes: 10,
+            },
             Op::Apply(vec![message()]),
             Op::Pop {
                 spec: PopSpec {

@@ -154,28 +154,34 @@ impl Engine {
             } => {
                 let failed = matches!(how, AckOutcome::Failed { .. });
                 let stale = || Cell::Text("stale".into());
-                let statuses = by_queue(&self.ephemeral, tenant, &receipts, stale, |(t, r, queue), items| {
-                    let hub = &self.ephemeral;
-                    async move {
-                        let at = (t, r, queue.as_str());
-                        let n = items.len();
-                        let got = hub
-                            .at_owner(
-                                at,
-                                |o| Ok(ops::ack(o, at.0, &items, failed)),
-                                || Op::Ack {
-                                    failed,
-                                    items: items.clone(),
-                                },
-                                |r| match r {
-                                    Reply::Statuses(s) if s.len() == n => Some(s),
-                                    _ => None,
-                                },
-                            )
-                            .await?;
-                        Ok(got.into_iter().map(Cell::Text).collect())
-                    }
-                })
+                let statuses = by_queue(
+                    &self.ephemeral,
+                    tenant,
+                    &receipts,
+                    stale,
+                    |(t, r, queue), items| {
+                        let hub = &self.ephemeral;
+                        async move {
+                            let at = (t, r, queue.as_str());
+                            let n = items.len();
+                            let got = hub
+                                .at_owner(
+                                    at,
+                                    |o| Ok(ops::ack(o, at.0, &items, failed)),
+                                    || Op::Ack {
+                                        failed,
+                                        items: items.clone(),
+                                    },
+                                    |r| match r {
+                                        Reply::Statuses(s) if s.len() == n => Some(s),
+                                        _ => None,
+                                    },
+                                )
+                                .await?;
+                            Ok(got.into_iter().map(Cell::Text).collect())
+                        }
+                    },
+                )
                 .await;
                 statuses.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
             }
@@ -192,28 +198,34 @@ impl Engine {
                     Ok(e) => e,
                     Err(e) => return Some(Err(e.into())),
                 };
-                let until = by_queue(&self.ephemeral, tenant, &receipts, || Cell::Null, |(t, r, queue), items| {
-                    let hub = &self.ephemeral;
-                    async move {
-                        let at = (t, r, queue.as_str());
-                        let n = items.len();
-                        let got = hub
-                            .at_owner(
-                                at,
-                                |o| Ok(ops::renew(o, at.0, &items, extend)),
-                                || Op::Renew {
-                                    extend,
-                                    items: items.clone(),
-                                },
-                                |r| match r {
-                                    Reply::Until(t) if t.len() == n => Some(t),
-                                    _ => None,
-                                },
-                            )
-                            .await?;
-                        Ok(got.into_iter().map(Cell::timestamp).collect())
-                    }
-                })
+                let until = by_queue(
+                    &self.ephemeral,
+                    tenant,
+                    &receipts,
+                    || Cell::Null,
+                    |(t, r, queue), items| {
+                        let hub = &self.ephemeral;
+                        async move {
+                            let at = (t, r, queue.as_str());
+                            let n = items.len();
+                            let got = hub
+                                .at_owner(
+                                    at,
+                                    |o| Ok(ops::renew(o, at.0, &items, extend)),
+                                    || Op::Renew {
+                                        extend,
+                                        items: items.clone(),
+                                    },
+                                    |r| match r {
+                                        Reply::Until(t) if t.len() == n => Some(t),
+                                        _ => None,
+                                    },
+                                )
+                                .await?;
+                            Ok(got.into_iter().map(Cell::timestamp).collect())
+                        }
+                    },
+                )
                 .await;
                 until.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
             }
@@ -411,7 +423,10 @@ where
             cells[i] = Some(cell);
         }
     }
-    Ok(cells.into_iter().map(|c| c.unwrap_or_else(&stale)).collect())
+    Ok(cells
+        .into_iter()
+        .map(|c| c.unwrap_or_else(&stale))
+        .collect())
 }
 
 fn with_receipts(receipts: Vec<(String, Receipt)>, cells: Vec<Cell>) -> Vec<Vec<Cell>> {

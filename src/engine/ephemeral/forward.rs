@@ -68,6 +68,15 @@ impl Internal {
     }
 }
 
+impl std::fmt::Display for Internal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.listen {
+            Some(addr) => write!(f, "{addr} (--internal-listen)"),
+            None => write!(f, "the internal port (--internal-listen)"),
+        }
+    }
+}
+
 /// This process's published address and secret.
 pub(super) struct Published {
     pub address: String,
@@ -341,6 +350,9 @@ impl Ephemeral {
 pub(super) fn mismatched(peer: &Peer) -> SqlError {
     SqlError::error(
         SqlState::INTERNAL_ERROR,
-        format!("the owning queenwire ({}) answered with a reply of the wrong kind", peer.holder),
+        format!(
+            "the owning queenwire ({}) answered with a reply of the wrong kind",
+            peer.holder
+        ),
     )
 }

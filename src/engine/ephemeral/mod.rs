@@ -246,7 +246,10 @@ impl Ephemeral {
             .await
             .map_err(|_| unavailable("the database did not answer in time".into()))?;
         match answer {
-            Ok(Ok(Claimed::Mine(o))) => Ok(Route::Local(o)),
+            Ok(Ok(Claimed::Mine(o))) => {
+                lock(&self.remote).remove(&ref_);
+                Ok(Route::Local(o))
+            }
             Ok(Ok(Claimed::Other {
                 peer: Some(peer), ..
             })) => {
@@ -515,7 +518,11 @@ fn fail_waiting(hub: &Arc<Ephemeral>, requests: &mut mpsc::UnboundedReceiver<Req
 
 type Step = Result<(), crate::backend::call::ClientCallError>;
 
-async fn serve_one(client: &tokio_postgres::Client, hub: &Arc<Ephemeral>, request: Request) -> Step {
+async fn serve_one(
+    client: &tokio_postgres::Client,
+    hub: &Arc<Ephemeral>,
+    request: Request,
+) -> Step {
     match request {
         Request::Claim { ref_, reply } => {
             let asked = Instant::now();
@@ -585,7 +592,11 @@ async fn peer(
     if let Some(p) = lock(&hub.peers).get(holder).cloned() {
         return Ok(Some(p));
     }
-    let Some(row) = query(client, &PeerCall { holder }).await?.into_iter().next() else {
+    let Some(row) = query(client, &PeerCall { holder })
+        .await?
+        .into_iter()
+        .next()
+    else {
         return Ok(None);
     };
     let peer = Arc::new(Peer::new(holder.to_string(), row.address, row.secret));
@@ -594,7 +605,9 @@ async fn peer(
     if peers.len() > 64 {
         peers.clear();
     }
-    Ok(Some(peers.entry(holder.to_string()).or_insert(peer).clone()))
+    Ok(Some(
+        peers.entry(holder.to_string()).or_insert(peer).clone(),
+    ))
 }
 
 async fn claim(

@@ -91,6 +91,14 @@ pub(super) fn renew(
         .collect()
 }
 
+/// This process cannot tell now whether it owns the queue (its database
+/// connection is down): to a forwarding queenwire that is "not the owner",
+/// so it looks the owner up again (and, once this process's lease has run
+/// out, elects another).
+fn unelectable(e: &SqlError) -> bool {
+    e.code() == SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE.code()
+}
+
 /// How a POP ended.
 pub(super) enum Popped {
     Rows(Vec<Delivered>),
@@ -207,7 +215,12 @@ impl Ephemeral {
 
     /// A request another queenwire forwarded: run here if this process
     /// owns the queue, [`Reply::NotOwner`] (nothing done) if not.
-    pub(super) async fn serve_request(&self, req: Request, cancel: &Notify, stop: &Notify) -> Reply {
+    pub(super) async fn serve_request(
+        &self,
+        req: Request,
+        cancel: &Notify,
+        stop: &Notify,
+    ) -> Reply {
         let queue = match self.queue_of(req.ref_) {
             Some((_, name)) => name,
             None => format!("#{}", req.ref_),
@@ -219,6 +232,7 @@ impl Ephemeral {
                 return match self.pop(at, &spec, wait, (cancel, Some(stop)), false).await {
                     Ok(Popped::Rows(rows)) => Reply::Delivered(rows),
                     Ok(Popped::NotOwner) => Reply::NotOwner,
+                    Err(e) if unelectable(&e) => Reply::NotOwner,
                     Err(e) => Reply::Error(e),
                 };
             }
@@ -236,6 +250,7 @@ impl Ephemeral {
                         _ => Reply::Error(e),
                     };
                 }
+                Err(e) if unelectable(&e) => return Reply::NotOwner,
                 Err(e) => return Reply::Error(e),
             },
         };

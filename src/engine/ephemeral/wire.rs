@@ -158,13 +158,25 @@ pub enum Op {
     /// PUSH outside a transaction block: the sequence numbers.
     Push(Vec<NewMessage>),
     /// PUSH inside a block: would this many messages and bytes fit now?
-    Fit { count: u64, bytes: u64 },
+    Fit {
+        count: u64,
+        bytes: u64,
+    },
     /// The messages of a block found committed: apply them.
     Apply(Vec<NewMessage>),
     /// POP, waiting at most `wait` (none: one look).
-    Pop { spec: PopSpec, wait: Option<Duration> },
-    Ack { failed: bool, items: Vec<Item> },
-    Renew { extend: Option<Duration>, items: Vec<Item> },
+    Pop {
+        spec: PopSpec,
+        wait: Option<Duration>,
+    },
+    Ack {
+        failed: bool,
+        items: Vec<Item>,
+    },
+    Renew {
+        extend: Option<Duration>,
+        items: Vec<Item>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

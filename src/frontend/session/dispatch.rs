@@ -341,7 +341,8 @@ impl Session {
             self.shared.engine.announcer.pushed(&key);
         }
         let ephemeral = std::mem::take(&mut self.txn.ephemeral);
-        self.shared.engine.ephemeral.transaction_ended(ephemeral).await;
+        let hub = &self.shared.engine.ephemeral;
+        hub.transaction_ended(ephemeral).await;
     }
 
     /// The backend reported `status` at the end of an exchange: startup

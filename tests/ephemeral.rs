@@ -912,6 +912,132 @@ async fn concurrent_consumers_of_an_ephemeral_queue_get_each_message_once() {
     assert!(lost.is_empty(), "lost {} of {}", lost.len(), sent.len());
 }
 
+/// Puts `holder` in the lease of `queue` for `ttl_ms` and publishes it at
+/// `address` with `secret`, as a queenwire owning the queue would.
+async fn fake_owner(direct: &Client, queue: &str, holder: &str, address: &str, ttl_ms: i64) {
+    direct
+        .batch_execute(&format!(
+            "INSERT INTO queen.maintenance_leases (task, holder, expires_at)
+             SELECT 'ephemeral:' || e.ref, '{holder}', clock_timestamp() + {ttl_ms} * INTERVAL '1 millisecond'
+             FROM queen.ephemeral_queues e JOIN queen.queues q ON q.id = e.queue_id WHERE q.name = '{queue}'
+             ON CONFLICT (task) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at;
+             INSERT INTO queen.ephemeral_peers (holder, address, secret)
+             VALUES ('{holder}', '{address}', '\\x{}')",
+            "ab".repeat(32)
+        ))
+        .await
+        .unwrap();
+}
+
+/// The retry rule of forwarding, against a fake owner: a request the owner
+/// received but did not answer is `08007` and is not sent again; an owner
+/// that cannot be reached is retried until its lease runs out, and the
+/// statement then runs on the new owner (the queenwire it reached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_08007_and_an_unreachable_owner_is_retried() {
+    use tokio::io::AsyncWriteExt;
+    let b = Proxy::start("eph_fwd_retry").await;
+    let direct = b.connect_direct().await;
+    let cb = b.connect().await;
+    cb.batch_execute("CREATE QUEUE fq WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    // The fake owner: shakes hands, reads requests, never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = received.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut hello = vec![b'H', 1];
+            hello.extend_from_slice(&[9u8; 32]);
+            send(&mut s, &hello).await;
+            let proof = frame(&mut s).await.unwrap();
+            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[0xab; 32]);
+            let mut msg = b"owner".to_vec();
+            msg.extend_from_slice(&[9u8; 32]);
+            msg.extend_from_slice(&proof[1..33]);
+            let mut welcome = vec![b'W'];
+            welcome.extend_from_slice(ring::hmac::sign(&key, &msg).as_ref());
+            send(&mut s, &welcome).await;
+            if frame(&mut s).await.is_ok() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            let _ = s.shutdown().await;
+        }
+    });
+    fake_owner(&direct, "fq", "fake owner", &address, 60_000).await;
+    let (code, message) = error(&cb, "PUSH INTO fq VALUES ('\"unknown\"')").await;
+    assert_eq!(code, "08007", "{message}");
+    assert!(message.contains("fake owner"), "{message}");
+    assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 1, "sent once");
+
+    // An owner that refuses connections, whose lease ends in 2 s.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    fake_owner(&direct, "fq", "gone owner", &nowhere, 2_000).await;
+    let began = Instant::now();
+    rows(&cb, "PUSH INTO fq VALUES ('\"after\"')").await;
+    assert!(began.elapsed() >= Duration::from_millis(1000), "{:?}", began.elapsed());
+    assert!(holder_of(&direct, "fq")
+        .await
+        .unwrap()
+        .contains(&b.addr.to_string()));
+    let payloads: Vec<String> = rows(&cb, "POP FROM fq LIMIT 10 AUTO ACK")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(payloads, ["\"after\""]);
+    assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// The lease moves to the other queenwire while both run: the old owner
+/// drops the queue at its next renewal and answers "not the owner"; the
+/// forwarding queenwire follows the lease (here: to itself), and the old
+/// owner forwards to the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_lease_is_followed_by_both_queenwires() {
+    let a = Proxy::start("eph_fwd_moved").await;
+    let b = Proxy::start_on(a.direct.clone(), |_| {}).await;
+    let direct = a.connect_direct().await;
+    let (ca, cb) = (a.connect().await, b.connect().await);
+    ca.batch_execute("CREATE QUEUE mv WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "mv").await;
+    rows(&cb, "PUSH INTO mv VALUES ('\"at a\"')").await;
+    assert_eq!(rows(&ca, "POP FROM mv GROUP check").await.len(), 1);
+    let b_holder: String = direct
+        .query_one(
+            "SELECT holder FROM queen.ephemeral_peers WHERE holder LIKE '%' || $1 || '%'",
+            &[&b.addr.to_string()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    direct
+        .execute(
+            "UPDATE queen.maintenance_leases SET holder = $1, expires_at = clock_timestamp() + INTERVAL '5 s'
+             WHERE task LIKE 'ephemeral:%'",
+            &[&b_holder],
+        )
+        .await
+        .unwrap();
+    // a's renewal (every second) finds b there and drops its store.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    rows(&cb, "PUSH INTO mv VALUES ('\"at b\"')").await;
+    let got: Vec<String> = rows(&ca, "POP FROM mv GROUP check LIMIT 10")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(got, ["\"at b\""], "a forwards to b, whose queue is new");
+    assert_eq!(holder_of(&direct, "mv").await.as_deref(), Some(&*b_holder));
+}
+
 /// Producers and consumers of two groups on both queenwires at once, on
 /// one ephemeral queue of four partitions, acknowledging through either
 /// process: every message is delivered exactly once per group (none twice,

@@ -970,7 +970,11 @@ async fn a_lost_reply_is_08007_and_an_unreachable_owner_is_retried() {
     let (code, message) = error(&cb, "PUSH INTO fq VALUES ('\"unknown\"')").await;
     assert_eq!(code, "08007", "{message}");
     assert!(message.contains("fake owner"), "{message}");
-    assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 1, "sent once");
+    assert_eq!(
+        received.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "sent once"
+    );
 
     // An owner that refuses connections, whose lease ends in 2 s.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -979,7 +983,11 @@ async fn a_lost_reply_is_08007_and_an_unreachable_owner_is_retried() {
     fake_owner(&direct, "fq", "gone owner", &nowhere, 2_000).await;
     let began = Instant::now();
     rows(&cb, "PUSH INTO fq VALUES ('\"after\"')").await;
-    assert!(began.elapsed() >= Duration::from_millis(1000), "{:?}", began.elapsed());
+    assert!(
+        began.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        began.elapsed()
+    );
     assert!(holder_of(&direct, "fq")
         .await
         .unwrap()

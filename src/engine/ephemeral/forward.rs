@@ -197,8 +197,14 @@ impl Peer {
             op,
         })
         .encode();
-        if let Err(e) = wire::write_frame(&mut c.wr, &frame).await {
-            return Called::Unreachable(format!("cannot send to {}: {e}", self.address));
+        // Not written whole (an error, or an owner that stopped reading):
+        // the owner cannot have read the request, so nothing happened.
+        match tokio::time::timeout(REPLY_TIMEOUT, wire::write_frame(&mut c.wr, &frame)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Called::Unreachable(format!("cannot send to {}: {e}", self.address))
+            }
+            Err(_) => return Called::Unreachable(format!("{} takes no data", self.address)),
         }
         let bound = REPLY_TIMEOUT + wait.unwrap_or_default();
         let answer = {

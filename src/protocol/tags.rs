@@ -120,6 +120,7 @@ pub mod internal {
     pub const POP: u8 = b'O';
     pub const ACK: u8 = b'K';
     pub const RENEW: u8 = b'R';
+    pub const COUNTS: u8 = b'C';
     /// Replies.
     pub const NOT_OWNER: u8 = b'N';
     pub const ERROR: u8 = b'E';

@@ -240,6 +240,7 @@ impl Inbound {
                         e.opt_duration(*extend);
                         e.items(items);
                     }
+                    Op::Counts => e.u8(tag::COUNTS),
                 }
             }
         }
@@ -283,6 +284,7 @@ impl Inbound {
                         extend: d.opt_duration()?,
                         items: d.items()?,
                     },
+                    tag::COUNTS => Op::Counts,
                     _ => return Err(WireError::Malformed("unknown operation")),
                 };
                 Inbound::Request(Request {
@@ -466,6 +468,7 @@ mod tests {
                 extend: None,
                 items: vec![item],
             },
+            Op::Counts,
         ];
         for op in ops {
             let r = Inbound::Request(Request {

@@ -316,6 +316,21 @@ impl Ephemeral {
         Ok(Attempt::Again)
     }
 
+    /// (messages, pending) of a queue `holder` owns, asked once (SHOW
+    /// QUEUES); `None` when it cannot say now.
+    pub(super) async fn remote_counts(
+        &self,
+        tenant: Uuid,
+        ref_: i64,
+        holder: &str,
+    ) -> Option<(i64, i64)> {
+        let peer = self.peer_of(holder).await?;
+        match peer.call(self, tenant, ref_, Op::Counts, None).await {
+            Called::Reply(Reply::Seqs(c)) if c.len() == 2 => Some((c[0], c[1])),
+            _ => None,
+        }
+    }
+
     fn forget_remote(&self, ref_: i64, peer: &std::sync::Arc<Peer>) {
         let mut remote = lock(&self.remote);
         if remote

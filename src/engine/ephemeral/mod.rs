@@ -108,6 +108,11 @@ enum Request {
     },
     /// Re-read the names now (after a CREATE QUEUE through this process).
     Refresh { reply: oneshot::Sender<()> },
+    /// Where a holder takes forwarded statements.
+    Peer {
+        holder: String,
+        reply: oneshot::Sender<Option<Arc<Peer>>>,
+    },
     /// Transaction blocks ended: apply the PUSHes of those that committed;
     /// `reply` gets the committed ones of queues another process owns.
     Settle {
@@ -270,6 +275,21 @@ impl Ephemeral {
             Ok(Err(why)) => Err(unavailable(why)),
             Err(_) => Err(unavailable("queenwire is shutting down".into())),
         }
+    }
+
+    /// Where `holder` takes forwarded statements (a bounded wait for a
+    /// database read the first time).
+    async fn peer_of(&self, holder: &str) -> Option<Arc<Peer>> {
+        if let Some(p) = lock(&self.peers).get(holder).cloned() {
+            return Some(p);
+        }
+        let (reply, answer) = oneshot::channel();
+        let holder = holder.to_string();
+        self.requests.send(Request::Peer { holder, reply }).ok()?;
+        tokio::time::timeout(CLAIM_TIMEOUT, answer)
+            .await
+            .ok()?
+            .ok()?
     }
 
     /// Re-reads the names of the ephemeral queues (waits for it).
@@ -508,6 +528,9 @@ fn fail_waiting(hub: &Arc<Ephemeral>, requests: &mut mpsc::UnboundedReceiver<Req
             Request::Refresh { reply } => {
                 let _ = reply.send(());
             }
+            Request::Peer { reply, .. } => {
+                let _ = reply.send(None);
+            }
             Request::Settle { tokens, reply } => {
                 tracing::warn!(why, "cannot tell whether transactions with ephemeral PUSHes committed: their messages are dropped");
                 let _ = reply.send(hub.settle(&[], &tokens));
@@ -554,6 +577,11 @@ async fn serve_one(
             let result = read_names(client, hub).await;
             let _ = reply.send(());
             result?;
+        }
+        Request::Peer { holder, reply } => {
+            let found = peer(client, hub, &holder).await;
+            let _ = reply.send(found.as_ref().ok().cloned().flatten());
+            found?;
         }
         Request::Settle { tokens, reply } => {
             match query(client, &CommitTake { tokens: &tokens }).await {

@@ -226,6 +226,16 @@ impl Ephemeral {
             None => format!("#{}", req.ref_),
         };
         let tenant = req.tenant;
+        if let Op::Counts = req.op {
+            // Never elects: only an owner knows the counts.
+            return match lock(&self.owned).get(&req.ref_).cloned() {
+                Some(o) if o.valid() && o.tenant == tenant => {
+                    let (messages, pending) = lock(&o.store).counts();
+                    Reply::Seqs(vec![messages, pending])
+                }
+                _ => Reply::NotOwner,
+            };
+        }
         let owned = match req.op {
             Op::Pop { spec, wait } => {
                 let at = (tenant, req.ref_, queue.as_str());
@@ -268,7 +278,7 @@ impl Ephemeral {
             }),
             Op::Ack { failed, items } => Ok(Reply::Statuses(ack(&o, tenant, items, *failed))),
             Op::Renew { extend, items } => Ok(Reply::Until(renew(&o, tenant, items, *extend))),
-            Op::Pop { .. } => Ok(Reply::NotOwner),
+            Op::Pop { .. } | Op::Counts => Ok(Reply::NotOwner),
         };
         result.unwrap_or_else(Reply::Error)
     }

@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 /// SHOW QUEUES: the durable rows (`queues::show_queues`) with their
-/// `storage` column; an ephemeral queue's counts are its owner's, known
-/// only in the owner (NULL elsewhere).
+/// `storage` column; an ephemeral queue's counts are its owner's, asked of
+/// the owner when it is another queenwire (NULL when there is none now, or
+/// it cannot be asked).
 pub async fn show_queues(
     conn: &mut Calls<'_>,
     hub: &Ephemeral,
@@ -24,6 +25,17 @@ pub async fn show_queues(
         .into_iter()
         .map(|r| (r.queue_name.clone(), r))
         .collect();
+    let mut counts = HashMap::new();
+    for q in declared.values() {
+        let here = hub.counts(q.ref_);
+        let found = match (here, &q.holder) {
+            (None, Some(holder)) if *holder != hub.holder => {
+                hub.remote_counts(tenant, q.ref_, holder).await
+            }
+            _ => here,
+        };
+        counts.insert(q.ref_, found);
+    }
     Ok(rows
         .into_iter()
         .map(|mut row| {
@@ -34,7 +46,7 @@ pub async fn show_queues(
             let storage = match name.as_ref().and_then(|n| declared.get(n)) {
                 None => "durable".to_string(),
                 Some(q) => {
-                    let counts = hub.counts(q.ref_);
+                    let counts = counts.get(&q.ref_).copied().flatten();
                     if let (Some(m), Some(p)) = (row.get_mut(2), counts) {
                         *m = Cell::Int8(p.0);
                     }

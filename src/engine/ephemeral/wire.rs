@@ -177,6 +177,8 @@ pub enum Op {
         extend: Option<Duration>,
         items: Vec<Item>,
     },
+    /// SHOW QUEUES: (messages, pending), as `Reply::Seqs`.
+    Counts,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -14,10 +14,13 @@
 //! have taken effect: `08007`, never retried.
 
 use super::wire::{self, Inbound, Op, Reply, Request};
-use super::{lock, Ephemeral, Route, LEASE_TTL};
+use super::{lock, Ephemeral, Route, Step, LEASE_TTL};
+use crate::backend::call::query;
 use crate::protocol::{SqlError, SqlState};
+use crate::rewrite::calls::ephemeral::{Peer as PeerCall, PeerPublish};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -366,6 +369,44 @@ impl Ephemeral {
             }
         }
     }
+}
+
+/// Where this process takes forwarded statements, in `queen.ephemeral_peers`.
+pub(super) async fn publish(client: &tokio_postgres::Client, hub: &Ephemeral) -> Step {
+    let call = PeerPublish {
+        holder: &hub.holder,
+        address: &hub.internal.address,
+        secret: hub.internal.secret(),
+    };
+    query(client, &call).await.map(drop)
+}
+
+/// Where `holder` takes forwarded statements (read once per holder: a
+/// holder's address and secret are fixed for its life).
+pub(super) async fn peer(
+    client: &tokio_postgres::Client,
+    hub: &Ephemeral,
+    holder: &str,
+) -> Result<Option<Arc<Peer>>, crate::backend::call::ClientCallError> {
+    if let Some(p) = lock(&hub.peers).get(holder).cloned() {
+        return Ok(Some(p));
+    }
+    let Some(row) = query(client, &PeerCall { holder })
+        .await?
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    let peer = Arc::new(Peer::new(holder.to_string(), row.address, row.secret));
+    let mut peers = lock(&hub.peers);
+    // Holders of processes long gone are not kept for ever.
+    if peers.len() > 64 {
+        peers.clear();
+    }
+    Ok(Some(
+        peers.entry(holder.to_string()).or_insert(peer).clone(),
+    ))
 }
 
 pub(super) fn mismatched(peer: &Peer) -> SqlError {

@@ -33,11 +33,9 @@ pub use forward::Internal;
 use crate::backend::call::query;
 use crate::backend::health::Health;
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::ephemeral::{
-    Claim, ClaimRow, CommitTake, Names, Peer as PeerCall, PeerPublish,
-};
+use crate::rewrite::calls::ephemeral::{Claim, ClaimRow, CommitTake, Names};
 use crate::shutdown::ShutdownSignal;
-use forward::Peer;
+use forward::{peer, publish, Peer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -598,44 +596,6 @@ async fn serve_one(
         }
     }
     Ok(())
-}
-
-/// Where this process takes forwarded statements, in `queen.ephemeral_peers`.
-async fn publish(client: &tokio_postgres::Client, hub: &Ephemeral) -> Step {
-    let call = PeerPublish {
-        holder: &hub.holder,
-        address: &hub.internal.address,
-        secret: hub.internal.secret(),
-    };
-    query(client, &call).await.map(drop)
-}
-
-/// Where `holder` takes forwarded statements (read once per holder: a
-/// holder's address and secret are fixed for its life).
-async fn peer(
-    client: &tokio_postgres::Client,
-    hub: &Ephemeral,
-    holder: &str,
-) -> Result<Option<Arc<Peer>>, crate::backend::call::ClientCallError> {
-    if let Some(p) = lock(&hub.peers).get(holder).cloned() {
-        return Ok(Some(p));
-    }
-    let Some(row) = query(client, &PeerCall { holder })
-        .await?
-        .into_iter()
-        .next()
-    else {
-        return Ok(None);
-    };
-    let peer = Arc::new(Peer::new(holder.to_string(), row.address, row.secret));
-    let mut peers = lock(&hub.peers);
-    // Holders of processes long gone are not kept for ever.
-    if peers.len() > 64 {
-        peers.clear();
-    }
-    Ok(Some(
-        peers.entry(holder.to_string()).or_insert(peer).clone(),
-    ))
 }
 
 async fn claim(

@@ -33,7 +33,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// A reply, at most (beyond a POP's WAIT).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Idle connections kept per owner.
-const IDLE_KEPT: usize = 8;
+const IDLE_KEPT: usize = 32;
 /// How long a request is re-routed while the owner is unreachable or says
 /// it no longer owns the queue.
 pub(super) const REROUTE_FOR: Duration = Duration::from_millis(LEASE_TTL.as_millis() as u64 + 3000);

@@ -667,6 +667,102 @@ async fn a_push_in_a_block_through_the_non_owner_takes_effect_at_commit() {
     assert!(rows(&ca, "POP FROM tx").await.is_empty());
 }
 
+/// Many blocks at once through the non-owner, some committed, some rolled
+/// back, while consumers pop through the owner: every committed message is
+/// delivered exactly once, no rolled-back one ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_blocks_through_the_non_owner_deliver_exactly_the_committed() {
+    let a = Proxy::start_with("eph_fwd_blocks", |c| c.pool_size = 8).await;
+    let b = Proxy::start_on(a.direct.clone(), |c| c.pool_size = 8).await;
+    a.connect()
+        .await
+        .batch_execute("CREATE QUEUE blocks WITH (class = ephemeral, lease_time = '5m')")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "blocks").await;
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let cfg = b.client_config();
+        writers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+            for n in 0..25 {
+                let txns: Vec<String> = (0..3).map(|i| format!("w{w}-{n}-{i}")).collect();
+                let values: Vec<String> = txns
+                    .iter()
+                    .map(|t| format!("('{{}}', 'p{w}', '{t}')"))
+                    .collect();
+                let commit = (n + w) % 3 != 0;
+                client
+                    .batch_execute(&format!(
+                        "BEGIN; PUSH INTO blocks (payload, partition, transaction_id) VALUES {}; {}",
+                        values.join(", "),
+                        if commit { "COMMIT" } else { "ROLLBACK" }
+                    ))
+                    .await
+                    .unwrap();
+                match commit {
+                    true => committed.extend(txns),
+                    false => rolled_back.extend(txns),
+                }
+            }
+            (committed, rolled_back)
+        }));
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let cfg = a.client_config();
+        let done = done.clone();
+        readers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut got = Vec::new();
+            let mut empty_after_done = 0;
+            while empty_after_done < 4 {
+                let rows = rows(
+                    &client,
+                    "POP FROM blocks LIMIT 10 PARTITIONS 4 WAIT '200ms'",
+                )
+                .await;
+                if rows.is_empty() && done.load(std::sync::atomic::Ordering::SeqCst) {
+                    empty_after_done += 1;
+                }
+                let receipts: Vec<String> = rows.iter().map(|r| col(r, "receipt")).collect();
+                if !receipts.is_empty() {
+                    assert!(ack(&client, &receipts).await.iter().all(|s| s == "acked"));
+                }
+                got.extend(rows.iter().map(|r| col(r, "transaction_id")));
+            }
+            got
+        }));
+    }
+    let (mut committed, mut rolled_back) = (HashSet::new(), HashSet::new());
+    for w in writers {
+        let (c, r) = w.await.unwrap();
+        committed.extend(c);
+        rolled_back.extend(r);
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for r in readers {
+        for t in tokio::time::timeout(Duration::from_secs(120), r)
+            .await
+            .expect("readers finish")
+            .unwrap()
+        {
+            *seen.entry(t).or_default() += 1;
+        }
+    }
+    assert!(!rolled_back.is_empty() && !committed.is_empty());
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "twice: {twice:?}");
+    let leaked: Vec<_> = seen.keys().filter(|t| rolled_back.contains(*t)).collect();
+    assert!(leaked.is_empty(), "rolled back but delivered: {leaked:?}");
+    let delivered: HashSet<String> = seen.into_keys().collect();
+    assert_eq!(delivered, committed);
+}
+
 /// A POP … WAIT through the non-owner waits at the owner: woken by a PUSH
 /// through either process, and cancelled by its client (57014) without
 /// taking a message.

@@ -1440,4 +1440,26 @@ async fn forwarded_figures() {
             );
         }
     }
+    // Throughput: 8 clients pushing 250 single-message PUSHes each.
+    for (label, proxy) in [("local (owner)", &a), ("forwarded", &b)] {
+        let began = Instant::now();
+        let mut clients = Vec::new();
+        for _ in 0..8 {
+            let cfg = proxy.client_config();
+            clients.push(tokio::spawn(async move {
+                let c = connect(&cfg).await;
+                for _ in 0..250 {
+                    c.simple_query("PUSH INTO f VALUES ('{}')").await.unwrap();
+                }
+            }));
+        }
+        for c in clients {
+            c.await.unwrap();
+        }
+        let took = began.elapsed();
+        println!(
+            "{label}: 2,000 PUSHes from 8 clients in {took:?} ({:.0}/s)",
+            2000.0 / took.as_secs_f64()
+        );
+    }
 }

@@ -167,6 +167,9 @@ BEGIN
                         queen.queue_lag, queen.queue_ops_per_minute
             TO queen_client, queen_engine;
         GRANT SELECT ON queen.stream_windows TO queen_client, queen_engine;
+        -- Never a client's, even after a broad GRANT by hand: its secrets
+        -- let a queenwire act for any tenant (030, the internal channel).
+        REVOKE ALL ON queen.ephemeral_peers FROM queen_client;
     END IF;
 END
 $$;

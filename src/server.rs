@@ -609,6 +609,7 @@ impl Server {
         for task in self.background_tasks.drain(..) {
             let _ = task.await;
         }
+        self.shared.engine.ephemeral.stopped().await;
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }

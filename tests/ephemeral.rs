@@ -451,6 +451,18 @@ async fn statements_through_either_queenwire_reach_the_one_owner() {
     tokio::time::timeout(Duration::from_secs(60), stopped.server.shutdown())
         .await
         .expect("the owner stops");
+    // A stopped owner hands its queues over: its lease has ended and its
+    // internal address is gone.
+    assert_eq!(holder_of(&direct, "shared").await, None);
+    let published: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM queen.ephemeral_peers WHERE holder = $1",
+            &[&holder],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(published, 0);
     let cs = survivor.connect().await;
     let began = Instant::now();
     loop {
@@ -1162,6 +1174,13 @@ async fn concurrent_clients_on_two_queenwires_get_each_message_once_per_group_in
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Both groups are known before the first message: a group first seen
+    // later starts at the oldest message still held (those every known
+    // group acknowledged are gone).
+    let cb = b.connect().await;
+    for group in ["g1", "g2"] {
+        rows(&cb, &format!("POP FROM busy GROUP {group}")).await;
+    }
     let configs = [a.client_config(), b.client_config()];
     let mut producers = Vec::new();
     for p in 0..4 {

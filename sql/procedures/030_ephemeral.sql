@@ -276,6 +276,28 @@ AS $$
     SELECT p.address, p.secret FROM queen.ephemeral_peers p WHERE p.holder = p_holder;
 $$;
 
+-- A stopping queenwire hands its ephemeral queues over at once: its leases
+-- 'ephemeral:<ref>' end now (the next statement through any queenwire
+-- elects a new owner without waiting for them to run out) and its peer row
+-- goes. The caller has stopped serving the queues first. Returns how many
+-- leases ended. Engine only. Locks: those maintenance_leases and
+-- ephemeral_peers rows (leaves).
+CREATE OR REPLACE FUNCTION queen.ephemeral_release_v1(
+    p_holder TEXT
+) RETURNS BIGINT
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_ended BIGINT;
+BEGIN
+    UPDATE queen.maintenance_leases l SET expires_at = clock_timestamp()
+    WHERE l.holder = p_holder AND l.task LIKE 'ephemeral:%' AND l.expires_at > clock_timestamp();
+    GET DIAGNOSTICS v_ended = ROW_COUNT;
+    DELETE FROM queen.ephemeral_peers p WHERE p.holder = p_holder;
+    RETURN v_ended;
+END
+$$;
+
 -- An ephemeral PUSH inside a transaction block: the token its messages
 -- wait under until the block commits. Runs in the client's transaction.
 -- Locks: the new ephemeral_commits row (leaf).

@@ -131,7 +131,7 @@ DECLARE
         'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1',
         'tenant_purge_step_v1',
         'ephemeral_names_v1', 'ephemeral_claim_v1', 'ephemeral_commit_take_v1',
-        'ephemeral_peer_publish_v1', 'ephemeral_peer_v1',
+        'ephemeral_peer_publish_v1', 'ephemeral_peer_v1', 'ephemeral_release_v1',
         'stream_active_v1', 'stream_cycle_begin_v1', 'stream_state_load_v1',
         'stream_cycle_save_v1', 'stream_idle_partitions_v1', 'stream_note_error_v1'];
     v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL

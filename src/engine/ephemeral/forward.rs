@@ -409,6 +409,34 @@ pub(super) async fn peer(
     ))
 }
 
+/// At shutdown: stop serving the owned queues, then end their leases (and
+/// the peer row) so another queenwire takes them over at its next
+/// statement instead of after the lease. Bounded: a database that does not
+/// answer leaves the leases to run out.
+pub(super) async fn release(config: &tokio_postgres::Config, hub: &Ephemeral) {
+    let owned = std::mem::take(&mut *lock(&hub.owned)).len();
+    let handover = async {
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await.ok()?;
+        tokio::spawn(connection);
+        let call = crate::rewrite::calls::ephemeral::Release {
+            holder: &hub.holder,
+        };
+        query(&client, &call).await.ok()
+    };
+    if tokio::time::timeout(Duration::from_secs(2), handover)
+        .await
+        .ok()
+        .flatten()
+        .is_none()
+        && owned > 0
+    {
+        tracing::warn!(
+            queues = owned,
+            "could not hand the ephemeral queues over: their leases run out within 5 s"
+        );
+    }
+}
+
 pub(super) fn mismatched(peer: &Peer) -> SqlError {
     SqlError::error(
         SqlState::INTERNAL_ERROR,

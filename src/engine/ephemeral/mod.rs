@@ -158,6 +158,8 @@ pub struct Ephemeral {
     internal: forward::Published,
     /// Begins when this process drains: waiting POPs return.
     draining: ShutdownSignal,
+    /// The background task ([`run`]), awaited by [`Ephemeral::stopped`].
+    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Ephemeral {
@@ -176,7 +178,8 @@ impl Ephemeral {
         config.application_name("queenwire background");
         let (listener, address) = internal;
         let (hub, requests) = Ephemeral::new(&listen.to_string(), address, shutdown.drain_signal());
-        tokio::spawn(run(config, hub.clone(), requests, shutdown.signal()));
+        let running = tokio::spawn(run(config, hub.clone(), requests, shutdown.signal()));
+        *lock(&hub.running) = Some(running);
         tokio::spawn(owner::serve(listener, hub.clone(), shutdown.signal()));
         hub
     }
@@ -202,6 +205,7 @@ impl Ephemeral {
                 peers: Mutex::new(HashMap::new()),
                 internal: forward::Published::new(internal),
                 draining,
+                running: Mutex::new(None),
             }),
             Receiver(rx),
         )
@@ -288,6 +292,15 @@ impl Ephemeral {
             .await
             .ok()?
             .ok()?
+    }
+
+    /// Once shutdown has begun: waits until the queues this process owned
+    /// are handed over (their leases ended, bounded).
+    pub async fn stopped(&self) {
+        let running = lock(&self.running).take();
+        if let Some(task) = running {
+            let _ = task.await;
+        }
     }
 
     /// Re-reads the names of the ephemeral queues (waits for it).
@@ -459,9 +472,10 @@ pub async fn run(
     shutdown: ShutdownSignal,
 ) {
     tokio::select! {
-        () = serve(config, hub, requests.0) => {}
+        () = serve(config.clone(), hub.clone(), requests.0) => {}
         () = shutdown.begun() => {}
     }
+    forward::release(&config, &hub).await;
 }
 
 async fn serve(

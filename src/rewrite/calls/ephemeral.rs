@@ -287,3 +287,23 @@ impl FromRow for PeerRow {
         })
     }
 }
+
+pub const RELEASE: CallSpec = CallSpec {
+    name: "qw_ephemeral_release_v1",
+    sql: "SELECT queen.ephemeral_release_v1(p_holder => $1) AS ended",
+    params: &[Type::TEXT],
+    columns: &[column("ended", Type::INT8)],
+};
+
+/// A stopping queenwire's ephemeral leases end now, its peer row goes.
+pub struct Release<'a> {
+    pub holder: &'a str,
+}
+
+impl Call for Release<'_> {
+    const SPEC: &'static CallSpec = &RELEASE;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.holder]
+    }
+}

@@ -120,6 +120,7 @@ pub const ALL: &[&CallSpec] = &[
     &ephemeral::COMMIT_TAKE,
     &ephemeral::PEER_PUBLISH,
     &ephemeral::PEER,
+    &ephemeral::RELEASE,
     &show::QUEUES,
     &show::PARTITIONS,
     &show::GROUPS,

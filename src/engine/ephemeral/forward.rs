@@ -286,7 +286,7 @@ impl Ephemeral {
     /// the owner would have answered it.
     pub(super) async fn attempt(
         &self,
-        peer: &std::sync::Arc<Peer>,
+        peer: &Arc<Peer>,
         (tenant, ref_, queue): (Uuid, i64, &str),
         op: Op,
         cancel: Option<&Notify>,
@@ -334,13 +334,14 @@ impl Ephemeral {
         }
     }
 
-    fn forget_remote(&self, ref_: i64, peer: &std::sync::Arc<Peer>) {
+    fn forget_remote(&self, ref_: i64, peer: &Arc<Peer>) {
         let mut remote = lock(&self.remote);
-        if remote
-            .get(&ref_)
-            .is_some_and(|p| std::sync::Arc::ptr_eq(p, peer))
-        {
+        if remote.get(&ref_).is_some_and(|p| Arc::ptr_eq(p, peer)) {
             remote.remove(&ref_);
+            // Owner of nothing here any more: its idle connections go.
+            if !remote.values().any(|p| Arc::ptr_eq(p, peer)) {
+                peer.forget_connections();
+            }
         }
     }
 

@@ -776,8 +776,8 @@ async fn concurrent_blocks_through_the_non_owner_deliver_exactly_the_committed()
 }
 
 /// A POP … WAIT through the non-owner waits at the owner: woken by a PUSH
-/// through either process, and cancelled by its client (57014) without
-/// taking a message.
+/// through either process, cancelled by its client (57014), and ended by
+/// the non-owner's drain (no rows), neither taking a message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forwarded_pop_waits_at_the_owner_and_can_be_cancelled() {
     let a = Proxy::start("eph_fwd_wait").await;
@@ -826,6 +826,33 @@ async fn a_forwarded_pop_waits_at_the_owner_and_can_be_cancelled() {
     rows(&b.connect().await, "PUSH INTO w VALUES ('2')").await;
     let got = rows(&a.connect().await, "POP FROM w AUTO ACK").await;
     assert_eq!(col(&got[0], "payload"), "2");
+    // b drains: its forwarded wait ends at once with no rows.
+    let cfg = b.client_config();
+    let waiter = tokio::spawn(async move {
+        let client = connect(&cfg).await;
+        let began = Instant::now();
+        let got = client.simple_query("POP FROM w WAIT 60").await;
+        let rows = got.map(|m| {
+            m.iter()
+                .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+                .count()
+        });
+        (rows, began.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let report = tokio::time::timeout(Duration::from_secs(30), b.server.shutdown())
+        .await
+        .expect("b drains");
+    let (got, took) = waiter.await.unwrap();
+    assert_eq!(got.unwrap(), 0, "{report:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    rows(&a.connect().await, "PUSH INTO w VALUES ('3')").await;
+    let got = rows(&a.connect().await, "POP FROM w AUTO ACK").await;
+    assert_eq!(
+        col(&got[0], "payload"),
+        "3",
+        "the drained wait took nothing"
+    );
 }
 
 /// One frame of the internal channel: a big-endian u32 length, the body.

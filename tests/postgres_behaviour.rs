@@ -779,8 +779,8 @@ async fn extended_protocol_listen_is_served_by_the_shared_connection() {
         "nothing after UNLISTEN"
     );
 
-    // Inside a transaction block it goes to the session's own connection,
-    // as before (and so it pins it): PostgreSQL's transactional LISTEN.
+    // Inside a transaction block too (tests/listen_blocks.rs follows the
+    // block's rules): after COMMIT it listens and pins nothing.
     let r = listener.simple("BEGIN").await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     listener.send(&statement("LISTEN inblock")).await;
@@ -788,6 +788,20 @@ async fn extended_protocol_listen_is_served_by_the_shared_connection() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     let r = listener.simple("COMMIT").await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        client.batch_execute("NOTIFY inblock, 'three'"),
+    )
+    .await
+    .expect("the listener pins no connection after its block")
+    .unwrap();
+    let got = listener
+        .next_within(Duration::from_secs(10))
+        .await
+        .expect("notified after the block committed");
+    let mut rd = got.reader();
+    rd.i32().unwrap();
+    assert_eq!(rd.cstr().unwrap(), "inblock");
 }
 
 /// A client's SQL-level DEALLOCATE or EXECUTE on a pooled connection cannot

@@ -969,3 +969,452 @@ async fn a_message_the_expressions_fail_on_is_retried_then_dead_lettered_and_the
     );
     assert_eq!(dlq[0][2].as_deref(), Some("stream:totals"));
 }
+
+/// Pushes payloads (JSON texts) into one partition, in order.
+async fn push_payloads(client: &Client, queue: &str, partition: &str, payloads: &[String]) {
+    for chunk in payloads.chunks(150) {
+        let rows: Vec<String> = chunk
+            .iter()
+            .map(|p| format!("('{partition}', '{}')", p.replace('\'', "''")))
+            .collect();
+        client
+            .batch_execute(&format!(
+                "PUSH INTO {queue} (partition, payload) VALUES {}",
+                rows.join(", ")
+            ))
+            .await
+            .unwrap();
+    }
+}
+
+/// (partition, key, window start) → what a reduce stream emitted: the ids
+/// its collecting function gathered, the id of its max-by-amount object,
+/// and the count.
+type Folded = BTreeMap<(String, String, i64), Vec<(Vec<i64>, i64, i64)>>;
+
+async fn folded(client: &Client, raw: Vec<(String, String)>) -> Folded {
+    let mut out = Folded::new();
+    for (p, payload) in raw {
+        let row = client
+            .query_one(
+                "SELECT j->>'key', extract(epoch FROM (j->>'window_start')::timestamptz)::bigint,
+                        ARRAY(SELECT x::bigint FROM jsonb_array_elements_text(j->'ids') AS x),
+                        (j->'top'->>'id')::bigint, (j->>'n')::bigint
+                 FROM (SELECT $1::text::jsonb AS j) s",
+                &[&payload],
+            )
+            .await
+            .unwrap();
+        out.entry((p, row.get(0), row.get(1))).or_default().push((
+            row.get(2),
+            row.get(3),
+            row.get(4),
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn reduce_folds_each_tumbling_and_sliding_window_over_a_sql_function_in_order() {
+    let proxy = Proxy::start("streams_reduce").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION collect_ids(state jsonb, payload jsonb) RETURNS jsonb
+               LANGUAGE sql AS $$ SELECT state || jsonb_build_array(payload->'id') $$;
+             CREATE FUNCTION max_by_amount(state jsonb, payload jsonb) RETURNS jsonb
+               LANGUAGE sql AS $$ SELECT CASE WHEN state = '{}'::jsonb
+                 OR (payload->>'amount')::numeric > (state->>'amount')::numeric
+                 THEN payload ELSE state END $$;",
+        )
+        .await
+        .unwrap();
+    let aggs = "AGGREGATE (count(*) AS n, reduce(collect_ids, '[]') AS ids, reduce(public.max_by_amount, '{}'::jsonb) AS top)";
+    let common = "KEY BY payload->>'k'";
+    let et = "EVENT TIME to_timestamp((payload->>'t')::bigint)";
+    client
+        .batch_execute(&format!(
+            "CREATE STREAM r_tumble FROM src {common} WINDOW TUMBLING '10s' {et} {aggs} INTO out_tumble;
+             CREATE STREAM r_slide FROM src {common} WINDOW SLIDING '30s' EVERY '10s' {et} {aggs} INTO out_slide;"
+        ))
+        .await
+        .unwrap();
+    // Two partitions, each in time order, several batches (pushed in
+    // chunks), ids unique, amounts with ties (the first one stays top).
+    let evs = events(2, 400);
+    let mut by_partition: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, (p, k, t, c)) in evs.iter().enumerate() {
+        by_partition.entry(p.clone()).or_default().push(format!(
+            "{{\"id\": {id}, \"k\": \"{k}\", \"t\": {t}, \"amount\": \"{}\"}}",
+            amount(c % 50)
+        ));
+    }
+    for (p, payloads) in &by_partition {
+        push_payloads(&client, "src", p, payloads).await;
+        push_payloads(
+            &client,
+            "src",
+            p,
+            &["{\"id\": -1, \"k\": \"closer\", \"t\": 80000, \"amount\": \"0\"}".to_string()],
+        )
+        .await;
+    }
+    // Computed here, without the engine: per window, the ids in offset
+    // order, the first id of the largest amount.
+    let want = |windows: &dyn Fn(i64) -> Vec<i64>| {
+        // (ids, top id, top amount, count) per window.
+        type Acc = (Vec<i64>, i64, i64, i64);
+        let mut acc: BTreeMap<(String, String, i64), Acc> = BTreeMap::new();
+        for (id, (p, k, t, c)) in evs.iter().enumerate() {
+            for s in windows(*t) {
+                let w = acc
+                    .entry((p.clone(), k.clone(), s))
+                    .or_insert((Vec::new(), -1, -1, 0));
+                w.0.push(id as i64);
+                if c % 50 > w.2 {
+                    w.1 = id as i64;
+                    w.2 = c % 50;
+                }
+                w.3 += 1;
+            }
+        }
+        acc.into_iter()
+            .map(|(k, (ids, top, _, n))| (k, vec![(ids, top, n)]))
+            .collect::<Folded>()
+    };
+    let tumbling = want(&|t| vec![t.div_euclid(10) * 10]);
+    let sliding = want(&|t| {
+        (t.div_euclid(10) - 2..=t.div_euclid(10))
+            .map(|k| k * 10)
+            .collect()
+    });
+    for (sink, want) in [("out_tumble", tumbling), ("out_slide", sliding)] {
+        let raw = drain_raw(&client, sink, want.len()).await;
+        let mut got = folded(&client, raw).await;
+        got.retain(|(_, k, _), _| k != "closer");
+        assert_eq!(got.len(), want.len(), "{sink}: windows");
+        assert_eq!(got, want, "{sink}");
+    }
+    // The open windows keep the folded state as jsonb, queryable.
+    let direct = proxy.connect_direct().await;
+    let ids: String = direct
+        .query_one(
+            "SELECT (state->'ids')::text FROM queen.stream_state st JOIN queen.streams s ON s.id = st.stream_id
+             WHERE s.name = 'r_tumble' AND st.key = 'closer' LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ids, "[[-1]]");
+}
+
+#[tokio::test]
+async fn reduce_is_refused_with_session_windows_and_a_bad_function_gets_postgresql_s_own_error() {
+    use queenwire::users::{Passthrough, User, Users, Verifier};
+    use uuid::Uuid;
+    let mut users = Users::default();
+    users.users.insert(
+        "a".into(),
+        User {
+            name: "a".into(),
+            tenant: Uuid::from_u128(0xa),
+            passthrough: Passthrough::Full,
+            verifier: Verifier::new("pw"),
+        },
+    );
+    let users = std::sync::Arc::new(users);
+    let proxy = Proxy::start_with("streams_reduce_bad", |c| c.users = Some(users.clone())).await;
+    let mut cfg = proxy.client_config();
+    cfg.user("a").password("pw");
+    let a = connect(&cfg).await;
+    // The functions are the database owner's; EXECUTE is PUBLIC's unless
+    // revoked.
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute(
+            "CREATE FUNCTION public.f1(s jsonb, p jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT s $$;
+             CREATE FUNCTION public.f2(s jsonb, p jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT p $$;
+             CREATE FUNCTION public.as_text(s text, p text) RETURNS text LANGUAGE sql AS $$ SELECT s $$;
+             CREATE FUNCTION public.gives_text(s jsonb, p jsonb) RETURNS text LANGUAGE sql AS $$ SELECT s::text $$;
+             CREATE FUNCTION public.private(s jsonb, p jsonb) RETURNS jsonb LANGUAGE sql AS $$ SELECT s $$;
+             REVOKE EXECUTE ON FUNCTION public.private(jsonb, jsonb) FROM PUBLIC;",
+        )
+        .await
+        .unwrap();
+    let create = |agg: &str, window: &str| {
+        format!("CREATE STREAM r FROM src WINDOW {window} AGGREGATE ({agg}) INTO out")
+    };
+    for (agg, window, want) in [
+        ("reduce(f1, '{}')", "SESSION GAP '5s'", "0A000"),
+        ("reduce(nosuch, '{}')", "TUMBLING 10", "42883"),
+        ("reduce(as_text, '{}')", "TUMBLING 10", "42883"),
+        ("reduce(gives_text, '{}')", "TUMBLING 10", "42804"),
+        ("reduce(f1, '{not json')", "TUMBLING 10", "22P02"),
+        ("reduce(private, '{}')", "TUMBLING 10", "42501"),
+        ("reduce(f1(1), '{}')", "TUMBLING 10", "42601"),
+    ] {
+        let e = a.batch_execute(&create(agg, window)).await.unwrap_err();
+        assert_eq!(code(&e), want, "{agg}: {e:?}");
+    }
+    assert!(texts(a.simple_query("SHOW STREAMS").await.unwrap(), &["stream"]).is_empty());
+    // The function is part of the definition (and of the state's shape).
+    a.batch_execute(&create("reduce(f1, '{}') AS x", "TUMBLING 10"))
+        .await
+        .unwrap();
+    a.batch_execute(&create("reduce(f1, '{}') AS x", "TUMBLING 10"))
+        .await
+        .unwrap();
+    let e = a
+        .batch_execute(&create("reduce(f2, '{}') AS x", "TUMBLING 10"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "42710", "{e:?}");
+    let e = a
+        .batch_execute(
+            &create("reduce(f1, '[]') AS x", "TUMBLING 10").replace("CREATE", "CREATE OR REPLACE"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "55000", "{e:?}");
+    a.batch_execute(&format!(
+        "{} RESET",
+        create("reduce(f2, '{}') AS x", "TUMBLING 10").replace("CREATE", "CREATE OR REPLACE")
+    ))
+    .await
+    .unwrap();
+    // A text min/max is typed on the tenant's role too.
+    a.batch_execute("CREATE STREAM names FROM src WINDOW TUMBLING 10 AGGREGATE (min(payload->>'name') AS lo, max(now()) AS at) INTO out")
+        .await
+        .unwrap();
+    let fns: String = direct
+        .query_one(
+            "SELECT agg_fns::text FROM queen.streams WHERE name = 'names'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(fns, "{min_text,max_timestamptz}");
+    a.batch_execute("DROP STREAM names").await.unwrap();
+    let def = texts(
+        a.simple_query("SHOW STREAMS").await.unwrap(),
+        &["definition"],
+    );
+    assert!(
+        def[0][0]
+            .as_deref()
+            .unwrap_or("")
+            .contains("reduce(f2, '{}') AS \"x\""),
+        "{def:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_reduce_that_raises_rolls_its_cycle_back_and_the_batch_comes_again_once_the_function_is_fixed(
+) {
+    let proxy = Proxy::start("streams_reduce_raise").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION picky(s jsonb, p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+             BEGIN
+               IF p ? 'boom' THEN RAISE EXCEPTION 'picky does not take %', p->'id'; END IF;
+               RETURN s || jsonb_build_array(p->'id');
+             END $$;
+             CREATE STREAM r FROM src WINDOW TUMBLING 10 EVENT TIME to_timestamp((payload->>'t')::bigint)
+               AGGREGATE (count(*) AS n, reduce(picky, '[]') AS ids) INTO out;",
+        )
+        .await
+        .unwrap();
+    let payloads: Vec<String> = (1..=5)
+        .map(|i| {
+            let boom = if i == 3 { ", \"boom\": true" } else { "" };
+            format!("{{\"id\": {i}, \"t\": {i}{boom}}}")
+        })
+        .chain(["{\"id\": 99, \"t\": 100}".to_string()])
+        .collect();
+    push_payloads(&client, "src", "Default", &payloads).await;
+    // The cycle fails: its error is noted, nothing is kept.
+    let began = Instant::now();
+    let error = loop {
+        let shown = texts(
+            client.simple_query("SHOW STREAMS").await.unwrap(),
+            &["last_error", "messages"],
+        );
+        if let Some(e) = shown[0][0].clone() {
+            assert_eq!(shown[0][1].as_deref(), Some("0"), "{shown:?}");
+            break e;
+        }
+        assert!(began.elapsed() < HANG, "no error noted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(error.contains("picky does not take 3"), "{error}");
+    let direct = proxy.connect_direct().await;
+    let kept: i64 = direct
+        .query_one("SELECT count(*) FROM queen.stream_state", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 0);
+    assert!(texts(
+        client
+            .simple_query("POP FROM out LIMIT 10 AUTO ACK")
+            .await
+            .unwrap(),
+        &["payload"]
+    )
+    .is_empty());
+    // Fixed: the batch comes back after its lease and the window is
+    // emitted once, with every message folded in order.
+    client
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION picky(s jsonb, p jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+             BEGIN RETURN s || jsonb_build_array(p->'id'); END $$;",
+        )
+        .await
+        .unwrap();
+    let raw = drain_raw(&client, "out", 1).await;
+    assert_eq!(raw.len(), 1, "{raw:?}");
+    let row = client
+        .query_one(
+            "SELECT (j->>'n')::int, (j->'ids')::text FROM (SELECT $1::text::jsonb AS j) s",
+            &[&raw[0].1],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 5);
+    assert_eq!(row.get::<_, String>(1), "[1, 2, 3, 4, 5]");
+}
+
+#[tokio::test]
+async fn min_and_max_over_text_and_timestamptz_follow_postgresql_s_order() {
+    let proxy = Proxy::start("streams_min_max").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE STREAM mm FROM src KEY BY payload->>'k' WINDOW TUMBLING 10
+               EVENT TIME to_timestamp((payload->>'t')::bigint)
+               AGGREGATE (min(payload->>'name') AS lo_name, max(payload->>'name') AS hi_name,
+                          min((payload->>'at')::timestamptz) AS first_at,
+                          max((payload->>'at')::timestamptz) AS last_at,
+                          max((payload->>'amount')::numeric) AS top)
+               INTO out",
+        )
+        .await
+        .unwrap();
+    let names = [
+        "pear", "Apple", "apple", "Éclair", "eclair", "zebra", "Zoo", "banana", "10", "9", "ä",
+        "a b", "ab",
+    ];
+    // Per key k0..k2, times 0..39 (four windows each), a name (sometimes
+    // none), a timestamp with microseconds and a zone, an amount.
+    let mut evs = Vec::new();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for t in 0..40i64 {
+        for k in 0..3 {
+            let r = next();
+            let name = if r % 7 == 0 {
+                None
+            } else {
+                Some(names[(r % names.len() as u64) as usize])
+            };
+            let us = 1_700_000_000_000_000 + (next() % 10_000_000_000) as i64;
+            evs.push((format!("k{k}"), t, name, us, (next() % 1000) as i64));
+        }
+    }
+    let payloads: Vec<String> = evs
+        .iter()
+        .map(|(k, t, name, us, c)| {
+            let name = name.map_or(String::new(), |n| format!(", \"name\": \"{n}\""));
+            // The same instant written in another zone: ordered by instant.
+            let at = chrono_like(*us);
+            format!(
+                "{{\"k\": \"{k}\", \"t\": {t}{name}, \"at\": \"{at}\", \"amount\": \"{}\"}}",
+                amount(*c)
+            )
+        })
+        .chain([
+            "{\"k\": \"closer\", \"t\": 90000, \"at\": \"2026-01-01\", \"amount\": \"0\"}"
+                .to_string(),
+        ])
+        .collect();
+    push_payloads(&client, "src", "Default", &payloads).await;
+
+    type Event<'a> = (String, i64, Option<&'a str>, i64, i64);
+    let mut windows: BTreeMap<(String, i64), Vec<&Event>> = BTreeMap::new();
+    for e in &evs {
+        windows
+            .entry((e.0.clone(), e.1.div_euclid(10) * 10))
+            .or_default()
+            .push(e);
+    }
+    let raw = drain_raw(&client, "out", windows.len()).await;
+    let direct = proxy.connect_direct().await;
+    let mut got = BTreeMap::new();
+    for (_, payload) in raw {
+        let row = client
+            .query_one(
+                "SELECT j->>'key', extract(epoch FROM (j->>'window_start')::timestamptz)::bigint,
+                        j->>'lo_name', j->>'hi_name',
+                        (extract(epoch FROM (j->>'first_at')::timestamptz) * 1000000)::bigint,
+                        (extract(epoch FROM (j->>'last_at')::timestamptz) * 1000000)::bigint,
+                        ((j->>'top')::numeric * 100)::bigint,
+                        jsonb_typeof(j->'lo_name') || jsonb_typeof(j->'first_at') || jsonb_typeof(j->'top')
+                 FROM (SELECT $1::text::jsonb AS j) s",
+                &[&payload],
+            )
+            .await
+            .unwrap();
+        let key: String = row.get(0);
+        if key == "closer" {
+            continue;
+        }
+        assert_eq!(row.get::<_, String>(7), "stringstringnumber", "{payload}");
+        got.insert(
+            (key, row.get::<_, i64>(1)),
+            (
+                row.get::<_, Option<String>>(2),
+                row.get::<_, Option<String>>(3),
+                row.get::<_, i64>(4),
+                row.get::<_, i64>(5),
+                row.get::<_, i64>(6),
+            ),
+        );
+    }
+    assert_eq!(got.len(), windows.len());
+    for (w, evs) in &windows {
+        // PostgreSQL orders the text (the database's collation), here on
+        // its own, apart from the stream.
+        let names: Vec<&str> = evs.iter().filter_map(|e| e.2).collect();
+        let order = direct
+            .query_one(
+                "SELECT min(x), max(x) FROM unnest($1::text[]) AS x",
+                &[&names],
+            )
+            .await
+            .unwrap();
+        let want = (
+            order.get::<_, Option<String>>(0),
+            order.get::<_, Option<String>>(1),
+            evs.iter().map(|e| e.3).min().unwrap(),
+            evs.iter().map(|e| e.3).max().unwrap(),
+            evs.iter().map(|e| e.4).max().unwrap(),
+        );
+        assert_eq!(got[w], want, "{w:?}");
+    }
+}
+
+/// Microseconds since the epoch as an ISO 8601 text in UTC+05:30.
+fn chrono_like(us: i64) -> String {
+    let shifted = us + 19_800_000_000;
+    let utc = queenwire::engine::values::format_timestamptz(shifted);
+    // "YYYY-MM-DD HH:MM:SS[.f]+00" -> the same wall clock at +05:30.
+    format!("{}+05:30", utc.trim_end_matches("+00"))
+}

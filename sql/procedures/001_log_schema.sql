@@ -326,19 +326,31 @@ $$;
 -- The cursor after advancing p_cursor over the contiguous run of offsets
 -- p_cursor + 1, p_cursor + 2, ... found in p_acked (out-of-order acks of a
 -- batch). Pure: touches no table, so it has no tenant to scope and takes no
--- locks.
+-- locks. plpgsql, not SQL: a SQL function's query was planned again on every
+-- call (every ACK), and the common cases (the next offset alone, or not
+-- there at all) need no query.
 CREATE OR REPLACE FUNCTION queen.log_acked_prefix_v1(
     p_cursor BIGINT,
     p_acked  BIGINT[]
 ) RETURNS BIGINT
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
-    -- In ascending order the i-th acked offset above the cursor is
-    -- p_cursor + i exactly while the run is unbroken.
-    SELECT COALESCE(max(a.o), p_cursor)
-    FROM (SELECT d.o, d.o - row_number() OVER (ORDER BY d.o) AS run
-          FROM (SELECT DISTINCT o FROM unnest(p_acked) o WHERE o > p_cursor) d) a
-    WHERE a.run = p_cursor
+DECLARE
+    v_cursor BIGINT := p_cursor;
+    v_o      BIGINT;
+BEGIN
+    IF p_cursor IS NULL OR (p_cursor + 1 = ANY (p_acked)) IS NOT TRUE THEN
+        RETURN p_cursor;
+    END IF;
+    IF cardinality(p_acked) = 1 THEN
+        RETURN p_cursor + 1;
+    END IF;
+    FOR v_o IN SELECT DISTINCT o FROM unnest(p_acked) o WHERE o > p_cursor ORDER BY o LOOP
+        EXIT WHEN v_o <> v_cursor + 1;
+        v_cursor := v_o;
+    END LOOP;
+    RETURN v_cursor;
+END
 $$;
 
 -- Pending messages of a queue: per partition, the retained messages after the

@@ -64,6 +64,14 @@ CREATE TABLE IF NOT EXISTS queen.streams (
     updated_at          TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
+-- reduce(fn, init) aggregates (docs/streams.md): agg_args holds the
+-- function's name as written and agg_inits its initial state expression
+-- (NULL for the other aggregates); reduce_sql is the fold SELECT made by
+-- queen.stream_reduce_sql_v1 (NULL without a reduce), run like eval_sql
+-- by queen.stream_eval_v1 with the tenant's own privileges.
+ALTER TABLE queen.streams ADD COLUMN IF NOT EXISTS agg_inits TEXT[];
+ALTER TABLE queen.streams ADD COLUMN IF NOT EXISTS reduce_sql TEXT;
+
 CREATE UNIQUE INDEX IF NOT EXISTS streams_tenant_name_uk
     ON queen.streams (tenant_id, name);
 
@@ -90,8 +98,10 @@ CREATE TABLE IF NOT EXISTS queen.stream_partitions (
 
 -- One row per open window: (stream, source partition, window start, key).
 -- state is a JSON object keyed by the aggregates' names (count and sum as
--- numbers, avg as [sum, count], min/max as numbers, first/last as the JSON
--- value); deleted in the transaction that emits the window. Plain SQL can
+-- numbers, avg as [sum, count], min/max as numbers, JSON strings (text) or
+-- microseconds since the epoch (timestamptz), first/last and reduce as the
+-- JSON value wrapped in a one-element array); deleted in the transaction
+-- that emits the window. Plain SQL can
 -- read it: SELECT key, window_start, state FROM queen.stream_state.
 CREATE TABLE IF NOT EXISTS queen.stream_state (
     stream_id     BIGINT NOT NULL,

@@ -127,6 +127,12 @@ CREATE OR REPLACE FUNCTION queen.log_pop_v2(
     blob             BYTEA
 )
 LANGUAGE plpgsql
+-- Generic plans: with custom ones the candidate query and the claim were
+-- planned again on every call (0.2 ms and 0.13 ms per POP LIMIT 1 at 1,000
+-- partitions); every statement here is written so that its plan does not
+-- depend on the values (candidates probed by id, LIMITs on every range
+-- read). Measured 2026-12-01: see docs/benchmarks.md.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

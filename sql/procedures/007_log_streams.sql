@@ -17,7 +17,11 @@
 -- Pure text assembly, nothing runs here. Each user expression sits in
 -- parentheses on lines of its own. Per aggregate argument: count(*) '1',
 -- count(e) '1' when e is not NULL (else NULL), sum/avg/min/max (e)::numeric as text,
--- first/last to_jsonb(e) as text.
+-- min_text/max_text (e)::text as a JSON string, min_timestamptz/max_timestamptz
+-- (e)::timestamptz as microseconds since the epoch, first/last to_jsonb(e)
+-- as text, reduce NULL (the engine folds the message's payload itself).
+-- min/max become min_text, min_timestamptz, … by the argument's type, which
+-- the engine asks PostgreSQL for at CREATE (stream_types_sql_v1).
 CREATE OR REPLACE FUNCTION queen.stream_eval_sql_v1(
     p_where      TEXT,
     p_key        TEXT,
@@ -33,11 +37,17 @@ DECLARE
 BEGIN
     FOR i IN 1 .. COALESCE(array_length(p_agg_fns, 1), 0) LOOP
         v_vals := v_vals || CASE
+            WHEN p_agg_fns[i] = 'reduce' THEN 'NULL::text'
             WHEN p_agg_args[i] IS NULL THEN '''1''::text'
             WHEN p_agg_fns[i] = 'count' THEN
                 E'CASE WHEN (\n' || p_agg_args[i] || E'\n) IS NULL THEN NULL ELSE ''1'' END'
             WHEN p_agg_fns[i] IN ('sum', 'avg', 'min', 'max') THEN
                 E'((\n' || p_agg_args[i] || E'\n)::numeric)::text'
+            WHEN p_agg_fns[i] IN ('min_text', 'max_text') THEN
+                E'to_jsonb((\n' || p_agg_args[i] || E'\n)::text)::text'
+            WHEN p_agg_fns[i] IN ('min_timestamptz', 'max_timestamptz') THEN
+                E'((extract(epoch FROM (\n' || p_agg_args[i]
+                || E'\n)::timestamptz) * 1000000)::bigint)::text'
             ELSE
                 E'COALESCE(to_jsonb(\n' || p_agg_args[i] || E'\n)::text, ''null'')'
         END;
@@ -58,7 +68,103 @@ BEGIN
 END;
 $$;
 
--- Runs a stream's evaluation SELECT over one batch. SECURITY INVOKER on
+-- The SELECT that asks PostgreSQL the type of each expression in p_args
+-- (a stream's min/max arguments) without evaluating any: one row shaped
+-- like stream_eval_v1's, vals[i] being '<typcategory>:<type>' of the i-th
+-- expression over the same four columns as the evaluation (the scalar
+-- subquery over no message has the expression's type and no value). Run by
+-- stream_eval_v1 on the tenant's role at CREATE, so a wrong expression is
+-- refused with PostgreSQL's error there too. Pure text assembly.
+CREATE OR REPLACE FUNCTION queen.stream_types_sql_v1(p_args TEXT[])
+RETURNS TEXT
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_types TEXT[] := '{}';
+    i       INTEGER;
+BEGIN
+    FOR i IN 1 .. COALESCE(array_length(p_args, 1), 0) LOOP
+        v_types := v_types || (
+            '(SELECT t.typcategory::text || '':'' || pg_catalog.format_type(t.oid, NULL)'
+            || ' FROM pg_catalog.pg_type t WHERE t.oid = pg_catalog.pg_typeof((SELECT ('
+            || E'\n' || p_args[i] || E'\n'
+            || ') FROM (SELECT r.ord, r.payload, r.partition, r.transaction_id,'
+            || ' timestamptz ''epoch'' + r.created_us * interval ''1 microsecond'' AS created_at'
+            || ' FROM jsonb_to_recordset($1) AS r(ord bigint, payload jsonb, partition text,'
+            || ' created_us bigint, transaction_id text)) AS m LIMIT 1)))');
+    END LOOP;
+    RETURN 'SELECT 0::bigint, NULL::text, NULL::bigint, NULL::boolean, ARRAY['
+        || COALESCE(array_to_string(v_types, ', '), '') || ']::text[]';
+END;
+$$;
+
+-- The fold SELECT of a stream's reduce(fn, init) aggregates (NULL when it
+-- has none), shaped like stream_eval_v1's rows. $1 is a JSON array of jobs
+-- {id, a, s, p}: a is the aggregate's position (1-based), s the window's
+-- state wrapped in a one-element array (absent for a new window: then the
+-- aggregate's init, cast to jsonb), p the payloads to fold, in the
+-- window's order. Each job's state goes through fn(state, payload) once
+-- per payload (a recursive CTE, one plan for the whole batch); a NULL
+-- result becomes JSON null. The result row per job: ord = id, vals[1] the
+-- final state's JSON text. fn is the name as written, pasted before its
+-- argument list, so PostgreSQL resolves it with the caller's search_path
+-- and rights: a missing function or one of another signature is refused
+-- when the SELECT is planned (42883), a result that is not jsonb too
+-- (42804). Pure text assembly.
+CREATE OR REPLACE FUNCTION queen.stream_reduce_sql_v1(
+    p_agg_fns   TEXT[],
+    p_agg_args  TEXT[],
+    p_agg_inits TEXT[]
+) RETURNS TEXT
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_inits TEXT := '';
+    v_steps TEXT := '';
+    i       INTEGER;
+BEGIN
+    FOR i IN 1 .. COALESCE(array_length(p_agg_fns, 1), 0) LOOP
+        IF p_agg_fns[i] = 'reduce' THEN
+            v_inits := v_inits || ' WHEN ' || i || E' THEN (\n'
+                || COALESCE(p_agg_inits[i], 'NULL') || E'\n)::jsonb';
+            v_steps := v_steps || ' WHEN ' || i || E' THEN \n'
+                || p_agg_args[i] || E'\n(f.s, j.p -> f.n)';
+        END IF;
+    END LOOP;
+    IF v_steps = '' THEN
+        RETURN NULL;
+    END IF;
+    RETURN 'WITH RECURSIVE j AS MATERIALIZED ('
+        || 'SELECT r.id, r.a, r.s, r.p, jsonb_array_length(r.p) AS n'
+        || ' FROM jsonb_to_recordset($1) AS r(id bigint, a integer, s jsonb, p jsonb)),'
+        || ' f(id, n, s) AS ('
+        || 'SELECT j.id, 0, CASE WHEN j.s IS NOT NULL THEN j.s -> 0 ELSE CASE j.a'
+        || v_inits || ' END END FROM j'
+        || ' UNION ALL '
+        || 'SELECT f.id, f.n + 1, COALESCE(CASE j.a' || v_steps || E' END, ''null''::jsonb)'
+        || ' FROM f JOIN j ON j.id = f.id WHERE f.n < j.n)'
+        || ' SELECT f.id, NULL::text, NULL::bigint, NULL::boolean, ARRAY[f.s::text]'
+        || ' FROM f JOIN j ON j.id = f.id AND f.n = j.n';
+END;
+$$;
+
+-- The text min/max of a cycle, compared by PostgreSQL in the database's
+-- default collation: p_jobs is a JSON array of {i, v}, v the candidate
+-- JSON strings of one aggregate of one window (its state's and the
+-- batch's); per i the least and the greatest, as JSON text. Engine only;
+-- runs no user text; no locks.
+CREATE OR REPLACE FUNCTION queen.stream_extrema_v1(p_jobs JSONB)
+RETURNS TABLE (id BIGINT, lo TEXT, hi TEXT)
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (j ->> 'i')::BIGINT, to_jsonb(min(e #>> '{}'))::TEXT, to_jsonb(max(e #>> '{}'))::TEXT
+    FROM jsonb_array_elements(p_jobs) AS j, jsonb_array_elements(j -> 'v') AS e
+    GROUP BY 1;
+$$;
+
+-- Runs a stream's evaluation SELECT over one batch (and, shaped the same,
+-- its argument-type probe at CREATE and its reduce fold in each cycle:
+-- stream_types_sql_v1, stream_reduce_sql_v1). SECURITY INVOKER on
 -- purpose, and never made SECURITY DEFINER by 034: the user's expressions
 -- run with the privileges of whoever calls this, which is the tenant's own
 -- backend role (queen_t_<tenant>[_ro]); the engine calls it only on such a
@@ -75,6 +181,17 @@ END;
 $$;
 
 -- Every stream that is not paused, for the runners. Engine only; no locks.
+-- A result without reduce_sql (before reduce aggregates) is dropped first:
+-- CREATE OR REPLACE cannot change a function's result.
+DO $$
+DECLARE
+    v_fn REGPROCEDURE := to_regprocedure('queen.stream_active_v1()');
+BEGIN
+    IF v_fn IS NOT NULL AND pg_get_function_result(v_fn) NOT LIKE '%reduce_sql text%' THEN
+        DROP FUNCTION queen.stream_active_v1();
+    END IF;
+END
+$$;
 CREATE OR REPLACE FUNCTION queen.stream_active_v1()
 RETURNS TABLE (
     id BIGINT, tenant_id UUID, name TEXT, source_queue TEXT, consumer_group TEXT,
@@ -82,7 +199,7 @@ RETURNS TABLE (
     session_gap_ms BIGINT, event_time BOOLEAN, allowed_lateness_ms BIGINT,
     on_late TEXT, grace_ms BIGINT, idle_flush_ms BIGINT, agg_names TEXT[],
     agg_fns TEXT[], sink_queue TEXT, partition_by_key BOOLEAN, eval_sql TEXT,
-    generation INTEGER
+    generation INTEGER, reduce_sql TEXT
 )
 LANGUAGE sql STABLE
 AS $$
@@ -90,7 +207,7 @@ AS $$
            s.subscribe, s.subscribe_at::TEXT, s.window_kind, s.window_size_ms, s.window_every_ms,
            s.session_gap_ms, s.event_time_expr IS NOT NULL, s.allowed_lateness_ms,
            s.on_late, s.grace_ms, s.idle_flush_ms, s.agg_names, s.agg_fns,
-           s.sink_queue::TEXT, s.partition_by_key, s.eval_sql, s.generation
+           s.sink_queue::TEXT, s.partition_by_key, s.eval_sql, s.generation, s.reduce_sql
     FROM queen.streams s
     WHERE NOT s.paused
     ORDER BY s.id;

@@ -30,6 +30,12 @@ $$;
 -- and start over: open windows and progress deleted, the consumer group's
 -- cursors dropped so it subscribes afresh).
 -- Returns 'created', 'unchanged', 'replaced' or 'reset'.
+-- p_agg_inits: a reduce aggregate's initial state expression (NULL for the
+-- others). The signature before it is dropped so no ambiguous overload
+-- survives (calls name their arguments).
+DROP FUNCTION IF EXISTS queen.stream_create_v1(
+    UUID, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT, BIGINT, TEXT,
+    BIGINT, TEXT, BIGINT, BIGINT, TEXT[], TEXT[], TEXT[], TEXT, BOOLEAN, TEXT, TIMESTAMPTZ);
 CREATE OR REPLACE FUNCTION queen.stream_create_v1(
     p_tenant         UUID,
     p_name           TEXT,
@@ -54,7 +60,8 @@ CREATE OR REPLACE FUNCTION queen.stream_create_v1(
     p_sink           TEXT,
     p_partition_by_key BOOLEAN,
     p_mode           TEXT,
-    p_subscribe_at   TIMESTAMPTZ DEFAULT NULL
+    p_subscribe_at   TIMESTAMPTZ DEFAULT NULL,
+    p_agg_inits      TEXT[] DEFAULT NULL
 ) RETURNS TEXT
 LANGUAGE plpgsql
 AS $$
@@ -64,9 +71,13 @@ DECLARE
                              p_size_ms, p_every_ms, p_gap_ms, p_event_time,
                              array_to_string(p_agg_names, E'\x1e'),
                              array_to_string(p_agg_fns, E'\x1e'),
-                             array_to_string(p_agg_args, E'\x1e', E'\x1d')));
+                             array_to_string(p_agg_args, E'\x1e', E'\x1d'),
+                             -- NULL (skipped) without a reduce: the hash
+                             -- of a stream from before reduce is unchanged.
+                             NULLIF(array_to_string(p_agg_inits, E'\x1e'), '')));
     v_old        queen.streams%ROWTYPE;
     v_eval       TEXT := queen.stream_eval_sql_v1(p_where, p_key, p_event_time, p_agg_fns, p_agg_args);
+    v_reduce     TEXT := queen.stream_reduce_sql_v1(p_agg_fns, p_agg_args, p_agg_inits);
 BEGIN
     PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_mode NOT IN ('create', 'replace', 'reset') THEN
@@ -81,13 +92,13 @@ BEGIN
             definition_hash, state_hash, where_expr, key_expr, window_kind,
             window_size_ms, window_every_ms, session_gap_ms, event_time_expr,
             allowed_lateness_ms, on_late, grace_ms, idle_flush_ms, agg_names,
-            agg_fns, agg_args, sink_queue, partition_by_key, eval_sql)
+            agg_fns, agg_args, agg_inits, sink_queue, partition_by_key, eval_sql, reduce_sql)
         VALUES (
             p_tenant, p_name, p_source, p_group, p_subscribe, p_subscribe_at, p_definition,
             v_hash, v_state_hash, p_where, p_key, p_kind,
             p_size_ms, p_every_ms, p_gap_ms, p_event_time,
             p_lateness_ms, p_on_late, p_grace_ms, p_idle_ms, p_agg_names,
-            p_agg_fns, p_agg_args, p_sink, p_partition_by_key, v_eval)
+            p_agg_fns, p_agg_args, p_agg_inits, p_sink, p_partition_by_key, v_eval, v_reduce)
         ON CONFLICT (tenant_id, name) DO NOTHING;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'stream "%" was created concurrently', p_name
@@ -122,8 +133,9 @@ BEGIN
         session_gap_ms = p_gap_ms, event_time_expr = p_event_time,
         allowed_lateness_ms = p_lateness_ms, on_late = p_on_late,
         grace_ms = p_grace_ms, idle_flush_ms = p_idle_ms, agg_names = p_agg_names,
-        agg_fns = p_agg_fns, agg_args = p_agg_args, sink_queue = p_sink,
-        partition_by_key = p_partition_by_key, eval_sql = v_eval,
+        agg_fns = p_agg_fns, agg_args = p_agg_args, agg_inits = p_agg_inits,
+        sink_queue = p_sink, partition_by_key = p_partition_by_key, eval_sql = v_eval,
+        reduce_sql = v_reduce,
         generation = generation + CASE WHEN p_mode = 'reset' THEN 1 ELSE 0 END,
         last_error = NULL, last_error_at = NULL, updated_at = now()
     WHERE id = v_old.id;

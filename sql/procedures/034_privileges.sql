@@ -133,7 +133,8 @@ DECLARE
         'ephemeral_names_v1', 'ephemeral_claim_v1', 'ephemeral_commit_take_v1',
         'ephemeral_peer_publish_v1', 'ephemeral_peer_v1', 'ephemeral_release_v1',
         'stream_active_v1', 'stream_cycle_begin_v1', 'stream_state_load_v1',
-        'stream_cycle_save_v1', 'stream_idle_partitions_v1', 'stream_note_error_v1'];
+        'stream_cycle_save_v1', 'stream_idle_partitions_v1', 'stream_note_error_v1',
+        'stream_extrema_v1'];
     v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL
                        AND to_regrole('queen_client') IS NOT NULL;
     v_fn REGPROCEDURE;

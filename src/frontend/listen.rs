@@ -1,6 +1,7 @@
 //! LISTEN without a backend connection per listener: clients' `LISTEN` and
-//! `UNLISTEN` (sent alone in a simple query, outside a transaction block,
-//! by a session that holds no connection) are served from one listening
+//! `UNLISTEN` (alone in a simple query or a portal, by a session that has
+//! not pinned its connection; inside a transaction block carried out at
+//! its COMMIT, see `session::block`) are served from one listening
 //! connection of the proxy's own, and each notification is fanned out to
 //! the sessions listening on its channel. A listener then costs no backend
 //! connection, in transaction pooling as in session pooling.
@@ -55,6 +56,12 @@ enum Request {
         statement: Option<String>,
         channel: Option<String>,
         reply: Option<oneshot::Sender<Result<(), SqlError>>>,
+    },
+    /// PostgreSQL's verdict on `statement` alone (a LISTEN of a transaction
+    /// block, carried out at its COMMIT).
+    Check {
+        statement: String,
+        reply: oneshot::Sender<Result<(), SqlError>>,
     },
 }
 
@@ -145,6 +152,43 @@ impl ListenHub {
             return Err(unavailable());
         }
         answer.await.unwrap_or_else(|_| Err(unavailable()))
+    }
+
+    /// PostgreSQL's verdict on a client's LISTEN / UNLISTEN `statement`,
+    /// without its effect.
+    pub async fn check(&self, statement: &str) -> Result<(), SqlError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Check {
+            statement: statement.to_string(),
+            reply,
+        };
+        if self.requests.send(request).is_err() {
+            return Err(unavailable());
+        }
+        answer.await.unwrap_or_else(|_| Err(unavailable()))
+    }
+
+    /// Drops the notifications `rx` holds for `session` of channels it no
+    /// longer listens on (a transaction block that held them back until
+    /// its COMMIT unlistened them). Under the lock `deliver` takes, so the
+    /// order of those kept holds.
+    pub fn drop_unlistened(&self, session: u64, rx: &mut Notifications) {
+        let state = lock(&self.state);
+        let mut kept = Vec::new();
+        while let Ok(n) = rx.try_recv() {
+            let listens = state
+                .channels
+                .get(&*n.channel)
+                .is_some_and(|sessions| sessions.contains(&session));
+            if listens {
+                kept.push(n);
+            }
+        }
+        if let Some(sink) = state.sinks.get(&session) {
+            for n in kept {
+                let _ = sink.send(n);
+            }
+        }
     }
 
     /// Stops listening on `channel` (`None`: every channel) for `session`
@@ -359,6 +403,9 @@ fn refuse(request: Request) {
             let _ = reply.send(Err(unavailable()));
         }
         Request::Unlisten { .. } => {}
+        Request::Check { reply, .. } => {
+            let _ = reply.send(Err(unavailable()));
+        }
     }
 }
 
@@ -381,6 +428,9 @@ async fn handle(
     request: Request,
 ) -> Result<(), tokio_postgres::Error> {
     match request {
+        Request::Check { statement, reply } => {
+            let _ = reply.send(check(client, &statement).await);
+        }
         Request::Listen {
             session,
             statement,

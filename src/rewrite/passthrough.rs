@@ -198,6 +198,124 @@ pub fn listening(sql: &str) -> Option<Listening> {
     }
 }
 
+/// A statement that opens, ends or marks a transaction block, as far as
+/// the proxy must follow the block (LISTEN / UNLISTEN inside one take
+/// effect at its COMMIT, and not at all where a ROLLBACK undoes them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// `BEGIN`, `START TRANSACTION`.
+    Begin,
+    /// `COMMIT`, `END` (`chain`: `AND CHAIN`, a new block follows).
+    Commit { chain: bool },
+    /// `ROLLBACK`, `ABORT`.
+    Rollback { chain: bool },
+    /// `SAVEPOINT name` (names as PostgreSQL stores them).
+    Savepoint(String),
+    /// `RELEASE [SAVEPOINT] name`.
+    Release(String),
+    /// `ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name`.
+    RollbackTo(String),
+    /// `PREPARE TRANSACTION 'id'`.
+    Prepare,
+}
+
+impl Control {
+    /// Whether `tag` (a CommandComplete's) is the one PostgreSQL answers a
+    /// control statement with; a COMMIT of a failed block answers ROLLBACK.
+    pub fn is_control_tag(tag: &[u8]) -> bool {
+        matches!(
+            tag,
+            b"BEGIN"
+                | b"START TRANSACTION"
+                | b"COMMIT"
+                | b"ROLLBACK"
+                | b"SAVEPOINT"
+                | b"RELEASE"
+                | b"PREPARE TRANSACTION"
+        )
+    }
+}
+
+/// The transaction control `sql` is, if it is one.
+pub fn transaction_control(sql: &str) -> Option<Control> {
+    // Lazily: most statements stop at their first word.
+    let mut toks = super::split::Tokens::new(sql).filter(|t| t.kind != TokenKind::Semicolon);
+    let first = toks.next()?;
+    if first.kind != TokenKind::Word {
+        return None;
+    }
+    let verb = &sql[first.range.clone()];
+    let is = |w: &str| verb.eq_ignore_ascii_case(w);
+    if !(is("BEGIN")
+        || is("START")
+        || is("COMMIT")
+        || is("END")
+        || is("ROLLBACK")
+        || is("ABORT")
+        || is("SAVEPOINT")
+        || is("RELEASE")
+        || is("PREPARE"))
+    {
+        return None;
+    }
+    let rest: Vec<_> = toks.collect();
+    let word = |i: usize, kw: &str| {
+        rest.get(i).is_some_and(|t| {
+            t.kind == TokenKind::Word && sql[t.range.clone()].eq_ignore_ascii_case(kw)
+        })
+    };
+    let name = |i: usize| -> Option<String> {
+        let t = rest.get(i)?;
+        if i + 1 != rest.len() {
+            return None;
+        }
+        let text = &sql[t.range.clone()];
+        match t.kind {
+            TokenKind::Word => Some(text.to_ascii_lowercase()),
+            TokenKind::Quoted
+                if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') =>
+            {
+                Some(text[1..text.len() - 1].replace("\"\"", "\""))
+            }
+            _ => None,
+        }
+    };
+    let chain = rest.len() >= 2 && word(rest.len() - 1, "CHAIN") && word(rest.len() - 2, "AND");
+    if is("BEGIN") {
+        return Some(Control::Begin);
+    }
+    if is("START") {
+        return word(0, "TRANSACTION").then_some(Control::Begin);
+    }
+    if is("COMMIT") || is("END") {
+        // COMMIT PREPARED ends no block of this session's.
+        return (!word(0, "PREPARED")).then_some(Control::Commit { chain });
+    }
+    if is("ROLLBACK") || is("ABORT") {
+        if word(0, "PREPARED") {
+            return None;
+        }
+        let mut i = usize::from(word(0, "WORK") || word(0, "TRANSACTION"));
+        if word(i, "TO") {
+            i += 1;
+            if word(i, "SAVEPOINT") && rest.len() > i + 1 {
+                i += 1;
+            }
+            return name(i).map(Control::RollbackTo);
+        }
+        return Some(Control::Rollback { chain });
+    }
+    if is("SAVEPOINT") {
+        return name(0).map(Control::Savepoint);
+    }
+    if is("RELEASE") {
+        let i = usize::from(word(0, "SAVEPOINT") && rest.len() > 1);
+        return name(i).map(Control::Release);
+    }
+    // PREPARE TRANSACTION 'id' (PREPARE name AS … prepares a statement).
+    (word(0, "TRANSACTION") && rest.len() == 2).then_some(Control::Prepare)
+}
+
 pub fn session_effect(sql: &str) -> SessionEffect {
     let words: Vec<&str> = words(sql).collect();
     let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
@@ -403,6 +521,46 @@ mod tests {
             "LOAD 'auto_explain'",
         ] {
             assert_eq!(session_effect(sql), SessionEffect::Pins, "{sql}");
+        }
+    }
+
+    #[test]
+    fn transaction_control_statements() {
+        use super::Control::*;
+        let cases = [
+            ("BEGIN", Some(Begin)),
+            ("begin isolation level serializable", Some(Begin)),
+            ("START TRANSACTION READ ONLY", Some(Begin)),
+            ("COMMIT", Some(Commit { chain: false })),
+            ("end work;", Some(Commit { chain: false })),
+            ("COMMIT AND CHAIN", Some(Commit { chain: true })),
+            ("COMMIT AND NO CHAIN", Some(Commit { chain: false })),
+            ("ROLLBACK", Some(Rollback { chain: false })),
+            (
+                "abort transaction and chain",
+                Some(Rollback { chain: true }),
+            ),
+            ("ROLLBACK TO s1", Some(RollbackTo("s1".into()))),
+            (
+                "ROLLBACK WORK TO SAVEPOINT \"S 1\"",
+                Some(RollbackTo("S 1".into())),
+            ),
+            (
+                "ROLLBACK TO savepoint",
+                Some(RollbackTo("savepoint".into())),
+            ),
+            ("SAVEPOINT Mark", Some(Savepoint("mark".into()))),
+            ("RELEASE SAVEPOINT mark", Some(Release("mark".into()))),
+            ("RELEASE mark", Some(Release("mark".into()))),
+            ("PREPARE TRANSACTION 'x'", Some(Prepare)),
+            ("PREPARE q AS SELECT 1", None),
+            ("COMMIT PREPARED 'x'", None),
+            ("ROLLBACK PREPARED 'x'", None),
+            ("SELECT 1", None),
+            ("STARTX", None),
+        ];
+        for (sql, want) in cases {
+            assert_eq!(transaction_control(sql), want, "{sql}");
         }
     }
 }

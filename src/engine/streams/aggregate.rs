@@ -1,9 +1,15 @@
-//! The mergeable aggregates of a stream window and their state: exact
-//! decimal sums (PostgreSQL's `numeric` text, added here without rounding),
-//! counts, numeric min/max, avg kept as (sum, count), and first/last as the
-//! JSON text PostgreSQL's `to_jsonb` gave. A state serialises to the JSON
-//! object stored in `queen.stream_state.state`, keyed by the aggregates'
-//! names, and back from the members' text.
+//! The aggregates of a stream window and their state: exact decimal sums
+//! (PostgreSQL's `numeric` text, added here without rounding), counts,
+//! numeric and timestamptz min/max, avg kept as (sum, count), and
+//! first/last as the JSON text PostgreSQL's `to_jsonb` gave. A state
+//! serialises to the JSON object stored in `queen.stream_state.state`,
+//! keyed by the aggregates' names, and back from the members' text.
+//!
+//! Two kinds are decided by PostgreSQL, not here: text min/max (compared
+//! in the database's collation) and `reduce` (a user function). Their
+//! inputs are kept as pending ([`AggState::is_pending`]) while the
+//! cycle's events are assigned, and the runner resolves them all in one
+//! call each before the windows are saved or emitted.
 
 use crate::rewrite::dialect::stream::AggFn;
 use std::cmp::Ordering;
@@ -145,6 +151,24 @@ pub enum AggState {
     /// The JSON text of the first value seen (`None`: no event yet).
     First(Option<String>),
     Last(Option<String>),
+    /// Text min/max: the best JSON string so far and the candidates not
+    /// compared yet (PostgreSQL compares them, [`AggState::resolve`]).
+    Text {
+        max: bool,
+        best: Option<String>,
+        pending: Vec<String>,
+    },
+    /// Timestamptz min/max, microseconds since the epoch.
+    Time {
+        max: bool,
+        best: Option<i64>,
+    },
+    /// `reduce`: the state's JSON text (`None`: the initial state) and the
+    /// payloads not folded into it yet, in order.
+    Reduce {
+        state: Option<String>,
+        pending: Vec<String>,
+    },
 }
 
 /// Why a value could not be aggregated.
@@ -162,6 +186,46 @@ impl AggState {
             AggFn::Avg => AggState::Avg(Dec::ZERO, 0),
             AggFn::First => AggState::First(None),
             AggFn::Last => AggState::Last(None),
+            AggFn::MinText | AggFn::MaxText => AggState::Text {
+                max: func == AggFn::MaxText,
+                best: None,
+                pending: Vec::new(),
+            },
+            AggFn::MinTime | AggFn::MaxTime => AggState::Time {
+                max: func == AggFn::MaxTime,
+                best: None,
+            },
+            AggFn::Reduce => AggState::Reduce {
+                state: None,
+                pending: Vec::new(),
+            },
+        }
+    }
+
+    /// Whether PostgreSQL must still decide this state (text min/max
+    /// candidates, payloads to fold).
+    pub fn is_pending(&self) -> bool {
+        match self {
+            AggState::Text { pending, .. } | AggState::Reduce { pending, .. } => {
+                !pending.is_empty()
+            }
+            _ => false,
+        }
+    }
+
+    /// The value PostgreSQL decided for a pending state: the least or
+    /// greatest candidate (text), the folded state (reduce).
+    pub fn resolve(&mut self, value: String) {
+        match self {
+            AggState::Text { best, pending, .. } => {
+                *best = Some(value);
+                pending.clear();
+            }
+            AggState::Reduce { state, pending } => {
+                *state = Some(value);
+                pending.clear();
+            }
+            _ => {}
         }
     }
 
@@ -218,6 +282,23 @@ impl AggState {
                 }
             }
             AggState::Last(last) => *last = Some(value.unwrap_or("null").to_string()),
+            AggState::Text { pending, .. } | AggState::Reduce { pending, .. } => {
+                if let Some(v) = value {
+                    pending.push(v.to_string());
+                }
+            }
+            AggState::Time { max, best } => {
+                if let Some(v) = value {
+                    let v: i64 = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| AggError(format!("{v} is not a time in microseconds")))?;
+                    let better = |old: i64| if *max { v > old } else { v < old };
+                    if best.is_none_or(better) {
+                        *best = Some(v);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -249,6 +330,24 @@ impl AggState {
             }
             (AggState::First(a), AggState::First(b)) if a.is_none() => a.clone_from(b),
             (AggState::Last(a), AggState::Last(b)) if b.is_some() => a.clone_from(b),
+            (
+                AggState::Text { pending, .. },
+                AggState::Text {
+                    best, pending: p2, ..
+                },
+            ) => {
+                pending.extend(best.iter().cloned());
+                pending.extend(p2.iter().cloned());
+            }
+            (AggState::Time { max, best }, AggState::Time { best: Some(b), .. })
+                if best.is_none_or(|x| if *max { *b > x } else { *b < x }) =>
+            {
+                *best = Some(*b)
+            }
+            // Refused at CREATE: a reduce has no merge, and sessions merge.
+            (AggState::Reduce { .. }, _) => {
+                return Err(AggError("reduce cannot merge two session windows".into()))
+            }
             _ => {}
         }
         Ok(())
@@ -263,9 +362,11 @@ impl AggState {
             }
             AggState::Avg(s, c) => format!("[{s}, {c}]"),
             // Wrapped, so a first value that is JSON null survives a reload.
-            AggState::First(v) | AggState::Last(v) => {
+            AggState::First(v) | AggState::Last(v) | AggState::Reduce { state: v, .. } => {
                 v.as_ref().map_or("null".to_string(), |j| format!("[{j}]"))
             }
+            AggState::Text { best, .. } => best.clone().unwrap_or_else(|| "null".into()),
+            AggState::Time { best, .. } => best.map_or("null".to_string(), |t| t.to_string()),
         }
     }
 
@@ -273,7 +374,12 @@ impl AggState {
     pub fn emitted(&self) -> String {
         match self {
             AggState::Avg(s, c) => s.average(*c).map_or("null".to_string(), |d| d.to_string()),
-            AggState::First(v) | AggState::Last(v) => v.clone().unwrap_or_else(|| "null".into()),
+            AggState::First(v) | AggState::Last(v) | AggState::Reduce { state: v, .. } => {
+                v.clone().unwrap_or_else(|| "null".into())
+            }
+            AggState::Time { best, .. } => best.map_or("null".to_string(), |t| {
+                json_string(&crate::engine::values::format_timestamptz(t))
+            }),
             other => other.stored(),
         }
     }
@@ -302,19 +408,36 @@ impl AggState {
                     c.trim().parse().map_err(|_| bad(text))?,
                 )
             }
-            AggFn::First | AggFn::Last => {
+            AggFn::First | AggFn::Last | AggFn::Reduce => {
                 let inner = text
                     .strip_prefix('[')
                     .and_then(|t| t.strip_suffix(']'))
                     .ok_or_else(|| bad(text))?
                     .trim()
                     .to_string();
-                if func == AggFn::First {
-                    AggState::First(Some(inner))
-                } else {
-                    AggState::Last(Some(inner))
+                match func {
+                    AggFn::First => AggState::First(Some(inner)),
+                    AggFn::Last => AggState::Last(Some(inner)),
+                    _ => AggState::Reduce {
+                        state: Some(inner),
+                        pending: Vec::new(),
+                    },
                 }
             }
+            AggFn::MinText | AggFn::MaxText => {
+                if !text.starts_with('"') {
+                    return Err(bad(text));
+                }
+                AggState::Text {
+                    max: func == AggFn::MaxText,
+                    best: Some(text.to_string()),
+                    pending: Vec::new(),
+                }
+            }
+            AggFn::MinTime | AggFn::MaxTime => AggState::Time {
+                max: func == AggFn::MaxTime,
+                best: Some(text.parse().map_err(|_| bad(text))?),
+            },
         })
     }
 }
@@ -372,15 +495,26 @@ mod tests {
             AggFn::Avg,
             AggFn::First,
             AggFn::Last,
+            AggFn::MinTime,
+            AggFn::MaxTime,
+            AggFn::MinText,
+            AggFn::Reduce,
         ];
         for func in funcs {
             let mut s = AggState::new(func);
             let arg = match func {
                 AggFn::First | AggFn::Last => ["null", "{\"a\": [1, 2]}"],
+                AggFn::MinTime | AggFn::MaxTime => ["1764583200000000", "-5"],
+                AggFn::MinText => ["\"b\"", "\"a\""],
+                AggFn::Reduce => ["{\"id\": 1}", "{\"id\": 2}"],
                 _ => ["2.5", "-7"],
             };
             s.add(Some(arg[0])).unwrap();
             s.add(Some(arg[1])).unwrap();
+            if s.is_pending() {
+                s.resolve(arg[1].to_string());
+                assert!(!s.is_pending());
+            }
             let back = AggState::load(func, Some(&s.stored())).unwrap();
             assert_eq!(back, s, "{func:?}");
         }
@@ -393,6 +527,20 @@ mod tests {
         first.add(Some("null")).unwrap();
         first.add(Some("2")).unwrap();
         assert_eq!(first.emitted(), "null");
+        let mut latest = AggState::new(AggFn::MaxTime);
+        latest.add(Some("1764583200500000")).unwrap();
+        latest.add(Some("0")).unwrap();
+        assert_eq!(latest.emitted(), "\"2025-12-01 10:00:00.5+00\"");
+        assert_eq!(latest.stored(), "1764583200500000");
+        let mut folded = AggState::new(AggFn::Reduce);
+        folded.add(Some("{}")).unwrap();
+        folded.resolve("null".into());
+        assert_eq!(folded.stored(), "[null]");
+        assert_eq!(folded.emitted(), "null");
+        assert_eq!(
+            AggState::load(AggFn::Reduce, Some("[null]")).unwrap(),
+            folded
+        );
     }
 
     #[test]
@@ -407,6 +555,33 @@ mod tests {
         s.merge(&AggState::Sum(Some(Dec::parse("2").unwrap())))
             .unwrap();
         assert_eq!(s.emitted(), "3.1");
+    }
+
+    #[test]
+    fn merged_text_and_time_extremes_keep_every_candidate_and_a_reduce_refuses() {
+        let mut a = AggState::new(AggFn::MaxText);
+        a.add(Some("\"pear\"")).unwrap();
+        a.resolve("\"pear\"".into());
+        let mut b = AggState::new(AggFn::MaxText);
+        b.add(Some("\"fig\"")).unwrap();
+        a.merge(&b).unwrap();
+        // PostgreSQL decides between them (resolve), not this code.
+        assert_eq!(
+            a,
+            AggState::Text {
+                max: true,
+                best: Some("\"pear\"".into()),
+                pending: vec!["\"fig\"".into()],
+            }
+        );
+        let mut t = AggState::new(AggFn::MinTime);
+        t.add(Some("5")).unwrap();
+        let mut u = AggState::new(AggFn::MinTime);
+        u.add(Some("-3")).unwrap();
+        t.merge(&u).unwrap();
+        assert_eq!(t.stored(), "-3");
+        let mut r = AggState::new(AggFn::Reduce);
+        assert!(r.merge(&AggState::new(AggFn::Reduce)).is_err());
     }
 
     #[test]

@@ -117,6 +117,38 @@ pub async fn evaluate(
     messages: &[Message],
     partition: &str,
 ) -> Result<Vec<EvalRow>, ExecError> {
+    let input = eval_input(messages, partition);
+    on_tenant_role(evaluators, stream, &stream.eval_sql, &input).await
+}
+
+/// The stream's reduce fold over `jobs` (see `queen.stream_reduce_sql_v1`),
+/// on the tenant's role like the evaluation, bounded the same. It runs
+/// while the cycle's transaction is open on the engine's connection, which
+/// did not see its error: a failure is [`ExecError::Refused`], so that
+/// transaction is failed and rolled back.
+pub async fn fold(
+    evaluators: &Evaluators,
+    stream: &ActiveRow,
+    jobs: &str,
+) -> Result<Vec<EvalRow>, ExecError> {
+    let Some(sql) = stream.reduce_sql.as_deref() else {
+        return Err(ExecError::Refused(SqlError::error(
+            SqlState::INTERNAL_ERROR,
+            "a reduce aggregate without its fold SELECT",
+        )));
+    };
+    match on_tenant_role(evaluators, stream, sql, jobs).await {
+        Err(ExecError::Failed(e)) => Err(ExecError::Refused(e)),
+        other => other,
+    }
+}
+
+async fn on_tenant_role(
+    evaluators: &Evaluators,
+    stream: &ActiveRow,
+    sql: &str,
+    input: &str,
+) -> Result<Vec<EvalRow>, ExecError> {
     let Some(eval_pool) = evaluators.pool(stream.tenant) else {
         return Err(ExecError::Refused(SqlError::error(
             SqlState::INSUFFICIENT_PRIVILEGE,
@@ -127,10 +159,9 @@ pub async fn evaluate(
         .get()
         .await
         .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
-    let input = eval_input(messages, partition);
     let call = Eval {
-        sql: &stream.eval_sql,
-        messages: &input,
+        sql,
+        messages: input,
     };
     let rows = tokio::time::timeout(EVAL_TIMEOUT, conn.run(&call, CallEnd::Sync)).await;
     let Ok(rows) = rows else {

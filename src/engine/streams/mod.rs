@@ -18,6 +18,7 @@
 
 pub mod aggregate;
 mod evaluate;
+mod resolve;
 pub mod runner;
 pub mod window;
 
@@ -29,10 +30,11 @@ use crate::backend::call::{CallEnd, Calls};
 use crate::backend::{pool, BackendError, Pool};
 use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::calls::streams::{
-    CreateStream as CreateCall, DropStream, Eval, EvalSql, ListStreams, SetPaused, ShowStream,
+    CreateStream as CreateCall, DropStream, Eval, EvalRow, EvalSql, ListStreams, ReduceSql,
+    SetPaused, ShowStream, TypesSql,
 };
 use crate::rewrite::dialect::pop::SubscribeFrom;
-use crate::rewrite::dialect::stream::{CreateStream, Window};
+use crate::rewrite::dialect::stream::{AggFn, CreateStream, Window};
 use crate::rewrite::dialect::validate_name;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -140,6 +142,21 @@ fn resolve(
         Some(et) => opt_ms(&et.lateness, "ALLOWED LATENESS")?.unwrap_or(0),
         None => 0,
     };
+    if matches!(stmt.window, Window::Session { .. })
+        && stmt.aggregates.iter().any(|a| a.func == AggFn::Reduce)
+    {
+        // Sessions merge when an event bridges two, and a reduce has no
+        // merge: its state cannot be rebuilt without the payloads.
+        return Err(ExecError::Refused(SqlError {
+            hint: Some(
+                "use TUMBLING or SLIDING windows, or fold the emitted sessions downstream".into(),
+            ),
+            ..SqlError::error(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "reduce cannot be used with SESSION windows (sessions merge, and a reduce has no merge function)",
+            )
+        }));
+    }
     let idle_ms = opt_ms(&stmt.idle_flush, "IDLE FLUSH")?;
     if idle_ms == Some(0) {
         return Err(invalid("IDLE FLUSH must be at least 1 ms".into()));
@@ -174,6 +191,7 @@ fn resolve(
             .map(|a| a.func.name().to_string())
             .collect(),
         agg_args: stmt.aggregates.iter().map(|a| a.arg.clone()).collect(),
+        agg_inits: stmt.aggregates.iter().map(|a| a.init.clone()).collect(),
         sink,
         partition_by_key: stmt.partition_by_key,
         mode: match (stmt.or_replace, stmt.reset) {
@@ -193,8 +211,15 @@ fn definition(c: &CreateCall) -> String {
         .agg_fns
         .iter()
         .zip(&c.agg_args)
+        .zip(&c.agg_inits)
         .zip(&c.agg_names)
-        .map(|((f, a), n)| format!("{f}({}) AS {n:?}", a.as_deref().unwrap_or("*")))
+        .map(|(((f, a), i), n)| {
+            let a = a.as_deref().unwrap_or("*");
+            match i {
+                Some(init) => format!("{f}({a}, {init}) AS {n:?}"),
+                None => format!("{f}({a}) AS {n:?}"),
+            }
+        })
         .collect();
     format!(
         "FROM {:?} GROUP {:?} SUBSCRIBE FROM {} {:?} WHERE {:?} KEY BY {:?} WINDOW {} {:?}/{:?}/{:?} ms EVENT TIME {:?} ALLOWED LATENESS {} ms ON LATE {} GRACE {} ms IDLE FLUSH {:?} ms AGGREGATE ({}) INTO {:?}{}",
@@ -229,7 +254,8 @@ pub async fn create(
     evaluators: &Evaluators,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let call = resolve(stmt, params, tenant)?;
+    let mut call = resolve(stmt, params, tenant)?;
+    ordered_min_max(conn, evaluators, &mut call).await?;
     let eval_sql = conn
         .run(&EvalSql {
             where_expr: &call.where_expr,
@@ -243,12 +269,77 @@ pub async fn create(
         .next()
         .map(|r| r.eval_sql)
         .unwrap_or_default();
-    validate(evaluators, tenant, &eval_sql).await?;
+    on_tenant_role(evaluators, tenant, &eval_sql).await?;
+    let reduce_sql = conn
+        .run(&ReduceSql {
+            agg_fns: &call.agg_fns,
+            agg_args: &call.agg_args,
+            agg_inits: &call.agg_inits,
+        })
+        .await?
+        .into_iter()
+        .next()
+        .map(|r| r.eval_sql);
+    if let Some(sql) = reduce_sql.filter(|s| !s.is_empty()) {
+        // Planned (and its functions' EXECUTE checked) on the tenant's
+        // role: a missing function, another signature, a result that is
+        // not jsonb or a bad initial state is PostgreSQL's own error.
+        on_tenant_role(evaluators, tenant, &sql).await?;
+    }
     conn.run(&call).await?;
     Ok(Vec::new())
 }
 
-async fn validate(evaluators: &Evaluators, tenant: Uuid, eval_sql: &str) -> Result<(), ExecError> {
+/// min/max follow their argument's type, which PostgreSQL tells (on the
+/// tenant's role, evaluating nothing): text types (category S) are
+/// compared as text in the database's collation, date/time types
+/// (category D) as timestamptz, anything else as numeric, as before. The
+/// definition (and its hash) keeps the names as written: it is made before.
+async fn ordered_min_max(
+    conn: &mut Calls<'_>,
+    evaluators: &Evaluators,
+    call: &mut CreateCall,
+) -> Result<(), ExecError> {
+    let at: Vec<usize> = (0..call.agg_fns.len())
+        .filter(|&i| {
+            matches!(call.agg_fns[i].as_str(), "min" | "max") && call.agg_args[i].is_some()
+        })
+        .collect();
+    if at.is_empty() {
+        return Ok(());
+    }
+    let args: Vec<String> = at
+        .iter()
+        .map(|&i| call.agg_args[i].clone().unwrap_or_default())
+        .collect();
+    let sql = conn
+        .run(&TypesSql { args: &args })
+        .await?
+        .into_iter()
+        .next()
+        .map(|r| r.eval_sql)
+        .unwrap_or_default();
+    let rows = on_tenant_role(evaluators, call.tenant, &sql).await?;
+    let types = rows.into_iter().next().map(|r| r.vals).unwrap_or_default();
+    for (&i, ty) in at.iter().zip(types) {
+        let class = match ty.as_deref().and_then(|t| t.split_once(':')) {
+            Some(("S", _)) => "text",
+            Some(("D", _)) => "timestamptz",
+            _ => continue,
+        };
+        call.agg_fns[i] = format!("{}_{class}", call.agg_fns[i]);
+    }
+    Ok(())
+}
+
+/// Runs one of a stream's SELECTs over no message on the tenant's role
+/// (`stream_eval_v1`): PostgreSQL plans it, so a wrong expression or
+/// function is refused with its own error.
+async fn on_tenant_role(
+    evaluators: &Evaluators,
+    tenant: Uuid,
+    eval_sql: &str,
+) -> Result<Vec<EvalRow>, ExecError> {
     let Some(eval_pool) = evaluators.pool(tenant) else {
         return Err(ExecError::Refused(SqlError::error(
             SqlState::INSUFFICIENT_PRIVILEGE,
@@ -270,7 +361,7 @@ async fn validate(evaluators: &Evaluators, tenant: Uuid, eval_sql: &str) -> Resu
         .await;
     pool::release(conn);
     match tried {
-        Ok(_) => Ok(()),
+        Ok(rows) => Ok(rows),
         // PostgreSQL's own error, raised on the session's connection too.
         Err(BackendError::Server(e)) => Err(ExecError::Refused(e)),
         Err(e) => Err(ExecError::Lost(e)),

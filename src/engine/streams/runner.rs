@@ -13,7 +13,9 @@
 //!    engine's: see [`super::Evaluators`]);
 //! 3. in ONE transaction on an engine connection: lock the (stream,
 //!    partition) progress row, load its open windows, assign the batch and
-//!    close what is ripe ([`super::window`]), save the state, push the
+//!    close what is ripe ([`super::window`]), have PostgreSQL decide text
+//!    min/max and fold reduce aggregates ([`super::resolve`]; the fold on
+//!    the tenant's role), save the state, push the
 //!    closed windows into the sink through the ordinary push path
 //!    (`log_push_v1`, so `log_push_one_v1` assigns their offsets), and ACK
 //!    the batch under the lease (locks in the global order: stream tables,
@@ -131,7 +133,11 @@ async fn round(
             }
         }
         if let Some(idle_ms) = stream.idle_ms {
-            match idle_flush(pool, announcer, sealing, &stream, &spec, idle_ms).await {
+            match idle_flush(
+                pool, evaluators, announcer, sealing, &stream, &spec, idle_ms,
+            )
+            .await
+            {
                 Ok(()) => {}
                 Err(ExecError::Lost(e)) => lost = Some(e),
                 Err(e) => note_error(pool, &stream, &e).await,
@@ -283,6 +289,7 @@ async fn cycle(
     if !messages.is_empty() {
         let work = Work {
             stream,
+            evaluators,
             sealing,
             spec,
             partition_id,
@@ -340,6 +347,8 @@ struct Batch<'a> {
 /// What one transaction does: a batch (a cycle), or none (an idle flush).
 struct Work<'a> {
     stream: &'a ActiveRow,
+    /// The tenant's role, for a reduce's fold.
+    evaluators: &'a Evaluators,
     /// The sink push seals its segments if the sink is encrypted.
     sealing: &'a Sealing,
     spec: &'a Spec,
@@ -447,10 +456,19 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
             } else {
                 m.created_us
             };
+            let mut vals = r.vals.clone();
+            for (i, f) in work.spec.aggs.iter().enumerate() {
+                // A reduce folds the message's payload itself.
+                if *f == AggFn::Reduce {
+                    if let Some(v) = vals.get_mut(i) {
+                        *v = Some(m.payload.clone());
+                    }
+                }
+            }
             part.event(Event {
                 ts,
                 key: r.key.clone().unwrap_or_default(),
-                vals: r.vals.clone(),
+                vals,
             })
             .map_err(bad_state)?;
         }
@@ -458,6 +476,7 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
     } else {
         part.idle(work.now_us);
     }
+    super::resolve::pending(conn, work.evaluators, stream, &mut part).await?;
     let (deletes, upserts) = part.changes();
     let mut save = CycleSave {
         stream_id: stream.id,
@@ -492,7 +511,7 @@ async fn steps(conn: &mut Calls<'_>, work: &Work<'_>) -> Result<bool, ExecError>
             .map(|e| {
                 (
                     sink_partition(stream, work.partition_name, &e.key),
-                    e.payload.clone(),
+                    part.payload(e),
                 )
             })
             .collect();
@@ -547,6 +566,7 @@ fn sink_partition(stream: &ActiveRow, source_partition: &str, key: &str) -> Stri
 /// SKIP LOCKED, keeps it apart from a running cycle).
 async fn idle_flush(
     pool: &Pool,
+    evaluators: &Evaluators,
     announcer: &Announcer,
     sealing: &Sealing,
     stream: &ActiveRow,
@@ -577,6 +597,7 @@ async fn idle_flush(
     for p in quiet {
         let work = Work {
             stream,
+            evaluators,
             sealing,
             spec,
             partition_id: p.partition_id,

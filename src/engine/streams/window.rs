@@ -60,14 +60,14 @@ struct Open {
     dirty: bool,
 }
 
-/// A closed window, ready to push.
+/// A closed window, to push once its pending states are resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Emitted {
     pub key: String,
     pub start: i64,
     pub end: i64,
-    /// The sink message: `{key, window_start, window_end, <aggregates>}`.
-    pub payload: String,
+    aggs: Vec<AggState>,
+    late: bool,
 }
 
 /// A stored window to delete or upsert.
@@ -300,33 +300,51 @@ impl<'s> Partition<'s> {
         ripe.sort();
         for (end, start, key) in ripe {
             if let Some(w) = self.open.remove(&(key.clone(), start)) {
-                let payload = self.payload(&key, start, end, &w);
                 self.emitted.push(Emitted {
                     key,
                     start,
                     end,
-                    payload,
+                    aggs: w.aggs,
+                    late: w.late,
                 });
             }
         }
         self.min_end = self.open.values().map(|w| w.end).min().unwrap_or(i64::MAX);
     }
 
-    fn payload(&self, key: &str, start: i64, end: i64, w: &Open) -> String {
+    /// The sink message of an emitted window: `{key, window_start,
+    /// window_end, <aggregates>}` (after [`Partition::pending`] is resolved).
+    pub fn payload(&self, e: &Emitted) -> String {
         let mut out = format!(
             "{{\"key\": {}, \"window_start\": {}, \"window_end\": {}",
-            json_string(key),
-            json_string(&format_timestamptz(start)),
-            json_string(&format_timestamptz(end))
+            json_string(&e.key),
+            json_string(&format_timestamptz(e.start)),
+            json_string(&format_timestamptz(e.end))
         );
-        for (name, agg) in self.spec.names.iter().zip(&w.aggs) {
+        for (name, agg) in self.spec.names.iter().zip(&e.aggs) {
             out.push_str(&format!(", {}: {}", json_string(name), agg.emitted()));
         }
-        if w.late {
+        if e.late {
             out.push_str(", \"late\": true");
         }
         out.push('}');
         out
+    }
+
+    /// Every state PostgreSQL must still decide (text min/max, reduce), in
+    /// the windows emitted and those to save, with its aggregate's index.
+    pub fn pending(&mut self) -> Vec<(usize, &mut AggState)> {
+        let emitted = self.emitted.iter_mut().map(|e| &mut e.aggs);
+        let open = self
+            .open
+            .values_mut()
+            .filter(|w| w.dirty)
+            .map(|w| &mut w.aggs);
+        emitted
+            .chain(open)
+            .flat_map(|aggs| aggs.iter_mut().enumerate())
+            .filter(|(_, a)| a.is_pending())
+            .collect()
     }
 
     /// What the database must change: (deletes as (key, start), upserts).
@@ -423,7 +441,7 @@ mod tests {
                 ("a".into(), 10, 20)
             ]
         );
-        assert!(p.emitted[0].payload.contains("\"n\": 2, \"total\": 4"));
+        assert!(p.payload(&p.emitted[0]).contains("\"n\": 2, \"total\": 4"));
         assert_eq!(p.open_windows(), 1);
     }
 
@@ -450,7 +468,7 @@ mod tests {
             p.event(ev(t, "k", 1)).unwrap();
         }
         assert_eq!(summary(&p), vec![("k".into(), 0, 12)]);
-        assert!(p.emitted[0].payload.contains("\"n\": 3"));
+        assert!(p.payload(&p.emitted[0]).contains("\"n\": 3"));
     }
 
     #[test]
@@ -468,7 +486,7 @@ mod tests {
             p.event(ev(t, "k", 1)).unwrap();
         }
         assert_eq!(summary(&p), vec![("k".into(), 0, 10), ("k".into(), 0, 10)]);
-        assert!(p.emitted[1].payload.ends_with("\"late\": true}"));
+        assert!(p.payload(&p.emitted[1]).ends_with("\"late\": true}"));
     }
 
     #[test]
@@ -480,7 +498,7 @@ mod tests {
         }
         // 11 counts at 12 (the largest created_at seen), never late.
         assert_eq!(summary(&p), vec![("k".into(), 0, 10), ("k".into(), 10, 20)]);
-        assert!(p.emitted[1].payload.contains("\"n\": 2"));
+        assert!(p.payload(&p.emitted[1]).contains("\"n\": 2"));
     }
 
     #[test]
@@ -493,6 +511,55 @@ mod tests {
         assert!(p.emitted.is_empty());
         p.idle(15 * S);
         assert_eq!(summary(&p), vec![("k".into(), 0, 10)]);
+    }
+
+    #[test]
+    fn each_sliding_window_keeps_its_own_payloads_to_fold_until_resolved() {
+        let spec = Spec {
+            aggs: vec![AggFn::Reduce],
+            names: vec!["ids".into()],
+            ..spec(
+                Kind::Sliding {
+                    size: 10 * S,
+                    every: 5 * S,
+                },
+                true,
+            )
+        };
+        let mut p = Partition::new(&spec, None, None);
+        for (t, id) in [(1, "1"), (6, "2"), (30, "3")] {
+            p.event(Event {
+                ts: t * S,
+                key: "k".into(),
+                vals: vec![Some(id.into())],
+            })
+            .unwrap();
+        }
+        // [-5, 5) holds 1; [0, 10) holds 1, 2; [5, 15) holds 2 (all
+        // emitted); [25, 35) and [30, 40) hold 3 (open).
+        let mut pending: Vec<Vec<String>> = p
+            .pending()
+            .into_iter()
+            .map(|(i, a)| {
+                assert_eq!(i, 0);
+                match a {
+                    AggState::Reduce { pending, .. } => pending.clone(),
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect();
+        pending.sort();
+        assert_eq!(
+            pending,
+            [vec!["1"], vec!["1", "2"], vec!["2"], vec!["3"], vec!["3"]]
+        );
+        for (_, a) in p.pending() {
+            a.resolve("[\"folded\"]".into());
+        }
+        assert!(p.pending().is_empty());
+        assert!(p.payload(&p.emitted[0]).ends_with("\"ids\": [\"folded\"]}"));
+        let (_, upserts) = p.changes();
+        assert_eq!(upserts[0].state, "{\"ids\": [[\"folded\"]]}");
     }
 
     #[test]
@@ -517,7 +584,7 @@ mod tests {
         p.event(ev(30, "c", 1)).unwrap();
         let (deletes, _) = p.changes();
         assert_eq!(deletes.len(), 2);
-        assert!(p.emitted[0].payload.contains("\"total\": 4"));
-        assert!(p.emitted[1].payload.contains("\"total\": null"));
+        assert!(p.payload(&p.emitted[0]).contains("\"total\": 4"));
+        assert!(p.payload(&p.emitted[1]).contains("\"total\": null"));
     }
 }

@@ -60,6 +60,8 @@ pub(super) struct Txn {
     /// LISTEN / UNLISTEN of the pipeline in progress served by the hub,
     /// settled at its Sync (see `extended::listen_in_pipeline`).
     pub(super) pipeline_listens: Vec<PipelineListen>,
+    /// The transaction block, followed for the LISTENs it holds back.
+    pub(super) block: super::block::Block,
 }
 
 /// A LISTEN or UNLISTEN executed in a pipeline and served by the hub.
@@ -353,6 +355,7 @@ impl Session {
         if let Some(conn) = self.lease.conn_mut() {
             conn.status = status;
         }
+        self.block_ready(status);
         let reset = std::mem::take(&mut self.txn.reset);
         // A failed block rolls the RESET back with everything else.
         if reset.pending() && status != protocol::TxStatus::Failed {

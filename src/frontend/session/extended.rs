@@ -15,7 +15,7 @@ use crate::frontend::encoding::ClientText;
 use crate::frontend::params::bind_params_as_text;
 use crate::protocol::tags::Target;
 use crate::protocol::{self, frontend, Message, TxStatus};
-use crate::rewrite::passthrough::Listening;
+use crate::rewrite::passthrough::{Control, Listening};
 use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
 use std::sync::Arc;
@@ -300,10 +300,32 @@ impl Session {
             return Ok(());
         }
         if let Some((effect, query)) = self.portals.backend_effect(portal) {
-            if let Some(listening) = self.shareable_listen(&query) {
-                return self.listen_in_pipeline(listening, &query).await;
+            let listening = self.shareable_listen(&query);
+            if let Some(listening) = listening.clone() {
+                // What came before it decides: an open block (a BEGIN
+                // answered), or the pipeline's implicit transaction.
+                self.relay_earlier_replies().await?;
+                if self.replies.skipping() {
+                    return Ok(());
+                }
+                if !self.txn.block.open() {
+                    return self.listen_in_pipeline(listening, &query).await;
+                }
+                if self.block_can_listen() && self.listen_in_block(listening, &query, false).await?
+                {
+                    return Ok(());
+                }
             }
-            self.apply_effect(effect, &query);
+            if let Some(control) = rewrite::passthrough::transaction_control(&query) {
+                if control == Control::Prepare && self.txn.block.has_pending() {
+                    return self.prepare_with_block_listens(&query).await;
+                }
+                self.note_control_sent(control);
+            }
+            // A LISTEN of a failed block fails: nothing to keep.
+            if listening.is_none() || self.lease.status() != TxStatus::Failed {
+                self.apply_effect(effect, &query);
+            }
         }
         self.observed.passthrough_executes += 1;
         self.txn.executed_since_sync = true;
@@ -312,16 +334,12 @@ impl Session {
     }
 
     /// A LISTEN / UNLISTEN the shared listening connection can serve in
-    /// place of the session's own: outside a transaction block (none known,
-    /// and nothing executed since the last Sync that could have opened
-    /// one), on a connection the session has not pinned, in UTF8 (the
-    /// hub's channel names are UTF-8).
+    /// place of the session's own: on a connection the session has not
+    /// pinned, in UTF8 (the hub's channel names are UTF-8). Outside a
+    /// transaction block in the pipeline's implicit transaction
+    /// (`listen_in_pipeline`), inside one at its COMMIT (`block`).
     fn shareable_listen(&self, query: &str) -> Option<Listening> {
-        if self.lease.pinned()
-            || self.lease.status() != TxStatus::Idle
-            || self.txn.executed_since_sync
-            || self.client_encoding != ClientEncoding::Utf8
-        {
+        if self.lease.pinned() || self.client_encoding != ClientEncoding::Utf8 {
             return None;
         }
         rewrite::passthrough::listening(query)

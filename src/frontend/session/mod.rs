@@ -10,10 +10,12 @@
 //! - `simple`, `extended`, `copy` — the simple and extended query
 //!   protocols and COPY FROM STDIN;
 //! - `prepared`, `portals` — the client's statements and portals;
+//! - `block` — LISTEN / UNLISTEN inside a transaction block, at its COMMIT;
 //! - `dialect` — running a dialect statement through the engine, which
 //!   borrows the session's connection through `engine::Lender`;
 //! - `rows`, `canned` — result rows on the wire and the proxy's own answers.
 
+mod block;
 mod canned;
 mod copy;
 mod dialect;

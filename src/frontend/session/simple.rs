@@ -46,6 +46,13 @@ impl Session {
                 if !self.lease.held() && self.client_encoding == ClientEncoding::Utf8 {
                     return self.listen_shared(listening, statement).await;
                 }
+                if self.block_can_listen()
+                    && self
+                        .listen_in_block(listening.clone(), statement, true)
+                        .await?
+                {
+                    return Ok(());
+                }
                 // It goes to the session's own connection; the hub forgets
                 // the session's channels too.
                 if let Listening::Unlisten(channel) = listening {
@@ -55,12 +62,27 @@ impl Session {
                 }
             } else if self.notifications.is_some() && discards_all(statement) {
                 self.shared.listen.forget(self.id, None);
+            } else if self.txn.block.has_pending()
+                && rewrite::passthrough::transaction_control(statement)
+                    == Some(rewrite::passthrough::Control::Prepare)
+            {
+                self.prepare_with_block_listens(statement).await?;
+                return self.finish_simple_query().await;
             }
         }
         if commands.iter().all(|(_, c)| plain(c)) {
+            if commands.len() > 1 {
+                let statements = commands.iter().map(|(r, _)| &sql[r.clone()]);
+                if let Some(plan) = self.listen_script_plan(statements) {
+                    self.run_listen_script(&text, &commands, plan).await?;
+                    return self.finish_simple_query().await;
+                }
+            }
             if !self.ensure_backend(For::Client).await {
                 return self.finish_simple_query().await;
             }
+            self.before_plain(commands.iter().map(|(r, _)| &sql[r.clone()]))
+                .await?;
             for (range, command) in &commands {
                 if let Command::Passthrough(effect) = command {
                     self.apply_effect(*effect, &sql[range.clone()]);
@@ -84,25 +106,8 @@ impl Session {
     /// (`frontend::listen`): answered once it listens, with PostgreSQL's
     /// own error for a statement PostgreSQL refuses.
     async fn listen_shared(&mut self, listening: Listening, statement: &str) -> Result<(), End> {
-        let hub = self.shared.listen.clone();
-        let (command_tag, result) = match listening {
-            Listening::Listen(channel) => {
-                let r = hub.listen(self.id, statement, channel).await;
-                (
-                    "LISTEN",
-                    r.map(|rx| {
-                        if let Some(rx) = rx {
-                            self.notifications = Some(rx);
-                        }
-                    }),
-                )
-            }
-            Listening::Unlisten(channel) => {
-                ("UNLISTEN", hub.unlisten(self.id, statement, channel).await)
-            }
-        };
-        match result {
-            Ok(()) => {
+        match self.hub_listen(listening, statement).await {
+            Ok(command_tag) => {
                 self.reply_local(protocol::command_complete(command_tag));
                 self.reply_local(protocol::ready_for_query(self.lease.status()));
                 Ok(self.client.flush().await?)
@@ -162,7 +167,20 @@ impl Session {
 
     /// A simple-query message holding dialect statements: each statement
     /// runs in turn (plain ones as their own Query), up to the first error.
-    async fn run_script(
+    pub(super) async fn run_script(
+        &mut self,
+        text: &ClientText<'_>,
+        commands: &[(Range<usize>, Command)],
+    ) -> Result<(), End> {
+        self.run_statements(text, commands).await?;
+        self.replies.end_skip();
+        self.client
+            .send(&protocol::ready_for_query(self.lease.status()));
+        Ok(())
+    }
+
+    /// The statements of a script in turn, up to the first error.
+    pub(super) async fn run_statements(
         &mut self,
         text: &ClientText<'_>,
         commands: &[(Range<usize>, Command)],
@@ -174,6 +192,14 @@ impl Session {
                     if !self.ensure_backend(For::Client).await {
                         break;
                     }
+                    if let Some(ok) = self.script_listen(&sql[range.clone()]).await? {
+                        if !ok {
+                            break;
+                        }
+                        continue;
+                    }
+                    self.before_plain(std::iter::once(&sql[range.clone()]))
+                        .await?;
                     self.apply_effect(*effect, &sql[range.clone()]);
                     let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
                     let ok = self
@@ -213,9 +239,6 @@ impl Session {
                 break;
             }
         }
-        self.replies.end_skip();
-        self.client
-            .send(&protocol::ready_for_query(self.lease.status()));
         Ok(())
     }
 
@@ -257,6 +280,10 @@ impl Session {
                 tag::PARAMETER_STATUS => {
                     conn.note_parameter_status(&msg);
                     self.client_parameter_status(&msg);
+                }
+                tag::COMMAND_COMPLETE => {
+                    self.block_command_complete(&msg.body).await;
+                    self.client.send(&msg);
                 }
                 tag::NOTIFICATION_RESPONSE => {
                     let notification = self.notification_for_client(&msg);

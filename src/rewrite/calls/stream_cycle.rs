@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 pub const ACTIVE: CallSpec = CallSpec {
     name: "qw_stream_active_v1",
-    sql: "SELECT id, tenant_id, name, source_queue, consumer_group, subscribe, subscribe_at, window_kind, window_size_ms, window_every_ms, session_gap_ms, event_time, allowed_lateness_ms, on_late, grace_ms, idle_flush_ms, agg_names, agg_fns, sink_queue, partition_by_key, eval_sql, generation FROM queen.stream_active_v1()",
+    sql: "SELECT id, tenant_id, name, source_queue, consumer_group, subscribe, subscribe_at, window_kind, window_size_ms, window_every_ms, session_gap_ms, event_time, allowed_lateness_ms, on_late, grace_ms, idle_flush_ms, agg_names, agg_fns, sink_queue, partition_by_key, eval_sql, generation, reduce_sql FROM queen.stream_active_v1()",
     params: &[],
     columns: &[
         column("id", Type::INT8),
@@ -33,6 +33,7 @@ pub const ACTIVE: CallSpec = CallSpec {
         column("partition_by_key", Type::BOOL),
         column("eval_sql", Type::TEXT),
         column("generation", Type::INT4),
+        column("reduce_sql", Type::TEXT),
     ],
 };
 
@@ -72,6 +73,8 @@ pub struct ActiveRow {
     pub partition_by_key: bool,
     pub eval_sql: String,
     pub generation: i32,
+    /// The fold SELECT of its reduce aggregates (`None`: it has none).
+    pub reduce_sql: Option<String>,
 }
 
 impl FromRow for ActiveRow {
@@ -108,6 +111,7 @@ impl FromRow for ActiveRow {
                 .unwrap_or(false),
             eval_sql: text("eval_sql")?,
             generation: row.get::<Option<i32>>("generation")?.unwrap_or(0),
+            reduce_sql: row.get("reduce_sql")?,
         })
     }
 }
@@ -333,5 +337,47 @@ impl Call for NoteError<'_> {
     type Row = ();
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         vec![&self.stream_id, &self.error]
+    }
+}
+
+pub const EXTREMA: CallSpec = CallSpec {
+    name: "qw_stream_extrema_v1",
+    sql: "SELECT id, lo, hi FROM queen.stream_extrema_v1(p_jobs => $1::jsonb)",
+    params: &[Type::TEXT],
+    columns: &[
+        column("id", Type::INT8),
+        column("lo", Type::TEXT),
+        column("hi", Type::TEXT),
+    ],
+};
+
+/// A cycle's text min/max, compared by PostgreSQL: `jobs` is a JSON array
+/// of `{i, v}`, `v` the candidate JSON strings of one state.
+pub struct Extrema<'a> {
+    pub jobs: &'a str,
+}
+
+impl Call for Extrema<'_> {
+    const SPEC: &'static CallSpec = &EXTREMA;
+    type Row = ExtremaRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.jobs]
+    }
+}
+
+pub struct ExtremaRow {
+    pub id: i64,
+    /// JSON text of the least and the greatest candidate.
+    pub lo: Option<String>,
+    pub hi: Option<String>,
+}
+
+impl FromRow for ExtremaRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(ExtremaRow {
+            id: row.get::<Option<i64>>("id")?.unwrap_or(-1),
+            lo: row.get("lo")?,
+            hi: row.get("hi")?,
+        })
     }
 }

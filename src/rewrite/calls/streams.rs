@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 pub const CREATE: CallSpec = CallSpec {
     name: "qw_stream_create_v1",
-    sql: "SELECT queen.stream_create_v1(p_tenant => $1, p_name => $2, p_source => $3, p_group => $4, p_subscribe => $5, p_definition => $6, p_where => $7, p_key => $8, p_kind => $9, p_size_ms => $10, p_every_ms => $11, p_gap_ms => $12, p_event_time => $13, p_lateness_ms => $14, p_on_late => $15, p_grace_ms => $16, p_idle_ms => $17, p_agg_names => $18, p_agg_fns => $19, p_agg_args => $20, p_sink => $21, p_partition_by_key => $22, p_mode => $23, p_subscribe_at => $24::timestamptz) AS status",
+    sql: "SELECT queen.stream_create_v1(p_tenant => $1, p_name => $2, p_source => $3, p_group => $4, p_subscribe => $5, p_definition => $6, p_where => $7, p_key => $8, p_kind => $9, p_size_ms => $10, p_every_ms => $11, p_gap_ms => $12, p_event_time => $13, p_lateness_ms => $14, p_on_late => $15, p_grace_ms => $16, p_idle_ms => $17, p_agg_names => $18, p_agg_fns => $19, p_agg_args => $20, p_sink => $21, p_partition_by_key => $22, p_mode => $23, p_subscribe_at => $24::timestamptz, p_agg_inits => $25) AS status",
     params: &[
         Type::UUID,
         Type::TEXT,
@@ -34,6 +34,7 @@ pub const CREATE: CallSpec = CallSpec {
         Type::BOOL,
         Type::TEXT,
         Type::TEXT,
+        Type::TEXT_ARRAY,
     ],
     columns: &[column("status", Type::TEXT)],
 };
@@ -62,7 +63,10 @@ pub struct CreateStream {
     pub idle_ms: Option<i64>,
     pub agg_names: Vec<String>,
     pub agg_fns: Vec<String>,
+    /// For `reduce` the function's name as written.
     pub agg_args: Vec<Option<String>>,
+    /// `reduce`'s initial state expression (`None` for the others).
+    pub agg_inits: Vec<Option<String>>,
     pub sink: String,
     pub partition_by_key: bool,
     /// `create`, `replace` or `reset`.
@@ -98,6 +102,7 @@ impl Call for CreateStream {
             &self.partition_by_key,
             &self.mode,
             &self.subscribe_at,
+            &self.agg_inits,
         ]
     }
 }
@@ -160,6 +165,50 @@ impl FromRow for EvalSqlRow {
         Ok(EvalSqlRow {
             eval_sql: row.get::<Option<String>>("eval_sql")?.unwrap_or_default(),
         })
+    }
+}
+
+/// The SELECT that asks PostgreSQL the types of some expressions (a
+/// stream's min/max arguments), run on the tenant's role by `stream_eval_v1`.
+pub const TYPES_SQL: CallSpec = CallSpec {
+    name: "qw_stream_types_sql_v1",
+    sql: "SELECT queen.stream_types_sql_v1(p_args => $1) AS eval_sql",
+    params: &[Type::TEXT_ARRAY],
+    columns: &[column("eval_sql", Type::TEXT)],
+};
+
+pub struct TypesSql<'a> {
+    pub args: &'a Vec<String>,
+}
+
+impl Call for TypesSql<'_> {
+    const SPEC: &'static CallSpec = &TYPES_SQL;
+    type Row = EvalSqlRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![self.args]
+    }
+}
+
+/// The reduce fold SELECT `stream_create_v1` will store (NULL without a
+/// reduce), made the same way, so it is tried on the tenant's role first.
+pub const REDUCE_SQL: CallSpec = CallSpec {
+    name: "qw_stream_reduce_sql_v1",
+    sql: "SELECT queen.stream_reduce_sql_v1(p_agg_fns => $1, p_agg_args => $2, p_agg_inits => $3) AS eval_sql",
+    params: &[Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::TEXT_ARRAY],
+    columns: &[column("eval_sql", Type::TEXT)],
+};
+
+pub struct ReduceSql<'a> {
+    pub agg_fns: &'a Vec<String>,
+    pub agg_args: &'a Vec<Option<String>>,
+    pub agg_inits: &'a Vec<Option<String>>,
+}
+
+impl Call for ReduceSql<'_> {
+    const SPEC: &'static CallSpec = &REDUCE_SQL;
+    type Row = EvalSqlRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![self.agg_fns, self.agg_args, self.agg_inits]
     }
 }
 

@@ -30,6 +30,9 @@ pub enum Window {
     },
 }
 
+/// An aggregate as stored. `Min`/`Max` are numeric; the engine turns them
+/// into `MinText`, `MinTime`, … at CREATE by the argument's type, which
+/// PostgreSQL tells it (those are never written by a user).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggFn {
     Count,
@@ -39,6 +42,12 @@ pub enum AggFn {
     Avg,
     First,
     Last,
+    /// `reduce(fn, init)`: a fold of the payloads over a user function.
+    Reduce,
+    MinText,
+    MaxText,
+    MinTime,
+    MaxTime,
 }
 
 impl AggFn {
@@ -51,10 +60,27 @@ impl AggFn {
             AggFn::Avg => "avg",
             AggFn::First => "first",
             AggFn::Last => "last",
+            AggFn::Reduce => "reduce",
+            AggFn::MinText => "min_text",
+            AggFn::MaxText => "max_text",
+            AggFn::MinTime => "min_timestamptz",
+            AggFn::MaxTime => "max_timestamptz",
         }
     }
 
+    /// A stored name (`queen.streams.agg_fns`).
     pub fn from_name(name: &str) -> Option<AggFn> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "min_text" => AggFn::MinText,
+            "max_text" => AggFn::MaxText,
+            "min_timestamptz" => AggFn::MinTime,
+            "max_timestamptz" => AggFn::MaxTime,
+            other => return AggFn::from_keyword(other),
+        })
+    }
+
+    /// What a user may write in AGGREGATE (…).
+    pub fn from_keyword(name: &str) -> Option<AggFn> {
         Some(match name.to_ascii_lowercase().as_str() {
             "count" => AggFn::Count,
             "sum" => AggFn::Sum,
@@ -63,6 +89,7 @@ impl AggFn {
             "avg" => AggFn::Avg,
             "first" => AggFn::First,
             "last" => AggFn::Last,
+            "reduce" => AggFn::Reduce,
             _ => return None,
         })
     }
@@ -71,8 +98,10 @@ impl AggFn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Aggregate {
     pub func: AggFn,
-    /// `None` for `count(*)`.
+    /// `None` for `count(*)`; for `reduce` the function's name as written.
     pub arg: Option<String>,
+    /// `reduce`'s initial state: a PostgreSQL expression (cast to jsonb).
+    pub init: Option<String>,
     /// The member of the emitted JSON object.
     pub alias: String,
 }
@@ -205,21 +234,91 @@ fn alias(cursor: &mut Cursor<'_>) -> Result<String> {
     Ok(text)
 }
 
+/// `reduce`'s function: a (schema-qualified) name, as written; PostgreSQL
+/// resolves it. Anything else is refused here, as it is pasted before an
+/// argument list.
+fn function_name(cursor: &mut Cursor<'_>) -> Result<String> {
+    let first = cursor.peek().clone();
+    let mut end = first.start;
+    while matches!(
+        cursor.peek().kind,
+        TokenKind::Word(_) | TokenKind::QuotedIdent(_) | TokenKind::Symbol('.')
+    ) {
+        end = cursor.peek().end;
+        cursor.advance();
+    }
+    let text = cursor.slice(first.start, end).trim().to_string();
+    if !qualified_name(&text) {
+        return Err(ParseError::new(
+            SqlState::SYNTAX_ERROR,
+            "reduce takes a function's name, then ',' and the initial state: reduce(my_fn, '{}')",
+        )
+        .at(cursor.position(&first)));
+    }
+    Ok(text)
+}
+
+/// `name` or `"quoted name"`, joined by dots.
+fn qualified_name(text: &str) -> bool {
+    let mut chars = text.chars().peekable();
+    loop {
+        match chars.next() {
+            Some('"') => {
+                let mut empty = true;
+                loop {
+                    match chars.next() {
+                        Some('"') if chars.peek() == Some(&'"') => {
+                            chars.next();
+                        }
+                        Some('"') => break,
+                        Some(_) => {}
+                        None => return false,
+                    }
+                    empty = false;
+                }
+                if empty {
+                    return false;
+                }
+            }
+            Some(c) if c.is_alphabetic() || c == '_' => {
+                while chars
+                    .peek()
+                    .is_some_and(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+                {
+                    chars.next();
+                }
+            }
+            _ => return false,
+        }
+        match chars.next() {
+            None => return true,
+            Some('.') => {}
+            Some(_) => return false,
+        }
+    }
+}
+
 fn aggregates(cursor: &mut Cursor<'_>) -> Result<Vec<Aggregate>> {
     cursor.expect(&TokenKind::LeftParen, "'(' after AGGREGATE")?;
     let mut out: Vec<Aggregate> = Vec::new();
     loop {
         let at = cursor.peek().clone();
         let func = match &at.kind {
-            TokenKind::Word(w) => AggFn::from_name(w),
+            TokenKind::Word(w) => AggFn::from_keyword(w),
             _ => None,
         }
         .ok_or_else(|| {
-            cursor.unexpected("an aggregate: count, sum, min, max, avg, first or last")
+            cursor.unexpected("an aggregate: count, sum, min, max, avg, first, last or reduce")
         })?;
         cursor.advance();
         cursor.expect(&TokenKind::LeftParen, "'('")?;
-        let arg = if cursor.peek().kind == TokenKind::Symbol('*') {
+        let mut init = None;
+        let arg = if func == AggFn::Reduce {
+            let name = function_name(cursor)?;
+            cursor.expect(&TokenKind::Comma, "',' and reduce's initial state")?;
+            init = Some(expression(cursor, "reduce's initial state", true)?);
+            Some(name)
+        } else if cursor.peek().kind == TokenKind::Symbol('*') {
             if func != AggFn::Count {
                 return Err(cursor.unexpected("an expression (only count takes *)"));
             }
@@ -241,7 +340,12 @@ fn aggregates(cursor: &mut Cursor<'_>) -> Result<Vec<Aggregate>> {
             )
             .at(cursor.position(&at)));
         }
-        out.push(Aggregate { func, arg, alias });
+        out.push(Aggregate {
+            func,
+            arg,
+            init,
+            alias,
+        });
         if !cursor.eat(&TokenKind::Comma) {
             break;
         }
@@ -444,142 +548,4 @@ pub(crate) fn parse_show(cursor: &mut Cursor<'_>) -> Result<Statement> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::parse;
-    use super::super::test_support::{error, lit, ok};
-    use super::*;
-
-    fn create(sql: &str) -> CreateStream {
-        match ok(sql) {
-            Statement::CreateStream(c) => *c,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn the_issue_example_parses_with_its_expressions_kept_as_written() {
-        let c = create(
-            "CREATE STREAM order_totals FROM orders GROUP g
-               WHERE (payload->>'amount')::numeric > 0 AND payload ? 'customer'
-               KEY BY payload->>'customer'
-               WINDOW TUMBLING '1m'
-               EVENT TIME (payload->>'ts')::timestamptz ALLOWED LATENESS '10s' ON LATE INCLUDE
-               GRACE '5s' IDLE FLUSH '5s'
-               AGGREGATE (count(*) AS orders, sum((payload->>'amount')::numeric) AS total,
-                          min((payload->>'amount')::numeric), last(payload->'status') AS \"last status\")
-               INTO order_totals_sink PARTITION BY KEY;",
-        );
-        assert_eq!(c.name, lit("order_totals"));
-        assert_eq!(
-            c.where_expr.as_deref(),
-            Some("(payload->>'amount')::numeric > 0 AND payload ? 'customer'")
-        );
-        assert_eq!(c.key_expr.as_deref(), Some("payload->>'customer'"));
-        let et = c.event_time.unwrap();
-        assert_eq!(et.expr, "(payload->>'ts')::timestamptz");
-        assert!(et.include_late);
-        assert_eq!(c.aggregates.len(), 4);
-        assert_eq!(c.aggregates[0].arg, None);
-        assert_eq!(
-            c.aggregates[1].arg.as_deref(),
-            Some("(payload->>'amount')::numeric")
-        );
-        assert_eq!(c.aggregates[2].alias, "min");
-        assert_eq!(c.aggregates[3].alias, "last status");
-        assert!(c.partition_by_key);
-        assert!(!c.reset);
-    }
-
-    #[test]
-    fn keywords_inside_strings_and_parentheses_do_not_end_an_expression() {
-        let c = create(
-            "create stream s from q where payload->>'x' = 'INTO WINDOW' key by coalesce(payload->>'k', 'GRACE') window session gap 30 aggregate (sum((payload->'n')::int)) into out",
-        );
-        assert_eq!(
-            c.where_expr.as_deref(),
-            Some("payload->>'x' = 'INTO WINDOW'")
-        );
-        assert_eq!(
-            c.key_expr.as_deref(),
-            Some("coalesce(payload->>'k', 'GRACE')")
-        );
-        assert!(matches!(c.window, Window::Session { .. }));
-    }
-
-    #[test]
-    fn or_replace_reset_sliding_and_the_other_statements() {
-        let c = create(
-            "CREATE OR REPLACE STREAM s FROM q WINDOW SLIDING '10m' EVERY '1m' AGGREGATE (count(*)) INTO o RESET",
-        );
-        assert!(c.or_replace && c.reset);
-        let c = create(
-            "CREATE STREAM s FROM q SUBSCRIBE FROM '2026-01-01' WINDOW TUMBLING 5 AGGREGATE (count(*)) INTO o",
-        );
-        assert_eq!(
-            c.subscribe,
-            Some(super::super::pop::SubscribeFrom::Timestamp(lit(
-                "2026-01-01"
-            )))
-        );
-        assert_eq!(
-            ok("DROP STREAM IF EXISTS s"),
-            Statement::DropStream {
-                name: lit("s"),
-                if_exists: true
-            }
-        );
-        assert_eq!(
-            ok("ALTER STREAM s PAUSE"),
-            Statement::AlterStream {
-                name: lit("s"),
-                paused: true
-            }
-        );
-        assert_eq!(ok("SHOW STREAMS"), Statement::ShowStreams);
-        assert_eq!(
-            ok("SHOW STREAM s"),
-            Statement::ShowStream { name: lit("s") }
-        );
-    }
-
-    #[test]
-    fn malformed_streams_are_syntax_errors() {
-        assert_eq!(
-            error("CREATE STREAM s FROM q WINDOW TUMBLING 5 AGGREGATE (count(*)) INTO o RESET").0,
-            "42601"
-        );
-        assert_eq!(
-            error("CREATE STREAM s FROM q WHERE WINDOW TUMBLING 5 AGGREGATE (count(*)) INTO o").0,
-            "42601"
-        );
-        assert_eq!(
-            error("CREATE STREAM s FROM q WHERE payload->>$1 = 'x' WINDOW TUMBLING 5 AGGREGATE (count(*)) INTO o").0,
-            "42601"
-        );
-        assert_eq!(
-            error("CREATE STREAM s FROM q WINDOW TUMBLING 5 AGGREGATE (median(x)) INTO o").0,
-            "42601"
-        );
-        assert_eq!(
-            error("CREATE STREAM s FROM q WINDOW TUMBLING 5 AGGREGATE (count(*), count(*)) INTO o")
-                .0,
-            "42701"
-        );
-        assert_eq!(
-            error("CREATE STREAM s FROM q WINDOW TUMBLING 5 AGGREGATE (sum(*)) INTO o").0,
-            "42601"
-        );
-        assert_eq!(error("ALTER STREAM s").0, "42601");
-    }
-
-    #[test]
-    fn postgresql_statements_stay_postgresql_s() {
-        assert_eq!(parse("SHOW stream"), None);
-        assert_eq!(
-            parse("CREATE OR REPLACE FUNCTION f() RETURNS int AS 'select 1' LANGUAGE sql"),
-            None
-        );
-        assert_eq!(parse("CREATE TABLE stream (x int)"), None);
-        assert_eq!(parse("DROP TABLE stream"), None);
-    }
-}
+mod tests;

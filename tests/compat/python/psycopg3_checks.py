@@ -333,4 +333,25 @@ def options_startup_parameter():
 
 r.check("options_startup_parameter", options_startup_parameter)
 
+
+def listen_in_transaction():
+    # psycopg's default (autocommit off) runs LISTEN inside a transaction
+    # block: it takes effect at commit() and not after rollback(), and
+    # notifies() gets the notification while waiting on its socket.
+    with connect() as listener, connect(autocommit=True) as sender:
+        listener.execute("LISTEN compat_psycopg3_ch")
+        listener.execute("LISTEN compat_psycopg3_undone")
+        listener.rollback()
+        listener.execute("LISTEN compat_psycopg3_ch")
+        listener.commit()
+        sender.execute("NOTIFY compat_psycopg3_undone, 'no'")
+        sender.execute("NOTIFY compat_psycopg3_ch, 'yes'")
+        got = [(n.channel, n.payload) for n in listener.notifies(timeout=10, stop_after=1)]
+        expect_eq(got, [("compat_psycopg3_ch", "yes")], "notifications after commit")
+        more = [(n.channel, n.payload) for n in listener.notifies(timeout=1)]
+        expect_eq(more, [], "nothing of the rolled-back LISTEN")
+
+
+r.check("listen_in_transaction", listen_in_transaction)
+
 conn.close()

@@ -1113,17 +1113,23 @@ async fn a_lost_reply_is_08007_and_an_unreachable_owner_is_retried() {
         "sent once"
     );
 
-    // An owner that refuses connections, whose lease ends in 2 s.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let nowhere = closed.local_addr().unwrap().to_string();
-    drop(closed);
+    // An owner that closes every connection at once (no handshake: the
+    // request is never sent), whose lease ends in 2 s.
+    let broken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nowhere = broken.local_addr().unwrap().to_string();
+    let tried = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = tried.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = broken.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(s);
+        }
+    });
     fake_owner(&direct, "fq", "gone owner", &nowhere, 2_000).await;
-    let began = Instant::now();
     rows(&cb, "PUSH INTO fq VALUES ('\"after\"')").await;
     assert!(
-        began.elapsed() >= Duration::from_millis(1000),
-        "{:?}",
-        began.elapsed()
+        tried.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the owner was tried first"
     );
     assert!(holder_of(&direct, "fq")
         .await
@@ -1165,14 +1171,16 @@ async fn a_moved_lease_is_followed_by_both_queenwires() {
         .get(0);
     direct
         .execute(
-            "UPDATE queen.maintenance_leases SET holder = $1, expires_at = clock_timestamp() + INTERVAL '5 s'
+            "UPDATE queen.maintenance_leases SET holder = $1, expires_at = clock_timestamp() + INTERVAL '1 minute'
              WHERE task LIKE 'ephemeral:%'",
             &[&b_holder],
         )
         .await
         .unwrap();
-    // a's renewal (every second) finds b there and drops its store.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // a's renewals cannot win while b's lease runs: a stops serving the
+    // queue at the latest 3.5 s after its last successful renewal (its
+    // next renewal, within a second, finds b and drops the store).
+    tokio::time::sleep(Duration::from_millis(4000)).await;
     rows(&cb, "PUSH INTO mv VALUES ('\"at b\"')").await;
     let got: Vec<String> = rows(&ca, "POP FROM mv GROUP check LIMIT 10")
         .await

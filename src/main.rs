@@ -157,6 +157,15 @@ struct ServeArgs {
     /// current (docs/security.md); mode 600. SIGHUP reloads it.
     #[arg(long, env = "QUEENWIRE_ENCRYPTION_KEY_FILE")]
     encryption_key_file: Option<PathBuf>,
+    /// Where other queenwires forward statements on the ephemeral queues
+    /// this one owns (authenticated by a secret kept in the database).
+    /// Default: the --listen IP address, a port the system picks.
+    #[arg(long, env = "QUEENWIRE_INTERNAL_LISTEN")]
+    internal_listen: Option<String>,
+    /// The host:port other queenwires reach --internal-listen at, when it
+    /// differs from the address bound (NAT, several hosts with 0.0.0.0).
+    #[arg(long, env = "QUEENWIRE_INTERNAL_ADVERTISE")]
+    internal_advertise: Option<String>,
 }
 
 fn parse_pool_mode(value: &str) -> Result<queenwire::frontend::PoolMode, String> {
@@ -261,6 +270,10 @@ fn main() -> ExitCode {
         metrics_queue_cap: cli.metrics_queue_cap,
         metrics_flush_interval: queenwire::metrics::flush::FLUSH_INTERVAL,
         sealing,
+        internal: queenwire::engine::ephemeral::Internal {
+            listen: cli.internal_listen,
+            advertise: cli.internal_advertise,
+        },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

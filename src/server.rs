@@ -109,6 +109,8 @@ pub struct Config {
     pub metrics_flush_interval: std::time::Duration,
     /// The encryption keys (`--encryption-key-file`; SIGHUP reloads them).
     pub sealing: Arc<crate::engine::sealing::Sealing>,
+    /// The channel other queenwires forward ephemeral statements on.
+    pub internal: crate::engine::ephemeral::Internal,
 }
 
 #[derive(Debug, Clone)]
@@ -145,6 +147,7 @@ impl Default for Config {
             metrics_queue_cap: crate::metrics::DEFAULT_QUEUE_CAP,
             metrics_flush_interval: crate::metrics::flush::FLUSH_INTERVAL,
             sealing: Arc::default(),
+            internal: Default::default(),
         }
     }
 }
@@ -398,8 +401,10 @@ impl Server {
             config.users.is_none(),
         ));
         let fuser = Fuser::new(pool.clone(), announcer.clone(), config.sealing.clone());
+        let internal = (config.internal.bind(local_addr).await)
+            .map_err(|e| StartError::Listen(config.internal.to_string(), e))?;
         let engine = Arc::new(Engine {
-            ephemeral: Ephemeral::start(client_config.clone(), local_addr, shutdown.signal()),
+            ephemeral: Ephemeral::start(client_config.clone(), local_addr, internal, &shutdown),
             draining: shutdown.drain_signal(),
             metrics: metrics.clone(),
             kv: kv.clone(),
@@ -604,6 +609,7 @@ impl Server {
         for task in self.background_tasks.drain(..) {
             let _ = task.await;
         }
+        self.shared.engine.ephemeral.stopped().await;
         if let Some(mut pg) = self.embedded.take() {
             let _ = tokio::task::spawn_blocking(move || pg.stop()).await;
         }

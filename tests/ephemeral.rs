@@ -1,9 +1,12 @@
 //! Ephemeral queues (030): declared in PostgreSQL, messages only in the
 //! memory of the one queenwire that owns the queue (elected through 029's
 //! lease table). PUSH/POP/ACK as for durable queues on the owner, quota
-//! and overflow, ttl, leases and redelivery, PUSH at COMMIT, a non-owner's
-//! 55006 naming the owner, a new owner (and an empty queue) after the owner
-//! stops, and bad declarations refused with nothing changed.
+//! and overflow, ttl, leases and redelivery, PUSH at COMMIT, bad
+//! declarations refused with nothing changed; and with two queenwires on
+//! one database: statements through the non-owner forwarded to the owner
+//! (PUSH, POP, ACK, RENEW, blocks, POP … WAIT and its cancel, a concurrent
+//! ledger), the internal channel refusing callers without the secret, and
+//! a new owner (and an empty queue) after the owner stops or is killed.
 
 mod common;
 
@@ -316,13 +319,31 @@ async fn bad_declarations_are_refused_and_change_nothing() {
     assert!(!r.is_empty());
 }
 
-/// Two queenwires on one database: one owner, elected once; the other
-/// refuses with 55006 naming it; both racing to be first elect one; after
-/// the owner stops, the other becomes the owner of an empty queue.
+/// The holder of an ephemeral queue's lease, straight from the database.
+async fn holder_of(direct: &Client, queue: &str) -> Option<String> {
+    direct
+        .query_opt(
+            "SELECT l.holder FROM queen.maintenance_leases l
+             JOIN queen.ephemeral_queues e ON l.task = 'ephemeral:' || e.ref
+             JOIN queen.queues q ON q.id = e.queue_id
+             WHERE q.name = $1 AND l.expires_at > clock_timestamp()",
+            &[&queue],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// Two queenwires on one database: one owner, elected once; statements
+/// through the other are forwarded to it and answered as the owner
+/// answers them: PUSH through either, POP through either, a receipt
+/// acknowledged or renewed through either; after the owner stops, the
+/// other becomes the owner of an empty queue at its next statement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_owner_across_two_queenwires_and_a_new_one_after_it_stops() {
+async fn statements_through_either_queenwire_reach_the_one_owner() {
     let a = Proxy::start("eph_two").await;
     let b = Proxy::start_on(a.direct.clone(), |_| {}).await;
+    let direct = a.connect_direct().await;
     let ca = a.connect().await;
     ca.batch_execute("CREATE QUEUE shared WITH (class = ephemeral)")
         .await
@@ -330,8 +351,8 @@ async fn one_owner_across_two_queenwires_and_a_new_one_after_it_stops() {
     // Let b learn the class (names are re-read every second).
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    // Both race to push first, many times: every accepted push went to one
-    // owner, every refusal names that owner.
+    // Both race to push first, many times: one owner is elected, and every
+    // PUSH, through either, is accepted with its offset.
     let mut racers = Vec::new();
     for proxy in [&a, &b] {
         for n in 0..3 {
@@ -340,93 +361,117 @@ async fn one_owner_across_two_queenwires_and_a_new_one_after_it_stops() {
             racers.push(tokio::spawn(async move {
                 let client = connect(&cfg).await;
                 let mut accepted = Vec::new();
-                let mut refused = HashSet::new();
                 for i in 0..20 {
                     let txn = format!("{addr}-{n}-{i}");
-                    match client
-                        .simple_query(&format!(
+                    let got = rows(
+                        &client,
+                        &format!(
                             "PUSH INTO shared (payload, transaction_id) VALUES ('{{}}', '{txn}')"
-                        ))
-                        .await
-                    {
-                        Ok(_) => accepted.push(txn),
-                        Err(e) => {
-                            let db = e.as_db_error().expect("a server error");
-                            match db.code().code() {
-                                "55006" => {
-                                    refused.insert(db.message().to_string());
-                                }
-                                // A queenwire that has not learnt the class
-                                // yet (a busy machine): refused, nothing
-                                // stored.
-                                "55000" => {}
-                                other => panic!("{other}: {}", db.message()),
-                            }
-                        }
-                    }
+                        ),
+                    )
+                    .await;
+                    assert!(!col(&got[0], "offset").is_empty(), "{got:?}");
+                    accepted.push(txn);
                 }
-                (addr, accepted, refused)
+                accepted
             }));
         }
     }
-    let mut accepted_by: HashMap<String, Vec<String>> = HashMap::new();
-    let mut refusals = HashSet::new();
+    let mut sent = HashSet::new();
     for r in racers {
-        let (addr, accepted, refused) = r.await.unwrap();
-        accepted_by.entry(addr).or_default().extend(accepted);
-        refusals.extend(refused);
+        sent.extend(r.await.unwrap());
     }
-    let owners: Vec<&String> = accepted_by
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, _)| k)
-        .collect();
-    assert_eq!(owners.len(), 1, "one owner: {accepted_by:?}");
-    let owner_addr = owners[0].clone();
-    let (owner, other) = if owner_addr == a.addr.to_string() {
+    assert_eq!(sent.len(), 120);
+    let holder = holder_of(&direct, "shared").await.expect("an owner");
+    let (owner, other) = if holder.contains(&a.addr.to_string()) {
         (&a, &b)
     } else {
         (&b, &a)
     };
-    // All 60 of the owner's, but for any refused before it learnt the class.
-    assert!(!accepted_by[&owner_addr].is_empty());
-    for message in &refusals {
-        assert!(message.contains(&owner_addr), "{message}");
+    // Both say where the messages are and how many (the other asks the
+    // owner).
+    for proxy in [owner, other] {
+        let shown = rows(&proxy.connect().await, "SHOW QUEUES").await;
+        let row = shown.iter().find(|r| col(r, "queue") == "shared").unwrap();
+        assert!(col(row, "storage").contains(&holder), "{row:?}");
+        assert_eq!(col(row, "messages"), "120", "{row:?}");
+        assert_eq!(col(row, "pending"), "120", "{row:?}");
     }
-    // The other refuses POP too; the owner delivers every message once.
     let co = owner.connect().await;
     let cx = other.connect().await;
-    assert_eq!(error(&cx, "POP FROM shared").await.0, "55006");
-    let got = rows(&co, "POP FROM shared LIMIT 100").await;
-    let delivered: HashSet<String> = got.iter().map(|r| col(r, "transaction_id")).collect();
-    let sent: HashSet<String> = accepted_by[&owner_addr].iter().cloned().collect();
-    assert_eq!(delivered, sent);
-    // ACK through the other: 55006 (it does not forward).
-    let receipt = col(&got[0], "receipt");
-    assert_eq!(error(&cx, &format!("ACK '{receipt}'")).await.0, "55006");
+    // POP through the one that does not own the queue, in both protocols:
+    // every message once, with its receipt; a forwarded receipt renews and
+    // acknowledges through either process.
+    let got = cx
+        .query("POP FROM shared LIMIT $1", &[&100i32])
+        .await
+        .unwrap();
+    let mut delivered: Vec<String> = got.iter().map(|r| r.get("transaction_id")).collect();
+    let receipts: Vec<String> = got.iter().map(|r| r.get("receipt")).collect();
+    assert_eq!(receipts.len(), 100);
+    // The partition is leased to that POP.
+    assert!(rows(&cx, "POP FROM shared").await.is_empty(), "leased");
+    let renewed = rows(&co, &format!("RENEW '{}' FOR '1m'", receipts[0])).await;
+    assert!(!col(&renewed[0], "lease_expires_at").is_empty());
+    let renewed = rows(&cx, &format!("RENEW '{}'", receipts[1])).await;
+    assert!(!col(&renewed[0], "lease_expires_at").is_empty());
+    let (half, rest) = receipts.split_at(50);
+    assert!(ack(&co, half).await.iter().all(|s| s == "acked"));
+    assert!(ack(&cx, rest).await.iter().all(|s| s == "acked"));
+    assert_eq!(ack(&cx, &receipts[..1]).await, ["stale"]);
+    let got = rows(&cx, "POP FROM shared LIMIT 100").await;
+    delivered.extend(got.iter().map(|r| col(r, "transaction_id")));
+    let receipts: Vec<String> = got.iter().map(|r| col(r, "receipt")).collect();
+    assert!(ack(&co, &receipts).await.iter().all(|s| s == "acked"));
+    assert_eq!(delivered.len(), 120, "each message once");
+    assert_eq!(delivered.into_iter().collect::<HashSet<_>>(), sent);
+    assert!(rows(&cx, "POP FROM shared").await.is_empty());
+    // And the other way round: pushed through the non-owner, popped and
+    // acknowledged through the owner.
+    rows(&cx, "PUSH INTO shared VALUES ('\"via other\"')").await;
+    let got = rows(&co, "POP FROM shared").await;
+    assert_eq!(col(&got[0], "payload"), "\"via other\"");
+    assert_eq!(ack(&cx, &[col(&got[0], "receipt")]).await, ["acked"]);
+    // Errors come back as the owner raises them.
     rows(&co, "PUSH INTO shared VALUES ('\"lost\"')").await;
+    assert_eq!(
+        holder_of(&direct, "shared").await.as_deref(),
+        Some(&*holder)
+    );
 
-    // The owner stops: its lease runs out and the other takes over, with
-    // an empty queue (the messages were only in the stopped process).
+    // The owner stops: its lease runs out and the other takes over at its
+    // next statement (which waits for that), with an empty queue.
     drop(co);
-    let (stopped, survivor) = if owner_addr == a.addr.to_string() {
+    drop(cx);
+    let (stopped, survivor) = if holder.contains(&a.addr.to_string()) {
         (a, b)
     } else {
         (b, a)
     };
-    drop(cx);
     tokio::time::timeout(Duration::from_secs(60), stopped.server.shutdown())
         .await
         .expect("the owner stops");
+    // A stopped owner hands its queues over: its lease has ended and its
+    // internal address is gone.
+    assert_eq!(holder_of(&direct, "shared").await, None);
+    let published: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM queen.ephemeral_peers WHERE holder = $1",
+            &[&holder],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(published, 0);
     let cs = survivor.connect().await;
     let began = Instant::now();
     loop {
         match cs.simple_query("PUSH INTO shared VALUES ('\"new\"')").await {
             Ok(_) => break,
             Err(e) => {
-                assert_eq!(e.as_db_error().unwrap().code().code(), "55006");
+                let db = e.as_db_error().unwrap();
+                assert_eq!(db.code().code(), "55000", "{}", db.message());
                 assert!(began.elapsed() < Duration::from_secs(30), "no new owner");
-                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
     }
@@ -436,6 +481,499 @@ async fn one_owner_across_two_queenwires_and_a_new_one_after_it_stops() {
         .map(|r| col(r, "payload"))
         .collect();
     assert_eq!(payloads, ["\"new\""]);
+    assert!(holder_of(&direct, "shared")
+        .await
+        .unwrap()
+        .contains(&survivor.addr.to_string()));
+}
+
+/// A queenwire binary on `direct`'s database, killed with the test.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `kill -9` of the owner: the other queenwire's next statement waits
+/// for the dead owner's lease to run out, elects a new owner (itself) and
+/// works, on an empty queue (the messages were only in the killed process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_9_of_the_owner_the_next_statement_elects_a_new_one() {
+    let b = Proxy::start("eph_kill").await;
+    let direct = b.connect_direct().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let host = match b.direct.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Unix(dir)) => dir.display().to_string(),
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        None => panic!("no host"),
+    };
+    let backend = format!(
+        "host={host} port={} user={} dbname={}",
+        b.direct.get_ports().first().copied().unwrap_or(5432),
+        b.direct.get_user().unwrap(),
+        b.direct.get_dbname().unwrap()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("queenwire.log");
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_queenwire"))
+            .args([
+                "--backend",
+                &backend,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--pool-size", "4"])
+            .env_remove("DATABASE_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host("127.0.0.1").port(port).user("tester").dbname("x");
+    let began = Instant::now();
+    let ca = loop {
+        if let Ok((client, conn)) = cfg.connect(tokio_postgres::NoTls).await {
+            tokio::spawn(conn);
+            break client;
+        }
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "exited: {}",
+            logged()
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "never served: {}",
+            logged()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    ca.batch_execute("CREATE QUEUE k WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    rows(&ca, "POP FROM k GROUP warmup").await;
+    let holder = holder_of(&direct, "k").await.unwrap();
+    assert!(holder.contains(&format!(":{port} ")), "{holder}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let cb = b.connect().await;
+    rows(&cb, "PUSH INTO k VALUES ('\"forwarded\"')").await;
+    let got = rows(&ca, "POP FROM k AUTO ACK").await;
+    assert_eq!(col(&got[0], "payload"), "\"forwarded\"");
+    rows(&cb, "PUSH INTO k VALUES ('\"lost with it\"')").await;
+
+    child.0.kill().unwrap(); // SIGKILL
+    child.0.wait().unwrap();
+    let began = Instant::now();
+    loop {
+        match cb.simple_query("PUSH INTO k VALUES ('\"after\"')").await {
+            Ok(_) => break,
+            Err(e) => {
+                let db = e.as_db_error().expect("a server error");
+                assert_eq!(db.code().code(), "55000", "{}", db.message());
+                assert!(began.elapsed() < Duration::from_secs(60), "no new owner");
+            }
+        }
+    }
+    let took = began.elapsed();
+    eprintln!("the first PUSH after the kill returned after {took:?}");
+    assert!(holder_of(&direct, "k")
+        .await
+        .unwrap()
+        .contains(&b.addr.to_string()));
+    let payloads: Vec<String> = rows(&cb, "POP FROM k LIMIT 10 AUTO ACK")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(payloads, ["\"after\""], "took over after {took:?}");
+}
+
+/// Makes `proxy` the owner of `queue` (its first statement on a queue no
+/// one owns elects it).
+async fn own(proxy: &Proxy, queue: &str) {
+    let c = proxy.connect().await;
+    rows(&c, &format!("POP FROM {queue} GROUP warmup")).await;
+    let holder = holder_of(&proxy.connect_direct().await, queue).await;
+    assert!(holder.unwrap().contains(&proxy.addr.to_string()));
+}
+
+/// A PUSH inside a block through the non-owner takes effect at COMMIT, at
+/// the owner: nothing before, nothing after ROLLBACK, everything as soon
+/// as COMMIT (or a pipeline's Sync) has returned; the quota is checked by
+/// the owner at the PUSH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_in_a_block_through_the_non_owner_takes_effect_at_commit() {
+    let a = Proxy::start("eph_fwd_txn").await;
+    let b = Proxy::start_on(a.direct.clone(), |_| {}).await;
+    let ca = a.connect().await;
+    ca.batch_execute("CREATE QUEUE tx WITH (class = ephemeral); CREATE QUEUE one WITH (class = ephemeral, max_length = 1)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "tx").await;
+    own(&a, "one").await;
+    let cb = b.connect().await;
+    cb.batch_execute("BEGIN").await.unwrap();
+    let pushed = rows(&cb, "PUSH INTO tx VALUES ('\"dropped\"')").await;
+    assert_eq!(col(&pushed[0], "status"), "queued");
+    assert!(
+        rows(&ca, "POP FROM tx").await.is_empty(),
+        "not before COMMIT"
+    );
+    cb.batch_execute("ROLLBACK").await.unwrap();
+    cb.batch_execute("BEGIN").await.unwrap();
+    rows(&cb, "PUSH INTO tx VALUES ('\"kept\"'), ('\"too\"')").await;
+    assert!(
+        rows(&ca, "POP FROM tx").await.is_empty(),
+        "not before COMMIT"
+    );
+    cb.batch_execute("COMMIT").await.unwrap();
+    // Once COMMIT returned through b, the owner has the messages.
+    let got: Vec<String> = rows(&ca, "POP FROM tx LIMIT 10 AUTO ACK")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(got, ["\"kept\"", "\"too\""]);
+    // A pipeline's implicit transaction: applied at its Sync.
+    let push = cb
+        .prepare_typed(
+            "PUSH INTO tx VALUES ($1)",
+            &[tokio_postgres::types::Type::TEXT],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cb.query(&push, &[&"\"extended\""]).await.unwrap().len(), 1);
+    let got = rows(&ca, "POP FROM tx AUTO ACK").await;
+    assert_eq!(col(&got[0], "payload"), "\"extended\"");
+    // A savepoint rolled back takes its PUSH with it.
+    cb.batch_execute(
+        "BEGIN; SAVEPOINT s; PUSH INTO tx VALUES ('\"undone\"'); ROLLBACK TO s;
+         PUSH INTO tx VALUES ('\"saved\"'); COMMIT",
+    )
+    .await
+    .unwrap();
+    let got: Vec<String> = rows(&ca, "POP FROM tx LIMIT 10 AUTO ACK")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(got, ["\"saved\""]);
+    // The owner's quota, checked at the PUSH: the block fails there.
+    rows(&ca, "PUSH INTO one VALUES ('1')").await;
+    cb.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(error(&cb, "PUSH INTO one VALUES ('2')").await.0, "54000");
+    assert_eq!(error(&cb, "SELECT 1").await.0, "25P02");
+    cb.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(rows(&ca, "POP FROM one LIMIT 10").await.len(), 1);
+    assert!(rows(&ca, "POP FROM tx").await.is_empty());
+}
+
+/// Many blocks at once through the non-owner, some committed, some rolled
+/// back, while consumers pop through the owner: every committed message is
+/// delivered exactly once, no rolled-back one ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_blocks_through_the_non_owner_deliver_exactly_the_committed() {
+    let a = Proxy::start_with("eph_fwd_blocks", |c| c.pool_size = 8).await;
+    let b = Proxy::start_on(a.direct.clone(), |c| c.pool_size = 8).await;
+    a.connect()
+        .await
+        .batch_execute("CREATE QUEUE blocks WITH (class = ephemeral, lease_time = '5m')")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "blocks").await;
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let cfg = b.client_config();
+        writers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+            for n in 0..25 {
+                let txns: Vec<String> = (0..3).map(|i| format!("w{w}-{n}-{i}")).collect();
+                let values: Vec<String> = txns
+                    .iter()
+                    .map(|t| format!("('{{}}', 'p{w}', '{t}')"))
+                    .collect();
+                let commit = (n + w) % 3 != 0;
+                client
+                    .batch_execute(&format!(
+                        "BEGIN; PUSH INTO blocks (payload, partition, transaction_id) VALUES {}; {}",
+                        values.join(", "),
+                        if commit { "COMMIT" } else { "ROLLBACK" }
+                    ))
+                    .await
+                    .unwrap();
+                match commit {
+                    true => committed.extend(txns),
+                    false => rolled_back.extend(txns),
+                }
+            }
+            (committed, rolled_back)
+        }));
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let cfg = a.client_config();
+        let done = done.clone();
+        readers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut got = Vec::new();
+            let mut empty_after_done = 0;
+            while empty_after_done < 4 {
+                let rows = rows(
+                    &client,
+                    "POP FROM blocks LIMIT 10 PARTITIONS 4 WAIT '200ms'",
+                )
+                .await;
+                if rows.is_empty() && done.load(std::sync::atomic::Ordering::SeqCst) {
+                    empty_after_done += 1;
+                }
+                let receipts: Vec<String> = rows.iter().map(|r| col(r, "receipt")).collect();
+                if !receipts.is_empty() {
+                    assert!(ack(&client, &receipts).await.iter().all(|s| s == "acked"));
+                }
+                got.extend(rows.iter().map(|r| col(r, "transaction_id")));
+            }
+            got
+        }));
+    }
+    let (mut committed, mut rolled_back) = (HashSet::new(), HashSet::new());
+    for w in writers {
+        let (c, r) = w.await.unwrap();
+        committed.extend(c);
+        rolled_back.extend(r);
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for r in readers {
+        for t in tokio::time::timeout(Duration::from_secs(120), r)
+            .await
+            .expect("readers finish")
+            .unwrap()
+        {
+            *seen.entry(t).or_default() += 1;
+        }
+    }
+    assert!(!rolled_back.is_empty() && !committed.is_empty());
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "twice: {twice:?}");
+    let leaked: Vec<_> = seen.keys().filter(|t| rolled_back.contains(*t)).collect();
+    assert!(leaked.is_empty(), "rolled back but delivered: {leaked:?}");
+    let delivered: HashSet<String> = seen.into_keys().collect();
+    assert_eq!(delivered, committed);
+}
+
+/// A POP … WAIT through the non-owner waits at the owner: woken by a PUSH
+/// through either process, cancelled by its client (57014), and ended by
+/// the non-owner's drain (no rows), neither taking a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_pop_waits_at_the_owner_and_can_be_cancelled() {
+    let a = Proxy::start("eph_fwd_wait").await;
+    let b = Proxy::start_on(a.direct.clone(), |_| {}).await;
+    a.connect()
+        .await
+        .batch_execute("CREATE QUEUE w WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "w").await;
+    for pusher in [&a, &b] {
+        let cfg = b.client_config();
+        let waiter = tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let began = Instant::now();
+            let got = rows(&client, "POP FROM w WAIT 60 AUTO ACK").await;
+            (got.len(), began.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        rows(&pusher.connect().await, "PUSH INTO w VALUES ('1')").await;
+        let (n, took) = tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("the waiting POP returns")
+            .unwrap();
+        assert_eq!(n, 1);
+        assert!(took < Duration::from_secs(30), "{took:?}");
+    }
+    let (client, connection) = b
+        .client_config()
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let cancel = client.cancel_token();
+    let waiting = tokio::spawn(async move { client.simple_query("POP FROM w WAIT 60").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the cancelled POP returns")
+        .unwrap()
+        .expect_err("cancelled");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "57014");
+    // The cancelled wait took nothing.
+    rows(&b.connect().await, "PUSH INTO w VALUES ('2')").await;
+    let got = rows(&a.connect().await, "POP FROM w AUTO ACK").await;
+    assert_eq!(col(&got[0], "payload"), "2");
+    // b drains: its forwarded wait ends at once with no rows.
+    let cfg = b.client_config();
+    let waiter = tokio::spawn(async move {
+        let client = connect(&cfg).await;
+        let began = Instant::now();
+        let got = client.simple_query("POP FROM w WAIT 60").await;
+        let rows = got.map(|m| {
+            m.iter()
+                .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+                .count()
+        });
+        (rows, began.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let report = tokio::time::timeout(Duration::from_secs(30), b.server.shutdown())
+        .await
+        .expect("b drains");
+    let (got, took) = waiter.await.unwrap();
+    assert_eq!(got.unwrap(), 0, "{report:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    rows(&a.connect().await, "PUSH INTO w VALUES ('3')").await;
+    let got = rows(&a.connect().await, "POP FROM w AUTO ACK").await;
+    assert_eq!(
+        col(&got[0], "payload"),
+        "3",
+        "the drained wait took nothing"
+    );
+}
+
+/// One frame of the internal channel: a big-endian u32 length, the body.
+async fn frame(stream: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let len = stream.read_u32().await? as usize;
+    let mut body = vec![0; len];
+    stream.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+async fn send(stream: &mut tokio::net::TcpStream, body: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    // The other end may have closed already: that is what is tested.
+    let _ = stream.write_all(&out).await;
+}
+
+/// The caller's side of the handshake with `secret`; the owner's answer.
+async fn handshake(address: &str, secret: &[u8]) -> (tokio::net::TcpStream, Option<Vec<u8>>) {
+    let mut s = tokio::net::TcpStream::connect(address).await.unwrap();
+    let hello = frame(&mut s).await.unwrap();
+    assert_eq!((hello[0], hello.len()), (b'H', 34));
+    let nonce_c = [7u8; 32];
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let mut msg = b"caller".to_vec();
+    msg.extend_from_slice(&hello[2..]);
+    msg.extend_from_slice(&nonce_c);
+    let mut proof = vec![b'A'];
+    proof.extend_from_slice(&nonce_c);
+    proof.extend_from_slice(ring::hmac::sign(&key, &msg).as_ref());
+    send(&mut s, &proof).await;
+    let answer = frame(&mut s).await.ok();
+    (s, answer)
+}
+
+/// A PUSH of one message, as a forwarding queenwire frames it.
+fn push_frame(tenant: uuid::Uuid, ref_: i64) -> Vec<u8> {
+    let mut f = vec![b'r'];
+    f.extend_from_slice(&1u64.to_be_bytes());
+    f.extend_from_slice(tenant.as_bytes());
+    f.extend_from_slice(&ref_.to_be_bytes());
+    f.push(b'P');
+    f.extend_from_slice(&1u64.to_be_bytes());
+    f.extend_from_slice(uuid::Uuid::now_v7().as_bytes());
+    for text in ["Default", "\"forged\""] {
+        f.extend_from_slice(&(text.len() as u64).to_be_bytes());
+        f.extend_from_slice(text.as_bytes());
+    }
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(&0i64.to_be_bytes());
+    f
+}
+
+/// The internal channel takes no statement from a caller that cannot
+/// prove it knows the owner's secret (which no tenant role can read): a
+/// wrong proof is refused and the connection closed, a request without the
+/// handshake, or an oversized frame, closes it; the queue is unchanged.
+/// With the right secret the same PUSH frame is served (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_internal_channel_refuses_a_caller_without_the_secret() {
+    let a = Proxy::start("eph_channel").await;
+    let c = a.connect().await;
+    c.batch_execute("CREATE QUEUE guarded WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    own(&a, "guarded").await;
+    let direct = a.connect_direct().await;
+    let peer = direct
+        .query_one(
+            "SELECT p.address, p.secret, e.ref, q.tenant_id FROM queen.ephemeral_peers p,
+                    queen.ephemeral_queues e JOIN queen.queues q ON q.id = e.queue_id
+             WHERE p.holder LIKE '%' || $1 || '%' AND q.name = 'guarded'",
+            &[&a.addr.to_string()],
+        )
+        .await
+        .unwrap();
+    let (address, secret, ref_, tenant): (String, Vec<u8>, i64, uuid::Uuid) =
+        (peer.get(0), peer.get(1), peer.get(2), peer.get(3));
+    assert_eq!(secret.len(), 32);
+    // A wrong secret: refused, then closed, even if a request follows.
+    let mut wrong = secret.clone();
+    wrong[0] ^= 1;
+    let (mut s, answer) = handshake(&address, &wrong).await;
+    assert_eq!(answer.as_deref(), Some(&b"X"[..]));
+    send(&mut s, &push_frame(tenant, ref_)).await;
+    assert!(closed(&mut s).await, "closed after a wrong proof");
+    // No handshake at all: a request instead of the proof.
+    let mut s = tokio::net::TcpStream::connect(&address).await.unwrap();
+    frame(&mut s).await.unwrap();
+    send(&mut s, &push_frame(tenant, ref_)).await;
+    assert!(closed(&mut s).await, "closed without a proof");
+    // A huge frame before the handshake: closed without reading it.
+    let mut s = tokio::net::TcpStream::connect(&address).await.unwrap();
+    frame(&mut s).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let _ = s.write_all(&u32::MAX.to_be_bytes()).await;
+    }
+    assert!(closed(&mut s).await, "closed at an oversized frame");
+    assert!(
+        rows(&c, "POP FROM guarded").await.is_empty(),
+        "nothing changed"
+    );
+    // The control: the right secret is welcomed and its PUSH served.
+    let (mut s, answer) = handshake(&address, &secret).await;
+    assert_eq!(answer.map(|w| w[0]), Some(b'W'));
+    send(&mut s, &push_frame(tenant, ref_)).await;
+    let reply = frame(&mut s).await.unwrap();
+    assert_eq!(reply[0], b'Q', "{reply:?}");
+    let got = rows(&c, "POP FROM guarded AUTO ACK").await;
+    assert_eq!(col(&got[0], "payload"), "\"forged\"");
+}
+
+/// The other end closed the connection (without sending anything more).
+async fn closed(s: &mut tokio::net::TcpStream) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), frame(s)).await,
+        Ok(Err(_))
+    )
 }
 
 /// A producer and four consumers of one group on the owner, concurrently:
@@ -509,6 +1047,301 @@ async fn concurrent_consumers_of_an_ephemeral_queue_get_each_message_once() {
     assert!(twice.is_empty(), "acknowledged twice: {twice:?}");
     let lost: Vec<_> = sent.iter().filter(|t| !received.contains_key(*t)).collect();
     assert!(lost.is_empty(), "lost {} of {}", lost.len(), sent.len());
+}
+
+/// Puts `holder` in the lease of `queue` for `ttl_ms` and publishes it at
+/// `address` with `secret`, as a queenwire owning the queue would.
+async fn fake_owner(direct: &Client, queue: &str, holder: &str, address: &str, ttl_ms: i64) {
+    direct
+        .batch_execute(&format!(
+            "INSERT INTO queen.maintenance_leases (task, holder, expires_at)
+             SELECT 'ephemeral:' || e.ref, '{holder}', clock_timestamp() + {ttl_ms} * INTERVAL '1 millisecond'
+             FROM queen.ephemeral_queues e JOIN queen.queues q ON q.id = e.queue_id WHERE q.name = '{queue}'
+             ON CONFLICT (task) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at;
+             INSERT INTO queen.ephemeral_peers (holder, address, secret)
+             VALUES ('{holder}', '{address}', '\\x{}')",
+            "ab".repeat(32)
+        ))
+        .await
+        .unwrap();
+}
+
+/// The retry rule of forwarding, against a fake owner: a request the owner
+/// received but did not answer is `08007` and is not sent again; an owner
+/// that cannot be reached is retried until its lease runs out, and the
+/// statement then runs on the new owner (the queenwire it reached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_08007_and_an_unreachable_owner_is_retried() {
+    use tokio::io::AsyncWriteExt;
+    let b = Proxy::start("eph_fwd_retry").await;
+    let direct = b.connect_direct().await;
+    let cb = b.connect().await;
+    cb.batch_execute("CREATE QUEUE fq WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    // The fake owner: shakes hands, reads requests, never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = received.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut hello = vec![b'H', 1];
+            hello.extend_from_slice(&[9u8; 32]);
+            send(&mut s, &hello).await;
+            let proof = frame(&mut s).await.unwrap();
+            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &[0xab; 32]);
+            let mut msg = b"owner".to_vec();
+            msg.extend_from_slice(&[9u8; 32]);
+            msg.extend_from_slice(&proof[1..33]);
+            let mut welcome = vec![b'W'];
+            welcome.extend_from_slice(ring::hmac::sign(&key, &msg).as_ref());
+            send(&mut s, &welcome).await;
+            if frame(&mut s).await.is_ok() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            let _ = s.shutdown().await;
+        }
+    });
+    fake_owner(&direct, "fq", "fake owner", &address, 60_000).await;
+    let (code, message) = error(&cb, "PUSH INTO fq VALUES ('\"unknown\"')").await;
+    assert_eq!(code, "08007", "{message}");
+    assert!(message.contains("fake owner"), "{message}");
+    assert_eq!(
+        received.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "sent once"
+    );
+
+    // An owner that closes every connection at once (no handshake: the
+    // request is never sent), whose lease ends in 2 s.
+    let broken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nowhere = broken.local_addr().unwrap().to_string();
+    let tried = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = tried.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = broken.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    fake_owner(&direct, "fq", "gone owner", &nowhere, 2_000).await;
+    rows(&cb, "PUSH INTO fq VALUES ('\"after\"')").await;
+    assert!(
+        tried.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the owner was tried first"
+    );
+    assert!(holder_of(&direct, "fq")
+        .await
+        .unwrap()
+        .contains(&b.addr.to_string()));
+    let payloads: Vec<String> = rows(&cb, "POP FROM fq LIMIT 10 AUTO ACK")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(payloads, ["\"after\""]);
+    assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// The lease moves to the other queenwire while both run: the old owner
+/// drops the queue at its next renewal and answers "not the owner"; the
+/// forwarding queenwire follows the lease (here: to itself), and the old
+/// owner forwards to the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_lease_is_followed_by_both_queenwires() {
+    let a = Proxy::start("eph_fwd_moved").await;
+    let b = Proxy::start_on(a.direct.clone(), |_| {}).await;
+    let direct = a.connect_direct().await;
+    let (ca, cb) = (a.connect().await, b.connect().await);
+    ca.batch_execute("CREATE QUEUE mv WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "mv").await;
+    rows(&cb, "PUSH INTO mv VALUES ('\"at a\"')").await;
+    assert_eq!(rows(&ca, "POP FROM mv GROUP check").await.len(), 1);
+    let b_holder: String = direct
+        .query_one(
+            "SELECT holder FROM queen.ephemeral_peers WHERE holder LIKE '%' || $1 || '%'",
+            &[&b.addr.to_string()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    direct
+        .execute(
+            "UPDATE queen.maintenance_leases SET holder = $1, expires_at = clock_timestamp() + INTERVAL '1 minute'
+             WHERE task LIKE 'ephemeral:%'",
+            &[&b_holder],
+        )
+        .await
+        .unwrap();
+    // a's renewals cannot win while b's lease runs: a stops serving the
+    // queue at the latest 3.5 s after its last successful renewal (its
+    // next renewal, within a second, finds b and drops the store).
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    rows(&cb, "PUSH INTO mv VALUES ('\"at b\"')").await;
+    let got: Vec<String> = rows(&ca, "POP FROM mv GROUP check LIMIT 10")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(got, ["\"at b\""], "a forwards to b, whose queue is new");
+    assert_eq!(holder_of(&direct, "mv").await.as_deref(), Some(&*b_holder));
+}
+
+/// Producers and consumers of two groups on both queenwires at once, on
+/// one ephemeral queue of four partitions, acknowledging through either
+/// process: every message is delivered exactly once per group (none twice,
+/// none lost; no lease expires, so a second delivery would be one while
+/// the first was leased), each partition's messages in push order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_on_two_queenwires_get_each_message_once_per_group_in_order() {
+    const PER_PRODUCER: usize = 120;
+    let a = Proxy::start_with("eph_fwd_ledger", |c| c.pool_size = 8).await;
+    let b = Proxy::start_on(a.direct.clone(), |c| c.pool_size = 8).await;
+    a.connect()
+        .await
+        .batch_execute(
+            "CREATE QUEUE busy WITH (class = ephemeral, max_length = 100000, lease_time = '5m')",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Both groups are known before the first message: a group first seen
+    // later starts at the oldest message still held (those every known
+    // group acknowledged are gone).
+    let cb = b.connect().await;
+    for group in ["g1", "g2"] {
+        rows(&cb, &format!("POP FROM busy GROUP {group}")).await;
+    }
+    let configs = [a.client_config(), b.client_config()];
+    let mut producers = Vec::new();
+    for p in 0..4 {
+        let cfg = configs[p % 2].clone();
+        producers.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut sent = Vec::new();
+            for batch in 0..PER_PRODUCER / 6 {
+                let mut values = Vec::new();
+                for i in 0..6 {
+                    let n = batch * 6 + i;
+                    let txn = format!("p{p}-{n:04}");
+                    values.push(format!("('{{\"n\":{n}}}', 'part{}', '{txn}')", n % 4));
+                    sent.push(txn);
+                }
+                rows(
+                    &client,
+                    &format!(
+                        "PUSH INTO busy (payload, partition, transaction_id) VALUES {}",
+                        values.join(", ")
+                    ),
+                )
+                .await;
+            }
+            sent
+        }));
+    }
+    let clock = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut consumers = Vec::new();
+    for group in ["g1", "g2"] {
+        for c in 0..4 {
+            let (pop_cfg, ack_cfg) = (configs[c % 2].clone(), configs[(c / 2) % 2].clone());
+            let clock = clock.clone();
+            consumers.push(tokio::spawn(async move {
+                let popper = connect(&pop_cfg).await;
+                let acker = connect(&ack_cfg).await;
+                // (group, partition, offset, transaction id, delivery order)
+                let mut seen = Vec::new();
+                let mut empty = 0;
+                while empty < 6 {
+                    let got = rows(
+                        &popper,
+                        &format!("POP FROM busy GROUP {group} LIMIT 4 PARTITIONS 2 WAIT '300ms'"),
+                    )
+                    .await;
+                    if got.is_empty() {
+                        empty += 1;
+                        continue;
+                    }
+                    empty = 0;
+                    for r in &got {
+                        let at = clock.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let offset: i64 = col(r, "offset").parse().unwrap();
+                        seen.push((
+                            group.to_string(),
+                            col(r, "partition"),
+                            offset,
+                            col(r, "transaction_id"),
+                            at,
+                        ));
+                    }
+                    let receipts: Vec<String> = got.iter().map(|r| col(r, "receipt")).collect();
+                    let statuses = ack(&acker, &receipts).await;
+                    assert!(statuses.iter().all(|s| s == "acked"), "{statuses:?}");
+                }
+                seen
+            }));
+        }
+    }
+    let mut sent = HashSet::new();
+    for p in producers {
+        sent.extend(p.await.unwrap());
+    }
+    let mut seen = Vec::new();
+    for c in consumers {
+        seen.extend(
+            tokio::time::timeout(Duration::from_secs(180), c)
+                .await
+                .expect("consumers finish")
+                .unwrap(),
+        );
+    }
+    assert_eq!(sent.len(), 4 * PER_PRODUCER);
+    for group in ["g1", "g2"] {
+        let mine: Vec<_> = seen.iter().filter(|s| s.0 == group).collect();
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for s in &mine {
+            *count.entry(s.3.as_str()).or_default() += 1;
+        }
+        let twice: Vec<_> = count.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "{group}: delivered twice: {twice:?}");
+        let lost: Vec<_> = sent
+            .iter()
+            .filter(|t| !count.contains_key(t.as_str()))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{group}: lost {} of {}",
+            lost.len(),
+            sent.len()
+        );
+        // Per partition, in delivery order: offsets rise, and so does each
+        // producer's own sequence.
+        for part in 0..4 {
+            let mut of_part: Vec<_> = mine
+                .iter()
+                .filter(|s| s.1 == format!("part{part}"))
+                .collect();
+            of_part.sort_by_key(|s| s.4);
+            for w in of_part.windows(2) {
+                assert!(
+                    w[0].2 < w[1].2,
+                    "{group} part{part}: {:?} then {:?}",
+                    w[0],
+                    w[1]
+                );
+            }
+            let mut last: HashMap<&str, &str> = HashMap::new();
+            for s in &of_part {
+                let (producer, n) = s.3.split_once('-').unwrap();
+                if let Some(before) = last.insert(producer, n) {
+                    assert!(before < n, "{group} part{part}: {before} then {n}");
+                }
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -616,5 +1449,71 @@ async fn figures() {
             "without guard"
         };
         println!("5,000 new partitions {label}: {:?}", began.elapsed());
+    }
+}
+
+/// Figures, not a pass/fail check (`cargo test --test ephemeral -- --ignored
+/// --nocapture forwarded_figures`): PUSH, POP … AUTO ACK and their sum
+/// through the owner and through the other queenwire (forwarded), median
+/// and p90 of 400 each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn forwarded_figures() {
+    let a = Proxy::start("eph_fwd_figures").await;
+    let b = Proxy::start_on(a.direct.clone(), |_| {}).await;
+    a.connect()
+        .await
+        .batch_execute("CREATE QUEUE f WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    own(&a, "f").await;
+    for (label, proxy) in [
+        ("local (owner)", &a),
+        ("forwarded", &b),
+        ("local (owner)", &a),
+        ("forwarded", &b),
+    ] {
+        let c = proxy.connect().await;
+        let (mut push, mut pop) = (Vec::new(), Vec::new());
+        for i in 0..400 {
+            let began = Instant::now();
+            rows(&c, &format!("PUSH INTO f VALUES ('{{\"i\":{i}}}')")).await;
+            push.push(began.elapsed());
+            let began = Instant::now();
+            assert_eq!(rows(&c, "POP FROM f AUTO ACK").await.len(), 1);
+            pop.push(began.elapsed());
+        }
+        let both: Vec<Duration> = push.iter().zip(&pop).map(|(a, b)| *a + *b).collect();
+        for (what, mut v) in [("PUSH", push), ("POP", pop), ("PUSH+POP", both)] {
+            v.sort();
+            println!(
+                "{label}: {what} median {:?}, p90 {:?}",
+                v[v.len() / 2],
+                v[v.len() * 9 / 10]
+            );
+        }
+    }
+    // Throughput: 8 clients pushing 250 single-message PUSHes each.
+    for (label, proxy) in [("local (owner)", &a), ("forwarded", &b)] {
+        let began = Instant::now();
+        let mut clients = Vec::new();
+        for _ in 0..8 {
+            let cfg = proxy.client_config();
+            clients.push(tokio::spawn(async move {
+                let c = connect(&cfg).await;
+                for _ in 0..250 {
+                    c.simple_query("PUSH INTO f VALUES ('{}')").await.unwrap();
+                }
+            }));
+        }
+        for c in clients {
+            c.await.unwrap();
+        }
+        let took = began.elapsed();
+        println!(
+            "{label}: 2,000 PUSHes from 8 clients in {took:?} ({:.0}/s)",
+            2000.0 / took.as_secs_f64()
+        );
     }
 }

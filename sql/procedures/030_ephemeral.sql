@@ -8,7 +8,8 @@
 --
 -- Lock order (seed 000): queen.queues (012's configure, FOR NO KEY UPDATE)
 -- → queen.ephemeral_queues (with its queue, like consumer_groups_metadata)
--- → leaves (queen.maintenance_leases, queen.ephemeral_commits). The lease is
+-- → leaves (queen.maintenance_leases, queen.ephemeral_commits,
+-- queen.ephemeral_peers). The lease is
 -- taken only by the engine's own connection in a transaction of its own,
 -- holding nothing else, as 029 requires.
 
@@ -38,6 +39,20 @@ CREATE TABLE IF NOT EXISTS queen.ephemeral_queues (
 CREATE TABLE IF NOT EXISTS queen.ephemeral_commits (
     token      UUID PRIMARY KEY,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- Where each queenwire serves forwarded ephemeral statements: its lease
+-- holder name (as in maintenance_leases), the host:port of its internal
+-- channel, and the random secret a forwarding queenwire proves it knows
+-- (an HMAC over both sides' nonces; the secret itself never travels). Made
+-- at each start (a new holder, a new secret). Engine only: no tenant role
+-- may read it (034 grants nothing on queen tables), since the secret lets a
+-- statement act for any tenant. Leaf of the lock order.
+CREATE TABLE IF NOT EXISTS queen.ephemeral_peers (
+    holder     TEXT PRIMARY KEY,
+    address    TEXT NOT NULL,
+    secret     BYTEA NOT NULL CHECK (length(secret) >= 16),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
 -- CREATE QUEUE / ALTER QUEUE with an ephemeral option (class, max_length,
@@ -221,6 +236,65 @@ BEGIN
     JOIN queen.queues q ON q.id = e.queue_id
     JOIN queen.maintenance_leases l ON l.task = 'ephemeral:' || e.ref
     WHERE e.ref = p_ref;
+END
+$$;
+
+-- Publishes (or refreshes) where p_holder serves forwarded statements;
+-- rows not refreshed for an hour (their process is gone) are pruned on the
+-- way. Engine only, on its own connection. Locks: the ephemeral_peers rows
+-- written or deleted (leaf).
+CREATE OR REPLACE FUNCTION queen.ephemeral_peer_publish_v1(
+    p_holder  TEXT,
+    p_address TEXT,
+    p_secret  BYTEA
+) RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_holder IS NULL OR p_address IS NULL OR p_secret IS NULL OR length(p_secret) < 16 THEN
+        RAISE EXCEPTION 'ephemeral_peer_publish_v1: a holder, an address and a secret of 16 bytes or more are required'
+            USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM queen.ephemeral_peers p
+    WHERE p.updated_at < now() - INTERVAL '1 hour' AND p.holder <> p_holder;
+    INSERT INTO queen.ephemeral_peers (holder, address, secret)
+    VALUES (p_holder, p_address, p_secret)
+    ON CONFLICT (holder) DO UPDATE
+    SET address = EXCLUDED.address, secret = EXCLUDED.secret, updated_at = now();
+END
+$$;
+
+-- Where p_holder serves forwarded statements, and its secret; no row when
+-- it published none (a queenwire without forwarding). Engine only. Reads
+-- only.
+CREATE OR REPLACE FUNCTION queen.ephemeral_peer_v1(
+    p_holder TEXT
+) RETURNS TABLE (address TEXT, secret BYTEA)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT p.address, p.secret FROM queen.ephemeral_peers p WHERE p.holder = p_holder;
+$$;
+
+-- A stopping queenwire hands its ephemeral queues over at once: its leases
+-- 'ephemeral:<ref>' end now (the next statement through any queenwire
+-- elects a new owner without waiting for them to run out) and its peer row
+-- goes. The caller has stopped serving the queues first. Returns how many
+-- leases ended. Engine only. Locks: those maintenance_leases and
+-- ephemeral_peers rows (leaves).
+CREATE OR REPLACE FUNCTION queen.ephemeral_release_v1(
+    p_holder TEXT
+) RETURNS BIGINT
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_ended BIGINT;
+BEGIN
+    UPDATE queen.maintenance_leases l SET expires_at = clock_timestamp()
+    WHERE l.holder = p_holder AND l.task LIKE 'ephemeral:%' AND l.expires_at > clock_timestamp();
+    GET DIAGNOSTICS v_ended = ROW_COUNT;
+    DELETE FROM queen.ephemeral_peers p WHERE p.holder = p_holder;
+    RETURN v_ended;
 END
 $$;
 

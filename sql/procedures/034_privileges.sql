@@ -94,7 +94,9 @@ EXCEPTION WHEN insufficient_privilege THEN
 END
 $$;
 
--- Nothing in queen is anyone's by default.
+-- Nothing in queen is anyone's by default (queen.ephemeral_peers among
+-- them: its secrets let a queenwire act for any tenant, so no client role
+-- may read it; tests/privileges.rs checks it).
 REVOKE ALL ON ALL TABLES IN SCHEMA queen FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA queen FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA queen FROM PUBLIC;
@@ -129,6 +131,7 @@ DECLARE
         'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1',
         'tenant_purge_step_v1',
         'ephemeral_names_v1', 'ephemeral_claim_v1', 'ephemeral_commit_take_v1',
+        'ephemeral_peer_publish_v1', 'ephemeral_peer_v1', 'ephemeral_release_v1',
         'stream_active_v1', 'stream_cycle_begin_v1', 'stream_state_load_v1',
         'stream_cycle_save_v1', 'stream_idle_partitions_v1', 'stream_note_error_v1',
         'stream_extrema_v1'];
@@ -165,6 +168,9 @@ BEGIN
                         queen.queue_lag, queen.queue_ops_per_minute
             TO queen_client, queen_engine;
         GRANT SELECT ON queen.stream_windows TO queen_client, queen_engine;
+        -- Never a client's, even after a broad GRANT by hand: its secrets
+        -- let a queenwire act for any tenant (030, the internal channel).
+        REVOKE ALL ON queen.ephemeral_peers FROM queen_client;
     END IF;
 END
 $$;

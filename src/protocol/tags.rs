@@ -97,3 +97,36 @@ pub mod startup {
     pub const ACCEPT: &[u8] = b"S";
     pub const DECLINE: &[u8] = b"N";
 }
+
+/// Frame tags of queenwire's internal channel, on which a queenwire
+/// forwards ephemeral statements to the queue's owner
+/// (`engine/ephemeral/wire.rs`). Not PostgreSQL's protocol.
+pub mod internal {
+    /// Handshake: the owner's nonce.
+    pub const HELLO: u8 = b'H';
+    /// Handshake: the caller's nonce and proof.
+    pub const PROOF: u8 = b'A';
+    /// Handshake: the owner's proof.
+    pub const WELCOME: u8 = b'W';
+    /// Handshake: the caller's proof was wrong.
+    pub const REFUSED: u8 = b'X';
+    pub const REQUEST: u8 = b'r';
+    pub const CANCEL: u8 = b'c';
+    pub const STOP: u8 = b's';
+    /// Operations of a request.
+    pub const PUSH: u8 = b'P';
+    pub const FIT: u8 = b'F';
+    pub const APPLY: u8 = b'A';
+    pub const POP: u8 = b'O';
+    pub const ACK: u8 = b'K';
+    pub const RENEW: u8 = b'R';
+    pub const COUNTS: u8 = b'C';
+    /// Replies.
+    pub const NOT_OWNER: u8 = b'N';
+    pub const ERROR: u8 = b'E';
+    pub const DONE: u8 = b'D';
+    pub const SEQS: u8 = b'Q';
+    pub const DELIVERED: u8 = b'M';
+    pub const STATUSES: u8 = b'S';
+    pub const UNTIL: u8 = b'T';
+}

@@ -1,11 +1,14 @@
 //! PUSH, POP, ACK and RENEW on an ephemeral queue: the same statements,
 //! rows and receipts as for a durable queue, served from the owner's memory
-//! (`store.rs`). A receipt of an ephemeral message carries the queue's ref
-//! as a negative partition id (durable partition ids are positive), so ACK
-//! and RENEW find the queue without its name.
+//! (`store.rs`), here or forwarded to the owner (`forward.rs`). A receipt
+//! of an ephemeral message carries the queue's ref as a negative partition
+//! id (durable partition ids are positive), so ACK and RENEW find the queue
+//! without its name, through any queenwire.
 
+use super::ops::{self, Popped};
 use super::store::{NewMessage, Start};
-use super::{wall, Ephemeral, Pending};
+use super::wire::{Item, Op, PopSpec, Reply};
+use super::{Ephemeral, Pending};
 use crate::backend::call::Calls;
 use crate::engine::lend::Lender;
 use crate::engine::receipt::Receipt;
@@ -18,11 +21,9 @@ use crate::rewrite::dialect::ack::{AckOutcome, Renew};
 use crate::rewrite::dialect::pop::{Pop, PopFrom};
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::{Statement, Value};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 use uuid::Uuid;
-
-/// The first wait between two looks of a POP … WAIT when no PUSH woke it.
-const WAIT_POLL: Duration = Duration::from_millis(500);
 
 /// What kind of ephemeral statement this is, if it is one.
 enum Target<'a> {
@@ -144,7 +145,7 @@ impl Engine {
                     .await
             }
             Target::Pop(pop, ref_, queue) => {
-                self.ephemeral_pop(lender, stmt, pop, &params, ref_, &queue)
+                self.ephemeral_pop(lender, stmt, pop, &params, (tenant, ref_, &queue))
                     .await
             }
             Target::Ack {
@@ -152,28 +153,37 @@ impl Engine {
                 outcome: how,
             } => {
                 let failed = matches!(how, AckOutcome::Failed { .. });
-                let mut rows = Vec::with_capacity(receipts.len());
-                for (text, r) in receipts {
-                    // Another tenant's queue, or one that is gone (its
-                    // messages with it): stale, as for durable receipts.
-                    let owned = match self.receipt_owner(&r, tenant).await {
-                        Ok(Some(o)) => o,
-                        Ok(None) => {
-                            rows.push(vec![Cell::Text(text), Cell::Text("stale".into())]);
-                            continue;
+                let stale = || Cell::Text("stale".into());
+                let statuses = by_queue(
+                    &self.ephemeral,
+                    tenant,
+                    &receipts,
+                    stale,
+                    |(t, r, queue), items| {
+                        let hub = &self.ephemeral;
+                        async move {
+                            let at = (t, r, queue.as_str());
+                            let n = items.len();
+                            let got = hub
+                                .at_owner(
+                                    at,
+                                    |o| Ok(ops::ack(o, at.0, &items, failed)),
+                                    || Op::Ack {
+                                        failed,
+                                        items: items.clone(),
+                                    },
+                                    |r| match r {
+                                        Reply::Statuses(s) if s.len() == n => Some(s),
+                                        _ => None,
+                                    },
+                                )
+                                .await?;
+                            Ok(got.into_iter().map(Cell::Text).collect())
                         }
-                        Err(e) => return Some(Err(e.into())),
-                    };
-                    let status = super::lock(&owned.store).ack(
-                        &r.group,
-                        r.offset,
-                        r.lease_token,
-                        failed,
-                        Instant::now(),
-                    );
-                    rows.push(vec![Cell::Text(text), Cell::Text(status.to_string())]);
-                }
-                Ok(outcome(stmt, rows, None))
+                    },
+                )
+                .await;
+                statuses.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
             }
             Target::Renew {
                 receipts,
@@ -188,51 +198,38 @@ impl Engine {
                     Ok(e) => e,
                     Err(e) => return Some(Err(e.into())),
                 };
-                let mut rows = Vec::with_capacity(receipts.len());
-                for (text, r) in receipts {
-                    let owned = match self.receipt_owner(&r, tenant).await {
-                        Ok(Some(o)) => o,
-                        Ok(None) => {
-                            rows.push(vec![Cell::Text(text), Cell::Null]);
-                            continue;
+                let until = by_queue(
+                    &self.ephemeral,
+                    tenant,
+                    &receipts,
+                    || Cell::Null,
+                    |(t, r, queue), items| {
+                        let hub = &self.ephemeral;
+                        async move {
+                            let at = (t, r, queue.as_str());
+                            let n = items.len();
+                            let got = hub
+                                .at_owner(
+                                    at,
+                                    |o| Ok(ops::renew(o, at.0, &items, extend)),
+                                    || Op::Renew {
+                                        extend,
+                                        items: items.clone(),
+                                    },
+                                    |r| match r {
+                                        Reply::Until(t) if t.len() == n => Some(t),
+                                        _ => None,
+                                    },
+                                )
+                                .await?;
+                            Ok(got.into_iter().map(Cell::timestamp).collect())
                         }
-                        Err(e) => return Some(Err(e.into())),
-                    };
-                    let until = super::lock(&owned.store).renew(
-                        &r.group,
-                        r.offset,
-                        r.lease_token,
-                        extend,
-                        Instant::now(),
-                        wall(),
-                    );
-                    rows.push(vec![Cell::Text(text), Cell::timestamp(until)]);
-                }
-                Ok(outcome(stmt, rows, None))
+                    },
+                )
+                .await;
+                until.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
             }
         })
-    }
-
-    /// The owned queue of an ephemeral receipt of `tenant`'s; `None` when
-    /// the queue is gone or another tenant's.
-    async fn receipt_owner(
-        &self,
-        receipt: &Receipt,
-        tenant: Uuid,
-    ) -> Result<Option<std::sync::Arc<super::Owned>>, SqlError> {
-        let ref_ = -receipt.partition_id;
-        let Some((owner_tenant, queue)) = self.ephemeral.queue_of(ref_) else {
-            return Ok(None);
-        };
-        if owner_tenant != tenant {
-            return Ok(None);
-        }
-        match self.ephemeral.owner(ref_, &queue).await {
-            Ok(o) if o.tenant == tenant => Ok(Some(o)),
-            Ok(_) => Ok(None),
-            Err(e) if e.code() == SqlState::UNDEFINED_OBJECT.code() => Ok(None),
-            Err(e) => Err(e),
-        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -248,10 +245,6 @@ impl Engine {
     ) -> Result<Outcome, ExecError> {
         let hub: &Ephemeral = &self.ephemeral;
         let messages = new_messages(push, params, self.limits.max_payload)?;
-        let owned = hub.owner(ref_, &queue).await?;
-        let overflow = |reason: String| {
-            ExecError::from(SqlError::error(SqlState::PROGRAM_LIMIT_EXCEEDED, reason))
-        };
         let rows_of = |seqs: Option<&[i64]>| -> Vec<Vec<Cell>> {
             messages
                 .iter()
@@ -268,19 +261,41 @@ impl Engine {
                 })
                 .collect()
         };
+        let at = (tenant, ref_, queue.as_str());
         let view = lender.view();
         if !view.status.in_transaction() && !view.pipeline_open {
-            let result = super::lock(&owned.store).push(messages.clone(), Instant::now());
-            let seqs = result.map_err(|o| overflow(o.reason))?;
-            owned.pushed.notify_waiters();
+            let n = messages.len();
+            let seqs = hub
+                .at_owner(
+                    at,
+                    |o| ops::push(o, messages.clone()),
+                    || Op::Push(messages.clone()),
+                    |r| match r {
+                        Reply::Seqs(s) if s.len() == n => Some(s),
+                        _ => None,
+                    },
+                )
+                .await?;
             return Ok(outcome(stmt, rows_of(Some(&seqs)), None));
         }
         // Inside a transaction block (or a pipeline's implicit one): the
-        // messages wait for COMMIT. The quota is checked now as well.
-        let bytes = messages.iter().map(|m| m.payload.len() as u64).sum();
-        super::lock(&owned.store)
-            .check_fit(messages.len() as u64, bytes)
-            .map_err(|o| overflow(o.reason))?;
+        // messages wait here for COMMIT (then go to the owner, wherever it
+        // is by then). The quota is checked now as well, by the owner.
+        let (count, bytes) = (
+            messages.len() as u64,
+            messages.iter().map(|m| m.payload.len() as u64).sum(),
+        );
+        let mut local = false;
+        hub.at_owner(
+            at,
+            |o| {
+                local = true;
+                ops::fit(o, count, bytes)
+            },
+            || Op::Fit { count, bytes },
+            |r| matches!(r, Reply::Done).then_some(()),
+        )
+        .await?;
         let token = Uuid::now_v7();
         let end = lender.call_end();
         let conn = lender.connection().await.map_err(ExecError::Lost)?;
@@ -288,7 +303,12 @@ impl Engine {
             .run(&CommitMark { token, tenant })
             .await?;
         let rows = rows_of(None);
-        super::lock(&hub.pending).insert(token, Pending { ref_, messages });
+        let pending = Pending {
+            ref_,
+            messages,
+            remote: !local,
+        };
+        super::lock(&hub.pending).insert(token, pending);
         Ok(outcome(stmt, rows, Some(token)))
     }
 
@@ -298,80 +318,123 @@ impl Engine {
         stmt: &Statement,
         pop: &Pop,
         params: &Params<'_>,
-        ref_: i64,
-        queue: &str,
+        at: (Uuid, i64, &str),
     ) -> Result<Outcome, ExecError> {
         let args = pop_args(pop, params)?;
-        let start = if args.subscribe == "now" {
-            Start::Newest
-        } else {
-            Start::Oldest
+        let spec = PopSpec {
+            start: match args.subscribe == "now" {
+                true => Start::Newest,
+                false => Start::Oldest,
+            },
+            limit: u32::try_from(args.limit).unwrap_or(1),
+            partitions: u32::try_from(args.max_partitions).unwrap_or(1),
+            lease: args.lease_ms.map(|ms| Duration::from_millis(ms as u64)),
+            auto_ack: args.auto_ack,
+            group: args.group,
         };
-        let lease = args.lease_ms.map(|ms| Duration::from_millis(ms as u64));
-        let deadline = args.wait.map(|w| Instant::now() + w);
-        loop {
-            let owned = self.ephemeral.owner(ref_, queue).await?;
-            self.ephemeral.settled_for(ref_).await;
-            let woken = owned.pushed.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let delivered = super::lock(&owned.store).pop(
-                &args.group,
-                start,
-                usize::try_from(args.limit).unwrap_or(1),
-                usize::try_from(args.max_partitions).unwrap_or(1),
-                lease,
-                args.auto_ack,
-                Instant::now(),
-                wall(),
-            );
-            let remaining = deadline
-                .map(|d| d.saturating_duration_since(Instant::now()))
-                .unwrap_or_default();
-            if !delivered.is_empty() || remaining.is_zero() || self.draining.has_begun() {
-                let rows = delivered
-                    .into_iter()
-                    .map(|d| {
-                        let receipt = d.lease.map(|(token, _)| {
-                            self.receipts.encode(&Receipt {
-                                partition_id: -ref_,
-                                offset: d.seq,
-                                lease_token: token,
-                                group: args.group.clone(),
-                            })
-                        });
-                        vec![
-                            Cell::opt_text(receipt),
-                            Cell::Uuid(d.msg.id),
-                            Cell::Text(queue.to_string()),
-                            Cell::Text(d.msg.partition),
-                            Cell::Int8(d.seq),
-                            Cell::Jsonb(d.msg.payload),
-                            Cell::opt_text(d.msg.transaction_id),
-                            Cell::opt_text(d.msg.trace_id),
-                            Cell::Int4(d.retry_count),
-                            Cell::Timestamptz(d.msg.created_at_micros),
-                            Cell::timestamp(d.lease.map(|(_, at)| at)),
-                        ]
+        let cancel = lender.cancel_signal();
+        let delivered = match self
+            .ephemeral
+            .pop(at, &spec, args.wait, (&cancel, None), true)
+            .await?
+        {
+            Popped::Rows(rows) => rows,
+            Popped::NotOwner => Vec::new(),
+        };
+        let (ref_, queue) = (at.1, at.2);
+        let rows = delivered
+            .into_iter()
+            .map(|d| {
+                let receipt = d.lease.map(|(token, _)| {
+                    self.receipts.encode(&Receipt {
+                        partition_id: -ref_,
+                        offset: d.seq,
+                        lease_token: token,
+                        group: spec.group.clone(),
+                    })
+                });
+                vec![
+                    Cell::opt_text(receipt),
+                    Cell::Uuid(d.msg.id),
+                    Cell::Text(queue.to_string()),
+                    Cell::Text(d.msg.partition),
+                    Cell::Int8(d.seq),
+                    Cell::Jsonb(d.msg.payload),
+                    Cell::opt_text(d.msg.transaction_id),
+                    Cell::opt_text(d.msg.trace_id),
+                    Cell::Int4(d.retry_count),
+                    Cell::Timestamptz(d.msg.created_at_micros),
+                    Cell::timestamp(d.lease.map(|(_, at)| at)),
+                ]
+            })
+            .collect();
+        Ok(outcome(stmt, rows, None))
+    }
+}
+
+/// Runs `each` once per queue the receipts are of (in one request to its
+/// owner), and returns one cell per receipt in their order; a receipt of a
+/// queue that is gone or another tenant's gets `stale()`.
+async fn by_queue<F, Fut>(
+    hub: &Ephemeral,
+    tenant: Uuid,
+    receipts: &[(String, Receipt)],
+    stale: impl Fn() -> Cell,
+    each: F,
+) -> Result<Vec<Cell>, ExecError>
+where
+    F: Fn((Uuid, i64, String), Vec<Item>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Cell>, SqlError>>,
+{
+    let mut cells: Vec<Option<Cell>> = vec![None; receipts.len()];
+    let mut queues: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for (i, (_, r)) in receipts.iter().enumerate() {
+        queues.entry(-r.partition_id).or_default().push(i);
+    }
+    for (ref_, at) in queues {
+        let of = hub.queue_of(ref_).filter(|(t, _)| *t == tenant);
+        let got = match of {
+            None => Err(SqlError::error(SqlState::UNDEFINED_OBJECT, "gone")),
+            Some((_, queue)) => {
+                let items = at
+                    .iter()
+                    .map(|i| {
+                        let r = &receipts[*i].1;
+                        Item {
+                            group: r.group.clone(),
+                            seq: r.offset,
+                            token: r.lease_token,
+                        }
                     })
                     .collect();
-                return Ok(outcome(stmt, rows, None));
+                each((tenant, ref_, queue), items).await
             }
-            let cancel = lender.cancel_signal();
-            let cancelled = cancel.notified();
-            tokio::select! {
-                () = self.draining.begun() => return Ok(outcome(stmt, Vec::new(), None)),
-                _ = &mut woken => {}
-                _ = tokio::time::sleep(WAIT_POLL.min(remaining)) => {}
-                _ = cancelled => {
-                    return Err(ExecError::Refused(SqlError::error(
-                        SqlState::QUERY_CANCELED,
-                        "canceling statement due to user request",
-                    )));
-                }
+        };
+        // Another tenant's queue, or one that is gone (its messages with
+        // it): stale, as for durable receipts.
+        let got = match got {
+            Ok(got) => got,
+            Err(e) if e.code() == SqlState::UNDEFINED_OBJECT.code() => {
+                at.iter().map(|_| stale()).collect()
             }
+            Err(e) => return Err(e.into()),
+        };
+        for (i, cell) in at.into_iter().zip(got) {
+            cells[i] = Some(cell);
         }
     }
+    Ok(cells
+        .into_iter()
+        .map(|c| c.unwrap_or_else(&stale))
+        .collect())
+}
+
+fn with_receipts(receipts: Vec<(String, Receipt)>, cells: Vec<Cell>) -> Vec<Vec<Cell>> {
+    receipts
+        .into_iter()
+        .zip(cells)
+        .map(|((text, _), cell)| vec![Cell::Text(text), cell])
+        .collect()
 }
 
 /// The PUSH's rows as messages, checked as a durable PUSH checks them.

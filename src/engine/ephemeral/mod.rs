@@ -9,22 +9,33 @@
 //! younger than the lease less a margin, so two processes never serve one
 //! queue at once. When the owner dies its lease runs out and the next
 //! statement through any queenwire elects a new owner, with an empty queue.
-//! A queenwire that does not own the queue refuses its PUSH, POP, ACK and
-//! RENEW with `55006`, naming the owner: this build does not forward them.
+//! A queenwire that does not own the queue forwards its PUSH, POP, ACK and
+//! RENEW to the owner over an authenticated channel (`wire.rs`, the owner's
+//! side in `owner.rs`, the forwarding side in `forward.rs`) and answers with
+//! the owner's rows and errors.
 //!
 //! Every lease write and commit check runs on this module's own connection
 //! ([`run`]), in transactions of their own (029's rule), never on a client's.
 
+mod codec;
 mod exec;
+mod forward;
+mod ops;
+mod owner;
+mod show;
 pub mod store;
+mod wire;
 
-use crate::backend::call::{query, Calls};
+pub use show::show_queues;
+
+pub use forward::Internal;
+
+use crate::backend::call::query;
 use crate::backend::health::Health;
-use crate::engine::values::Cell;
-use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::ephemeral::{Claim, ClaimRow, CommitTake, Names, QueueRow, Queues};
+use crate::rewrite::calls::ephemeral::{Claim, ClaimRow, CommitTake, Names};
 use crate::shutdown::ShutdownSignal;
+use forward::{peer, publish, Peer};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -40,6 +51,11 @@ pub const RENEW_EVERY: Duration = Duration::from_secs(1);
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
 /// An owner stops serving this long before its lease could run out.
 const MARGIN: Duration = Duration::from_millis(1500);
+/// How long a session waits for its block's forwarded PUSHes at its end.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the internal address is published again (rows not refreshed
+/// for an hour are pruned).
+const PUBLISH_EVERY: u32 = 600;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
@@ -68,8 +84,19 @@ impl Owned {
 /// What a claim found.
 enum Claimed {
     Mine(Arc<Owned>),
-    Other { holder: String },
+    /// Another holder; `peer` where it takes forwarded statements (`None`
+    /// when it published no address: a queenwire that cannot take them).
+    Other {
+        holder: String,
+        peer: Option<Arc<Peer>>,
+    },
     Gone,
+}
+
+/// Where a statement on an ephemeral queue runs.
+enum Route {
+    Local(Arc<Owned>),
+    Remote(Arc<Peer>),
 }
 
 enum Request {
@@ -79,14 +106,34 @@ enum Request {
     },
     /// Re-read the names now (after a CREATE QUEUE through this process).
     Refresh { reply: oneshot::Sender<()> },
-    /// Transaction blocks ended: apply the PUSHes of those that committed.
-    Settle { tokens: Vec<Uuid> },
+    /// Where a holder takes forwarded statements.
+    Peer {
+        holder: String,
+        reply: oneshot::Sender<Option<Arc<Peer>>>,
+    },
+    /// Transaction blocks ended: apply the PUSHes of those that committed;
+    /// `reply` gets the committed ones of queues another process owns.
+    Settle {
+        tokens: Vec<Uuid>,
+        reply: oneshot::Sender<Vec<Leftover>>,
+    },
 }
 
 /// Messages of an ephemeral PUSH inside a transaction block, until COMMIT.
 struct Pending {
     ref_: i64,
     messages: Vec<NewMessage>,
+    /// The queue was owned elsewhere at the PUSH: the session waits for the
+    /// forwarding before its client sees the block end.
+    remote: bool,
+}
+
+/// Committed messages of a queue this process does not own: forwarded to
+/// its owner. The queue counts as settling until this is dropped.
+struct Leftover {
+    ref_: i64,
+    messages: Vec<NewMessage>,
+    _settled: Settled,
 }
 
 pub struct Ephemeral {
@@ -102,26 +149,44 @@ pub struct Ephemeral {
     settling: Mutex<HashMap<i64, usize>>,
     settled: Notify,
     requests: mpsc::UnboundedSender<Request>,
+    /// The owner of each queue owned elsewhere, as last found: used until
+    /// forwarding to it fails or it says it is not the owner.
+    remote: Mutex<HashMap<i64, Arc<Peer>>>,
+    /// Other queenwires by holder name: address, secret, connections.
+    peers: Mutex<HashMap<String, Arc<Peer>>>,
+    /// Where this process takes forwarded statements, and its secret.
+    internal: forward::Published,
+    /// Begins when this process drains: waiting POPs return.
+    draining: ShutdownSignal,
+    /// The background task ([`run`]), awaited by [`Ephemeral::stopped`].
+    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Ephemeral {
-    /// Starts the registry and its background connection ([`run`], on
-    /// `config`, until `shutdown` begins); `listen`, the client address of
-    /// this process, goes into its holder name.
+    /// Starts the registry, its background connection ([`run`], on
+    /// `config`, until `shutdown` begins) and the internal listener that
+    /// takes statements other queenwires forward (bound by
+    /// [`Internal::bind`]); `listen`, the client address of this process,
+    /// goes into its holder name.
     pub fn start(
         mut config: tokio_postgres::Config,
         listen: std::net::SocketAddr,
-        shutdown: ShutdownSignal,
+        internal: (tokio::net::TcpListener, String),
+        shutdown: &crate::shutdown::Shutdown,
     ) -> Arc<Ephemeral> {
         // As the server's other background connections are named.
         config.application_name("queenwire background");
-        let (hub, requests) = Ephemeral::new(&listen.to_string());
-        tokio::spawn(run(config, hub.clone(), requests, shutdown));
+        let (listener, address) = internal;
+        let (hub, requests) = Ephemeral::new(&listen.to_string(), address, shutdown.drain_signal());
+        let running = tokio::spawn(run(config, hub.clone(), requests, shutdown.signal()));
+        *lock(&hub.running) = Some(running);
+        tokio::spawn(owner::serve(listener, hub.clone(), shutdown.signal()));
         hub
     }
 
-    /// `listen`: the client address of this process, in its holder name.
-    pub fn new(listen: &str) -> (Arc<Ephemeral>, Receiver) {
+    /// `listen`: the client address of this process, in its holder name;
+    /// `internal`: the address other queenwires forward to.
+    fn new(listen: &str, internal: String, draining: ShutdownSignal) -> (Arc<Ephemeral>, Receiver) {
         let (tx, rx) = mpsc::unbounded_channel();
         (
             Arc::new(Ephemeral {
@@ -136,6 +201,11 @@ impl Ephemeral {
                 settling: Mutex::new(HashMap::new()),
                 settled: Notify::new(),
                 requests: tx,
+                remote: Mutex::new(HashMap::new()),
+                peers: Mutex::new(HashMap::new()),
+                internal: forward::Published::new(internal),
+                draining,
+                running: Mutex::new(None),
             }),
             Receiver(rx),
         )
@@ -155,13 +225,17 @@ impl Ephemeral {
             .map(|(key, _)| key.clone())
     }
 
-    /// The queue's store, when this process owns it (claiming it when no
-    /// one does); `55006` naming the owner otherwise.
-    async fn owner(&self, ref_: i64, queue: &str) -> Result<Arc<Owned>, SqlError> {
+    /// Where the queue lives: this process's store when it owns the queue
+    /// (claiming it when no one does), else the owner to forward to;
+    /// `55006` naming the owner when that one takes no forwarded statements.
+    async fn route(&self, ref_: i64, queue: &str) -> Result<Route, SqlError> {
         if let Some(o) = lock(&self.owned).get(&ref_).cloned() {
             if o.valid() {
-                return Ok(o);
+                return Ok(Route::Local(o));
             }
+        }
+        if let Some(peer) = lock(&self.remote).get(&ref_).cloned() {
+            return Ok(Route::Remote(peer));
         }
         let (reply, answer) = oneshot::channel();
         let unavailable = |why: String| {
@@ -179,13 +253,21 @@ impl Ephemeral {
             .await
             .map_err(|_| unavailable("the database did not answer in time".into()))?;
         match answer {
-            Ok(Ok(Claimed::Mine(o))) => Ok(o),
-            Ok(Ok(Claimed::Other { holder })) => Err(SqlError::error(
+            Ok(Ok(Claimed::Mine(o))) => {
+                lock(&self.remote).remove(&ref_);
+                Ok(Route::Local(o))
+            }
+            Ok(Ok(Claimed::Other {
+                peer: Some(peer), ..
+            })) => {
+                lock(&self.remote).insert(ref_, peer.clone());
+                Ok(Route::Remote(peer))
+            }
+            Ok(Ok(Claimed::Other { holder, peer: None })) => Err(SqlError::error(
                 SqlState::OBJECT_IN_USE,
                 format!(
-                    "ephemeral queue \"{queue}\" is owned by another queenwire ({holder}); \
-                     its messages live only there: connect to that queenwire \
-                     (this build does not forward to the owner)"
+                    "ephemeral queue \"{queue}\" is owned by another queenwire ({holder}), \
+                     which takes no forwarded statements: connect to that queenwire"
                 ),
             )),
             Ok(Ok(Claimed::Gone)) => Err(SqlError::error(
@@ -194,6 +276,30 @@ impl Ephemeral {
             )),
             Ok(Err(why)) => Err(unavailable(why)),
             Err(_) => Err(unavailable("queenwire is shutting down".into())),
+        }
+    }
+
+    /// Where `holder` takes forwarded statements (a bounded wait for a
+    /// database read the first time).
+    async fn peer_of(&self, holder: &str) -> Option<Arc<Peer>> {
+        if let Some(p) = lock(&self.peers).get(holder).cloned() {
+            return Some(p);
+        }
+        let (reply, answer) = oneshot::channel();
+        let holder = holder.to_string();
+        self.requests.send(Request::Peer { holder, reply }).ok()?;
+        tokio::time::timeout(CLAIM_TIMEOUT, answer)
+            .await
+            .ok()?
+            .ok()?
+    }
+
+    /// Once shutdown has begun: waits until the queues this process owned
+    /// are handed over (their leases ended, bounded).
+    pub async fn stopped(&self) {
+        let running = lock(&self.running).take();
+        if let Some(task) = running {
+            let _ = task.await;
         }
     }
 
@@ -206,24 +312,41 @@ impl Ephemeral {
     }
 
     /// Transaction blocks of a session ended (committed or not): their
-    /// ephemeral PUSHes are applied if they committed, else dropped.
-    pub fn transaction_ended(&self, tokens: Vec<Uuid>) {
+    /// ephemeral PUSHes are applied if they committed, else dropped. Those
+    /// of queues owned elsewhere are forwarded to the owner; when a PUSH
+    /// was forwarded already at the PUSH, this returns only once that is
+    /// done (bounded), so the client sees its block end after the messages
+    /// are there.
+    pub async fn transaction_ended(self: &Arc<Self>, tokens: Vec<Uuid>) {
         if tokens.is_empty() {
             return;
         }
+        let mut remote = false;
         {
             let pending = lock(&self.pending);
             let mut settling = lock(&self.settling);
             for t in &tokens {
                 if let Some(p) = pending.get(t) {
                     *settling.entry(p.ref_).or_default() += 1;
+                    remote |= p.remote;
                 }
             }
         }
-        if let Err(mpsc::error::SendError(Request::Settle { tokens })) =
-            self.requests.send(Request::Settle { tokens })
+        let (reply, leftovers) = oneshot::channel();
+        if let Err(mpsc::error::SendError(Request::Settle { tokens, .. })) =
+            self.requests.send(Request::Settle { tokens, reply })
         {
-            self.settle(&[], &tokens);
+            drop(self.settle(&[], &tokens));
+            return;
+        }
+        let hub = self.clone();
+        let forwarding = tokio::spawn(async move {
+            if let Ok(leftovers) = leftovers.await {
+                hub.apply_leftovers(leftovers).await;
+            }
+        });
+        if remote {
+            let _ = tokio::time::timeout(SETTLE_TIMEOUT, forwarding).await;
         }
     }
 
@@ -258,7 +381,10 @@ impl Ephemeral {
                 tracing::warn!(queue = %row.queue_name, holder = %row.holder,
                     "lost the ownership of an ephemeral queue: its messages here are dropped");
             }
-            return Claimed::Other { holder: row.holder };
+            return Claimed::Other {
+                holder: row.holder,
+                peer: None,
+            };
         }
         let quota = Quota {
             max_length: row.max_length.and_then(|v| u64::try_from(v).ok()),
@@ -284,43 +410,43 @@ impl Ephemeral {
         Claimed::Mine(o.clone())
     }
 
-    /// Applies the PUSHes of `committed` among `tokens`, drops the rest.
-    fn settle(&self, committed: &[Uuid], tokens: &[Uuid]) {
+    /// Applies the PUSHes of `committed` among `tokens` to the queues this
+    /// process owns, drops the uncommitted; returns the committed ones of
+    /// queues owned elsewhere.
+    fn settle(self: &Arc<Self>, committed: &[Uuid], tokens: &[Uuid]) -> Vec<Leftover> {
+        let mut leftovers = Vec::new();
         for token in tokens {
             let Some(p) = lock(&self.pending).remove(token) else {
                 continue;
             };
-            let _done = Settled {
-                hub: self,
+            let done = Settled {
+                hub: self.clone(),
                 ref_: p.ref_,
             };
             if !committed.contains(token) {
                 continue;
             }
-            let Some(o) = lock(&self.owned).get(&p.ref_).cloned() else {
-                tracing::warn!(
-                    "an ephemeral PUSH committed after this queenwire lost the queue: its messages are dropped"
-                );
-                continue;
-            };
-            let result = lock(&o.store).push(p.messages, Instant::now());
-            match result {
-                Ok(_) => o.pushed.notify_waiters(),
-                Err(overflow) => tracing::warn!(queue = %o.queue, reason = %overflow.reason,
-                    "an ephemeral PUSH committed but no longer fits: its messages are dropped"),
+            match lock(&self.owned).get(&p.ref_).cloned() {
+                Some(o) if o.valid() => ops::apply(&o, p.messages),
+                _ => leftovers.push(Leftover {
+                    ref_: p.ref_,
+                    messages: p.messages,
+                    _settled: done,
+                }),
             }
         }
+        leftovers
     }
 }
 
 /// Counts one settled transaction of a queue down, however its settling
 /// ended.
-struct Settled<'a> {
-    hub: &'a Ephemeral,
+struct Settled {
+    hub: Arc<Ephemeral>,
     ref_: i64,
 }
 
-impl Drop for Settled<'_> {
+impl Drop for Settled {
     fn drop(&mut self) {
         let mut settling = lock(&self.hub.settling);
         if let Some(n) = settling.get_mut(&self.ref_) {
@@ -346,9 +472,10 @@ pub async fn run(
     shutdown: ShutdownSignal,
 ) {
     tokio::select! {
-        () = serve(config, hub, requests.0) => {}
+        () = serve(config.clone(), hub.clone(), requests.0) => {}
         () = shutdown.begun() => {}
     }
+    forward::release(&config, &hub).await;
 }
 
 async fn serve(
@@ -372,15 +499,29 @@ async fn serve(
                 continue;
             }
         };
+        if let Err(e) = publish(&client, &hub).await {
+            health.lost(&e);
+            fail_waiting(&hub, &mut requests, &e.to_string());
+            tokio::time::sleep(RENEW_EVERY).await;
+            continue;
+        }
         health.ok();
         let mut tick = tokio::time::interval(RENEW_EVERY);
+        let mut ticks = 0u32;
         loop {
             let step = tokio::select! {
                 request = requests.recv() => match request {
                     Some(r) => serve_one(&client, &hub, r).await,
                     None => return,
                 },
-                _ = tick.tick() => renew(&client, &hub).await,
+                _ = tick.tick() => {
+                    ticks = ticks.wrapping_add(1);
+                    match ticks % PUBLISH_EVERY {
+                        0 => publish(&client, &hub).await,
+                        _ => Ok(()),
+                    }
+                    .and(renew(&client, &hub).await)
+                }
             };
             if let Err(e) = step {
                 health.lost(&e);
@@ -390,7 +531,7 @@ async fn serve(
     }
 }
 
-fn fail_waiting(hub: &Ephemeral, requests: &mut mpsc::UnboundedReceiver<Request>, why: &str) {
+fn fail_waiting(hub: &Arc<Ephemeral>, requests: &mut mpsc::UnboundedReceiver<Request>, why: &str) {
     while let Ok(r) = requests.try_recv() {
         match r {
             Request::Claim { reply, .. } => {
@@ -399,9 +540,12 @@ fn fail_waiting(hub: &Ephemeral, requests: &mut mpsc::UnboundedReceiver<Request>
             Request::Refresh { reply } => {
                 let _ = reply.send(());
             }
-            Request::Settle { tokens } => {
+            Request::Peer { reply, .. } => {
+                let _ = reply.send(None);
+            }
+            Request::Settle { tokens, reply } => {
                 tracing::warn!(why, "cannot tell whether transactions with ephemeral PUSHes committed: their messages are dropped");
-                hub.settle(&[], &tokens);
+                let _ = reply.send(hub.settle(&[], &tokens));
             }
         }
     }
@@ -409,7 +553,11 @@ fn fail_waiting(hub: &Ephemeral, requests: &mut mpsc::UnboundedReceiver<Request>
 
 type Step = Result<(), crate::backend::call::ClientCallError>;
 
-async fn serve_one(client: &tokio_postgres::Client, hub: &Ephemeral, request: Request) -> Step {
+async fn serve_one(
+    client: &tokio_postgres::Client,
+    hub: &Arc<Ephemeral>,
+    request: Request,
+) -> Step {
     match request {
         Request::Claim { ref_, reply } => {
             let asked = Instant::now();
@@ -418,6 +566,16 @@ async fn serve_one(client: &tokio_postgres::Client, hub: &Ephemeral, request: Re
                     let claimed = match rows.into_iter().next() {
                         Some(row) => hub.claimed(ref_, row, asked),
                         None => Claimed::Gone,
+                    };
+                    let claimed = match claimed {
+                        Claimed::Other { holder, .. } => match peer(client, hub, &holder).await {
+                            Ok(peer) => Claimed::Other { holder, peer },
+                            Err(e) => {
+                                let _ = reply.send(Err(e.to_string()));
+                                return Err(e);
+                            }
+                        },
+                        other => other,
                     };
                     let _ = reply.send(Ok(claimed));
                 }
@@ -432,17 +590,24 @@ async fn serve_one(client: &tokio_postgres::Client, hub: &Ephemeral, request: Re
             let _ = reply.send(());
             result?;
         }
-        Request::Settle { tokens } => match query(client, &CommitTake { tokens: &tokens }).await {
-            Ok(rows) => {
-                let committed: Vec<Uuid> = rows.into_iter().map(|c| c.token).collect();
-                hub.settle(&committed, &tokens);
+        Request::Peer { holder, reply } => {
+            let found = peer(client, hub, &holder).await;
+            let _ = reply.send(found.as_ref().ok().cloned().flatten());
+            found?;
+        }
+        Request::Settle { tokens, reply } => {
+            match query(client, &CommitTake { tokens: &tokens }).await {
+                Ok(rows) => {
+                    let committed: Vec<Uuid> = rows.into_iter().map(|c| c.token).collect();
+                    let _ = reply.send(hub.settle(&committed, &tokens));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot tell whether transactions with ephemeral PUSHes committed: their messages are dropped");
+                    let _ = reply.send(hub.settle(&[], &tokens));
+                    return Err(e);
+                }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot tell whether transactions with ephemeral PUSHes committed: their messages are dropped");
-                hub.settle(&[], &tokens);
-                return Err(e);
-            }
-        },
+        }
     }
     Ok(())
 }
@@ -492,61 +657,6 @@ async fn renew(client: &tokio_postgres::Client, hub: &Ephemeral) -> Step {
         }
     }
     Ok(())
-}
-
-/// SHOW QUEUES: the durable rows (`queues::show_queues`) with their
-/// `storage` column; an ephemeral queue's counts are its owner's, known
-/// only in the owner (NULL elsewhere).
-pub async fn show_queues(
-    conn: &mut Calls<'_>,
-    hub: &Ephemeral,
-    rows: Vec<Vec<Cell>>,
-    tenant: Uuid,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let declared: HashMap<String, QueueRow> = conn
-        .run(&Queues { tenant })
-        .await?
-        .into_iter()
-        .map(|r| (r.queue_name.clone(), r))
-        .collect();
-    Ok(rows
-        .into_iter()
-        .map(|mut row| {
-            let name = match row.first() {
-                Some(Cell::Text(n)) => Some(n.clone()),
-                _ => None,
-            };
-            let storage = match name.as_ref().and_then(|n| declared.get(n)) {
-                None => "durable".to_string(),
-                Some(q) => {
-                    let counts = hub.counts(q.ref_);
-                    if let (Some(m), Some(p)) = (row.get_mut(2), counts) {
-                        *m = Cell::Int8(p.0);
-                    }
-                    if let (Some(m), Some(p)) = (row.get_mut(3), counts) {
-                        *m = Cell::Int8(p.1);
-                    }
-                    if counts.is_none() {
-                        for at in [2, 3] {
-                            if let Some(c) = row.get_mut(at) {
-                                *c = Cell::Null;
-                            }
-                        }
-                    }
-                    match &q.holder {
-                        Some(h) => {
-                            format!("ephemeral: in the memory of {h} only, lost if it stops")
-                        }
-                        None => "ephemeral: no owner now (the next statement elects one); \
-                                 messages live only in an owner's memory"
-                            .to_string(),
-                    }
-                }
-            };
-            row.push(Cell::Text(storage));
-            row
-        })
-        .collect())
 }
 
 /// The wall clock of a lease expiry in rows.

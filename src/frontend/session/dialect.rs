@@ -121,7 +121,7 @@ impl Session {
         self.lease.restore(aside);
         self.txn.forwarded_since_sync = false;
         if ran.is_ok() {
-            self.transaction_ended();
+            self.transaction_ended().await;
         }
         ran
     }

@@ -338,12 +338,13 @@ impl Session {
 
     /// The transaction ended (ReadyForQuery said Idle): wake the waiters of
     /// the queues it pushed to.
-    pub(super) fn transaction_ended(&mut self) {
+    pub(super) async fn transaction_ended(&mut self) {
         for key in self.txn.pushed.drain(..) {
             self.shared.engine.announcer.pushed(&key);
         }
         let ephemeral = std::mem::take(&mut self.txn.ephemeral);
-        self.shared.engine.ephemeral.transaction_ended(ephemeral);
+        let hub = &self.shared.engine.ephemeral;
+        hub.transaction_ended(ephemeral).await;
     }
 
     /// The backend reported `status` at the end of an exchange: startup
@@ -368,7 +369,7 @@ impl Session {
             }
         }
         if status == protocol::TxStatus::Idle {
-            self.transaction_ended();
+            self.transaction_ended().await;
         }
         Ok(())
     }

@@ -214,12 +214,12 @@ impl Session {
                     if let Err(unreadable) = text.readable(range.clone(), &self.client_encoding) {
                         self.refuse(unreadable, CallEnd::Sync).await?;
                     }
-                    self.after_own_transaction();
+                    self.after_own_transaction().await;
                     false
                 }
                 Command::Dialect(stmt) => {
                     let ran = self.run_dialect(stmt, &[], CallEnd::Sync).await?;
-                    self.after_own_transaction();
+                    self.after_own_transaction().await;
                     match ran {
                         Some(outcome) => {
                             self.send_outcome(stmt, outcome, &[], true);
@@ -231,7 +231,7 @@ impl Session {
                 Command::Invalid(e) => {
                     let refusal = crate::engine::values::parse_error(e.clone());
                     self.refuse(refusal, CallEnd::Sync).await?;
-                    self.after_own_transaction();
+                    self.after_own_transaction().await;
                     false
                 }
             };
@@ -296,10 +296,10 @@ impl Session {
 
     /// After a statement whose calls ended with Sync: its transaction is
     /// over unless a block goes on.
-    fn after_own_transaction(&mut self) {
+    async fn after_own_transaction(&mut self) {
         self.txn.forwarded_since_sync = false;
         if self.lease.held() && self.lease.status() == TxStatus::Idle {
-            self.transaction_ended();
+            self.transaction_ended().await;
         }
     }
 }

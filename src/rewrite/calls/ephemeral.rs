@@ -229,3 +229,81 @@ impl FromRow for Committed {
         })
     }
 }
+
+pub const PEER_PUBLISH: CallSpec = CallSpec {
+    name: "qw_ephemeral_peer_publish_v1",
+    sql: "SELECT queen.ephemeral_peer_publish_v1(p_holder => $1, p_address => $2, p_secret => $3) IS NULL AS published",
+    params: &[Type::TEXT, Type::TEXT, Type::BYTEA],
+    columns: &[column("published", Type::BOOL)],
+};
+
+/// Where this queenwire serves forwarded ephemeral statements, and the
+/// secret a forwarding queenwire must prove it knows.
+pub struct PeerPublish<'a> {
+    pub holder: &'a str,
+    pub address: &'a str,
+    pub secret: &'a [u8],
+}
+
+impl Call for PeerPublish<'_> {
+    const SPEC: &'static CallSpec = &PEER_PUBLISH;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.holder, &self.address, &self.secret]
+    }
+}
+
+pub const PEER: CallSpec = CallSpec {
+    name: "qw_ephemeral_peer_v1",
+    sql: "SELECT address, secret FROM queen.ephemeral_peer_v1(p_holder => $1)",
+    params: &[Type::TEXT],
+    columns: &[column("address", Type::TEXT), column("secret", Type::BYTEA)],
+};
+
+/// Where another queenwire (a lease holder) serves forwarded statements.
+pub struct Peer<'a> {
+    pub holder: &'a str,
+}
+
+impl Call for Peer<'_> {
+    const SPEC: &'static CallSpec = &PEER;
+    type Row = PeerRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.holder]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerRow {
+    pub address: String,
+    pub secret: Vec<u8>,
+}
+
+impl FromRow for PeerRow {
+    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        Ok(PeerRow {
+            address: row.get("address")?,
+            secret: row.get("secret")?,
+        })
+    }
+}
+
+pub const RELEASE: CallSpec = CallSpec {
+    name: "qw_ephemeral_release_v1",
+    sql: "SELECT queen.ephemeral_release_v1(p_holder => $1) AS ended",
+    params: &[Type::TEXT],
+    columns: &[column("ended", Type::INT8)],
+};
+
+/// A stopping queenwire's ephemeral leases end now, its peer row goes.
+pub struct Release<'a> {
+    pub holder: &'a str,
+}
+
+impl Call for Release<'_> {
+    const SPEC: &'static CallSpec = &RELEASE;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.holder]
+    }
+}

@@ -121,7 +121,7 @@ async fn drop_oldest_ttl_and_lease_redelivery() {
     c.batch_execute(
         "CREATE QUEUE ring WITH (class = ephemeral, max_length = 2, overflow = drop_oldest);
          CREATE QUEUE brief WITH (class = ephemeral, ttl = '1s');
-         CREATE QUEUE leased WITH (class = ephemeral, retry_limit = 5)",
+         CREATE QUEUE leased WITH (class = ephemeral, retry_limit = 5, retry_delay = 0)",
     )
     .await
     .unwrap();
@@ -168,6 +168,55 @@ async fn drop_oldest_ttl_and_lease_redelivery() {
         col(&rows(&c, "POP FROM leased").await[0], "retry_count"),
         "1"
     );
+}
+
+/// The queue's time-based delivery options hold as for durable queues:
+/// retry_delay after ACK … FAILED, delayed_processing, window_buffer (the
+/// owner reads them when it claims the queue, and again at each renewal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_delay_delayed_processing_and_window_buffer_apply() {
+    let proxy = Proxy::start("eph_delays").await;
+    let c = proxy.connect().await;
+    c.batch_execute(
+        "CREATE QUEUE held WITH (class = ephemeral, retry_delay = '3s');
+         CREATE QUEUE later WITH (class = ephemeral, delayed_processing = '2s');
+         CREATE QUEUE settled WITH (class = ephemeral, window_buffer = '2s')",
+    )
+    .await
+    .unwrap();
+
+    rows(&c, "PUSH INTO held VALUES ('1')").await;
+    let r = receipts_of(&c, "POP FROM held").await;
+    let failed = rows(&c, &format!("ACK '{}' FAILED", r[0])).await;
+    assert_eq!(col(&failed[0], "status"), "retry");
+    let failed_at = Instant::now();
+    assert!(
+        rows(&c, "POP FROM held").await.is_empty(),
+        "held back by retry_delay"
+    );
+    let again = rows(&c, "POP FROM held WAIT '10s'").await;
+    assert_eq!(col(&again[0], "retry_count"), "1");
+    assert!(failed_at.elapsed() >= Duration::from_millis(2900));
+
+    let pushed_at = Instant::now();
+    rows(&c, "PUSH INTO later VALUES ('1')").await;
+    assert!(
+        rows(&c, "POP FROM later").await.is_empty(),
+        "invisible until 2 s old"
+    );
+    let got = rows(&c, "POP FROM later WAIT '10s' AUTO ACK").await;
+    assert_eq!(col(&got[0], "payload"), "1");
+    assert!(pushed_at.elapsed() >= Duration::from_millis(1900));
+
+    let pushed_at = Instant::now();
+    rows(&c, "PUSH INTO settled VALUES ('1')").await;
+    assert!(
+        rows(&c, "POP FROM settled").await.is_empty(),
+        "the partition is invisible within its window"
+    );
+    let got = rows(&c, "POP FROM settled WAIT '10s' AUTO ACK").await;
+    assert_eq!(col(&got[0], "payload"), "1");
+    assert!(pushed_at.elapsed() >= Duration::from_millis(1900));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -205,21 +205,28 @@ $$;
 -- only, on a connection of its own, in a transaction of its own.
 -- Locks: the maintenance_leases row (leaf); reads queues and
 -- ephemeral_queues.
-CREATE OR REPLACE FUNCTION queen.ephemeral_claim_v1(
+-- v2: with the delivery options the owner applies (retry_delay,
+-- delayed_processing, window_buffer, dedup_window).
+DROP FUNCTION IF EXISTS queen.ephemeral_claim_v1(BIGINT, TEXT, BIGINT);
+CREATE OR REPLACE FUNCTION queen.ephemeral_claim_v2(
     p_ref    BIGINT,
     p_holder TEXT,
     p_ttl_ms BIGINT
 ) RETURNS TABLE (
-    tenant_id   UUID,
-    queue_name  TEXT,
-    max_length  BIGINT,
-    max_bytes   BIGINT,
-    ttl_ms      BIGINT,
-    overflow    TEXT,
-    lease_time  INTEGER,
-    retry_limit INTEGER,
-    holder      TEXT,
-    held_until  TIMESTAMPTZ
+    tenant_id          UUID,
+    queue_name         TEXT,
+    max_length         BIGINT,
+    max_bytes          BIGINT,
+    ttl_ms             BIGINT,
+    overflow           TEXT,
+    lease_time         INTEGER,
+    retry_limit        INTEGER,
+    retry_delay        INTEGER,
+    delayed_processing INTEGER,
+    window_buffer      INTEGER,
+    dedup_window       INTEGER,
+    holder             TEXT,
+    held_until         TIMESTAMPTZ
 )
 LANGUAGE plpgsql
 AS $$
@@ -231,7 +238,8 @@ BEGIN
     PERFORM queen.maintenance_try_lease_v1('ephemeral:' || p_ref, p_holder, p_ttl_ms);
     RETURN QUERY
     SELECT q.tenant_id, q.name::TEXT, e.max_length, e.max_bytes, e.ttl_ms, e.overflow,
-           q.lease_time, q.retry_limit, l.holder, l.expires_at
+           q.lease_time, q.retry_limit, q.retry_delay, q.delayed_processing, q.window_buffer,
+           q.dedup_window, l.holder, l.expires_at
     FROM queen.ephemeral_queues e
     JOIN queen.queues q ON q.id = e.queue_id
     JOIN queen.maintenance_leases l ON l.task = 'ephemeral:' || e.ref

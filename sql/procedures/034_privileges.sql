@@ -130,7 +130,7 @@ DECLARE
         'timer_claim_due_v1', 'timer_delete_fired_v1', 'timer_postpone_v1',
         'tenant_role_ensure_v1', 'metrics_flush_v1', 'metrics_rollup_v1',
         'tenant_purge_step_v1',
-        'ephemeral_names_v1', 'ephemeral_claim_v1', 'ephemeral_commit_take_v1',
+        'ephemeral_names_v1', 'ephemeral_claim_v2', 'ephemeral_commit_take_v1',
         'ephemeral_peer_publish_v1', 'ephemeral_peer_v1', 'ephemeral_release_v1',
         'stream_active_v1', 'stream_cycle_begin_v1', 'stream_state_load_v1',
         'stream_cycle_save_v1', 'stream_idle_partitions_v1', 'stream_note_error_v1',

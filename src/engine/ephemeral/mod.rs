@@ -393,6 +393,11 @@ impl Ephemeral {
             drop_oldest: row.overflow == "drop_oldest",
             lease_time: Duration::from_secs(u64::try_from(row.lease_time).unwrap_or(60).max(1)),
             retry_limit: row.retry_limit,
+            retry_delay: Duration::from_millis(u64::try_from(row.retry_delay).unwrap_or(0)),
+            delayed_processing: Duration::from_secs(
+                u64::try_from(row.delayed_processing).unwrap_or(0),
+            ),
+            window_buffer: Duration::from_secs(u64::try_from(row.window_buffer).unwrap_or(0)),
         };
         let until = asked + LEASE_TTL - MARGIN;
         let mut owned = lock(&self.owned);

@@ -13,6 +13,12 @@
 //! FROM NOW, after the newest). A message leaves memory once every group
 //! the queue has seen acknowledged it, when it is older than `ttl`, or when
 //! `overflow = drop_oldest` makes room.
+//!
+//! The queue's time-based delivery options hold as for durable queues:
+//! after `ACK … FAILED` (a retry) the partition is held back from that
+//! group for `retry_delay`; a message is invisible to POP until it has been
+//! held `delayed_processing`; a partition is invisible until its newest
+//! message has been held `window_buffer`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -28,6 +34,13 @@ pub struct Quota {
     pub drop_oldest: bool,
     pub lease_time: Duration,
     pub retry_limit: i32,
+    /// After a FAILED ack that retries: the partition is held back this long.
+    pub retry_delay: Duration,
+    /// A message is invisible to POP until held this long.
+    pub delayed_processing: Duration,
+    /// A partition is invisible to POP until its newest message is held
+    /// this long.
+    pub window_buffer: Duration,
 }
 
 /// A message as PUSH hands it over.
@@ -74,6 +87,8 @@ struct Group {
     retries: HashMap<i64, i32>,
     /// By partition.
     leases: HashMap<String, Lease>,
+    /// Partitions held back (retry_delay) until then.
+    blocked: HashMap<String, Instant>,
 }
 
 /// What a PUSH that does not fit gets.
@@ -89,6 +104,9 @@ pub struct Store {
     bytes: u64,
     next_seq: i64,
     groups: HashMap<String, Group>,
+    /// When each partition was last pushed to (kept while `window_buffer`
+    /// is set).
+    last_write: HashMap<String, Instant>,
 }
 
 /// Where a group first seen starts.
@@ -106,6 +124,7 @@ impl Store {
             bytes: 0,
             next_seq: 0,
             groups: HashMap::new(),
+            last_write: HashMap::new(),
         }
     }
 
@@ -205,6 +224,24 @@ impl Store {
             self.drop_front();
             excess_len = excess_len.saturating_sub(1);
         }
+        let window = self.quota.window_buffer;
+        if window.is_zero() {
+            self.last_write.clear();
+        } else {
+            // Bounded: a stamp older than the window hides nothing.
+            if self.last_write.len() > 2 * self.messages.len() + 64 {
+                self.last_write
+                    .retain(|_, at| now.duration_since(*at) < window);
+            }
+            for m in &messages {
+                match self.last_write.get_mut(&m.partition) {
+                    Some(at) => *at = now,
+                    None => {
+                        self.last_write.insert(m.partition.clone(), now);
+                    }
+                }
+            }
+        }
         let mut seqs = Vec::with_capacity(messages.len());
         for msg in messages {
             let seq = self.next_seq;
@@ -287,9 +324,12 @@ impl Store {
         self.group(group, start);
         self.settle_expired(group, now);
         let lease_time = lease.unwrap_or(self.quota.lease_time);
+        let (delayed, window) = (self.quota.delayed_processing, self.quota.window_buffer);
+        let last_write = &self.last_write;
         let Some(g) = self.groups.get_mut(group) else {
             return Vec::new();
         };
+        g.blocked.retain(|_, until| *until > now);
         let mut out = Vec::new();
         let mut chosen: Vec<String> = Vec::new();
         let mut closed: HashSet<&str> = HashSet::new();
@@ -297,8 +337,24 @@ impl Store {
             if out.len() >= limit {
                 break;
             }
+            // Messages are held in push order: the rest are younger still.
+            if !delayed.is_zero() && now.duration_since(m.held_since) < delayed {
+                break;
+            }
             let p = m.msg.partition.as_str();
-            if m.seq < g.from_seq || closed.contains(p) || g.leases.contains_key(p) {
+            if m.seq < g.from_seq
+                || closed.contains(p)
+                || g.leases.contains_key(p)
+                || g.blocked.contains_key(p)
+            {
+                continue;
+            }
+            let windowed = !window.is_zero()
+                && last_write
+                    .get(p)
+                    .is_some_and(|at| now.duration_since(*at) < window);
+            if windowed {
+                closed.insert(p);
                 continue;
             }
             if g.acked.contains(&m.seq) {
@@ -361,6 +417,7 @@ impl Store {
     ) -> &'static str {
         self.settle_expired(group, now);
         let retry_limit = self.quota.retry_limit;
+        let retry_delay = self.quota.retry_delay;
         let oldest = self.oldest_seq();
         let Some(g) = self.groups.get_mut(group) else {
             return "stale";
@@ -383,6 +440,9 @@ impl Store {
                 g.acked.insert(seq);
                 "dead_lettered"
             } else {
+                if !retry_delay.is_zero() {
+                    g.blocked.insert(partition.clone(), now + retry_delay);
+                }
                 "retry"
             }
         } else {
@@ -445,189 +505,4 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn quota() -> Quota {
-        Quota {
-            max_length: Some(3),
-            max_bytes: None,
-            ttl: None,
-            drop_oldest: false,
-            lease_time: Duration::from_secs(30),
-            retry_limit: 1,
-        }
-    }
-
-    fn msg(partition: &str, payload: &str) -> NewMessage {
-        NewMessage {
-            id: Uuid::now_v7(),
-            partition: partition.into(),
-            payload: payload.into(),
-            transaction_id: None,
-            trace_id: None,
-            created_at_micros: 0,
-        }
-    }
-
-    fn pop(s: &mut Store, group: &str, limit: usize, now: Instant) -> Vec<Delivered> {
-        s.pop(
-            group,
-            Start::Oldest,
-            limit,
-            1,
-            None,
-            false,
-            now,
-            SystemTime::now(),
-        )
-    }
-
-    #[test]
-    fn reject_refuses_a_push_that_does_not_fit_and_changes_nothing() {
-        let mut s = Store::new(quota());
-        let now = Instant::now();
-        s.push(vec![msg("p", "1"), msg("p", "2")], now).unwrap();
-        assert!(s.push(vec![msg("p", "3"), msg("p", "4")], now).is_err());
-        assert_eq!(s.counts(), (2, 2));
-        s.push(vec![msg("p", "3")], now).unwrap();
-        assert_eq!(s.counts(), (3, 3));
-    }
-
-    #[test]
-    fn drop_oldest_makes_room() {
-        let mut s = Store::new(Quota {
-            drop_oldest: true,
-            ..quota()
-        });
-        let now = Instant::now();
-        s.push(vec![msg("p", "1"), msg("p", "2"), msg("p", "3")], now)
-            .unwrap();
-        s.push(vec![msg("p", "4"), msg("p", "5")], now).unwrap();
-        let got: Vec<String> = pop(&mut s, "g", 10, now)
-            .into_iter()
-            .map(|d| d.msg.payload)
-            .collect();
-        assert_eq!(got, ["3", "4", "5"]);
-    }
-
-    #[test]
-    fn ttl_expires_messages() {
-        let mut s = Store::new(Quota {
-            ttl: Some(Duration::from_secs(5)),
-            ..quota()
-        });
-        let t0 = Instant::now();
-        s.push(vec![msg("p", "old")], t0).unwrap();
-        s.push(vec![msg("p", "new")], t0 + Duration::from_secs(3))
-            .unwrap();
-        let got = pop(&mut s, "g", 10, t0 + Duration::from_secs(6));
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].msg.payload, "new");
-    }
-
-    #[test]
-    fn a_partition_is_leased_to_one_consumer_and_an_expired_lease_redelivers() {
-        let mut s = Store::new(quota());
-        let t0 = Instant::now();
-        s.push(vec![msg("a", "1"), msg("a", "2"), msg("b", "3")], t0)
-            .unwrap();
-        let first = pop(&mut s, "g", 10, t0);
-        assert_eq!(first.len(), 2);
-        let second = pop(&mut s, "g", 10, t0);
-        assert_eq!(second.len(), 1);
-        assert_eq!(second[0].msg.partition, "b");
-        assert!(pop(&mut s, "g", 10, t0).is_empty());
-        let later = t0 + Duration::from_secs(31);
-        let again = pop(&mut s, "g", 10, later);
-        assert_eq!(again.len(), 2);
-        assert_eq!(again[0].retry_count, 1);
-        // Past retry_limit (1) a's messages are dropped for the group; b's,
-        // failed once, comes again.
-        let rest = pop(&mut s, "g", 10, later + Duration::from_secs(62));
-        assert_eq!(rest.len(), 1, "{rest:?}");
-        assert_eq!(
-            (rest[0].msg.partition.as_str(), rest[0].retry_count),
-            ("b", 1)
-        );
-    }
-
-    #[test]
-    fn ack_releases_and_collects_and_a_wrong_token_is_stale() {
-        let mut s = Store::new(quota());
-        let now = Instant::now();
-        s.push(vec![msg("a", "1")], now).unwrap();
-        let d = pop(&mut s, "g", 1, now);
-        let (token, _) = d[0].lease.unwrap();
-        assert_eq!(s.ack("g", d[0].seq, Uuid::now_v7(), false, now), "stale");
-        assert_eq!(s.ack("g", d[0].seq, token, false, now), "acked");
-        assert_eq!(s.counts(), (0, 0));
-        assert_eq!(s.ack("g", d[0].seq, token, false, now), "stale");
-    }
-
-    #[test]
-    fn acking_a_batch_one_by_one_releases_its_partition() {
-        let mut s = Store::new(quota());
-        let now = Instant::now();
-        s.push(vec![msg("a", "1"), msg("a", "2")], now).unwrap();
-        let d = pop(&mut s, "g", 10, now);
-        for m in &d {
-            assert_eq!(s.ack("g", m.seq, m.lease.unwrap().0, false, now), "acked");
-        }
-        s.push(vec![msg("a", "3")], now).unwrap();
-        let next = pop(&mut s, "g", 10, now);
-        assert_eq!(next.len(), 1);
-        assert_eq!(next[0].msg.payload, "3");
-    }
-
-    #[test]
-    fn failed_acks_retry_then_dead_letter() {
-        let mut s = Store::new(quota());
-        let now = Instant::now();
-        s.push(vec![msg("a", "1")], now).unwrap();
-        let d = pop(&mut s, "g", 1, now);
-        assert_eq!(
-            s.ack("g", d[0].seq, d[0].lease.unwrap().0, true, now),
-            "retry"
-        );
-        let d = pop(&mut s, "g", 1, now);
-        assert_eq!(d[0].retry_count, 1);
-        assert_eq!(
-            s.ack("g", d[0].seq, d[0].lease.unwrap().0, true, now),
-            "dead_lettered"
-        );
-        assert!(pop(&mut s, "g", 1, now).is_empty());
-    }
-
-    #[test]
-    fn groups_fan_out_and_now_starts_after_the_newest() {
-        let mut s = Store::new(quota());
-        let now = Instant::now();
-        s.push(vec![msg("a", "1")], now).unwrap();
-        assert_eq!(pop(&mut s, "early", 5, now).len(), 1);
-        let late = s.pop(
-            "late",
-            Start::Newest,
-            5,
-            1,
-            None,
-            true,
-            now,
-            SystemTime::now(),
-        );
-        assert!(late.is_empty());
-        s.push(vec![msg("a", "2")], now).unwrap();
-        let late = s.pop(
-            "late",
-            Start::Newest,
-            5,
-            1,
-            None,
-            true,
-            now,
-            SystemTime::now(),
-        );
-        assert_eq!(late.len(), 1);
-        assert_eq!(late[0].msg.payload, "2");
-    }
-}
+mod tests;

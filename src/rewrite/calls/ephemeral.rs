@@ -115,8 +115,8 @@ impl FromRow for NameRow {
 }
 
 pub const CLAIM: CallSpec = CallSpec {
-    name: "qw_ephemeral_claim_v1",
-    sql: "SELECT tenant_id, queue_name, max_length, max_bytes, ttl_ms, overflow, lease_time, retry_limit, holder, held_until FROM queen.ephemeral_claim_v1(p_ref => $1, p_holder => $2, p_ttl_ms => $3)",
+    name: "qw_ephemeral_claim_v2",
+    sql: "SELECT tenant_id, queue_name, max_length, max_bytes, ttl_ms, overflow, lease_time, retry_limit, retry_delay, delayed_processing, window_buffer, dedup_window, holder, held_until FROM queen.ephemeral_claim_v2(p_ref => $1, p_holder => $2, p_ttl_ms => $3)",
     params: &[Type::INT8, Type::TEXT, Type::INT8],
     columns: &[
         column("tenant_id", Type::UUID),
@@ -127,6 +127,10 @@ pub const CLAIM: CallSpec = CallSpec {
         column("overflow", Type::TEXT),
         column("lease_time", Type::INT4),
         column("retry_limit", Type::INT4),
+        column("retry_delay", Type::INT4),
+        column("delayed_processing", Type::INT4),
+        column("window_buffer", Type::INT4),
+        column("dedup_window", Type::INT4),
         column("holder", Type::TEXT),
         column("held_until", Type::TIMESTAMPTZ),
     ],
@@ -157,6 +161,14 @@ pub struct ClaimRow {
     pub overflow: String,
     pub lease_time: i32,
     pub retry_limit: i32,
+    /// Milliseconds.
+    pub retry_delay: i32,
+    /// Seconds.
+    pub delayed_processing: i32,
+    /// Seconds.
+    pub window_buffer: i32,
+    /// Seconds.
+    pub dedup_window: i32,
     pub holder: String,
     pub held_until: SystemTime,
 }
@@ -172,6 +184,10 @@ impl FromRow for ClaimRow {
             overflow: row.get("overflow")?,
             lease_time: row.get("lease_time")?,
             retry_limit: row.get("retry_limit")?,
+            retry_delay: row.get("retry_delay")?,
+            delayed_processing: row.get("delayed_processing")?,
+            window_buffer: row.get("window_buffer")?,
+            dedup_window: row.get("dedup_window")?,
             holder: row.get("holder")?,
             held_until: row.get("held_until")?,
         })

@@ -56,14 +56,15 @@ async fn higher_priority_queues_are_served_first() {
     )
     .await
     .unwrap();
-    // The ephemeral one is left out (its messages are in memory only).
+    // The ephemeral one is listed (marked) and served from memory at its
+    // priority.
     for q in ["low", "high", "middle", "elsewhere", "fleeting"] {
         push(&c, q, 2).await;
     }
     let direct = proxy.connect_direct().await;
     let listed: Vec<String> = direct
         .query(
-            "SELECT queue_name FROM queen.log_namespace_queues_v1('billing')",
+            "SELECT queue_name FROM queen.log_namespace_queues_v2('billing')",
             &[],
         )
         .await
@@ -71,12 +72,24 @@ async fn higher_priority_queues_are_served_first() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(listed, ["high", "middle", "low"]);
+    assert_eq!(listed, ["fleeting", "high", "middle", "low"]);
     let mut order = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..9 {
         order.extend(popped_queues(&c, "POP FROM NAMESPACE billing AUTO ACK").await);
     }
-    assert_eq!(order, ["high", "high", "middle", "middle", "low", "low"]);
+    assert_eq!(
+        order,
+        ["fleeting", "fleeting", "high", "high", "middle", "middle", "low", "low"]
+    );
+    // An ephemeral queue's delivery under a lease is ACKed as any.
+    push(&c, "fleeting", 1).await;
+    let got = rows(&c, "POP FROM NAMESPACE billing GROUP leased").await;
+    assert_eq!(col(&got[0], "queue"), "fleeting");
+    let acked = rows(&c, &format!("ACK '{}'", col(&got[0], "receipt"))).await;
+    assert_eq!(col(&acked[0], "status"), "acked");
+    // Every group the ephemeral queue has seen takes the message: it leaves
+    // memory (a group first seen later starts at the oldest message held).
+    rows(&c, "POP FROM fleeting LIMIT 100 AUTO ACK").await;
 
     // A LIMIT larger than the top queue holds goes on down the priorities.
     for q in ["low", "high", "middle"] {

@@ -2,7 +2,7 @@
 -- over the engine's hot-list candidates), log_pop_v1 (the same pop over the
 -- whole queue, its original signature kept for direct SQL callers) and
 -- log_hotlist_seed_v1 (what the engine seeds its hot list from; see
--- docs/internals/hotlist.md), and log_namespace_queues_v1 (the queues of a
+-- docs/internals/hotlist.md), and log_namespace_queues_v2 (the queues of a
 -- wildcard POP FROM NAMESPACE, higher priority first).
 --
 -- log_pop_v1 changes shape only by DROP-and-CREATE: its OUT row type is part
@@ -615,13 +615,13 @@ BEGIN
 END
 $$;
 
--- log_namespace_queues_v1: the queues of a wildcard POP (POP FROM NAMESPACE
+-- log_namespace_queues_v2: the queues of a wildcard POP (POP FROM NAMESPACE
 -- ns [TASK t]): every queue of the tenant whose namespace is p_namespace
 -- (and whose task is p_task, when given), higher priority first, then by
 -- name (COLLATE "C"); the engine rotates among the queues of one priority
 -- (fairness) and pops each through its hot list with log_pop_v2. Ephemeral
--- queues (030, resolved at run time) are left out: their messages are not
--- in the database.
+-- queues (030) are listed with `ephemeral` true: the engine pops them from
+-- their owner's memory.
 --
 -- The group is registered durably here, on every such queue that has not
 -- seen it yet (seed 000's "deliberate widening": a wildcard pop writes the
@@ -640,7 +640,11 @@ $$;
 -- SHARE SKIP LOCKED, then the leaf consumer_groups_metadata insert. A queue
 -- skipped that way is still listed; its log_pop_v2 registers the group at
 -- first sight as for any POP.
-CREATE OR REPLACE FUNCTION queen.log_namespace_queues_v1(
+-- v2: ephemeral queues (030) are listed too, marked, for the engine to pop
+-- from their owner's memory; the group is registered only on the others
+-- (an ephemeral queue's groups live in its owner's memory).
+DROP FUNCTION IF EXISTS queen.log_namespace_queues_v1(TEXT, TEXT, TEXT, TEXT, TIMESTAMPTZ, UUID);
+CREATE OR REPLACE FUNCTION queen.log_namespace_queues_v2(
     p_namespace    TEXT,
     p_task         TEXT DEFAULT NULL,
     p_group        TEXT DEFAULT '__QUEUE_MODE__',
@@ -649,7 +653,8 @@ CREATE OR REPLACE FUNCTION queen.log_namespace_queues_v1(
     p_tenant       UUID DEFAULT '00000000-0000-0000-0000-000000000001'
 ) RETURNS TABLE (
     queue_name TEXT,
-    priority   INTEGER
+    priority   INTEGER,
+    ephemeral  BOOLEAN
 )
 LANGUAGE plpgsql
 AS $$
@@ -663,11 +668,11 @@ DECLARE
 BEGIN
     PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_namespace IS NULL THEN
-        RAISE EXCEPTION 'log_namespace_queues_v1: needs a namespace' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'log_namespace_queues_v2: needs a namespace' USING ERRCODE = '22023';
     END IF;
     IF v_mode NOT IN ('beginning', 'now', 'timestamp')
        OR (v_mode = 'timestamp' AND p_subscribe_at IS NULL) THEN
-        RAISE EXCEPTION 'log_namespace_queues_v1: subscribe must be beginning, now or timestamp (with a time), got %', v_mode
+        RAISE EXCEPTION 'log_namespace_queues_v2: subscribe must be beginning, now or timestamp (with a time), got %', v_mode
             USING ERRCODE = '22023';
     END IF;
 
@@ -709,12 +714,11 @@ BEGIN
     END LOOP;
 
     RETURN QUERY
-    SELECT q.name::TEXT, q.priority
+    SELECT q.name::TEXT, q.priority,
+           EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
     FROM queen.queues q
     WHERE q.tenant_id = p_tenant AND q.namespace = p_namespace
       AND (p_task IS NULL OR q.task = p_task)
-      -- 030: an ephemeral queue's messages are in its owner's memory only.
-      AND NOT EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = q.id)
     ORDER BY q.priority DESC, q.name COLLATE "C";
 END
 $$;

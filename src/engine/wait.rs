@@ -108,6 +108,7 @@ impl Engine {
                 }
                 Target::Namespace(ns) => {
                     ns.attempt(
+                        self,
                         &mut calls,
                         &listed,
                         waiters,

@@ -1,6 +1,6 @@
 //! `POP FROM NAMESPACE ns [TASK t] …`: one attempt of a wildcard POP.
 //!
-//! `queen.log_namespace_queues_v1` (004_log_pop) lists the namespace's
+//! `queen.log_namespace_queues_v2` (004_log_pop) lists the namespace's
 //! queues, higher `priority` first, and registers the POP's group on those
 //! that have not seen it. The attempt then pops the queues one after the
 //! other, each exactly as a POP of that one queue (its hot list ring, its
@@ -59,10 +59,14 @@ impl NamespacePop {
             .await?)
     }
 
-    /// One attempt over `queues` (from [`NamespacePop::queues`]).
+    /// One attempt over `queues` (from [`NamespacePop::queues`]); an
+    /// ephemeral queue among them is popped from its owner's memory
+    /// (`engine`'s ephemeral queues, forwarded when another queenwire owns
+    /// it).
     #[allow(clippy::too_many_arguments)]
     pub async fn attempt(
         &self,
+        engine: &super::Engine,
         conn: &mut Calls<'_>,
         queues: &[NamespaceQueue],
         waiters: &Waiters,
@@ -76,14 +80,25 @@ impl NamespacePop {
             .iter()
             .map(|q| (q.queue_name.as_str(), q.priority))
             .collect();
+        let ephemeral: HashSet<&str> = queues
+            .iter()
+            .filter(|q| q.ephemeral)
+            .map(|q| q.queue_name.as_str())
+            .collect();
         let order = hot.rotations.order(&rotation, queues);
         let mut rows = Vec::new();
         let mut limit_left = self.plan.limit();
         let mut partitions_left = self.plan.max_partitions();
         for queue in order {
             let plan = self.plan.for_queue(queue, limit_left, partitions_left);
-            let digest = waiters.digest(&queue_key(tenant, queue));
-            let got = hot.pop(conn, &plan, key, tenant, &digest, in_block).await?;
+            let got = if ephemeral.contains(queue) {
+                engine
+                    .namespace_ephemeral_pop(tenant, queue, plan.args())
+                    .await?
+            } else {
+                let digest = waiters.digest(&queue_key(tenant, queue));
+                hot.pop(conn, &plan, key, tenant, &digest, in_block).await?
+            };
             if got.is_empty() {
                 continue;
             }

@@ -16,7 +16,7 @@ use crate::engine::values::{now_micros, Cell, Params};
 use crate::engine::{Engine, ExecError, Outcome};
 use crate::protocol::{SqlError, SqlState, TxStatus};
 use crate::rewrite::calls::ephemeral::CommitMark;
-use crate::rewrite::calls::queues::{pop_args, DEFAULT_PARTITION};
+use crate::rewrite::calls::queues::{pop_args, PopArgs, DEFAULT_PARTITION};
 use crate::rewrite::dialect::ack::{AckOutcome, Renew};
 use crate::rewrite::dialect::pop::{Pop, PopFrom};
 use crate::rewrite::dialect::push::Push;
@@ -321,6 +321,38 @@ impl Engine {
         at: (Uuid, i64, &str),
     ) -> Result<Outcome, ExecError> {
         let args = pop_args(pop, params)?;
+        let cancel = lender.cancel_signal();
+        let rows = self
+            .ephemeral_pop_rows(at, &args, args.wait, &cancel)
+            .await?;
+        Ok(outcome(stmt, rows, None))
+    }
+
+    /// One queue of a wildcard POP's namespace that is ephemeral: one look
+    /// (the wildcard POP's own wait polls again), nothing if `queue` is no
+    /// longer an ephemeral queue of `tenant`'s.
+    pub(crate) async fn namespace_ephemeral_pop(
+        &self,
+        tenant: Uuid,
+        queue: &str,
+        args: &PopArgs,
+    ) -> Result<Vec<Vec<Cell>>, ExecError> {
+        let Some(ref_) = self.ephemeral.ref_of(tenant, queue) else {
+            return Ok(Vec::new());
+        };
+        let never = tokio::sync::Notify::new();
+        self.ephemeral_pop_rows((tenant, ref_, queue), args, None, &never)
+            .await
+    }
+
+    /// The rows of a POP of the ephemeral queue `at`, POP's columns.
+    async fn ephemeral_pop_rows(
+        &self,
+        at: (Uuid, i64, &str),
+        args: &PopArgs,
+        wait: Option<Duration>,
+        cancel: &tokio::sync::Notify,
+    ) -> Result<Vec<Vec<Cell>>, ExecError> {
         let spec = PopSpec {
             start: match args.subscribe == "now" {
                 true => Start::Newest,
@@ -330,12 +362,11 @@ impl Engine {
             partitions: u32::try_from(args.max_partitions).unwrap_or(1),
             lease: args.lease_ms.map(|ms| Duration::from_millis(ms as u64)),
             auto_ack: args.auto_ack,
-            group: args.group,
+            group: args.group.clone(),
         };
-        let cancel = lender.cancel_signal();
         let delivered = match self
             .ephemeral
-            .pop(at, &spec, args.wait, (&cancel, None), true)
+            .pop(at, &spec, wait, (cancel, None), true)
             .await?
         {
             Popped::Rows(rows) => rows,
@@ -368,7 +399,7 @@ impl Engine {
                 ]
             })
             .collect();
-        Ok(outcome(stmt, rows, None))
+        Ok(rows)
     }
 }
 

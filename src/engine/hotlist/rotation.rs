@@ -97,6 +97,7 @@ mod tests {
             .map(|(n, p)| NamespaceQueue {
                 queue_name: n.to_string(),
                 priority: *p,
+                ephemeral: false,
             })
             .collect()
     }

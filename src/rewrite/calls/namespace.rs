@@ -1,7 +1,8 @@
-//! The wildcard POP's one call of its own: `log_namespace_queues_v1`
+//! The wildcard POP's one call of its own: `log_namespace_queues_v2`
 //! (004_log_pop), the queues of a namespace (and task), higher priority
 //! first, with the POP's group registered on them. Each queue is then
-//! popped with `log_pop_v2` as any POP ([`super::queues`]).
+//! popped with `log_pop_v2` as any POP ([`super::queues`]), an ephemeral
+//! one from its owner's memory.
 
 use super::queues::PopArgs;
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
@@ -12,8 +13,8 @@ use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 pub const NAMESPACE_QUEUES: CallSpec = CallSpec {
-    name: "qw_namespace_queues_v1",
-    sql: "SELECT queue_name, priority FROM queen.log_namespace_queues_v1(p_namespace => $1, p_task => $2, p_group => $3, p_subscribe => $4, p_subscribe_at => $5::timestamptz, p_tenant => $6)",
+    name: "qw_namespace_queues_v2",
+    sql: "SELECT queue_name, priority, ephemeral FROM queen.log_namespace_queues_v2(p_namespace => $1, p_task => $2, p_group => $3, p_subscribe => $4, p_subscribe_at => $5::timestamptz, p_tenant => $6)",
     params: &[
         Type::TEXT,
         Type::TEXT,
@@ -25,6 +26,7 @@ pub const NAMESPACE_QUEUES: CallSpec = CallSpec {
     columns: &[
         column("queue_name", Type::TEXT),
         column("priority", Type::INT4),
+        column("ephemeral", Type::BOOL),
     ],
 };
 
@@ -77,6 +79,8 @@ impl Call for NamespaceQueues<'_> {
 pub struct NamespaceQueue {
     pub queue_name: String,
     pub priority: i32,
+    /// Its messages are in its owner's memory (030).
+    pub ephemeral: bool,
 }
 
 impl FromRow for NamespaceQueue {
@@ -84,6 +88,7 @@ impl FromRow for NamespaceQueue {
         Ok(NamespaceQueue {
             queue_name: row.get("queue_name")?,
             priority: row.get("priority")?,
+            ephemeral: row.get("ephemeral")?,
         })
     }
 }

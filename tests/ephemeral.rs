@@ -170,6 +170,40 @@ async fn drop_oldest_ttl_and_lease_redelivery() {
     );
 }
 
+/// A transaction_id pushed again within the queue's dedup_window is a
+/// duplicate, as on a durable queue: nothing is stored for it, and its row
+/// names the first message's id and offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_transaction_id_is_a_duplicate() {
+    let proxy = Proxy::start("eph_dedup").await;
+    let c = proxy.connect().await;
+    c.batch_execute("CREATE QUEUE once WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    let first = rows(
+        &c,
+        "PUSH INTO once (payload, transaction_id) VALUES ('{\"n\":1}', 'order-1')",
+    )
+    .await;
+    assert_eq!(col(&first[0], "status"), "queued");
+    let again = rows(
+        &c,
+        "PUSH INTO once (payload, transaction_id) VALUES ('{\"n\":2}', 'order-1'), ('{\"n\":3}', 'order-2'), ('{\"n\":4}', 'order-2')",
+    )
+    .await;
+    let statuses: Vec<String> = again.iter().map(|r| col(r, "status")).collect();
+    assert_eq!(statuses, ["duplicate", "queued", "duplicate"]);
+    assert_eq!(col(&again[0], "message_id"), col(&first[0], "message_id"));
+    assert_eq!(col(&again[0], "offset"), col(&first[0], "offset"));
+    assert_eq!(col(&again[2], "message_id"), col(&again[1], "message_id"));
+    let got: Vec<String> = rows(&c, "POP FROM once LIMIT 10 AUTO ACK")
+        .await
+        .iter()
+        .map(|r| col(r, "payload"))
+        .collect();
+    assert_eq!(got, ["{\"n\":1}", "{\"n\":3}"]);
+}
+
 /// The queue's time-based delivery options hold as for durable queues:
 /// retry_delay after ACK … FAILED, delayed_processing, window_buffer (the
 /// owner reads them when it claims the queue, and again at each renewal).
@@ -1012,7 +1046,7 @@ async fn the_internal_channel_refuses_a_caller_without_the_secret() {
     assert_eq!(answer.map(|w| w[0]), Some(b'W'));
     send(&mut s, &push_frame(tenant, ref_)).await;
     let reply = frame(&mut s).await.unwrap();
-    assert_eq!(reply[0], b'Q', "{reply:?}");
+    assert_eq!(reply[0], b'V', "{reply:?}");
     let got = rows(&c, "POP FROM guarded AUTO ACK").await;
     assert_eq!(col(&got[0], "payload"), "\"forged\"");
 }

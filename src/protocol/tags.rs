@@ -126,6 +126,7 @@ pub mod internal {
     pub const ERROR: u8 = b'E';
     pub const DONE: u8 = b'D';
     pub const SEQS: u8 = b'Q';
+    pub const PUSHED: u8 = b'V';
     pub const DELIVERED: u8 = b'M';
     pub const STATUSES: u8 = b'S';
     pub const UNTIL: u8 = b'T';

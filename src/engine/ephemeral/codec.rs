@@ -2,7 +2,7 @@
 //! integers, length-prefixed strings, a flag byte before what may be
 //! absent. Decoding never trusts a count beyond what the frame holds.
 
-use super::store::{Delivered, NewMessage, Start};
+use super::store::{Delivered, NewMessage, Pushed, Start};
 use super::wire::{Inbound, Item, Op, PopSpec, Reply, Request, WireError};
 use crate::protocol::tags::internal as tag;
 use crate::protocol::{SqlError, SqlState};
@@ -321,6 +321,23 @@ impl Reply {
                     e.i64(*s);
                 }
             }
+            Reply::Pushed(ps) => {
+                e.u8(tag::PUSHED);
+                e.u64(ps.len() as u64);
+                for p in ps {
+                    match p {
+                        Pushed::Queued(seq) => {
+                            e.u8(0);
+                            e.i64(*seq);
+                        }
+                        Pushed::Duplicate { seq, id } => {
+                            e.u8(1);
+                            e.i64(*seq);
+                            e.uuid(*id);
+                        }
+                    }
+                }
+            }
             Reply::Delivered(ds) => {
                 e.u8(tag::DELIVERED);
                 e.u64(ds.len() as u64);
@@ -377,6 +394,20 @@ impl Reply {
             tag::SEQS => {
                 let n = d.count(8)?;
                 Reply::Seqs((0..n).map(|_| d.i64()).collect::<D<_>>()?)
+            }
+            tag::PUSHED => {
+                let n = d.count(9)?;
+                let mut out = Vec::with_capacity(n);
+                for _ in 0..n {
+                    out.push(match d.flag()? {
+                        false => Pushed::Queued(d.i64()?),
+                        true => Pushed::Duplicate {
+                            seq: d.i64()?,
+                            id: d.uuid()?,
+                        },
+                    });
+                }
+                Reply::Pushed(out)
             }
             tag::DELIVERED => {
                 let n = d.count(40)?;
@@ -490,6 +521,13 @@ mod tests {
             Reply::Error(err),
             Reply::Done,
             Reply::Seqs(vec![1, 2]),
+            Reply::Pushed(vec![
+                Pushed::Queued(7),
+                Pushed::Duplicate {
+                    seq: 3,
+                    id: Uuid::now_v7(),
+                },
+            ]),
             Reply::Delivered(vec![Delivered {
                 seq: 4,
                 msg: message(),

@@ -6,7 +6,7 @@
 //! without its name, through any queenwire.
 
 use super::ops::{self, Popped};
-use super::store::{NewMessage, Start};
+use super::store::{NewMessage, Pushed, Start};
 use super::wire::{Item, Op, PopSpec, Reply};
 use super::{Ephemeral, Pending};
 use crate::backend::call::Calls;
@@ -245,18 +245,24 @@ impl Engine {
     ) -> Result<Outcome, ExecError> {
         let hub: &Ephemeral = &self.ephemeral;
         let messages = new_messages(push, params, self.limits.max_payload)?;
-        let rows_of = |seqs: Option<&[i64]>| -> Vec<Vec<Cell>> {
+        let rows_of = |pushed: Option<&[Pushed]>| -> Vec<Vec<Cell>> {
             messages
                 .iter()
                 .enumerate()
                 .map(|(i, m)| {
+                    // A duplicate reports the message it repeats.
+                    let (id, offset, status) = match pushed.and_then(|p| p.get(i)) {
+                        None => (m.id, Cell::Null, "queued"),
+                        Some(Pushed::Queued(seq)) => (m.id, Cell::Int8(*seq), "queued"),
+                        Some(Pushed::Duplicate { seq, id }) => (*id, Cell::Int8(*seq), "duplicate"),
+                    };
                     vec![
-                        Cell::Uuid(m.id),
+                        Cell::Uuid(id),
                         Cell::Text(queue.clone()),
                         Cell::Text(m.partition.clone()),
-                        seqs.map_or(Cell::Null, |s| Cell::Int8(s[i])),
+                        offset,
                         Cell::opt_text(m.transaction_id.clone()),
-                        Cell::Text("queued".into()),
+                        Cell::Text(status.into()),
                     ]
                 })
                 .collect()
@@ -265,18 +271,18 @@ impl Engine {
         let view = lender.view();
         if !view.status.in_transaction() && !view.pipeline_open {
             let n = messages.len();
-            let seqs = hub
+            let pushed = hub
                 .at_owner(
                     at,
                     |o| ops::push(o, messages.clone()),
                     || Op::Push(messages.clone()),
                     |r| match r {
-                        Reply::Seqs(s) if s.len() == n => Some(s),
+                        Reply::Pushed(p) if p.len() == n => Some(p),
                         _ => None,
                     },
                 )
                 .await?;
-            return Ok(outcome(stmt, rows_of(Some(&seqs)), None));
+            return Ok(outcome(stmt, rows_of(Some(&pushed)), None));
         }
         // Inside a transaction block (or a pipeline's implicit one): the
         // messages wait here for COMMIT (then go to the owner, wherever it

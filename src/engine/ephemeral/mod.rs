@@ -398,6 +398,7 @@ impl Ephemeral {
                 u64::try_from(row.delayed_processing).unwrap_or(0),
             ),
             window_buffer: Duration::from_secs(u64::try_from(row.window_buffer).unwrap_or(0)),
+            dedup_window: Duration::from_secs(u64::try_from(row.dedup_window).unwrap_or(0)),
         };
         let until = asked + LEASE_TTL - MARGIN;
         let mut owned = lock(&self.owned);

@@ -3,7 +3,7 @@
 //! and POP's wait, which runs here or at the owner.
 
 use super::forward::{mismatched, Attempt};
-use super::store::{Delivered, NewMessage};
+use super::store::{Delivered, NewMessage, Pushed};
 use super::wire::{Item, Op, PopSpec, Reply, Request};
 use super::{lock, wall, Ephemeral, Leftover, Owned, Route};
 use crate::protocol::{SqlError, SqlState};
@@ -34,11 +34,11 @@ fn of_tenant<'a>(o: &'a Owned, tenant: Uuid, queue: &str) -> Result<&'a Owned, S
 }
 
 /// PUSH outside a block: the messages' sequence numbers.
-pub(super) fn push(o: &Owned, messages: Vec<NewMessage>) -> Result<Vec<i64>, SqlError> {
+pub(super) fn push(o: &Owned, messages: Vec<NewMessage>) -> Result<Vec<Pushed>, SqlError> {
     let result = lock(&o.store).push(messages, Instant::now());
-    let seqs = result.map_err(|o| overflow(o.reason))?;
+    let pushed = result.map_err(|o| overflow(o.reason))?;
     o.pushed.notify_waiters();
-    Ok(seqs)
+    Ok(pushed)
 }
 
 /// PUSH inside a block: would it fit now?
@@ -268,7 +268,7 @@ impl Ephemeral {
         let result = match op {
             Op::Push(messages) => of_tenant(&o, tenant, &queue)
                 .and_then(|o| push(o, messages.clone()))
-                .map(Reply::Seqs),
+                .map(Reply::Pushed),
             Op::Fit { count, bytes } => of_tenant(&o, tenant, &queue)
                 .and_then(|o| fit(o, *count, *bytes))
                 .map(|()| Reply::Done),

@@ -19,10 +19,20 @@
 //! group for `retry_delay`; a message is invisible to POP until it has been
 //! held `delayed_processing`; a partition is invisible until its newest
 //! message has been held `window_buffer`.
+//!
+//! Deduplication as for durable queues, in memory: a `transaction_id`
+//! already pushed to the same partition within `dedup_window` (or earlier
+//! in the same PUSH) is a duplicate of that message, which nothing is
+//! stored for. The ids are remembered for the window whether or not their
+//! messages are still held, at most [`MAX_REMEMBERED`] per queue (the
+//! oldest forgotten first).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 use uuid::Uuid;
+
+/// Transaction ids one queue remembers at most.
+pub const MAX_REMEMBERED: usize = 1_000_000;
 
 /// The declaration's limits and the queue options the store honours.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +51,18 @@ pub struct Quota {
     /// A partition is invisible to POP until its newest message is held
     /// this long.
     pub window_buffer: Duration,
+    /// How long a transaction id is remembered (zero: only within one
+    /// PUSH).
+    pub dedup_window: Duration,
+}
+
+/// What became of one message of a PUSH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// Stored as this sequence number.
+    Queued(i64),
+    /// A duplicate of the message stored as `seq` with id `id`.
+    Duplicate { seq: i64, id: Uuid },
 }
 
 /// A message as PUSH hands it over.
@@ -107,6 +129,11 @@ pub struct Store {
     /// When each partition was last pushed to (kept while `window_buffer`
     /// is set).
     last_write: HashMap<String, Instant>,
+    /// Transaction ids pushed (`partition \0 id`) within the dedup window:
+    /// the message's sequence number, id, and when.
+    remembered: HashMap<String, (i64, Uuid, Instant)>,
+    /// The same keys in the order they were pushed, to forget them.
+    remembered_order: VecDeque<(Instant, String)>,
 }
 
 /// Where a group first seen starts.
@@ -125,6 +152,24 @@ impl Store {
             next_seq: 0,
             groups: HashMap::new(),
             last_write: HashMap::new(),
+            remembered: HashMap::new(),
+            remembered_order: VecDeque::new(),
+        }
+    }
+
+    /// Forgets transaction ids older than the window (and beyond the cap).
+    fn forget(&mut self, now: Instant) {
+        let window = self.quota.dedup_window;
+        while let Some((at, _)) = self.remembered_order.front() {
+            let old = now.duration_since(*at) >= window;
+            if !old && self.remembered_order.len() <= MAX_REMEMBERED {
+                break;
+            }
+            if let Some((at, key)) = self.remembered_order.pop_front() {
+                if self.remembered.get(&key).is_some_and(|(_, _, t)| *t == at) {
+                    self.remembered.remove(&key);
+                }
+            }
         }
     }
 
@@ -205,12 +250,48 @@ impl Store {
         Ok(())
     }
 
-    /// Appends the messages, all or none; their sequence numbers in order.
-    pub fn push(&mut self, messages: Vec<NewMessage>, now: Instant) -> Result<Vec<i64>, Overflow> {
+    /// Appends the messages that are not duplicates, all or none; what
+    /// became of each, in order.
+    pub fn push(
+        &mut self,
+        messages: Vec<NewMessage>,
+        now: Instant,
+    ) -> Result<Vec<Pushed>, Overflow> {
         self.expire(now);
-        let bytes: u64 = messages.iter().map(|m| m.payload.len() as u64).sum();
-        self.check_fit(messages.len() as u64, bytes)?;
-        let len = self.messages.len() as u64 + messages.len() as u64;
+        self.forget(now);
+        // Each row's duplicate: of a remembered id, or of an earlier row.
+        enum Of {
+            Stored(i64, Uuid),
+            Row(usize),
+        }
+        let mut first: HashMap<String, usize> = HashMap::new();
+        let dups: Vec<Option<Of>> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let t = m.transaction_id.as_deref()?;
+                let key = format!("{}\0{t}", m.partition);
+                if let Some((seq, id, _)) = self.remembered.get(&key) {
+                    return Some(Of::Stored(*seq, *id));
+                }
+                match first.get(&key) {
+                    Some(j) => Some(Of::Row(*j)),
+                    None => {
+                        first.insert(key, i);
+                        None
+                    }
+                }
+            })
+            .collect();
+        let fresh = dups.iter().filter(|d| d.is_none()).count() as u64;
+        let bytes: u64 = messages
+            .iter()
+            .zip(&dups)
+            .filter(|(_, d)| d.is_none())
+            .map(|(m, _)| m.payload.len() as u64)
+            .sum();
+        self.check_fit(fresh, bytes)?;
+        let len = self.messages.len() as u64 + fresh;
         let mut excess_len = self
             .quota
             .max_length
@@ -233,28 +314,59 @@ impl Store {
                 self.last_write
                     .retain(|_, at| now.duration_since(*at) < window);
             }
-            for m in &messages {
-                match self.last_write.get_mut(&m.partition) {
+            for m in messages.iter().zip(&dups).filter(|(_, d)| d.is_none()) {
+                match self.last_write.get_mut(&m.0.partition) {
                     Some(at) => *at = now,
                     None => {
-                        self.last_write.insert(m.partition.clone(), now);
+                        self.last_write.insert(m.0.partition.clone(), now);
                     }
                 }
             }
         }
-        let mut seqs = Vec::with_capacity(messages.len());
-        for msg in messages {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            self.bytes += msg.payload.len() as u64;
-            self.messages.push_back(Message {
-                seq,
-                msg,
-                held_since: now,
-            });
-            seqs.push(seq);
+        let remember = !self.quota.dedup_window.is_zero();
+        let mut out: Vec<Pushed> = Vec::with_capacity(messages.len());
+        for (msg, dup) in messages.into_iter().zip(dups) {
+            let pushed = match dup {
+                Some(Of::Stored(seq, id)) => Pushed::Duplicate { seq, id },
+                Some(Of::Row(j)) => match out.get(j) {
+                    Some(Pushed::Queued(seq)) => Pushed::Duplicate {
+                        seq: *seq,
+                        id: self.id_of(*seq).unwrap_or(msg.id),
+                    },
+                    Some(d) => *d,
+                    None => Pushed::Duplicate {
+                        seq: -1,
+                        id: msg.id,
+                    },
+                },
+                None => {
+                    let seq = self.next_seq;
+                    self.next_seq += 1;
+                    self.bytes += msg.payload.len() as u64;
+                    if let (true, Some(t)) = (remember, msg.transaction_id.as_deref()) {
+                        let key = format!("{}\0{t}", msg.partition);
+                        self.remembered.insert(key.clone(), (seq, msg.id, now));
+                        self.remembered_order.push_back((now, key));
+                    }
+                    self.messages.push_back(Message {
+                        seq,
+                        msg,
+                        held_since: now,
+                    });
+                    Pushed::Queued(seq)
+                }
+            };
+            out.push(pushed);
         }
-        Ok(seqs)
+        self.forget(now);
+        Ok(out)
+    }
+
+    /// The id of message `seq`, while it is held.
+    fn id_of(&self, seq: i64) -> Option<Uuid> {
+        let front = self.messages.front()?.seq;
+        let i = usize::try_from(seq - front).ok()?;
+        self.messages.get(i).map(|m| m.msg.id)
     }
 
     /// Sequence numbers below this have left memory.

@@ -18,7 +18,7 @@
 //! owner's nonce is fresh), and the caller knows it reached the owner, not
 //! whoever listens on the address now. The channel is not encrypted.
 
-use super::store::{Delivered, NewMessage, Start};
+use super::store::{Delivered, NewMessage, Pushed, Start};
 use crate::protocol::tags::internal as tag;
 use crate::protocol::SqlError;
 use ring::hmac;
@@ -198,6 +198,8 @@ pub enum Reply {
     Error(SqlError),
     Done,
     Seqs(Vec<i64>),
+    /// What became of each message of a PUSH.
+    Pushed(Vec<Pushed>),
     Delivered(Vec<Delivered>),
     Statuses(Vec<String>),
     Until(Vec<Option<SystemTime>>),

@@ -12,6 +12,7 @@ fn quota() -> Quota {
         retry_delay: Duration::ZERO,
         delayed_processing: Duration::ZERO,
         window_buffer: Duration::ZERO,
+        dedup_window: Duration::from_secs(3600),
     }
 }
 
@@ -278,4 +279,74 @@ fn window_buffer_hides_a_partition_until_its_newest_message_is_old_enough() {
     );
     let got: Vec<&str> = d.iter().map(|m| m.msg.payload.as_str()).collect();
     assert_eq!(got, vec!["1", "3"]);
+}
+
+fn with_txn(partition: &str, payload: &str, txn: &str) -> NewMessage {
+    NewMessage {
+        transaction_id: Some(txn.into()),
+        ..msg(partition, payload)
+    }
+}
+
+#[test]
+fn a_transaction_id_pushed_again_is_a_duplicate_of_the_first() {
+    let mut s = Store::new(Quota {
+        max_length: None,
+        ..quota()
+    });
+    let t0 = Instant::now();
+    let first = s.push(vec![with_txn("a", "1", "t1")], t0).unwrap();
+    let Pushed::Queued(seq) = first[0] else {
+        panic!("{first:?}")
+    };
+    let id = s.messages[0].msg.id;
+    // Again, in another partition (not a duplicate), and twice in one PUSH.
+    let again = s
+        .push(
+            vec![
+                with_txn("a", "2", "t1"),
+                with_txn("b", "3", "t1"),
+                with_txn("b", "4", "t1"),
+            ],
+            t0 + Duration::from_secs(10),
+        )
+        .unwrap();
+    assert_eq!(again[0], Pushed::Duplicate { seq, id });
+    let Pushed::Queued(b) = again[1] else {
+        panic!("{again:?}")
+    };
+    assert!(matches!(again[2], Pushed::Duplicate { seq, .. } if seq == b));
+    assert_eq!(s.counts().0, 2, "nothing stored for the duplicates");
+    // Remembered for the window even once consumed; forgotten after it.
+    assert_eq!(pop(&mut s, "g", 10, t0).len(), 1);
+    let later = s
+        .push(
+            vec![with_txn("a", "5", "t1")],
+            t0 + Duration::from_secs(3599),
+        )
+        .unwrap();
+    assert!(matches!(later[0], Pushed::Duplicate { .. }));
+    let after = s
+        .push(
+            vec![with_txn("a", "6", "t1")],
+            t0 + Duration::from_secs(3601),
+        )
+        .unwrap();
+    assert!(matches!(after[0], Pushed::Queued(_)));
+}
+
+#[test]
+fn with_no_window_only_repeats_within_one_push_are_duplicates() {
+    let mut s = Store::new(Quota {
+        max_length: None,
+        dedup_window: Duration::ZERO,
+        ..quota()
+    });
+    let t0 = Instant::now();
+    let one = s
+        .push(vec![with_txn("a", "1", "t"), with_txn("a", "2", "t")], t0)
+        .unwrap();
+    assert!(matches!(one[1], Pushed::Duplicate { .. }));
+    let two = s.push(vec![with_txn("a", "3", "t")], t0).unwrap();
+    assert!(matches!(two[0], Pushed::Queued(_)));
 }

@@ -325,27 +325,20 @@ impl Store {
         }
         let remember = !self.quota.dedup_window.is_zero();
         let mut out: Vec<Pushed> = Vec::with_capacity(messages.len());
+        // The message each row names (its own, or the one it repeats): a
+        // row repeats only an earlier one, so `named[j]` is there.
+        let mut named: Vec<(i64, Uuid)> = Vec::with_capacity(messages.len());
         for (msg, dup) in messages.into_iter().zip(dups) {
-            let pushed = match dup {
-                Some(Of::Stored(seq, id)) => Pushed::Duplicate { seq, id },
-                Some(Of::Row(j)) => match out.get(j) {
-                    Some(Pushed::Queued(seq)) => Pushed::Duplicate {
-                        seq: *seq,
-                        id: self.id_of(*seq).unwrap_or(msg.id),
-                    },
-                    Some(d) => *d,
-                    None => Pushed::Duplicate {
-                        seq: -1,
-                        id: msg.id,
-                    },
-                },
+            let (seq, id) = match dup {
+                Some(Of::Stored(seq, id)) => (seq, id),
+                Some(Of::Row(j)) => named[j],
                 None => {
-                    let seq = self.next_seq;
+                    let (seq, id) = (self.next_seq, msg.id);
                     self.next_seq += 1;
                     self.bytes += msg.payload.len() as u64;
                     if let (true, Some(t)) = (remember, msg.transaction_id.as_deref()) {
                         let key = format!("{}\0{t}", msg.partition);
-                        self.remembered.insert(key.clone(), (seq, msg.id, now));
+                        self.remembered.insert(key.clone(), (seq, id, now));
                         self.remembered_order.push_back((now, key));
                     }
                     self.messages.push_back(Message {
@@ -353,20 +346,16 @@ impl Store {
                         msg,
                         held_since: now,
                     });
-                    Pushed::Queued(seq)
+                    named.push((seq, id));
+                    out.push(Pushed::Queued(seq));
+                    continue;
                 }
             };
-            out.push(pushed);
+            named.push((seq, id));
+            out.push(Pushed::Duplicate { seq, id });
         }
         self.forget(now);
         Ok(out)
-    }
-
-    /// The id of message `seq`, while it is held.
-    fn id_of(&self, seq: i64) -> Option<Uuid> {
-        let front = self.messages.front()?.seq;
-        let i = usize::try_from(seq - front).ok()?;
-        self.messages.get(i).map(|m| m.msg.id)
     }
 
     /// Sequence numbers below this have left memory.

@@ -11,6 +11,7 @@ use crate::backend::BackendError;
 use crate::metrics::{Metrics, Waiting};
 use crate::protocol::SqlError;
 use crate::protocol::{SqlState, TxStatus};
+use crate::rewrite::dialect::ack::{Ack, AckOutcome};
 use crate::rewrite::dialect::console::Console;
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::Statement;
@@ -78,6 +79,11 @@ impl Engine {
                 return self.fused_push(stmt, push, params, tenant).await;
             }
         }
+        if let Statement::Ack(ack) = stmt {
+            if matches!(ack.outcome, AckOutcome::Success) && lender.view().detached() {
+                return self.fused_ack(stmt, ack, params, tenant).await;
+            }
+        }
         let end = lender.call_end();
         if let Err(e) = lender.connection().await {
             // Only the lease's own housekeeping ran: the statement was not sent.
@@ -143,26 +149,52 @@ impl Engine {
     ) -> Result<Outcome, StatementError> {
         let prep = queues::prepare_push(push, &Params(params), &self.limits)
             .map_err(StatementError::Failed)?;
-        match self.fuser.push(prep, tenant).await {
-            Ok(prep) => {
-                let rows = prep.rows();
-                Ok(Outcome {
-                    tag: stmt.command_tag(rows.len()),
-                    rows,
-                    // The fused writer woke the queue's waiters itself.
-                    pushed: None,
-                    ephemeral_commit: None,
-                })
-            }
-            Err(ExecError::Refused(fields) | ExecError::Failed(fields)) => {
-                Err(StatementError::Failed(fields))
-            }
-            // The writer's connection failed, not this session's.
-            Err(ExecError::Lost(e)) if e.outcome_unknown() => {
-                Err(StatementError::OutcomeUnknown(e))
-            }
-            Err(ExecError::Lost(e)) => Err(StatementError::Unavailable(e)),
-        }
+        let prep = self.fuser.push(prep, tenant).await.map_err(fused_error)?;
+        let rows = prep.rows();
+        Ok(Outcome {
+            tag: stmt.command_tag(rows.len()),
+            rows,
+            // The fused writer woke the queue's waiters itself.
+            pushed: None,
+            ephemeral_commit: None,
+        })
+    }
+
+    /// A plain ACK with nothing of the session's on a backend: written
+    /// with the other sessions' ACKs of the tenant, in one call and one
+    /// commit.
+    async fn fused_ack(
+        &self,
+        stmt: &Statement,
+        ack: &Ack,
+        params: &[Option<String>],
+        tenant: Uuid,
+    ) -> Result<Outcome, StatementError> {
+        let (texts, receipts) =
+            queues::decode_receipts(&ack.receipts, &Params(params), &self.receipts)
+                .map_err(StatementError::Failed)?;
+        let status = self
+            .fuser
+            .ack(receipts, tenant)
+            .await
+            .map_err(fused_error)?;
+        let rows = queues::ack_rows(texts, status);
+        Ok(Outcome {
+            tag: stmt.command_tag(rows.len()),
+            rows,
+            pushed: None,
+            ephemeral_commit: None,
+        })
+    }
+}
+
+/// A fused statement's error: a lost connection was the writer's, not
+/// this session's.
+fn fused_error(e: ExecError) -> StatementError {
+    match e {
+        ExecError::Refused(fields) | ExecError::Failed(fields) => StatementError::Failed(fields),
+        ExecError::Lost(e) if e.outcome_unknown() => StatementError::OutcomeUnknown(e),
+        ExecError::Lost(e) => StatementError::Unavailable(e),
     }
 }
 

@@ -441,7 +441,9 @@ pub async fn push(
     Ok(prep)
 }
 
-fn decode_receipts(
+/// Receipts as written and as decoded (a forged or altered one fails the
+/// statement before anything runs).
+pub fn decode_receipts(
     receipts: &[Value<String>],
     params: &Params<'_>,
     key: &ReceiptKey,
@@ -484,27 +486,45 @@ pub async fn ack(
                 .flatten(),
         ),
     };
-    let partition_ids: Vec<i64> = receipts.iter().map(|r| r.partition_id).collect();
-    let offsets: Vec<i64> = receipts.iter().map(|r| r.offset).collect();
-    let groups: Vec<&str> = receipts.iter().map(|r| r.group.as_str()).collect();
-    let tokens: Vec<Uuid> = receipts.iter().map(|r| r.lease_token).collect();
-    let rows = conn
-        .run(&AckCall {
-            partition_ids,
-            offsets,
-            groups,
-            lease_tokens: tokens,
-            failed,
-            reason,
-            tenant,
-        })
-        .await?;
+    let status = ack_receipts(conn, &receipts, failed, reason, tenant).await?;
     let partitions: Vec<(i64, &str)> = receipts
         .iter()
         .map(|r| (r.partition_id, r.group.as_str()))
         .collect();
     released(&partitions);
-    let mut status = vec![String::from("stale"); texts.len()];
+    Ok(ack_rows(texts, status))
+}
+
+/// ACK's result rows: each receipt as written, with its status.
+pub fn ack_rows(texts: Vec<String>, status: Vec<String>) -> Vec<Vec<Cell>> {
+    texts
+        .into_iter()
+        .zip(status)
+        .map(|(t, s)| vec![Cell::Text(t), Cell::Text(s)])
+        .collect()
+}
+
+/// One `log_ack_v1` call: the status of each receipt, in order (`stale`
+/// for one the procedure did not answer).
+pub async fn ack_receipts(
+    conn: &mut Calls<'_>,
+    receipts: &[Receipt],
+    failed: bool,
+    reason: Option<String>,
+    tenant: Uuid,
+) -> Result<Vec<String>, ExecError> {
+    let rows = conn
+        .run(&AckCall {
+            partition_ids: receipts.iter().map(|r| r.partition_id).collect(),
+            offsets: receipts.iter().map(|r| r.offset).collect(),
+            groups: receipts.iter().map(|r| r.group.as_str()).collect(),
+            lease_tokens: receipts.iter().map(|r| r.lease_token).collect(),
+            failed,
+            reason,
+            tenant,
+        })
+        .await?;
+    let mut status = vec![String::from("stale"); receipts.len()];
     for row in rows {
         if let Some(slot) = usize::try_from(row.idx)
             .ok()
@@ -513,11 +533,7 @@ pub async fn ack(
             *slot = row.status;
         }
     }
-    Ok(texts
-        .into_iter()
-        .zip(status)
-        .map(|(t, s)| vec![Cell::Text(t), Cell::Text(s)])
-        .collect())
+    Ok(status)
 }
 
 pub async fn renew(

@@ -1,0 +1,160 @@
+//! Fusion: statements of different sessions that arrive while a write of
+//! their kind is in flight are written together, by the next write, in one
+//! call and one transaction — one commit (and one WAL flush) for many
+//! statements.
+//!
+//! - PUSH (`push.rs`): per (tenant, queue), every statement's rows for one
+//!   partition become one segment of one `log_push_v1` call;
+//! - ACK (`ack.rs`): per tenant, the receipts of plain ACKs (not FAILED)
+//!   go in one `log_ack_v1` call.
+//!
+//! A lone statement is written at once (it leads its own write), so fusion
+//! costs it nothing; statements queue only behind a write already in
+//! flight. Only statements outside a transaction block are fused (inside
+//! one, a statement belongs to the client's transaction). If a fused write
+//! fails, it is rolled back and each statement is written again alone, so
+//! one statement's failure never fails another's. If its connection is
+//! lost, every statement of the write shares the outcome: 08007 when the
+//! commit may have happened.
+
+mod ack;
+mod push;
+
+use super::sealing::Sealing;
+use super::wake::Announcer;
+use super::ExecError;
+use crate::backend::{BackendError, Pool};
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+/// At most this many statements share one write: bounds the size of one
+/// call and the time a statement waits for its batch-mates.
+const MAX_FUSED_STATEMENTS: usize = 256;
+
+pub struct Fuser {
+    pool: Pool,
+    announcer: Announcer,
+    sealing: Arc<Sealing>,
+    pushes: Lanes<(Uuid, String), push::Job>,
+    acks: Lanes<Uuid, ack::Job>,
+}
+
+impl Fuser {
+    pub fn new(pool: Pool, announcer: Announcer, sealing: Arc<Sealing>) -> Fuser {
+        Fuser {
+            pool,
+            announcer,
+            sealing,
+            pushes: Lanes::default(),
+            acks: Lanes::default(),
+        }
+    }
+}
+
+/// A statement waiting for its write, and where its result goes.
+struct Job<T, R> {
+    statement: T,
+    reply: oneshot::Sender<Result<R, ExecError>>,
+}
+
+struct Lane<J> {
+    waiting: Vec<J>,
+    writing: bool,
+}
+
+/// The lanes of one kind of statement, one per key.
+struct Lanes<K, J> {
+    lanes: Mutex<HashMap<K, Arc<Mutex<Lane<J>>>>>,
+}
+
+impl<K, J> Default for Lanes<K, J> {
+    fn default() -> Self {
+        Lanes {
+            lanes: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Hash + Eq, J> Lanes<K, J> {
+    /// Queues `job` in the lane of `key`; the lane is returned when no
+    /// write of it is in flight, and the caller then leads the writes.
+    fn enqueue(&self, key: K, job: J) -> Option<Arc<Mutex<Lane<J>>>> {
+        let lane = lock(&self.lanes)
+            .entry(key)
+            .or_insert_with(new_lane)
+            .clone();
+        let lead = {
+            let mut l = lock(&lane);
+            l.waiting.push(job);
+            !std::mem::replace(&mut l.writing, true)
+        };
+        lead.then_some(lane)
+    }
+}
+
+fn new_lane<J>() -> Arc<Mutex<Lane<J>>> {
+    Arc::new(Mutex::new(Lane {
+        waiting: Vec::new(),
+        writing: false,
+    }))
+}
+
+/// The next statements of a lane to write together; `None` when none is
+/// waiting, and the lane's writer then stops.
+fn next_batch<J>(lane: &Mutex<Lane<J>>) -> Option<Vec<J>> {
+    let mut l = lock(lane);
+    if l.waiting.is_empty() {
+        l.writing = false;
+        return None;
+    }
+    let n = l.waiting.len().min(MAX_FUSED_STATEMENTS);
+    Some(l.waiting.drain(..n).collect())
+}
+
+/// Waits for a queued statement's result; a writer that stopped may have
+/// been mid-write.
+async fn outcome<R>(rx: oneshot::Receiver<Result<R, ExecError>>) -> Result<R, ExecError> {
+    rx.await
+        .unwrap_or_else(|_| Err(lost(true, "the fused writer stopped")))
+}
+
+/// Fails every statement of a write; `unknown`: it may have committed.
+fn fail_all<R>(
+    replies: impl IntoIterator<Item = oneshot::Sender<Result<R, ExecError>>>,
+    unknown: bool,
+    why: &str,
+) {
+    for reply in replies {
+        let _ = reply.send(Err(lost(unknown, why)));
+    }
+}
+
+/// Every statement of a write whose connection could not be had.
+fn unavailable<R>(
+    replies: impl IntoIterator<Item = oneshot::Sender<Result<R, ExecError>>>,
+    e: &BackendError,
+) {
+    let why = e.to_string();
+    for reply in replies {
+        let _ = reply.send(Err(ExecError::Lost(BackendError::Protocol(why.clone()))));
+    }
+}
+
+fn lost(unknown: bool, why: &str) -> ExecError {
+    let cause = BackendError::Protocol(why.to_string());
+    ExecError::Lost(if unknown {
+        BackendError::OutcomeUnknown(Box::new(cause))
+    } else {
+        cause
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(l) => l,
+        Err(p) => p.into_inner(),
+    }
+}

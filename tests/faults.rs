@@ -32,6 +32,8 @@ struct Setup {
     /// Straight to the proxy's database, not through the relay.
     direct: Client,
     database: String,
+    /// The proxy's database, for more direct connections.
+    db: tokio_postgres::Config,
 }
 
 async fn setup(prefix: &str) -> Setup {
@@ -44,6 +46,7 @@ async fn setup(prefix: &str) -> Setup {
         proxy,
         direct,
         database: db.get_dbname().unwrap().to_string(),
+        db,
     }
 }
 
@@ -221,6 +224,76 @@ async fn an_ack_whose_reply_is_lost_gets_08007_and_its_retry_answers_acked() {
         .map(|r| r.get("status").cloned().flatten().unwrap())
         .collect();
     assert_eq!(statuses, ["acked", "acked"]);
+    assert!(rows(&again, "POP FROM jobs").await.is_empty());
+}
+
+/// ACKs of different sessions fused into one write share its outcome: when
+/// its reply is lost, each gets 08007, and each retry answers `acked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fused_acks_whose_reply_is_lost_all_get_08007_and_their_retries_answer_acked() {
+    let s = setup("faults_fused_ack").await;
+    let setup_client = s.proxy.connect().await;
+    let mut acks = Vec::new();
+    let mut clients = Vec::new();
+    for p in ["a", "b", "c"] {
+        rows(
+            &setup_client,
+            &format!("PUSH INTO jobs PARTITION {p} VALUES ('\"{p}\"')"),
+        )
+        .await;
+    }
+    for _ in 0..3 {
+        let c = s.proxy.connect().await;
+        let popped = rows(&c, "POP FROM jobs").await;
+        let r = popped[0].get("receipt").cloned().flatten().unwrap();
+        let p = popped[0].get("partition").cloned().flatten().unwrap();
+        acks.push((p, format!("ACK {}", quote(&r))));
+        clients.push(c);
+    }
+    // The first ACK's consumer row held here, the others' on a second
+    // connection: the first leads a write and blocks in it, the others
+    // queue behind it, and once it is let go they are written together
+    // and block in their turn.
+    let consumer_row = |p: &str| {
+        format!(
+            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
+             WHERE p.name = '{p}' FOR UPDATE OF c"
+        )
+    };
+    let others = connect(&s.db).await;
+    others.batch_execute("BEGIN").await.unwrap();
+    for (p, _) in &acks[1..] {
+        others.batch_execute(&consumer_row(p)).await.unwrap();
+    }
+    s.hold(&consumer_row(&acks[0].0)).await;
+    let mut waits = Vec::new();
+    for (i, (c, (_, sql))) in clients.into_iter().zip(acks.clone()).enumerate() {
+        waits.push(tokio::spawn(async move {
+            c.simple_query(&sql).await.map(|_| ())
+        }));
+        if i == 0 {
+            s.until_blocked().await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.release().await;
+    let mut waits = waits.into_iter();
+    let lead = waits.next().unwrap().await.unwrap();
+    assert!(lead.is_ok(), "the first write committed: {lead:?}");
+    // The next write (the other two ACKs) blocks on the second connection's
+    // rows (it may be on the first write's connection again).
+    s.until_blocked().await;
+    s.cutter.cut();
+    for w in waits {
+        let e = w.await.unwrap().expect_err("the ACK's reply was lost");
+        assert_eq!(code(&e), "08007", "{e:?}");
+    }
+    others.batch_execute("ROLLBACK").await.unwrap();
+    let again = s.proxy.connect().await;
+    for (_, sql) in &acks {
+        let status = rows(&again, sql).await[0].get("status").cloned().flatten();
+        assert_eq!(status.as_deref(), Some("acked"), "{sql}");
+    }
     assert!(rows(&again, "POP FROM jobs").await.is_empty());
 }
 

@@ -1032,3 +1032,90 @@ async fn a_busy_queue_serves_every_partition() {
     served.dedup();
     assert_eq!(served.len(), 10, "{served:?}");
 }
+
+/// Plain ACKs of different sessions are fused into one call (engine
+/// `fusion/ack.rs`); each receipt must still get the status it gets alone.
+/// Sixteen sessions ACK at once, every receipt twice (by its consumer and by
+/// a second session, whose ACK also carries a receipt whose lease expired):
+/// every answer is `acked` but the expired one's, `stale`; every message is
+/// delivered once, in partition order, and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acks_answer_each_receipt_as_if_alone() {
+    const PARTITIONS: usize = 40;
+    const PER_PARTITION: usize = 10;
+    let proxy = Proxy::start("fused_acks").await;
+    let setup = proxy.connect().await;
+    for p in 0..PARTITIONS {
+        let values: Vec<String> = (0..PER_PARTITION)
+            .map(|i| format!("('{{\"p\":{p},\"i\":{i}}}')"))
+            .collect();
+        rows(
+            &setup,
+            &format!("PUSH INTO fa PARTITION p{p} VALUES {}", values.join(", ")),
+        )
+        .await;
+    }
+    rows(&setup, "PUSH INTO fs VALUES ('1')").await;
+    let expired = col(&rows(&setup, "POP FROM fs LEASE 1").await[0], "receipt");
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let delivered: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (consumer, echo) = (proxy.connect().await, proxy.connect().await);
+        let delivered = delivered.clone();
+        let expired = expired.clone();
+        tasks.push(tokio::spawn(async move {
+            let echo = Arc::new(echo);
+            let mut empty = 0;
+            while empty < 20 {
+                assert!(Instant::now() < deadline, "the consumers hung");
+                let batch = rows(&consumer, "POP FROM fa LIMIT 3").await;
+                if batch.is_empty() {
+                    empty += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                empty = 0;
+                let receipts: Vec<String> = batch.iter().map(|r| col(r, "receipt")).collect();
+                {
+                    let mut d = delivered.lock().unwrap();
+                    for r in &batch {
+                        d.push((col(r, "partition"), col(r, "offset").parse().unwrap()));
+                    }
+                }
+                // The expired receipt in the middle, the others reversed.
+                let mut again: Vec<String> = receipts.iter().rev().cloned().collect();
+                let at = again.len() / 2;
+                again.insert(at, expired.clone());
+                let second = echo.clone();
+                let twice = tokio::spawn(async move { ack_all(&second, &again).await });
+                let first = ack_all(&consumer, &receipts).await;
+                let second = twice.await.unwrap();
+                let mut want = vec!["acked"; receipts.len() + 1];
+                want[at] = "stale";
+                assert_eq!(first, vec!["acked"; receipts.len()], "the consumer's ACK");
+                assert_eq!(second, want, "the second session's ACK");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let delivered = delivered.lock().unwrap().clone();
+    assert_eq!(
+        delivered.len(),
+        PARTITIONS * PER_PARTITION,
+        "each message once"
+    );
+    let mut by_partition: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (p, o) in delivered {
+        by_partition.entry(p).or_default().push(o);
+    }
+    assert_eq!(by_partition.len(), PARTITIONS);
+    for (p, offsets) in by_partition {
+        let want: Vec<i64> = (0..PER_PARTITION as i64).collect();
+        assert_eq!(offsets, want, "partition {p}: once each, in order");
+    }
+    assert!(rows(&setup, "POP FROM fa").await.is_empty());
+}

@@ -492,3 +492,50 @@ async fn a_commit_whose_reply_is_lost_gets_08007_and_its_retry_finds_it_committe
     );
     assert_eq!(s.stored_transaction_ids("jobs").await, ["t1"]);
 }
+
+/// ACKs waiting behind a fused write whose connection was cut are written
+/// by the next write, on a sound connection: they neither hang nor fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_queued_behind_a_cut_write_are_written_next() {
+    let s = setup("faults_ack_after_cut").await;
+    let setup_client = s.proxy.connect().await;
+    let mut acks = Vec::new();
+    let mut clients = Vec::new();
+    for p in ["a", "b", "c"] {
+        rows(
+            &setup_client,
+            &format!("PUSH INTO jobs PARTITION {p} VALUES ('\"{p}\"')"),
+        )
+        .await;
+    }
+    for _ in 0..3 {
+        let c = s.proxy.connect().await;
+        let popped = rows(&c, "POP FROM jobs").await;
+        let r = popped[0].get("receipt").cloned().flatten().unwrap();
+        acks.push(format!("ACK {}", quote(&r)));
+        clients.push(c);
+    }
+    s.hold("SELECT 1 FROM queen.log_consumers FOR UPDATE").await;
+    let mut waits = Vec::new();
+    for (i, (c, sql)) in clients.into_iter().zip(acks.clone()).enumerate() {
+        waits.push(tokio::spawn(async move {
+            c.simple_query(&sql).await.map(|_| ())
+        }));
+        if i == 0 {
+            s.until_blocked().await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.cutter.cut();
+    let mut waits = waits.into_iter();
+    let lead = waits.next().unwrap().await.unwrap();
+    assert_eq!(code(&lead.expect_err("the lead's reply was lost")), "08007");
+    s.release().await;
+    for w in waits {
+        let done = tokio::time::timeout(Duration::from_secs(20), w).await;
+        let result = done
+            .expect("an ACK queued behind the cut write hung")
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+    }
+}

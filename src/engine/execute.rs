@@ -5,7 +5,7 @@
 
 use super::lend::{CallEnd, Lender};
 use super::values::Params;
-use super::{console, observe, queues, Engine, ExecError, Outcome, RAISE_CALL};
+use super::{acks, console, observe, queues, Engine, ExecError, Outcome, RAISE_CALL};
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
 use crate::metrics::{Metrics, Waiting};
@@ -171,14 +171,14 @@ impl Engine {
         tenant: Uuid,
     ) -> Result<Outcome, StatementError> {
         let (texts, receipts) =
-            queues::decode_receipts(&ack.receipts, &Params(params), &self.receipts)
+            acks::decode_receipts(&ack.receipts, &Params(params), &self.receipts)
                 .map_err(StatementError::Failed)?;
         let status = self
             .fuser
             .ack(receipts, tenant)
             .await
             .map_err(fused_error)?;
-        let rows = queues::ack_rows(texts, status);
+        let rows = acks::ack_rows(texts, status);
         Ok(Outcome {
             tag: stmt.command_tag(rows.len()),
             rows,

@@ -9,6 +9,7 @@
 //! Knows nothing of the client's wire, the session's bookkeeping or the
 //! pool: a session lends it a backend connection through [`Lender`].
 
+pub mod acks;
 pub mod browse;
 mod console;
 pub mod ephemeral;
@@ -166,10 +167,10 @@ impl Engine {
             Statement::Ack(ack) => {
                 let hot = &self.announcer.waiters.hot;
                 let released = |p: &[(i64, &str)]| hot.acked(p);
-                queues::ack(conn, ack, &params, &self.receipts, tenant, released).await?
+                acks::ack(conn, ack, &params, &self.receipts, tenant, released).await?
             }
             Statement::Renew(renew) => {
-                queues::renew(conn, renew, &params, &self.receipts, tenant).await?
+                acks::renew(conn, renew, &params, &self.receipts, tenant).await?
             }
             Statement::CreateQueue(c) => {
                 let mode = if c.if_not_exists {

@@ -8,7 +8,7 @@
 use super::{fail_all, next_batch, outcome, unavailable, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::pool;
-use crate::engine::queues::ack_receipts;
+use crate::engine::acks::ack_receipts;
 use crate::engine::receipt::Receipt;
 use crate::engine::ExecError;
 use std::sync::Arc;

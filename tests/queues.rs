@@ -428,6 +428,86 @@ async fn a_waiting_pop_wakes_on_a_push_through_this_or_another_queenwire() {
     );
 }
 
+/// A wake-up wakes one waiting POP of each group, and each POP that finds
+/// messages passes it on; POPs naming a partition are all woken. The
+/// consumers have waited long enough that their safety-net poll is 2 s
+/// apart, so a wake-up that never reached one shows as a delivery more than
+/// a second after the push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_into_many_partitions_reaches_every_waiting_pop_of_every_group() {
+    let proxy = Proxy::start("wake_chain").await;
+    let setup = proxy.connect().await;
+    // The queue and the groups exist before anyone waits (a group's first
+    // POP subscribes it from the beginning).
+    rows(
+        &setup,
+        "PUSH INTO wq (payload, partition) VALUES ('0', 'p0')",
+    )
+    .await;
+    for group in ["ga", "gb"] {
+        let got = rows(&setup, &format!("POP FROM wq GROUP {group} AUTO ACK")).await;
+        assert_eq!(got.len(), 1);
+    }
+    rows(&setup, "POP FROM wq PARTITION p0 GROUP gn AUTO ACK").await;
+    let waits = [
+        ("ga", ""),
+        ("ga", ""),
+        ("ga", ""),
+        ("ga", ""),
+        ("gb", ""),
+        ("gb", ""),
+        ("gn", "PARTITION p3 "),
+        ("gn", "PARTITION p5 "),
+    ];
+    let mut consumers = Vec::new();
+    for (group, partition) in waits {
+        let client = proxy.connect().await;
+        let sql = format!("POP FROM wq {partition}GROUP {group} LIMIT 10 WAIT 30 AUTO ACK");
+        consumers.push(tokio::spawn(async move {
+            let got = rows(&client, &sql).await;
+            (group, got, Instant::now())
+        }));
+    }
+    // Polls after 0.25, 0.75, 1.75 and 3.75 s, then every 2 s.
+    tokio::time::sleep(Duration::from_millis(4_200)).await;
+    let values: Vec<String> = (1..=6).map(|n| format!("('{n}', 'p{n}')")).collect();
+    let pusher = proxy.connect().await;
+    let pushed_at = Instant::now();
+    rows(
+        &pusher,
+        &format!(
+            "PUSH INTO wq (payload, partition) VALUES {}",
+            values.join(",")
+        ),
+    )
+    .await;
+    let mut by_group: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for c in consumers {
+        let (group, got, at) = c.await.unwrap();
+        let after = at.duration_since(pushed_at);
+        assert!(
+            after < Duration::from_secs(1),
+            "a POP of {group} returned {after:?} after the push: it was not woken"
+        );
+        assert!(!got.is_empty(), "{group} woke with nothing");
+        for r in &got {
+            by_group.entry(group).or_default().push(col(r, "partition"));
+        }
+    }
+    // One partition per POP (PARTITIONS 1), never the same one twice in a
+    // group: ga's four waiters got four of the six, gb's two got two, and
+    // each named POP its own partition.
+    for (group, want) in [("ga", 4), ("gb", 2), ("gn", 2)] {
+        let parts = &by_group[group];
+        let distinct: HashSet<&String> = parts.iter().collect();
+        assert_eq!(distinct.len(), want, "{group}: {parts:?}");
+        assert_eq!(parts.len(), want, "{group}: {parts:?}");
+    }
+    let mut named = by_group["gn"].clone();
+    named.sort();
+    assert_eq!(named, vec!["p3", "p5"]);
+}
+
 #[tokio::test]
 async fn a_waiting_pop_holds_no_backend_connection() {
     let proxy = Proxy::start_with("longpoll_pool", |c| c.pool_size = 1).await;

@@ -1,7 +1,8 @@
 //! POP … WAIT: a POP that finds nothing waits for messages up to its WAIT,
 //! parked without a backend connection when nothing of the session's holds
 //! one, woken by a push to the queue (from this or another queenwire, see
-//! `wake.rs`), by a slow poll as the safety net against a lost
+//! `wake.rs`: one waiter of a group at a time, each passing the wake-up on
+//! when it found messages), by a slow poll as the safety net against a lost
 //! notification, or by the client's cancel request. When the server drains
 //! (SIGTERM), a waiting POP ends at once with what it has (zero rows), and
 //! a POP that starts during the drain does not wait. Each attempt goes
@@ -20,10 +21,8 @@ use crate::protocol::SqlState;
 use crate::rewrite::calls::namespace::namespace_args;
 use crate::rewrite::dialect::pop::Pop;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
 use uuid::Uuid;
 
 /// The first wait between two polls when no wake-up came, and the longest.
@@ -35,7 +34,7 @@ enum Target {
     Queue {
         plan: pop::PopPlan,
         digest: String,
-        notify: Arc<Notify>,
+        waiting: wake::Waiting,
     },
     Namespace(NamespacePop),
 }
@@ -55,9 +54,16 @@ impl Engine {
             Some(scope) => Target::Namespace(NamespacePop { plan, scope }),
             None => {
                 let queue_key = wake::queue_key(tenant, &plan.queue);
+                // A POP naming its partition cannot take what a wake-up
+                // meant for its group's other partitions.
+                let waiting = if plan.named_partition() {
+                    waiters.every(&queue_key)
+                } else {
+                    waiters.group(&queue_key, plan.group())
+                };
                 Target::Queue {
                     digest: waiters.digest(&queue_key),
-                    notify: waiters.notify_for(&queue_key),
+                    waiting,
                     plan,
                 }
             }
@@ -66,6 +72,7 @@ impl Engine {
         // cannot see the snapshot or a rollback: it drops nothing then.
         let in_block = !lender.view().detached();
         let mut poll = WAIT_POLL_FIRST;
+        let mut was_woken = false;
         loop {
             let end = lender.call_end();
             let conn = lender.connection().await.map_err(|e| {
@@ -82,19 +89,23 @@ impl Engine {
                 Target::Namespace(ns) => ns.queues(&mut calls, tenant).await?,
                 Target::Queue { .. } => Vec::new(),
             };
-            let notifies: Vec<Arc<Notify>> = match &target {
-                Target::Queue { notify, .. } => vec![notify.clone()],
+            let every: Vec<wake::Waiting> = match &target {
+                Target::Queue { .. } => Vec::new(),
                 Target::Namespace(_) => listed
                     .iter()
-                    .map(|q| waiters.notify_for(&wake::queue_key(tenant, &q.queue_name)))
+                    .map(|q| waiters.every(&wake::queue_key(tenant, &q.queue_name)))
                     .collect(),
+            };
+            let notifies: Vec<&wake::Waiting> = match &target {
+                Target::Queue { waiting, .. } => vec![waiting],
+                Target::Namespace(_) => every.iter().collect(),
             };
             // Registered before the attempt, so a push that lands between
             // the attempt and the wait still wakes it.
             let mut woken: Vec<Pin<Box<Notified<'_>>>> = notifies
                 .iter()
                 .map(|n| {
-                    let mut w = Box::pin(n.notified());
+                    let mut w = Box::pin(n.notify().notified());
                     w.as_mut().enable();
                     w
                 })
@@ -123,6 +134,12 @@ impl Engine {
                 .map(|d| d.saturating_duration_since(Instant::now()))
                 .unwrap_or_default();
             if !rows.is_empty() || remaining.is_zero() || self.draining.has_begun() {
+                if let (false, true, Target::Queue { waiting, .. }) =
+                    (rows.is_empty(), was_woken, &target)
+                {
+                    drop(woken);
+                    waiting.pass_on();
+                }
                 return Ok(Outcome {
                     tag: format!("SELECT {}", rows.len()),
                     rows,
@@ -150,7 +167,7 @@ impl Engine {
                         ephemeral_commit: None,
                     });
                 }
-                () = any_woken => {}
+                () = any_woken => was_woken = true,
                 _ = tokio::time::sleep(poll.min(remaining)) => {
                     poll = (poll * 2).min(WAIT_POLL_MAX);
                 }

@@ -1,6 +1,6 @@
 //! Wake-ups for long-polling POPs.
 //!
-//! A waiting POP parks on a per-queue `Notify` and holds no backend
+//! A waiting POP parks on its queue's waiters and holds no backend
 //! connection (outside a transaction block). A PUSH wakes that queue's
 //! waiters in this process when its transaction ends, and tells other
 //! queenwire processes on the same database through NOTIFY on
@@ -16,6 +16,17 @@
 //!
 //! Every wake-up, local or remote, also tells the hot list (`hotlist/`)
 //! that the queue was written, so its rings catch up before their next POP.
+//!
+//! Who is woken. A POP of one group over the whole queue waits with the
+//! other POPs of its group, and a wake-up wakes ONE of them; that one, if
+//! its attempt finds messages, passes the wake-up on to the next before it
+//! returns, and the chain ends at the first attempt that finds nothing. A
+//! partition is leased to one consumer of a group at a time, so waking
+//! every waiter of a group for one push only bought empty attempts: each
+//! woken POP pays a backend call (measured: see docs/benchmarks.md, e2e).
+//! A POP naming its partition, or over a namespace, cannot tell for the
+//! others whether there is work, so those are woken all together by every
+//! wake-up, as before.
 
 use super::hotlist::Hotlist;
 use crate::backend::call::execute;
@@ -23,7 +34,7 @@ use crate::backend::health::Health;
 use crate::rewrite::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
@@ -45,12 +56,88 @@ pub fn queue_key(tenant: Uuid, queue: &str) -> String {
 
 pub struct Waiters {
     /// Keyed by the digest of the queue key (what travels in a NOTIFY).
-    queues: Mutex<HashMap<String, Arc<Notify>>>,
+    queues: Mutex<HashMap<String, Arc<QueueWaiters>>>,
     digest_key: [u8; 32],
     /// The hot list's rings, told of every wake-up before the waiters are
     /// woken (a digest names the queue, not the partition: the rings catch
     /// up with a windowed reseed, see `hotlist/`).
     pub hot: Hotlist,
+}
+
+/// The POPs waiting on one queue.
+#[derive(Default)]
+pub struct QueueWaiters {
+    /// POPs naming a partition, or over a namespace: all woken by every
+    /// wake-up.
+    every: Notify,
+    /// Per consumer group, the POPs over the whole queue.
+    groups: Mutex<HashMap<String, Arc<GroupWaiters>>>,
+}
+
+/// The POPs of one group waiting on one queue (all partitions).
+#[derive(Default)]
+pub struct GroupWaiters {
+    notify: Notify,
+    /// POPs between their first attempt and their return. Read by a
+    /// wake-up before `notify_one`, which would otherwise leave a permit
+    /// that makes the group's next waiting POP try once more for nothing.
+    /// A POP counts itself before it registers its `Notified` and before
+    /// its first attempt (both `SeqCst`, as the hot list's wake count the
+    /// wake-up bumps first), so a wake-up that reads 0 came before that
+    /// attempt, which then sees the push.
+    registered: AtomicUsize,
+}
+
+impl GroupWaiters {
+    /// Wakes one waiting POP of the group, if any is registered.
+    fn wake_one(&self) {
+        if self.registered.load(Ordering::SeqCst) > 0 {
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// How one POP waits: what wakes it, and its place among the waiters.
+pub enum Waiting {
+    Every(Arc<QueueWaiters>),
+    /// The queue is held too, so a prune never replaces it while this POP
+    /// waits on one of its groups.
+    Group(Arc<QueueWaiters>, Arc<GroupWaiters>),
+}
+
+impl Waiting {
+    pub fn notify(&self) -> &Notify {
+        match self {
+            Waiting::Every(q) => &q.every,
+            Waiting::Group(_, g) => &g.notify,
+        }
+    }
+
+    /// This POP's attempt found messages after a wake-up: there may be
+    /// more (another partition, or beyond its LIMIT), so the next waiter
+    /// of its group tries too. Called once the POP no longer waits itself.
+    pub fn pass_on(&self) {
+        if let Waiting::Group(_, g) = self {
+            g.registered.fetch_sub(1, Ordering::SeqCst);
+            g.wake_one();
+            g.registered.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Waiting::Group(_, g) = self {
+            g.registered.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
 }
 
 impl Waiters {
@@ -76,39 +163,51 @@ impl Waiters {
             })
     }
 
-    /// The Notify of one queue (created on first use).
-    pub fn notify_for(&self, key: &str) -> Arc<Notify> {
+    fn queue(&self, key: &str) -> Arc<QueueWaiters> {
         let digest = self.digest(key);
-        let mut map = match self.queues.lock() {
-            Ok(m) => m,
-            Err(p) => p.into_inner(),
-        };
-        map.entry(digest).or_default().clone()
+        lock(&self.queues).entry(digest).or_default().clone()
     }
 
-    /// Wakes every POP now waiting on the queue with this digest (from
-    /// this process's pushes, or from a NOTIFY).
+    /// A place among the waiters of queue `key` woken by every wake-up
+    /// (a POP naming its partition, or over a namespace).
+    pub fn every(&self, key: &str) -> Waiting {
+        Waiting::Every(self.queue(key))
+    }
+
+    /// A place among the waiters of `group` on queue `key`, counted from
+    /// now (before the POP's first attempt) until it is dropped.
+    pub fn group(&self, key: &str, group: &str) -> Waiting {
+        let queue = self.queue(key);
+        let g = lock(&queue.groups)
+            .entry(group.to_string())
+            .or_default()
+            .clone();
+        g.registered.fetch_add(1, Ordering::SeqCst);
+        Waiting::Group(queue, g)
+    }
+
+    /// Wakes the POPs now waiting on the queue with this digest (from this
+    /// process's pushes, or from a NOTIFY): one per group, and every one
+    /// naming a partition or a namespace.
     pub fn wake_digest(&self, digest: &str) {
         self.hot.woken(digest);
-        let notify = {
-            let map = match self.queues.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
-            map.get(digest).cloned()
-        };
-        if let Some(n) = notify {
-            n.notify_waiters();
+        let queue = lock(&self.queues).get(digest).cloned();
+        if let Some(q) = queue {
+            q.every.notify_waiters();
+            for g in lock(&q.groups).values() {
+                g.wake_one();
+            }
         }
     }
 
-    /// Forgets queues nobody waits on, and idle hot-list rings (called now
-    /// and then).
+    /// Forgets queues and groups nobody waits on, and idle hot-list rings
+    /// (called now and then).
     pub fn prune(&self) {
         self.hot.prune();
-        if let Ok(mut map) = self.queues.lock() {
-            map.retain(|_, n| Arc::strong_count(n) > 1);
-        }
+        lock(&self.queues).retain(|_, q| {
+            lock(&q.groups).retain(|_, g| Arc::strong_count(g) > 1);
+            Arc::strong_count(q) > 1
+        });
     }
 }
 

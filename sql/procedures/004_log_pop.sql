@@ -173,6 +173,8 @@ DECLARE
     o_base        BIGINT[] := '{}';
     o_state       TEXT[] := '{}';
     o_retry_at    TIMESTAMPTZ[] := '{}';
+    -- Per row: its place in the per-segment arrays (NULL: not claimed).
+    o_seg         INTEGER[] := '{}';
 BEGIN
     PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NULL OR p_limit IS NULL OR p_limit < 1
@@ -311,6 +313,7 @@ BEGIN
             o_pname := o_pname || v_cand.name::TEXT;
             o_state := o_state || v_cand.st;
             o_retry_at := o_retry_at || v_cand.st_until;
+            o_seg := o_seg || NULL::INTEGER;
             CONTINUE;
         END IF;
         EXIT WHEN v_claimed >= p_max_partitions OR v_budget <= 0;
@@ -333,6 +336,7 @@ BEGIN
                 o_pname := o_pname || v_cand.name::TEXT;
                 o_state := o_state || 'locked'::TEXT;
                 o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+                o_seg := o_seg || NULL::INTEGER;
                 CONTINUE;
             END IF;
             PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_cand.id FOR KEY SHARE SKIP LOCKED;
@@ -341,6 +345,7 @@ BEGIN
                 o_pname := o_pname || v_cand.name::TEXT;
                 o_state := o_state || 'locked'::TEXT;
                 o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+                o_seg := o_seg || NULL::INTEGER;
                 CONTINUE;
             END IF;
             INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_offset)
@@ -360,6 +365,7 @@ BEGIN
             o_pname := o_pname || v_cand.name::TEXT;
             o_state := o_state || 'locked'::TEXT;
             o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+            o_seg := o_seg || NULL::INTEGER;
             CONTINUE;
         END IF;
 
@@ -430,6 +436,7 @@ BEGIN
             o_base := o_base || v_seg.base_offset;
             o_state := o_state || 'claimed'::TEXT;
             o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+            o_seg := o_seg || cardinality(o_base);
             v_budget := v_budget - (v_seg_to - v_seg_from + 1);
             v_next := v_seg_to + 1;
             EXIT WHEN v_budget <= 0;
@@ -450,6 +457,7 @@ BEGIN
             o_pname := o_pname || v_cand.name::TEXT;
             o_state := o_state || CASE WHEN v_held_until IS NULL THEN 'empty' ELSE 'delayed' END;
             o_retry_at := o_retry_at || v_held_until;
+            o_seg := o_seg || NULL::INTEGER;
             CONTINUE;
         END IF;
 
@@ -473,21 +481,17 @@ BEGIN
     CLOSE v_cur;
 
     -- The per-segment arrays hold only the claimed rows; the state arrays
-    -- hold every row in order, claimed or judged.
+    -- hold every row in order, claimed or judged, and o_seg says which
+    -- segment a claimed row is (subscripts, not a window over a second
+    -- unnest: this statement starts on every call).
     RETURN QUERY
-    WITH st AS (
-        SELECT x.pid, x.pname, x.st, x.until, x.ord,
-               CASE WHEN x.st = 'claimed'
-                    THEN count(*) FILTER (WHERE x.st = 'claimed') OVER (ORDER BY x.ord) END AS seg
-        FROM unnest(o_pid, o_pname, o_state, o_retry_at) WITH ORDINALITY AS x(pid, pname, st, until, ord)
-    )
-    SELECT st.pid, st.pname, st.st, st.until, o.tok, o.exp, o.rc, o.f, o.t, o.b, s.blob
-    FROM st
-    LEFT JOIN unnest(o_token, o_expires, o_retry, o_from, o_to, o_base)
-         WITH ORDINALITY AS o(tok, exp, rc, f, t, b, ord) ON o.ord = st.seg
-    LEFT JOIN queen.log_segments s ON s.partition_id = st.pid AND s.base_offset = o.b
-    WHERE st.st <> 'claimed' OR s.blob IS NOT NULL
-    ORDER BY st.ord;
+    SELECT x.pid, x.pname, x.st, x.until, o_token[x.seg], o_expires[x.seg], o_retry[x.seg],
+           o_from[x.seg], o_to[x.seg], o_base[x.seg], s.blob
+    FROM unnest(o_pid, o_pname, o_state, o_retry_at, o_seg)
+         WITH ORDINALITY AS x(pid, pname, st, until, seg, ord)
+    LEFT JOIN queen.log_segments s ON s.partition_id = x.pid AND s.base_offset = o_base[x.seg]
+    WHERE x.st <> 'claimed' OR s.blob IS NOT NULL
+    ORDER BY x.ord;
 END
 $$;
 

@@ -10,15 +10,24 @@
 -- runner evaluates them there too.
 
 -- The stream's consumer group on its source, dropped (RESET, DROP STREAM)
--- so the next cycle subscribes afresh. A source that does not exist yet
--- has no group to drop. Locks: those of queen.log_drop_group_v1.
+-- so the next cycle subscribes afresh. A source that does not exist yet,
+-- or a stream whose first cycle has not run (its group is created by the
+-- cycle's first POP), has no group to drop: a DROP STREAM right after its
+-- CREATE failed with 42704 on the group (seen in CI). Not closed: the
+-- runner's POP runs in a transaction of its own, before its cycle takes
+-- the stream row, so a POP that creates the group after this check, or
+-- after the DROP committed and before the runner saw it, leaves the group
+-- behind (as it did before this check). Locks: those of
+-- queen.log_drop_group_v1.
 CREATE OR REPLACE FUNCTION queen.stream_drop_group_v1(p_stream queen.streams, p_tenant UUID)
 RETURNS VOID
 LANGUAGE plpgsql
 AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM queen.queues q
-               WHERE q.tenant_id = p_tenant AND q.name = p_stream.source_queue) THEN
+               JOIN queen.consumer_groups_metadata m ON m.queue_id = q.id
+               WHERE q.tenant_id = p_tenant AND q.name = p_stream.source_queue
+                 AND m.consumer_group = p_stream.consumer_group) THEN
         PERFORM queen.log_drop_group_v1(p_stream.source_queue, p_stream.consumer_group, p_tenant);
     END IF;
 END;

@@ -23,7 +23,8 @@
 //! returns, and the chain ends at the first attempt that finds nothing. A
 //! partition is leased to one consumer of a group at a time, so waking
 //! every waiter of a group for one push only bought empty attempts: each
-//! woken POP pays a backend call (measured: see docs/benchmarks.md, e2e).
+//! woken POP pays a backend call (measured: docs/internals/storage.md, "The
+//! wake-up path").
 //! A POP naming its partition, or over a namespace, cannot tell for the
 //! others whether there is work, so those are woken all together by every
 //! wake-up, as before.

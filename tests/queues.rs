@@ -449,6 +449,20 @@ async fn a_push_into_many_partitions_reaches_every_waiting_pop_of_every_group() 
         assert_eq!(got.len(), 1);
     }
     rows(&setup, "POP FROM wq PARTITION p0 GROUP gn AUTO ACK").await;
+    // A POP naming a partition nothing is pushed into, waiting first: were
+    // the named POPs woken one at a time like a group's, the wake-up would
+    // reach this one, which finds nothing and passes nothing on.
+    let idle = {
+        let client = proxy.connect().await;
+        tokio::spawn(async move {
+            rows(
+                &client,
+                "POP FROM wq PARTITION p9 GROUP gn LIMIT 10 WAIT 6 AUTO ACK",
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let waits = [
         ("ga", ""),
         ("ga", ""),
@@ -506,6 +520,7 @@ async fn a_push_into_many_partitions_reaches_every_waiting_pop_of_every_group() 
     let mut named = by_group["gn"].clone();
     named.sort();
     assert_eq!(named, vec!["p3", "p5"]);
+    assert!(idle.await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -227,14 +227,11 @@ async fn an_ack_whose_reply_is_lost_gets_08007_and_its_retry_answers_acked() {
     assert!(rows(&again, "POP FROM jobs").await.is_empty());
 }
 
-/// ACKs of different sessions fused into one write share its outcome: when
-/// its reply is lost, each gets 08007, and each retry answers `acked`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fused_acks_whose_reply_is_lost_all_get_08007_and_their_retries_answer_acked() {
-    let s = setup("faults_fused_ack").await;
+/// One message pushed into each of partitions a, b and c of `jobs`, each
+/// popped by a session of its own: the sessions, and per session the
+/// partition it holds and the ACK of its receipt.
+async fn three_sessions_holding_a_message_each(s: &Setup) -> (Vec<Client>, Vec<(String, String)>) {
     let setup_client = s.proxy.connect().await;
-    let mut acks = Vec::new();
-    let mut clients = Vec::new();
     for p in ["a", "b", "c"] {
         rows(
             &setup_client,
@@ -242,6 +239,8 @@ async fn fused_acks_whose_reply_is_lost_all_get_08007_and_their_retries_answer_a
         )
         .await;
     }
+    let mut clients = Vec::new();
+    let mut acks = Vec::new();
     for _ in 0..3 {
         let c = s.proxy.connect().await;
         let popped = rows(&c, "POP FROM jobs").await;
@@ -250,6 +249,15 @@ async fn fused_acks_whose_reply_is_lost_all_get_08007_and_their_retries_answer_a
         acks.push((p, format!("ACK {}", quote(&r))));
         clients.push(c);
     }
+    (clients, acks)
+}
+
+/// ACKs of different sessions fused into one write share its outcome: when
+/// its reply is lost, each gets 08007, and each retry answers `acked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fused_acks_whose_reply_is_lost_all_get_08007_and_their_retries_answer_acked() {
+    let s = setup("faults_fused_ack").await;
+    let (clients, acks) = three_sessions_holding_a_message_each(&s).await;
     // The first ACK's consumer row held here, the others' on a second
     // connection: the first leads a write and blocks in it, the others
     // queue behind it, and once it is let go they are written together
@@ -498,23 +506,8 @@ async fn a_commit_whose_reply_is_lost_gets_08007_and_its_retry_finds_it_committe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_queued_behind_a_cut_write_are_written_next() {
     let s = setup("faults_ack_after_cut").await;
-    let setup_client = s.proxy.connect().await;
-    let mut acks = Vec::new();
-    let mut clients = Vec::new();
-    for p in ["a", "b", "c"] {
-        rows(
-            &setup_client,
-            &format!("PUSH INTO jobs PARTITION {p} VALUES ('\"{p}\"')"),
-        )
-        .await;
-    }
-    for _ in 0..3 {
-        let c = s.proxy.connect().await;
-        let popped = rows(&c, "POP FROM jobs").await;
-        let r = popped[0].get("receipt").cloned().flatten().unwrap();
-        acks.push(format!("ACK {}", quote(&r)));
-        clients.push(c);
-    }
+    let (clients, acks) = three_sessions_holding_a_message_each(&s).await;
+    let acks: Vec<String> = acks.into_iter().map(|(_, sql)| sql).collect();
     s.hold("SELECT 1 FROM queen.log_consumers FOR UPDATE").await;
     let mut waits = Vec::new();
     for (i, (c, sql)) in clients.into_iter().zip(acks.clone()).enumerate() {

@@ -752,3 +752,108 @@ async fn a_block_pops_what_it_pushed_itself_on_a_queue_the_ring_knows_empty() {
     assert_eq!(payloads, ["1", "2", "3"]);
     client.batch_execute("COMMIT").await.unwrap();
 }
+
+/// A consumer that has emptied a partition and ACKed it is not sent back to
+/// look at it: POP, ACK, POP costs one call of the pop procedure, not two
+/// (the claim reports the partition drained, its ACK leaves it quiet). And
+/// what is written meanwhile, or what a partial ACK leaves behind when its
+/// lease expires, is still delivered.
+#[tokio::test]
+async fn the_pop_after_acking_an_emptied_partition_makes_no_call() {
+    let db = common::cluster::fresh_database("hot_drained");
+    let admin = connect(&db).await;
+    let name: String = admin
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} SET track_functions = 'all'"
+        ))
+        .await
+        .unwrap();
+    let proxy = Proxy::start_on(db, |_| {}).await;
+    let client = proxy.connect().await;
+    let into = |q: &str, p: usize, s: usize| {
+        format!("PUSH INTO {q} PARTITION 'p{p}' VALUES ('{{\"p\":{p},\"s\":{s}}}')")
+    };
+    let push = |p: usize, s: usize| into("dq", p, s);
+    client.simple_query(&push(0, 0)).await.unwrap();
+    let r = pop_rows(&client, "POP FROM dq LIMIT 10").await;
+    assert_eq!(ack_all(&client, &[col(&r[0], "receipt")]).await, ["acked"]);
+    client.simple_query(&into("da", 0, 0)).await.unwrap();
+    assert_eq!(
+        pop_rows(&client, "POP FROM da LIMIT 10 AUTO ACK")
+            .await
+            .len(),
+        1
+    );
+
+    const ROUNDS: i64 = 20;
+    let before = calls_of(&admin).await;
+    for i in 0..ROUNDS as usize {
+        client.simple_query(&push(i % 4, i + 1)).await.unwrap();
+        let r = pop_rows(&client, "POP FROM dq LIMIT 10").await;
+        assert_eq!(r.len(), 1, "round {i}");
+        assert_eq!(ack_all(&client, &[col(&r[0], "receipt")]).await, ["acked"]);
+        assert!(pop_rows(&client, "POP FROM dq LIMIT 10").await.is_empty());
+        // AUTO ACK: the claim alone tells.
+        client
+            .simple_query(&into("da", i % 4, i + 1))
+            .await
+            .unwrap();
+        assert_eq!(
+            pop_rows(&client, "POP FROM da LIMIT 10 AUTO ACK")
+                .await
+                .len(),
+            1
+        );
+        assert!(pop_rows(&client, "POP FROM da LIMIT 10 AUTO ACK")
+            .await
+            .is_empty());
+    }
+    let after = calls_of(&admin).await;
+    let delta = |f: &str| after.get(f).copied().unwrap_or(0) - before.get(f).copied().unwrap_or(0);
+    // One claiming call per delivery; a few more allowed (a POP racing a
+    // reconcile). Looking again after each ACK made it 4 per round.
+    let pops = delta("log_pop_v2");
+    assert!(
+        pops <= 2 * ROUNDS + 4,
+        "{pops} pop calls for {} deliveries",
+        2 * ROUNDS
+    );
+
+    // Written to while leased: its ACK brings the partition back.
+    client.simple_query(&push(9, 1)).await.unwrap();
+    let r = pop_rows(&client, "POP FROM dq LIMIT 10").await;
+    assert_eq!(r.len(), 1);
+    client.simple_query(&push(9, 2)).await.unwrap();
+    assert!(
+        pop_rows(&client, "POP FROM dq LIMIT 10").await.is_empty(),
+        "leased"
+    );
+    assert_eq!(ack_all(&client, &[col(&r[0], "receipt")]).await, ["acked"]);
+    let r = pop_rows(&client, "POP FROM dq LIMIT 10").await;
+    assert_eq!(r.len(), 1, "the message pushed during the lease");
+    assert_eq!(ack_all(&client, &[col(&r[0], "receipt")]).await, ["acked"]);
+
+    // A partial ACK: the lease expires with one message unacknowledged,
+    // which comes again (within the lease's end, not a reconcile later).
+    client.simple_query(&push(8, 1)).await.unwrap();
+    client.simple_query(&push(8, 2)).await.unwrap();
+    let r = pop_rows(&client, "POP FROM dq LIMIT 10 LEASE '1s'").await;
+    assert_eq!(r.len(), 2);
+    assert_eq!(ack_all(&client, &[col(&r[0], "receipt")]).await, ["acked"]);
+    assert!(pop_rows(&client, "POP FROM dq LIMIT 10").await.is_empty());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let t = Instant::now();
+    let again = pop_until(&client, "POP FROM dq LIMIT 10", Duration::from_secs(30)).await;
+    assert_eq!(again.len(), 1, "the unacknowledged message came back");
+    assert_eq!(col(&again[0], "offset"), col(&r[1], "offset"));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "redelivered only after {:?}",
+        t.elapsed()
+    );
+}

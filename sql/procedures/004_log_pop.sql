@@ -54,7 +54,12 @@ $$;
 -- partition of this queue), 'leased' / 'blocked' / 'window' / 'delayed'
 -- (pending, but not before retry_at), 'locked' (another pop holds it right
 -- now). Those come first; candidates not reached once p_max_partitions
--- partitions are claimed or p_limit messages taken are not reported.
+-- partitions are claimed or p_limit messages taken are not reported. A
+-- claimed candidate whose claim reached the partition's last offset (as the
+-- candidate query saw it) is followed by one more row without segment
+-- columns, 'drained': nothing was left for the group beyond that claim, so
+-- the engine's ring need not look at it again until something is written
+-- (a push after that snapshot wakes the ring, which reseeds).
 -- Without candidates no such rows are returned, exactly as log_pop_v1.
 --
 -- Behaviour:
@@ -248,7 +253,8 @@ BEGIN
             -- The whole queue (no candidates): every partition with something
             -- pending for the group, least recently claimed first.
             SELECT p.id, p.name, (c.partition_id IS NOT NULL) AS has_row,
-                   'ready'::TEXT AS st, NULL::TIMESTAMPTZ AS st_until, c.last_claimed_at
+                   'ready'::TEXT AS st, NULL::TIMESTAMPTZ AS st_until, c.last_claimed_at,
+                   p.last_offset
             FROM queen.log_partitions p
             LEFT JOIN queen.log_consumers c
                    ON c.partition_id = p.id AND c.consumer_group = v_group
@@ -287,7 +293,7 @@ BEGIN
                        WHEN v_queue.window_buffer > 0 AND p.last_write_at IS NOT NULL
                             THEN p.last_write_at + make_interval(secs => v_queue.window_buffer)
                    END AS st_until,
-                   c.last_claimed_at
+                   c.last_claimed_at, p.last_offset
             -- LATERAL ... LIMIT 1: one primary-key probe per candidate, never a
             -- join over the queue's partitions, whatever the row estimates.
             FROM (SELECT DISTINCT u.id FROM unnest(p_candidates) AS u(id) WHERE u.id IS NOT NULL) AS k
@@ -477,6 +483,13 @@ BEGIN
             WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group;
         END IF;
         v_claimed := v_claimed + 1;
+        IF p_candidates IS NOT NULL AND v_last >= v_cand.last_offset THEN
+            o_pid := o_pid || v_cand.id;
+            o_pname := o_pname || v_cand.name::TEXT;
+            o_state := o_state || 'drained'::TEXT;
+            o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
+            o_seg := o_seg || NULL::INTEGER;
+        END IF;
     END LOOP;
     CLOSE v_cur;
 

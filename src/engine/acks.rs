@@ -39,14 +39,15 @@ pub fn decode_receipts(
 }
 
 /// ACK; `released` is told the (partition id, group) of every receipt once
-/// the call returned: their leases may be gone (the hot list's cue).
+/// the call returned, and whether the ACK was plain (not FAILED): their
+/// leases may be gone (the hot list's cue).
 pub async fn ack(
     conn: &mut Calls<'_>,
     stmt: &Ack,
     params: &Params<'_>,
     key: &ReceiptKey,
     tenant: Uuid,
-    released: impl FnOnce(&[(i64, &str)]),
+    released: impl FnOnce(&[(i64, &str)], bool),
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
     let (texts, receipts) = decode_receipts(&stmt.receipts, params, key)?;
     let (failed, reason) = match &stmt.outcome {
@@ -65,7 +66,7 @@ pub async fn ack(
         .iter()
         .map(|r| (r.partition_id, r.group.as_str()))
         .collect();
-    released(&partitions);
+    released(&partitions, !failed);
     Ok(ack_rows(texts, status))
 }
 

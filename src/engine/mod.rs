@@ -166,7 +166,7 @@ impl Engine {
             }
             Statement::Ack(ack) => {
                 let hot = &self.announcer.waiters.hot;
-                let released = |p: &[(i64, &str)]| hot.acked(p);
+                let released = |p: &[(i64, &str)], plain: bool| hot.acked(p, plain);
                 acks::ack(conn, ack, &params, &self.receipts, tenant, released).await?
             }
             Statement::Renew(renew) => {

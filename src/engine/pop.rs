@@ -80,7 +80,8 @@ impl PopPlan {
 }
 
 /// What `log_pop_v2` said of each partition it judged: (id, state,
-/// retry_at), claimed ones included, in its order.
+/// retry_at), claimed ones included (their lease's expiry as retry_at), in
+/// its order.
 pub type Judged = Vec<(i64, String, Option<SystemTime>)>;
 
 /// One call of `log_pop_v2`: claims among `candidates` (partition ids), or
@@ -105,7 +106,11 @@ pub async fn pop_call(
     let mut claimed = Vec::new();
     let mut failure = None;
     for judgement in rows {
-        judged.push((judgement.partition_id, judgement.state, judgement.retry_at));
+        let at = match &judgement.claimed {
+            Some(row) => row.lease_expires_at,
+            None => judgement.retry_at,
+        };
+        judged.push((judgement.partition_id, judgement.state, at));
         if let Some(row) = judgement.claimed {
             if failure.is_none() {
                 failure = decode_claimed(&row, plan, key, &mut out).err();

@@ -110,6 +110,6 @@ impl Fuser {
             .iter()
             .map(|r| (r.partition_id, r.group.as_str()))
             .collect();
-        self.announcer.waiters.hot.acked(&partitions);
+        self.announcer.waiters.hot.acked(&partitions, true);
     }
 }

@@ -113,8 +113,9 @@ impl Hotlist {
     }
 
     /// ACKs through this process: their partitions' leases may be gone, so
-    /// a parked partition of that group comes back into its ring.
-    pub fn acked(&self, partitions: &[(i64, &str)]) {
+    /// a parked partition of that group comes back into its ring (`plain`:
+    /// not FAILED; one its own claim drained stays out, see `ring.rs`).
+    pub fn acked(&self, partitions: &[(i64, &str)], plain: bool) {
         if partitions.is_empty() {
             return;
         }
@@ -123,7 +124,7 @@ impl Hotlist {
             let mut state = None;
             for (id, group) in partitions {
                 if *group == ring.group {
-                    state.get_or_insert_with(|| ring.lock()).release(*id);
+                    state.get_or_insert_with(|| ring.lock()).release(*id, plain);
                 }
             }
         }

@@ -9,6 +9,14 @@
 //! first two with the epoch of the id's latest add; a POP that finds an id
 //! empty drops it only if nothing added it again since the POP took it, so a
 //! reseed that raced with the POP is never undone by it.
+//!
+//! A partition claimed here with a lease is parked until the lease ends (no
+//! other POP can claim it before), and when the claim drained it (reached
+//! its last offset) an ACK through this process leaves it parked but
+//! *quiet*: not looked at again, since nothing is there, until a write
+//! brings it back (a reseed's `add`) or its lease instant passes (a partial
+//! ACK whose lease then expires: redelivery, as before). That saves the
+//! consumer's next POP a call on the partition it has just emptied.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -64,7 +72,10 @@ pub enum Maintenance {
 /// A candidate as `log_pop_v2` judged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Judgement {
-    Claimed,
+    /// Claimed; with a lease until this instant (`None`: AUTO ACK).
+    Claimed(Option<SystemTime>),
+    /// Claimed up to the partition's last offset (follows its `Claimed`).
+    Drained,
     Empty,
     /// Pending, not claimable before this instant (lease, retry delay,
     /// window buffer, delayed processing); `None` when unknown.
@@ -74,9 +85,11 @@ pub enum Judgement {
 }
 
 impl Judgement {
+    /// `retry_at`: for `claimed`, the lease's expiry.
     pub fn from_state(state: &str, retry_at: Option<SystemTime>) -> Judgement {
         match state {
-            "claimed" => Judgement::Claimed,
+            "claimed" => Judgement::Claimed(retry_at),
+            "drained" => Judgement::Drained,
             "empty" => Judgement::Empty,
             "locked" => Judgement::Locked,
             _ => Judgement::Waiting(retry_at),
@@ -113,6 +126,11 @@ pub struct RingState {
     parked_looked: Option<Instant>,
     parked: BTreeSet<(SystemTime, i64)>,
     parked_until: HashMap<i64, SystemTime>,
+    /// Parked ids claimed here with a lease by a claim that drained them.
+    drained: HashSet<i64>,
+    /// Drained ids an ACK through this process has answered since: parked
+    /// until their lease instant, but never looked at before it.
+    quiet: HashSet<i64>,
     epoch: u64,
     seeded: bool,
     seeding: bool,
@@ -240,21 +258,45 @@ impl RingState {
             *e = self.epoch;
             return;
         }
-        if let Some(until) = self.parked_until.get(&id).copied() {
-            if !force {
+        if self.parked_until.contains_key(&id) {
+            // Written to since: its ACK must bring it back, and a quiet
+            // one (answered, so not leased any more) comes back now.
+            self.drained.remove(&id);
+            if !force && !self.quiet.contains(&id) {
                 return;
             }
-            self.parked.remove(&(until, id));
-            self.parked_until.remove(&id);
+            self.unpark(id);
         }
         self.members.insert(id, self.epoch);
         self.order.push_back(id);
     }
 
+    /// Takes a parked id out of the parked set (and its marks).
+    fn unpark(&mut self, id: i64) {
+        if let Some(until) = self.parked_until.remove(&id) {
+            self.parked.remove(&(until, id));
+        }
+        self.drained.remove(&id);
+        self.quiet.remove(&id);
+    }
+
+    /// Parks an id until `until`.
+    fn park(&mut self, id: i64, until: SystemTime) {
+        self.members.remove(&id);
+        self.parked.insert((until, id));
+        self.parked_until.insert(id, until);
+    }
+
     /// A parked id whose holder is known to have let go (an ACK through
-    /// this process): back into the rotation.
-    pub fn release(&mut self, id: i64) {
-        if self.parked_until.contains_key(&id) {
+    /// this process; `plain`: not FAILED): back into the rotation, unless a
+    /// plain ACK answers a claim that drained it, which leaves it quiet.
+    pub fn release(&mut self, id: i64, plain: bool) {
+        if !self.parked_until.contains_key(&id) {
+            return;
+        }
+        if plain && self.drained.remove(&id) {
+            self.quiet.insert(id);
+        } else if !self.quiet.contains(&id) {
             self.add(id, true);
         }
     }
@@ -265,8 +307,7 @@ impl RingState {
             if until + PARK_SLACK > now {
                 break;
             }
-            self.parked.pop_first();
-            self.parked_until.remove(&id);
+            self.unpark(id);
             self.epoch += 1;
             self.members.insert(id, self.epoch);
             self.order.push_back(id);
@@ -298,20 +339,27 @@ impl RingState {
         {
             return None;
         }
+        // Quiet ids are not looked at: their claim drained them and an ACK
+        // here answered it.
+        let ids: Vec<i64> = self
+            .parked
+            .iter()
+            .map(|&(_, id)| id)
+            .filter(|id| !self.quiet.contains(id))
+            .take(k)
+            .collect();
+        if ids.is_empty() {
+            return None;
+        }
         self.parked_looked = Some(now);
-        let mut ids = Vec::new();
-        while ids.len() < k {
-            let Some((_, id)) = self.parked.pop_first() else {
-                break;
-            };
-            self.parked_until.remove(&id);
+        for &id in &ids {
+            self.unpark(id);
             self.epoch += 1;
             self.members.insert(id, self.epoch);
             self.in_flight.insert(id);
             self.parked_in_flight.insert(id);
-            ids.push(id);
         }
-        (!ids.is_empty()).then_some(Taken {
+        Some(Taken {
             ids,
             epoch: self.epoch,
         })
@@ -352,8 +400,13 @@ impl RingState {
     /// or parked, every id goes back into the rotation.
     pub fn settle(&mut self, taken: Taken, judged: &[(i64, Judgement)], keep: bool) {
         let mut verdict: HashMap<i64, Judgement> = HashMap::with_capacity(judged.len());
+        let mut drained = HashSet::new();
         for &(id, j) in judged {
-            verdict.entry(id).or_insert(j);
+            if j == Judgement::Drained {
+                drained.insert(id);
+            } else {
+                verdict.entry(id).or_insert(j);
+            }
         }
         let mut unreached = Vec::new();
         for id in taken.ids {
@@ -369,9 +422,19 @@ impl RingState {
                     self.members.remove(&id);
                 }
                 Some(Judgement::Waiting(Some(until))) if !keep && !refreshed => {
+                    self.park(id, *until);
+                }
+                // Leased to this POP: nobody claims it before the lease
+                // ends or its ACK (here: `release`) lets go.
+                Some(Judgement::Claimed(Some(until))) if !keep && !refreshed => {
+                    self.park(id, *until);
+                    if drained.contains(&id) {
+                        self.drained.insert(id);
+                    }
+                }
+                // AUTO ACK took everything there was.
+                Some(Judgement::Claimed(None)) if !keep && !refreshed && drained.contains(&id) => {
                     self.members.remove(&id);
-                    self.parked.insert((*until, id));
-                    self.parked_until.insert(id, *until);
                 }
                 Some(_) => self.order.push_back(id),
             }
@@ -383,189 +446,4 @@ impl RingState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seed(ids: &[i64]) -> Seeded {
-        Seeded {
-            ids: ids.to_vec(),
-            window_from: Some(SystemTime::now()),
-            ..Seeded::default()
-        }
-    }
-
-    fn seeded_ring(ids: &[i64]) -> RingState {
-        let mut r = RingState::default();
-        assert_eq!(r.plan(Instant::now(), 0), Maintenance::Full);
-        r.seed_done(true, seed(ids), Instant::now(), Duration::ZERO);
-        r
-    }
-
-    #[test]
-    fn a_cold_ring_seeds_fully_once_and_others_claim_over_the_queue() {
-        let mut r = RingState::default();
-        let now = Instant::now();
-        assert_eq!(r.plan(now, 0), Maintenance::Full);
-        assert_eq!(r.plan(now, 0), Maintenance::WholeQueue);
-        r.seed_done(true, seed(&[1, 2]), now, Duration::ZERO);
-        assert_eq!(r.plan(now, 0), Maintenance::None);
-        assert!(matches!(
-            r.plan(now, 1),
-            Maintenance::Window {
-                deferrable: true,
-                ..
-            }
-        ));
-        r.seed_done(false, seed(&[]), now, Duration::ZERO);
-        assert!(matches!(
-            r.plan(now + RESEED_EVERY, 1),
-            Maintenance::Window {
-                deferrable: false,
-                ..
-            }
-        ));
-        r.seed_abandoned(false);
-        assert!(matches!(r.plan(now, 1), Maintenance::Window { .. }));
-        r.seed_done(false, seed(&[]), now, Duration::ZERO);
-        assert_eq!(r.plan(now + RECONCILE_EVERY, 1), Maintenance::Full);
-        // A full seed that took long stretches the reconcile period.
-        r.seed_done(true, seed(&[]), now, Duration::from_secs(1));
-        let later = now + RECONCILE_EVERY + Duration::from_secs(1);
-        assert!(matches!(r.plan(later, 1), Maintenance::Window { .. }));
-        r.seed_done(false, seed(&[]), later, Duration::ZERO);
-        assert_eq!(
-            r.plan(now + Duration::from_secs(u64::from(RECONCILE_SHARE)), 1),
-            Maintenance::Full
-        );
-    }
-
-    #[test]
-    fn the_rotation_serves_the_front_and_sends_the_claimed_to_the_back() {
-        let mut r = seeded_ring(&[1, 2, 3, 4]);
-        let t = r.take(2).unwrap();
-        assert_eq!(t.ids, vec![1, 2]);
-        // 1 claimed, 2 not reached.
-        r.settle(
-            t,
-            &[(1, Judgement::Claimed), (1, Judgement::Claimed)],
-            false,
-        );
-        let t = r.take(10).unwrap();
-        assert_eq!(t.ids, vec![2, 3, 4, 1]);
-        r.put_back(t);
-        assert_eq!(r.rotation_len(), 4);
-    }
-
-    #[test]
-    fn empty_drops_unless_readded_meanwhile_and_waiting_parks() {
-        let mut r = seeded_ring(&[1, 2, 3]);
-        let t = r.take(3).unwrap();
-        r.add(2, false); // a reseed raced with the POP
-        let soon = SystemTime::now() + Duration::from_secs(3600);
-        r.settle(
-            t,
-            &[
-                (1, Judgement::Empty),
-                (2, Judgement::Empty),
-                (3, Judgement::Waiting(Some(soon))),
-            ],
-            false,
-        );
-        assert_eq!(r.rotation_len(), 1);
-        assert_eq!(r.parked_len(), 1);
-        // A windowed reseed does not unpark; a release does.
-        r.add(3, false);
-        assert_eq!(r.parked_len(), 1);
-        r.release(3);
-        assert_eq!((r.rotation_len(), r.parked_len()), (2, 0));
-        let t = r.take(5).unwrap();
-        assert_eq!(t.ids, vec![2, 3]);
-        // In a transaction block nothing is dropped.
-        r.settle(t, &[(2, Judgement::Empty), (3, Judgement::Empty)], true);
-        assert_eq!(r.rotation_len(), 2);
-    }
-
-    #[test]
-    fn parked_ids_come_back_when_due_or_when_looked_at_again() {
-        let mut r = seeded_ring(&[1, 2]);
-        let t = r.take(2).unwrap();
-        let now = SystemTime::now();
-        r.settle(
-            t,
-            &[
-                (1, Judgement::Waiting(Some(now))),
-                (2, Judgement::Waiting(Some(now + Duration::from_secs(60)))),
-            ],
-            false,
-        );
-        r.unpark_due(now + Duration::from_secs(1));
-        let t = r.take(5).unwrap();
-        assert_eq!(t.ids, vec![1]);
-        r.settle(t, &[(1, Judgement::Empty)], false);
-        r.unpark_due(now + Duration::from_secs(1));
-        assert!(r.take(5).is_none());
-        let t = r.take_parked(5, Instant::now()).unwrap();
-        assert_eq!(t.ids, vec![2]);
-        r.settle(t, &[(2, Judgement::Locked)], false);
-        assert_eq!(r.rotation_len(), 1);
-    }
-
-    #[test]
-    fn parked_ids_are_looked_at_again_at_most_every_parked_look_interval() {
-        let mut r = seeded_ring(&[1]);
-        let t = r.take(1).unwrap();
-        let later = SystemTime::now() + Duration::from_secs(60);
-        r.settle(t, &[(1, Judgement::Waiting(Some(later)))], false);
-        let now = Instant::now();
-        let t = r.take_parked(5, now).unwrap();
-        assert_eq!(t.ids, vec![1]);
-        // Another POP meanwhile: the id is a parked look's, not shared.
-        assert!(r.in_flight_ids(5).is_empty());
-        r.settle(t, &[(1, Judgement::Waiting(Some(later)))], false);
-        assert_eq!(r.parked_len(), 1);
-        assert!(r.take_parked(5, now + PARKED_LOOK_EVERY / 2).is_none());
-        assert_eq!(
-            r.take_parked(5, now + PARKED_LOOK_EVERY).unwrap().ids,
-            vec![1]
-        );
-    }
-
-    #[test]
-    fn ids_in_flight_can_be_looked_at_by_another_pop() {
-        let mut r = seeded_ring(&[1, 2]);
-        let t = r.take(5).unwrap();
-        assert!(r.take(5).is_none());
-        let mut shared = r.in_flight_ids(5);
-        shared.sort();
-        assert_eq!(shared, vec![1, 2]);
-        r.settle(t, &[(1, Judgement::Claimed)], false);
-        assert!(r.in_flight_ids(5).is_empty());
-        assert_eq!(r.rotation_len(), 2);
-    }
-
-    #[test]
-    fn a_repair_is_news_only_after_the_first_sight() {
-        let mut r = RingState::default();
-        r.plan(Instant::now(), 0);
-        let at = SystemTime::now();
-        let mut s = seed(&[1]);
-        s.repair_at = Some(at);
-        s.repair_whole = true;
-        r.seed_done(true, s.clone(), Instant::now(), Duration::ZERO);
-        assert_eq!(r.plan(Instant::now(), 0), Maintenance::None);
-        // A new repair naming one partition: that one comes back at once.
-        r.plan(Instant::now(), 1);
-        let mut s2 = seed(&[]);
-        s2.repair_at = Some(at + Duration::from_secs(1));
-        s2.repair_partition = Some(7);
-        r.seed_done(false, s2, Instant::now(), Duration::ZERO);
-        assert_eq!(r.rotation_len(), 2);
-        // A whole-queue one: a full reseed next.
-        r.plan(Instant::now(), 2);
-        let mut s3 = seed(&[]);
-        s3.repair_at = Some(at + Duration::from_secs(2));
-        s3.repair_whole = true;
-        r.seed_done(false, s3, Instant::now(), Duration::ZERO);
-        assert_eq!(r.plan(Instant::now(), 2), Maintenance::Full);
-    }
-}
+mod tests;

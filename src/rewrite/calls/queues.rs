@@ -312,7 +312,8 @@ impl Call for PopCandidates<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PopJudged {
     pub partition_id: i64,
-    /// `claimed`, `empty`, `leased`, `blocked`, `window`, `delayed`, `locked`.
+    /// `claimed`, `drained`, `empty`, `leased`, `blocked`, `window`, `delayed`,
+    /// `locked`.
     pub state: String,
     /// Pending but not before this (database clock), for the waiting states.
     pub retry_at: Option<SystemTime>,

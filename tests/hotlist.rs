@@ -857,3 +857,25 @@ async fn the_pop_after_acking_an_emptied_partition_makes_no_call() {
         t.elapsed()
     );
 }
+
+/// A lease taken through one queenwire and acknowledged through another
+/// (a client pool spanning both): the partition's next message is still
+/// delivered through the first long before the lease would have expired.
+#[tokio::test]
+async fn an_ack_through_the_other_queenwire_releases_a_partition_leased_here() {
+    let (a, b) = two_proxies("hot_cross_ack").await;
+    let ca = a.connect().await;
+    let cb = b.connect().await;
+    for s in 0..2 {
+        ca.simple_query(&format!("PUSH INTO xa PARTITION 'p' VALUES ('{{\"s\":{s}}}')"))
+            .await
+            .unwrap();
+    }
+    let first = pop_rows(&ca, "POP FROM xa LEASE '5min'").await;
+    assert_eq!(first.len(), 1);
+    assert!(pop_rows(&ca, "POP FROM xa").await.is_empty(), "leased");
+    assert_eq!(ack_all(&cb, &[col(&first[0], "receipt")]).await, ["acked"]);
+    let next = pop_until(&ca, "POP FROM xa LEASE '5min'", Duration::from_secs(20)).await;
+    assert_eq!(next.len(), 1, "the partition stayed parked for its lease");
+    assert_ne!(col(&next[0], "offset"), col(&first[0], "offset"));
+}

@@ -46,6 +46,13 @@ pub const SKEW_MARGIN: Duration = Duration::from_secs(2);
 /// consumers of a one-partition queue, seven of them always empty, paid
 /// one to two each per POP.
 pub const PARKED_LOOK_EVERY: Duration = Duration::from_millis(10);
+/// The same bound for ids leased by a claim through this process: their
+/// ACK normally comes through here too and brings them back at once, so a
+/// look only finds an ACK through another queenwire (a client whose pool
+/// spans several), for which this is how late. Looked at every
+/// [`PARKED_LOOK_EVERY`], four consumers at 200 msg/s spent a sixth of their
+/// POP calls on partitions they held themselves.
+pub const OWN_LEASE_LOOK_EVERY: Duration = Duration::from_millis(100);
 /// Parked ids come back this much after their instant (the database's clock
 /// and ours differ a little; early costs a look, late costs latency).
 const PARK_SLACK: Duration = Duration::from_millis(5);
@@ -124,6 +131,8 @@ pub struct RingState {
     parked_in_flight: HashSet<i64>,
     /// When a POP last took parked ids to look at them again.
     parked_looked: Option<Instant>,
+    /// When a POP last took parked ids of [`RingState::own`] to look at.
+    own_looked: Option<Instant>,
     parked: BTreeSet<(SystemTime, i64)>,
     parked_until: HashMap<i64, SystemTime>,
     /// Parked ids claimed here with a lease by a claim that drained them.
@@ -131,6 +140,9 @@ pub struct RingState {
     /// Drained ids an ACK through this process has answered since: parked
     /// until their lease instant, but never looked at before it.
     quiet: HashSet<i64>,
+    /// Parked ids (or parked ids looked at again) leased by a claim
+    /// through this process: looked at every [`OWN_LEASE_LOOK_EVERY`].
+    own: HashSet<i64>,
     epoch: u64,
     seeded: bool,
     seeding: bool,
@@ -266,12 +278,14 @@ impl RingState {
                 return;
             }
             self.unpark(id);
+            self.own.remove(&id);
         }
         self.members.insert(id, self.epoch);
         self.order.push_back(id);
     }
 
-    /// Takes a parked id out of the parked set (and its marks).
+    /// Takes a parked id out of the parked set (and its marks but `own`,
+    /// which a look again keeps).
     fn unpark(&mut self, id: i64) {
         if let Some(until) = self.parked_until.remove(&id) {
             self.parked.remove(&(until, id));
@@ -308,6 +322,7 @@ impl RingState {
                 break;
             }
             self.unpark(id);
+            self.own.remove(&id);
             self.epoch += 1;
             self.members.insert(id, self.epoch);
             self.order.push_back(id);
@@ -332,11 +347,12 @@ impl RingState {
     /// (the rotation is empty: a holder may have let go through another
     /// process).
     pub fn take_parked(&mut self, k: usize, now: Instant) -> Option<Taken> {
-        if self.parked.is_empty()
-            || self
-                .parked_looked
-                .is_some_and(|t| now.saturating_duration_since(t) < PARKED_LOOK_EVERY)
-        {
+        let due = |last: Option<Instant>, every: Duration| {
+            last.is_none_or(|t| now.saturating_duration_since(t) >= every)
+        };
+        let others_due = due(self.parked_looked, PARKED_LOOK_EVERY);
+        let own_due = due(self.own_looked, OWN_LEASE_LOOK_EVERY);
+        if self.parked.is_empty() || !(others_due || own_due) {
             return None;
         }
         // Quiet ids are not looked at: their claim drained them and an ACK
@@ -345,13 +361,26 @@ impl RingState {
             .parked
             .iter()
             .map(|&(_, id)| id)
-            .filter(|id| !self.quiet.contains(id))
+            .filter(|id| {
+                !self.quiet.contains(id)
+                    && if self.own.contains(id) {
+                        own_due
+                    } else {
+                        others_due
+                    }
+            })
             .take(k)
             .collect();
         if ids.is_empty() {
             return None;
         }
-        self.parked_looked = Some(now);
+        for id in &ids {
+            if self.own.contains(id) {
+                self.own_looked = Some(now);
+            } else {
+                self.parked_looked = Some(now);
+            }
+        }
         for &id in &ids {
             self.unpark(id);
             self.epoch += 1;
@@ -387,6 +416,7 @@ impl RingState {
         for id in taken.ids.into_iter().rev() {
             self.in_flight.remove(&id);
             self.parked_in_flight.remove(&id);
+            self.own.remove(&id);
             if self.members.contains_key(&id) {
                 self.order.push_front(id);
             }
@@ -412,6 +442,7 @@ impl RingState {
         for id in taken.ids {
             self.in_flight.remove(&id);
             self.parked_in_flight.remove(&id);
+            let was_own = self.own.remove(&id);
             let Some(&epoch) = self.members.get(&id) else {
                 continue;
             };
@@ -423,11 +454,15 @@ impl RingState {
                 }
                 Some(Judgement::Waiting(Some(until))) if !keep && !refreshed => {
                     self.park(id, *until);
+                    if was_own {
+                        self.own.insert(id);
+                    }
                 }
                 // Leased to this POP: nobody claims it before the lease
                 // ends or its ACK (here: `release`) lets go.
                 Some(Judgement::Claimed(Some(until))) if !keep && !refreshed => {
                     self.park(id, *until);
+                    self.own.insert(id);
                     if drained.contains(&id) {
                         self.drained.insert(id);
                     }

@@ -282,3 +282,38 @@ fn a_repair_is_news_only_after_the_first_sight() {
     r.seed_done(false, s3, Instant::now(), Duration::ZERO);
     assert_eq!(r.plan(Instant::now(), 2), Maintenance::Full);
 }
+
+#[test]
+fn ids_leased_here_are_looked_at_again_less_often_than_others() {
+    let mut r = seeded_ring(&[1, 2]);
+    let lease = SystemTime::now() + Duration::from_secs(60);
+    let t = r.take(2).unwrap();
+    // 1 leased by this POP, 2 found leased by someone else.
+    r.settle(
+        t,
+        &[
+            (1, Judgement::Claimed(Some(lease))),
+            (2, Judgement::Waiting(Some(lease))),
+        ],
+        false,
+    );
+    let now = Instant::now();
+    let t = r.take_parked(5, now).unwrap();
+    assert_eq!(t.ids.len(), 2, "the first look takes both");
+    r.settle(
+        t,
+        &[
+            (1, Judgement::Waiting(Some(lease))),
+            (2, Judgement::Waiting(Some(lease))),
+        ],
+        false,
+    );
+    let t = r.take_parked(5, now + PARKED_LOOK_EVERY).unwrap();
+    assert_eq!(t.ids, vec![2], "the own lease waits longer");
+    r.settle(t, &[(2, Judgement::Waiting(Some(lease)))], false);
+    let t = r.take_parked(5, now + OWN_LEASE_LOOK_EVERY).unwrap();
+    assert_eq!(t.ids, vec![1, 2]);
+    // Both found empty at last (acknowledged elsewhere): out of the ring.
+    r.settle(t, &[(1, Judgement::Empty), (2, Judgement::Empty)], false);
+    assert_eq!((r.rotation_len(), r.parked_len()), (0, 0));
+}

@@ -867,9 +867,11 @@ async fn an_ack_through_the_other_queenwire_releases_a_partition_leased_here() {
     let ca = a.connect().await;
     let cb = b.connect().await;
     for s in 0..2 {
-        ca.simple_query(&format!("PUSH INTO xa PARTITION 'p' VALUES ('{{\"s\":{s}}}')"))
-            .await
-            .unwrap();
+        ca.simple_query(&format!(
+            "PUSH INTO xa PARTITION 'p' VALUES ('{{\"s\":{s}}}')"
+        ))
+        .await
+        .unwrap();
     }
     let first = pop_rows(&ca, "POP FROM xa LEASE '5min'").await;
     assert_eq!(first.len(), 1);

@@ -255,6 +255,14 @@ fn ids_in_flight_can_be_looked_at_by_another_pop() {
     r.settle(t, &[(1, Judgement::Claimed(None))], false);
     assert!(r.in_flight_ids(5).is_empty());
     assert_eq!(r.rotation_len(), 2);
+    // An id taken alone is its POP's: it claims it if anyone can.
+    let t = r.take(1).unwrap();
+    assert!(r.in_flight_ids(5).is_empty());
+    r.put_back(t);
+    let t = r.take(2).unwrap();
+    assert_eq!(r.in_flight_ids(5).len(), 2);
+    r.put_back(t);
+    assert!(r.in_flight_ids(5).is_empty());
 }
 
 #[test]

@@ -189,7 +189,8 @@ $$;
 -- and p_message_ids. msg_index is the 0-based position in that flattening.
 --
 -- Outcomes:
---   * every message 'queued' with its offset;
+--   * every message 'queued' with its offset and its partition's id
+--     (partition_id, NULL in the other outcomes);
 --   * or, when any message is a duplicate (its transaction id hash is
 --     already in its partition within the queue's dedup_window, or repeats
 --     an earlier message of this same call in the same partition), NOTHING
@@ -232,6 +233,23 @@ $$;
 -- survives (calls name their arguments).
 DROP FUNCTION IF EXISTS queen.log_push_v1(
     TEXT, TEXT[], INTEGER[], BYTEA[], BIGINT[], UUID[], TIMESTAMPTZ[], TIMESTAMPTZ[], UUID);
+-- The result gained partition_id (the engine feeds its hot list the
+-- partitions a push wrote): CREATE OR REPLACE refuses a change of the OUT
+-- row, so the function is dropped first, but only when the catalog's
+-- differs, so that an ordinary boot keeps it (same OID, no window in which
+-- other brokers' pushes find it missing).
+DO $$
+DECLARE
+    v_fn REGPROCEDURE := to_regprocedure(
+        'queen.log_push_v1(text, text[], integer[], bytea[], bigint[], uuid[], timestamptz[], timestamptz[], text[], uuid)');
+BEGIN
+    IF v_fn IS NOT NULL AND pg_get_function_result(v_fn) <>
+        'TABLE(msg_index integer, status text, partition_name text, "offset" bigint, message_id uuid, partition_id bigint)'
+    THEN
+        EXECUTE format('DROP FUNCTION %s', v_fn);
+    END IF;
+END
+$$;
 CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_queue          TEXT,
     p_partitions     TEXT[],
@@ -243,7 +261,8 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_max_created_at TIMESTAMPTZ[],
     p_trace_ids      TEXT[] DEFAULT NULL,
     p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
-) RETURNS TABLE (msg_index INTEGER, status TEXT, partition_name TEXT, "offset" BIGINT, message_id UUID)
+) RETURNS TABLE (msg_index INTEGER, status TEXT, partition_name TEXT, "offset" BIGINT, message_id UUID,
+                partition_id BIGINT)
 LANGUAGE plpgsql
 -- Generic plans: the statements' plans do not depend on the array values,
 -- and re-planning them per call cost 14 % of PostgreSQL's CPU on push100.
@@ -331,7 +350,7 @@ BEGIN
                      IS DISTINCT FROM v_queue.encryption_enabled) THEN
         RETURN QUERY
         SELECT 0, CASE WHEN v_queue.encryption_enabled THEN 'encrypt' ELSE 'plain' END,
-               NULL::TEXT, NULL::BIGINT, NULL::UUID;
+               NULL::TEXT, NULL::BIGINT, NULL::UUID, NULL::BIGINT;
         RETURN;
     END IF;
 
@@ -429,7 +448,8 @@ BEGIN
                CASE WHEN d.idx IS NULL THEN 'retry' ELSE 'duplicate' END,
                seg.pname,
                d.off,
-               CASE WHEN d.idx IS NULL THEN p_message_ids[seg.first_idx + g + 1] ELSE d.mid END
+               CASE WHEN d.idx IS NULL THEN p_message_ids[seg.first_idx + g + 1] ELSE d.mid END,
+               NULL::BIGINT
         FROM seg
         CROSS JOIN generate_series(0, seg.cnt - 1) AS g
         LEFT JOIN unnest(v_dup_idx, v_dup_off, v_dup_id) AS d(idx, off, mid)
@@ -510,7 +530,7 @@ BEGIN
           AND p_trace_ids[pl.first_idx + g + 1] IS NOT NULL
     )
     SELECT (pl.first_idx + g)::INTEGER, 'queued'::TEXT, pl.pname::TEXT,
-           pl.base + g, p_message_ids[pl.first_idx + g + 1]
+           pl.base + g, p_message_ids[pl.first_idx + g + 1], pl.pid
     FROM placed pl
     CROSS JOIN generate_series(0, pl.cnt - 1) AS g
     ORDER BY 1;

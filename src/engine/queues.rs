@@ -63,6 +63,8 @@ struct PushResult {
     status: &'static str,
     offset: i64,
     message_id: Uuid,
+    /// The partition written (queued rows of this call; not duplicates).
+    partition_id: Option<i64>,
 }
 
 /// A PUSH statement checked and framed, ready to be written alone or fused
@@ -181,6 +183,19 @@ impl PreparedPush {
         }
     }
 
+    /// Appends the ids of the partitions this statement's committed write
+    /// queued messages into (for the hot list; duplicates wrote nothing),
+    /// consecutive repeats once; the caller sorts and dedups.
+    pub fn written_partitions(&self, into: &mut Vec<i64>) {
+        for r in self.results.iter().flatten() {
+            if let Some(id) = r.partition_id {
+                if into.last() != Some(&id) {
+                    into.push(id);
+                }
+            }
+        }
+    }
+
     /// Forgets the outcome of a write that was rolled back.
     pub fn reset(&mut self) {
         self.results.iter_mut().for_each(|r| *r = None);
@@ -196,6 +211,7 @@ impl PreparedPush {
                         status: "duplicate",
                         offset: original.map_or(-1, |r| r.offset),
                         message_id: original.map_or_else(Uuid::nil, |r| r.message_id),
+                        partition_id: None,
                     });
                 }
             }
@@ -206,6 +222,7 @@ impl PreparedPush {
                 status: "queued",
                 offset: -1,
                 message_id: Uuid::nil(),
+                partition_id: None,
             });
             out.push(vec![
                 Cell::Uuid(r.message_id),
@@ -385,6 +402,7 @@ pub async fn write_pushes(
                     status,
                     offset: row.offset.unwrap_or(-1),
                     message_id: row.message_id.unwrap_or_else(Uuid::nil),
+                    partition_id: row.partition_id,
                 },
             ));
         }
@@ -403,6 +421,7 @@ pub async fn write_pushes(
             status: "duplicate",
             offset: original.map_or(-1, |r| r.offset),
             message_id: original.map_or_else(Uuid::nil, |r| r.message_id),
+            partition_id: None,
         });
     }
     Ok(())

@@ -192,6 +192,13 @@ impl Waiters {
     /// naming a partition or a namespace.
     pub fn wake_digest(&self, digest: &str) {
         self.hot.woken(digest);
+        self.wake_waiters(digest);
+    }
+
+    /// Wakes the waiting POPs of the queue with this digest, as
+    /// [`Waiters::wake_digest`], without telling its hot-list rings (they
+    /// were given what was written).
+    fn wake_waiters(&self, digest: &str) {
         let queue = lock(&self.queues).get(digest).cloned();
         if let Some(q) = queue {
             q.every.notify_waiters();
@@ -235,6 +242,20 @@ impl Announcer {
     pub fn pushed(&self, key: &str) {
         let digest = self.waiters.digest(key);
         self.waiters.wake_digest(&digest);
+        let _ = self.remote.send(digest);
+    }
+
+    /// A committed push into these partitions (ids) of the queue: the
+    /// queue's rings take the ids themselves, so their next POP claims
+    /// without reseeding first; with no ids (nothing written, or not
+    /// known) as [`Announcer::pushed`].
+    pub fn pushed_into(&self, key: &str, partitions: &[i64]) {
+        let digest = self.waiters.digest(key);
+        if partitions.is_empty() || !self.waiters.hot.fed(&digest, partitions) {
+            self.waiters.wake_digest(&digest);
+        } else {
+            self.waiters.wake_waiters(&digest);
+        }
         let _ = self.remote.send(digest);
     }
 }

@@ -55,8 +55,14 @@ impl Fuser {
             let sync = &mut Calls::new(&mut conn, CallEnd::Sync);
             write_pushes(sync, &mut refs, tenant, &self.sealing).await
         };
+        // The partitions written, once committed: the hot list's rings
+        // take them at once instead of reseeding to find them.
+        let mut written = Vec::new();
         match together {
             Ok(()) if conn.status == crate::protocol::TxStatus::Idle => {
+                for prep in &preps {
+                    prep.written_partitions(&mut written);
+                }
                 for (prep, reply) in preps.into_iter().zip(replies) {
                     let _ = reply.send(Ok(prep));
                 }
@@ -95,7 +101,9 @@ impl Fuser {
         }
         pool::release(conn);
         if let Some(key) = key {
-            self.announcer.pushed(&key);
+            written.sort_unstable();
+            written.dedup();
+            self.announcer.pushed_into(&key, &written);
         }
     }
 }

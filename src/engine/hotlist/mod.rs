@@ -5,9 +5,10 @@
 //! stale ring costs a look, never a wrong delivery.
 //!
 //! Fed by: a full seed when a ring is cold and on every reconcile
-//! ([`ring::RECONCILE_EVERY`]); a windowed reseed over
-//! `(queue_id, last_write_at)` on a wake-up of the queue (a push through
-//! this process, or a NOTIFY from another: both arrive at
+//! ([`ring::RECONCILE_EVERY`]); the partition ids a fused push through this
+//! process wrote, once committed ([`Hotlist::fed`]); a windowed reseed over
+//! `(queue_id, last_write_at)` on a wake-up of the queue (a NOTIFY from
+//! another process, or a push here whose partitions are not known:
 //! [`Hotlist::woken`]) and at least every [`ring::RESEED_EVERY`];
 //! `queen.hotlist_repairs` read with every seed (SEEK, DROP GROUP of other
 //! processes; this process's own repair its rings at once); what each POP
@@ -100,6 +101,28 @@ impl Hotlist {
         if let Some(w) = lock(&self.wakes).get(digest) {
             w.fetch_add(1, Ordering::AcqRel);
         }
+    }
+
+    /// A push through this process committed into these partitions of
+    /// the queue with this digest: each ring of the queue takes them as a
+    /// reseed would have found them, without one. False when the queue has
+    /// no ring here (nothing to give them to).
+    pub fn fed(&self, digest: &str, partitions: &[i64]) -> bool {
+        let Some(wakes) = lock(&self.wakes).get(digest).cloned() else {
+            return false;
+        };
+        let rings: Vec<Arc<Ring>> = lock(&self.rings)
+            .values()
+            .filter(|r| Arc::ptr_eq(&r.wakes, &wakes))
+            .cloned()
+            .collect();
+        for ring in &rings {
+            let mut state = ring.lock();
+            for id in partitions {
+                state.add(*id, false);
+            }
+        }
+        !rings.is_empty()
     }
 
     /// A SEEK or DROP GROUP through this process: the ring reseeds fully

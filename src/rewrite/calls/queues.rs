@@ -20,7 +20,7 @@ pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
 
 pub const PUSH: CallSpec = CallSpec {
     name: "qw_push_v1",
-    sql: "SELECT msg_index, status, \"offset\", message_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10)",
+    sql: "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10)",
     params: &[
         Type::TEXT,
         Type::TEXT_ARRAY,
@@ -38,6 +38,7 @@ pub const PUSH: CallSpec = CallSpec {
         column("status", Type::TEXT),
         column("offset", Type::INT8),
         column("message_id", Type::UUID),
+        column("partition_id", Type::INT8),
     ],
 };
 
@@ -88,6 +89,8 @@ pub struct PushRow {
     pub status: String,
     pub offset: Option<i64>,
     pub message_id: Option<Uuid>,
+    /// The partition's id, for a `queued` message.
+    pub partition_id: Option<i64>,
 }
 
 impl FromRow for PushRow {
@@ -97,6 +100,7 @@ impl FromRow for PushRow {
             status: row.get("status")?,
             offset: row.get("offset")?,
             message_id: row.get("message_id")?,
+            partition_id: row.get("partition_id")?,
         })
     }
 }

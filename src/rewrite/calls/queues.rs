@@ -636,6 +636,7 @@ mod tests {
             Some(b"queued".to_vec()),
             Some(41i64.to_be_bytes().to_vec()),
             None,
+            Some(7i64.to_be_bytes().to_vec()),
         ]);
         let row: PushRow = Row::decode(&PUSH, &raw).unwrap();
         assert_eq!(
@@ -644,7 +645,8 @@ mod tests {
                 msg_index: 3,
                 status: "queued".into(),
                 offset: Some(41),
-                message_id: None
+                message_id: None,
+                partition_id: Some(7),
             }
         );
         let ack = RawRow::from_cells(vec![None, Some(b"acked".to_vec())]);

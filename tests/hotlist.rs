@@ -868,6 +868,34 @@ async fn the_pop_after_acking_an_emptied_partition_makes_no_call() {
         "redelivered only after {:?}",
         t.elapsed()
     );
+    assert_eq!(
+        ack_all(&client, &[col(&again[0], "receipt")]).await,
+        ["acked"]
+    );
+
+    // A partial ACK, then the rest FAILED: it comes again, not only at the
+    // lease's end (that a FAILED ACK brings a quiet partition back at once
+    // is the ring's unit test; here a reseed may find it first).
+    client.simple_query(&push(7, 1)).await.unwrap();
+    client.simple_query(&push(7, 2)).await.unwrap();
+    let r = pop_rows(&client, "POP FROM dq LIMIT 10 LEASE '5min'").await;
+    assert_eq!(r.len(), 2);
+    assert_eq!(ack_all(&client, &[col(&r[0], "receipt")]).await, ["acked"]);
+    let failed = rows(
+        &client,
+        &format!("ACK {} FAILED", quote(&col(&r[1], "receipt"))),
+    )
+    .await;
+    assert_eq!(col(&failed[0], "status"), "retry");
+    let t = Instant::now();
+    let again = pop_until(&client, "POP FROM dq LIMIT 10", Duration::from_secs(30)).await;
+    assert_eq!(again.len(), 1, "the failed message came back");
+    assert_eq!(col(&again[0], "offset"), col(&r[1], "offset"));
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "redelivered only after {:?}",
+        t.elapsed()
+    );
 }
 
 /// A lease taken through one queenwire and acknowledged through another

@@ -306,14 +306,16 @@ impl RingState {
 
     /// A parked id whose holder is known to have let go (an ACK through
     /// this process; `plain`: not FAILED): back into the rotation, unless a
-    /// plain ACK answers a claim that drained it, which leaves it quiet.
+    /// plain ACK answers a claim that drained it, which leaves it quiet. A
+    /// FAILED one always brings it back: its message comes again after the
+    /// retry delay, not at the lease's end.
     pub fn release(&mut self, id: i64, plain: bool) {
         if !self.parked_until.contains_key(&id) {
             return;
         }
-        if plain && self.drained.remove(&id) {
+        if plain && (self.drained.remove(&id) || self.quiet.contains(&id)) {
             self.quiet.insert(id);
-        } else if !self.quiet.contains(&id) {
+        } else {
             self.add(id, true);
         }
     }

@@ -533,9 +533,10 @@ async fn calls_of(direct: &Client) -> HashMap<String, i64> {
         .collect()
 }
 
-#[tokio::test]
-async fn an_empty_pop_on_a_queue_known_empty_makes_no_call() {
-    let db = common::cluster::fresh_database("hot_quiet");
+/// A queenwire on a fresh database whose function calls are counted
+/// (`track_functions`), and a direct client to read them with [`calls_of`].
+async fn counted_proxy(prefix: &str) -> (Client, Proxy) {
+    let db = common::cluster::fresh_database(prefix);
     let admin = connect(&db).await;
     let name: String = admin
         .query_one("SELECT current_database()", &[])
@@ -548,7 +549,12 @@ async fn an_empty_pop_on_a_queue_known_empty_makes_no_call() {
         ))
         .await
         .unwrap();
-    let proxy = Proxy::start_on(db, |_| {}).await;
+    (admin, Proxy::start_on(db, |_| {}).await)
+}
+
+#[tokio::test]
+async fn an_empty_pop_on_a_queue_known_empty_makes_no_call() {
+    let (admin, proxy) = counted_proxy("hot_quiet").await;
     let client = proxy.connect().await;
     provision(&proxy, "quiet", 500, 1).await;
     assert_eq!(
@@ -760,20 +766,7 @@ async fn a_block_pops_what_it_pushed_itself_on_a_queue_the_ring_knows_empty() {
 /// lease expires, is still delivered.
 #[tokio::test]
 async fn the_pop_after_acking_an_emptied_partition_makes_no_call() {
-    let db = common::cluster::fresh_database("hot_drained");
-    let admin = connect(&db).await;
-    let name: String = admin
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {name} SET track_functions = 'all'"
-        ))
-        .await
-        .unwrap();
-    let proxy = Proxy::start_on(db, |_| {}).await;
+    let (admin, proxy) = counted_proxy("hot_drained").await;
     let client = proxy.connect().await;
     let into = |q: &str, p: usize, s: usize| {
         format!("PUSH INTO {q} PARTITION 'p{p}' VALUES ('{{\"p\":{p},\"s\":{s}}}')")

@@ -8,8 +8,8 @@
 //! ([`ring::RECONCILE_EVERY`]); the partition ids a fused push through this
 //! process wrote, once committed ([`Hotlist::fed`]); a windowed reseed over
 //! `(queue_id, last_write_at)` on a wake-up of the queue (a NOTIFY from
-//! another process, or a push here whose partitions are not known:
-//! [`Hotlist::woken`]) and at least every [`ring::RESEED_EVERY`];
+//! another process, or a push here that does not carry its partitions: in
+//! a transaction block, a timer, a stream's window; [`Hotlist::woken`]) and at least every [`ring::RESEED_EVERY`];
 //! `queen.hotlist_repairs` read with every seed (SEEK, DROP GROUP of other
 //! processes; this process's own repair its rings at once); what each POP
 //! learns (empty candidates leave, waiting ones are parked until their
@@ -21,9 +21,10 @@ pub mod ring;
 pub mod rotation;
 
 use ring::RingState;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -60,6 +61,8 @@ pub struct Hotlist {
     /// Wake-up counters by the digest of the queue key (`wake.rs`), which is
     /// all a NOTIFY carries.
     wakes: Mutex<HashMap<String, Arc<AtomicU64>>>,
+    /// The rings of each queue by the same digest, for a push to feed.
+    by_digest: Mutex<HashMap<String, Vec<Weak<Ring>>>>,
     /// Wildcard POPs' turns among the queues of a namespace.
     pub rotations: rotation::Rotations,
 }
@@ -83,16 +86,24 @@ impl Hotlist {
             .entry(digest.to_string())
             .or_default()
             .clone();
-        lock(&self.rings)
-            .entry(key)
-            .or_insert_with(|| {
-                Arc::new(Ring {
+        let (ring, created) = match lock(&self.rings).entry(key) {
+            Entry::Occupied(e) => (e.get().clone(), false),
+            Entry::Vacant(v) => {
+                let ring = Arc::new(Ring {
                     state: Mutex::new(RingState::default()),
                     wakes,
                     group: group.to_string(),
-                })
-            })
-            .clone()
+                });
+                (v.insert(ring).clone(), true)
+            }
+        };
+        if created {
+            lock(&self.by_digest)
+                .entry(digest.to_string())
+                .or_default()
+                .push(Arc::downgrade(&ring));
+        }
+        ring
     }
 
     /// Something was pushed to the queue with this digest (here or in
@@ -108,14 +119,10 @@ impl Hotlist {
     /// reseed would have found them, without one. False when the queue has
     /// no ring here (nothing to give them to).
     pub fn fed(&self, digest: &str, partitions: &[i64]) -> bool {
-        let Some(wakes) = lock(&self.wakes).get(digest).cloned() else {
-            return false;
-        };
-        let rings: Vec<Arc<Ring>> = lock(&self.rings)
-            .values()
-            .filter(|r| Arc::ptr_eq(&r.wakes, &wakes))
-            .cloned()
-            .collect();
+        let rings: Vec<Arc<Ring>> = lock(&self.by_digest)
+            .get(digest)
+            .map(|v| v.iter().filter_map(Weak::upgrade).collect())
+            .unwrap_or_default();
         for ring in &rings {
             let mut state = ring.lock();
             for id in partitions {
@@ -159,6 +166,10 @@ impl Hotlist {
         let now = Instant::now();
         lock(&self.rings).retain(|_, r| Arc::strong_count(r) > 1 || !r.lock().idle(now, RING_IDLE));
         lock(&self.wakes).retain(|_, w| Arc::strong_count(w) > 1);
+        lock(&self.by_digest).retain(|_, v| {
+            v.retain(|w| w.strong_count() > 0);
+            !v.is_empty()
+        });
         self.rotations.prune();
     }
 }

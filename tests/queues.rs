@@ -386,6 +386,62 @@ async fn repeated_transaction_ids_are_duplicates() {
     assert_eq!(payloads, vec!["1", "2", "5", "7"]);
 }
 
+/// A partition created by a push that is then refused (a duplicate in
+/// another partition, or the queue full) stays empty: its first message,
+/// written later, has offset 0 and nothing is skipped before it. A push
+/// with nothing to check creates its partitions with their offsets already
+/// allocated, so this guards the paths that must not.
+#[tokio::test]
+async fn a_partition_created_by_a_refused_push_starts_at_offset_zero() {
+    let proxy = Proxy::start("born_empty").await;
+    let client = proxy.connect().await;
+    rows(
+        &client,
+        "PUSH INTO bq (payload, partition, transaction_id) VALUES ('1', 'x', 'a')",
+    )
+    .await;
+    // 'a' is a duplicate in x: the call writes nothing, creates y, and the
+    // engine writes 'b' alone on its second call.
+    let mixed = rows(
+        &client,
+        "PUSH INTO bq (payload, partition, transaction_id) VALUES ('2', 'x', 'a'), ('3', 'y', 'b'), ('4', 'z', NULL)",
+    )
+    .await;
+    let got: Vec<(String, String)> = mixed
+        .iter()
+        .map(|r| (col(r, "status"), col(r, "offset")))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("duplicate".to_string(), "0".to_string()),
+            ("queued".to_string(), "0".to_string()),
+            ("queued".to_string(), "0".to_string()),
+        ]
+    );
+
+    client
+        .batch_execute("CREATE QUEUE full_q WITH (max_queue_size = 1)")
+        .await
+        .unwrap();
+    let refused = client
+        .simple_query("PUSH INTO full_q (payload, partition) VALUES ('1', 'p'), ('2', 'p')")
+        .await
+        .expect_err("two messages into a queue of one");
+    assert_eq!(refused.code().map(|c| c.code()), Some("54000"));
+    let one = rows(&client, "PUSH INTO full_q (payload, partition) VALUES ('1', 'p')").await;
+    assert_eq!(col(&one[0], "offset"), "0");
+    for (queue, partition, payload) in [("bq", "y", "3"), ("bq", "z", "4"), ("full_q", "p", "1")] {
+        let popped = rows(
+            &client,
+            &format!("POP FROM {queue} PARTITION '{partition}' LIMIT 10 AUTO ACK"),
+        )
+        .await;
+        let payloads: Vec<String> = popped.iter().map(|r| col(r, "payload")).collect();
+        assert_eq!(payloads, vec![payload.to_string()], "{queue}/{partition}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_pop_wakes_on_a_push_through_this_or_another_queenwire() {
     let proxy = Proxy::start("longpoll").await;

@@ -290,6 +290,9 @@ DECLARE
     v_pnames    TEXT[] := '{}';
     v_priors    BIGINT[] := '{}';
     v_allocated BOOLEAN := false;
+    v_fast      BOOLEAN;
+    v_new_ids   BIGINT[] := '{}';
+    v_new_names TEXT[] := '{}';
     v_pending   BIGINT;
     v_dup_idx   INTEGER[] := '{}';
     v_dup_off   BIGINT[] := '{}';
@@ -412,18 +415,50 @@ BEGIN
     -- ascending). The FOR loop fetches, and so locks, in ORDER BY order.
     -- Only when one is missing: the INSERT statement fires the partition
     -- counter trigger (020) even when it inserts nothing.
+    --
+    -- Without a size limit or a transaction id to check, nothing after this
+    -- can refuse the push, so a partition this call creates is born with its
+    -- offsets allocated (last_offset, last_write_at): no lock, no UPDATE and
+    -- no second version of the row, whose index entries and foreign-key
+    -- re-check (the row is this transaction's) a new partition used to pay
+    -- for. Nobody sees it before the commit. With a check to make, the
+    -- partitions are created empty and allocated below, after the checks,
+    -- so that a refused push leaves them empty.
+    v_now := clock_timestamp();
+    v_fast := v_max_size = 0 AND (NOT v_any_hash OR v_dedup = 0);
     IF COALESCE(cardinality(v_ids), 0) < cardinality(v_names) THEN
-        INSERT INTO queen.log_partitions (queue_id, name)
-        SELECT v_qid, n
-        FROM unnest(v_names) n
-        WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
-                          WHERE p.queue_id = v_qid AND p.name = n)
-        ORDER BY n COLLATE "C"
-        ON CONFLICT (queue_id, name) DO NOTHING;
+        IF v_fast THEN
+            WITH ins AS (
+                INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at)
+                SELECT v_qid, n,
+                       (SELECT sum(x.c) FROM unnest(p_partitions, p_counts) AS x(pn, c)
+                        WHERE x.pn = n) - 1,
+                       v_now
+                FROM unnest(v_names) n
+                WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
+                                  WHERE p.queue_id = v_qid AND p.name = n)
+                ORDER BY n COLLATE "C"
+                ON CONFLICT (queue_id, name) DO NOTHING
+                RETURNING id, name
+            )
+            SELECT COALESCE(array_agg(ins.id), '{}'), COALESCE(array_agg(ins.name), '{}')
+            INTO v_new_ids, v_new_names
+            FROM ins;
+        ELSE
+            INSERT INTO queen.log_partitions (queue_id, name)
+            SELECT v_qid, n
+            FROM unnest(v_names) n
+            WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
+                              WHERE p.queue_id = v_qid AND p.name = n)
+            ORDER BY n COLLATE "C"
+            ON CONFLICT (queue_id, name) DO NOTHING;
+        END IF;
+        -- The partitions to allocate below: all but those born allocated.
         SELECT array_agg(p.id ORDER BY p.id) INTO v_ids
         FROM queen.log_partitions p
-        WHERE p.queue_id = v_qid AND p.name = ANY (v_names);
+        WHERE p.queue_id = v_qid AND p.name = ANY (v_names) AND p.id <> ALL (v_new_ids);
     END IF;
+    v_ids := COALESCE(v_ids, '{}');
 
     -- The common push: one partition, no size limit, no transaction id to
     -- check. The UPDATE that allocates the offsets takes the partition's
@@ -433,9 +468,10 @@ BEGIN
     -- read above is not found (40001, as below). Several partitions are
     -- locked first, in id order: measured, an UPDATE each in id order
     -- instead (4 partitions) cost no less.
-    v_now := clock_timestamp();
-    IF v_max_size = 0 AND (NOT v_any_hash OR v_dedup = 0)
-       AND cardinality(v_names) = 1 AND cardinality(v_ids) = 1 THEN
+    IF v_fast AND cardinality(v_ids) = 0 THEN
+        -- Every partition was created above.
+        v_allocated := true;
+    ELSIF v_fast AND cardinality(v_names) = 1 THEN
         -- last_write_at to the second: see step 4.
         UPDATE queen.log_partitions p
         SET last_offset = p.last_offset + v_total,
@@ -457,10 +493,10 @@ BEGIN
         INTO v_pids, v_pnames
         FROM (SELECT p.id, p.name
               FROM queen.log_partitions p
-              WHERE p.queue_id = v_qid AND p.name = ANY (v_names)
+              WHERE p.id = ANY (v_ids)
               ORDER BY p.id
               FOR NO KEY UPDATE) l;
-        IF cardinality(v_pids) <> cardinality(v_names) THEN
+        IF cardinality(v_pids) <> cardinality(v_ids) THEN
             RAISE EXCEPTION 'a partition of queue "%" was removed while being pushed to; retry', p_queue
                 USING ERRCODE = '40001';
         END IF;
@@ -582,9 +618,16 @@ BEGIN
             WHERE p.id = t.pid
             RETURNING p.id AS pid, t.pname, p.last_offset - t.total AS prior
         )
-        SELECT array_agg(u.pid), array_agg(u.pname), array_agg(u.prior)
+        SELECT COALESCE(array_agg(u.pid), '{}'), COALESCE(array_agg(u.pname), '{}'),
+               COALESCE(array_agg(u.prior), '{}')
         INTO v_pids, v_pnames, v_priors
         FROM u;
+    END IF;
+    -- With the partitions born allocated: their offsets start at 0.
+    IF cardinality(v_new_ids) > 0 THEN
+        v_pids := v_pids || v_new_ids;
+        v_pnames := v_pnames || v_new_names;
+        v_priors := v_priors || array_fill(-1::BIGINT, ARRAY[cardinality(v_new_ids)]);
     END IF;
     RETURN QUERY
     WITH seg AS (

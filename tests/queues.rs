@@ -429,7 +429,11 @@ async fn a_partition_created_by_a_refused_push_starts_at_offset_zero() {
         .await
         .expect_err("two messages into a queue of one");
     assert_eq!(refused.code().map(|c| c.code()), Some("54000"));
-    let one = rows(&client, "PUSH INTO full_q (payload, partition) VALUES ('1', 'p')").await;
+    let one = rows(
+        &client,
+        "PUSH INTO full_q (payload, partition) VALUES ('1', 'p')",
+    )
+    .await;
     assert_eq!(col(&one[0], "offset"), "0");
     for (queue, partition, payload) in [("bq", "y", "3"), ("bq", "z", "4"), ("full_q", "p", "1")] {
         let popped = rows(

@@ -304,9 +304,10 @@ BEGIN
     -- Every statement of this function costs its executor start-up and its
     -- plan's lock checks whatever it does, so the checks and summaries of
     -- the input are one statement (none for one segment), the queue's
-    -- lookup takes its key, its second read counts the partitions, and the
-    -- common push (one partition, no size limit, no transaction ids) needs
-    -- no lock statement (step 2).
+    -- lookup takes its key, its second read returns the partitions' ids,
+    -- the common push (one partition, no size limit, no transaction ids)
+    -- needs no lock statement, and a partition it creates no UPDATE
+    -- (step 2).
     -- The guard only for a role other than the function's owner (it would
     -- return at once for the owner), so queenwire's own calls skip it.
     IF session_user <> current_user THEN

@@ -532,3 +532,52 @@ async fn acks_queued_behind_a_cut_write_are_written_next() {
         assert!(result.is_ok(), "{result:?}");
     }
 }
+
+/// A fused POP whose reply is lost gets 08007 and its session goes on (the
+/// connection was the fuser's, not the session's); POPs queued behind the
+/// cut call are claimed by the next one. A POP waits on a lock in one case
+/// here: the first sight of a partition by its group inserts the group's
+/// cursor row, and waits for another transaction inserting the same row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fused_pop_whose_reply_is_lost_gets_08007_and_the_session_goes_on() {
+    let s = setup("faults_fused_pop").await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(std::sync::Arc::new(s.proxy.connect().await));
+    }
+    rows(&clients[0], "PUSH INTO fresh VALUES ('1')").await;
+    s.hold(
+        "INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_offset)
+         SELECT p.id, '__QUEUE_MODE__', -1 FROM queen.log_partitions p
+         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'fresh'",
+    )
+    .await;
+    let mut pops = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        let c = c.clone();
+        pops.push(tokio::spawn(async move {
+            c.simple_query("POP FROM fresh").await.map(|_| ())
+        }));
+        if i == 0 {
+            s.until_blocked().await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.cutter.cut();
+    let mut pops = pops.into_iter();
+    let lead = pops.next().unwrap().await.unwrap();
+    assert_eq!(code(&lead.expect_err("the lead's reply was lost")), "08007");
+    s.release().await;
+    for p in pops {
+        let done = tokio::time::timeout(Duration::from_secs(20), p).await;
+        let result = done
+            .expect("a POP queued behind the cut call hung")
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+    }
+    // Every session, the lead's too, still works, fused POPs included.
+    for c in &clients {
+        rows(c, "PUSH INTO after VALUES ('1')").await;
+        assert_eq!(rows(c, "POP FROM after AUTO ACK").await.len(), 1);
+    }
+}

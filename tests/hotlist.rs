@@ -914,3 +914,79 @@ async fn an_ack_through_the_other_queenwire_releases_a_partition_leased_here() {
     assert_eq!(next.len(), 1, "the partition stayed parked for its lease");
     assert_ne!(col(&next[0], "offset"), col(&first[0], "offset"));
 }
+
+/// POPs of one partition each, sent by many sessions at once, are claimed
+/// together (fusion: fewer `log_pop_v2` calls than POPs), and still each
+/// session gets one partition's messages, at most its LIMIT; no partition
+/// is held by two sessions at once; every message is delivered once, in
+/// partition order. Two POP shapes (LIMIT 1 and LIMIT 2) take from the
+/// same group through two lanes at the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pops_are_claimed_together_one_partition_per_session() {
+    const PARTITIONS: usize = 48;
+    const PER_PARTITION: usize = 5;
+    const SESSIONS: usize = 16;
+    let (admin, proxy) = counted_proxy("hot_fused_pops").await;
+    provision(&proxy, "fz", PARTITIONS, PER_PARTITION).await;
+    let mut clients = Vec::new();
+    for _ in 0..SESSIONS {
+        clients.push(proxy.connect().await);
+    }
+    let before = calls_of(&admin).await;
+    let mut pops = 0;
+    let mut seen: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for round in 0.. {
+        assert!(round < 200, "the queue never drained: {seen:?}");
+        let results = futures::future::join_all(clients.iter().enumerate().map(|(i, c)| {
+            let limit = 1 + i % 2;
+            async move {
+                (
+                    limit,
+                    pop_rows(c, &format!("POP FROM fz LIMIT {limit}")).await,
+                )
+            }
+        }))
+        .await;
+        pops += SESSIONS;
+        let mut held = HashSet::new();
+        let mut receipts = Vec::new();
+        for (limit, got) in &results {
+            let Some(first) = got.first() else {
+                continue;
+            };
+            assert!(got.len() <= *limit, "LIMIT {limit} gave {got:?}");
+            let partition = col(first, "partition");
+            assert!(
+                got.iter().all(|r| col(r, "partition") == partition),
+                "one POP got several partitions: {got:?}"
+            );
+            assert!(
+                held.insert(partition.clone()),
+                "partition {partition} went to two sessions at once"
+            );
+            for r in got {
+                let offset: i64 = col(r, "offset").parse().unwrap();
+                seen.entry(partition.clone()).or_default().push(offset);
+                receipts.push(col(r, "receipt"));
+            }
+        }
+        if receipts.is_empty() {
+            break;
+        }
+        let status = ack_all(&clients[0], &receipts).await;
+        assert!(status.iter().all(|s| s == "acked"), "{status:?}");
+    }
+    assert_eq!(seen.len(), PARTITIONS);
+    let want: Vec<i64> = (0..PER_PARTITION as i64).collect();
+    for (partition, offsets) in &seen {
+        assert_eq!(offsets, &want, "partition {partition}: once each, in order");
+    }
+    let after = calls_of(&admin).await;
+    let calls = after.get("log_pop_v2").copied().unwrap_or(0)
+        - before.get("log_pop_v2").copied().unwrap_or(0);
+    eprintln!("{calls} log_pop_v2 calls for {pops} POPs");
+    assert!(
+        calls * 2 <= pops as i64,
+        "{calls} log_pop_v2 calls for {pops} POPs: not claimed together"
+    );
+}

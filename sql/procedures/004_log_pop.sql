@@ -35,10 +35,21 @@ BEGIN
 END
 $$;
 
+-- log_pop_v2 took p_partition_limit as its twelfth argument (a trailing
+-- default, so callers that name their arguments or pass eleven still
+-- resolve). Its eleven-argument predecessor is dropped, once, before the
+-- CREATE below: both at once would make every eleven-argument call
+-- ambiguous.
+DROP FUNCTION IF EXISTS queen.log_pop_v2(text, text, text, integer, integer, bigint, text,
+                                         timestamptz, boolean, uuid, bigint[]);
+
 -- log_pop_v2 claims up to p_max_partitions partitions of a queue (or the one
 -- named, or among p_candidates, partition ids) for
--- a consumer group and returns at most p_limit messages in total, oldest
--- first per partition: one row per segment overlapping the claimed range
+-- a consumer group and returns at most p_limit messages in total, and at
+-- most p_partition_limit of one partition when that is given (the engine's
+-- fused POPs: several sessions' POPs in one call, one claimed partition
+-- each), oldest first per partition: one row per segment overlapping the
+-- claimed range
 -- [from_offset, to_offset] of each partition, in claim order then offset
 -- order; the engine decodes blob and keeps offsets from_offset..to_offset.
 -- lease_token and lease_expires_at are per partition (NULL with auto ack);
@@ -117,7 +128,8 @@ CREATE OR REPLACE FUNCTION queen.log_pop_v2(
     p_subscribe_at   TIMESTAMPTZ DEFAULT NULL,
     p_auto_ack       BOOLEAN DEFAULT false,
     p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001',
-    p_candidates     BIGINT[] DEFAULT NULL
+    p_candidates     BIGINT[] DEFAULT NULL,
+    p_partition_limit INTEGER DEFAULT NULL
 ) RETURNS TABLE (
     partition_id     BIGINT,
     partition_name   TEXT,
@@ -152,6 +164,8 @@ DECLARE
     v_lease       INTERVAL;
     v_ready_until TIMESTAMPTZ;
     v_budget      BIGINT := p_limit;
+    -- What the partition being claimed may still give (p_partition_limit).
+    v_part        BIGINT;
     v_claimed     INTEGER := 0;
     v_cand        RECORD;
     v_cur         REFCURSOR;
@@ -188,8 +202,8 @@ BEGIN
     END IF;
     IF p_queue IS NULL OR p_limit IS NULL OR p_limit < 1
        OR p_max_partitions IS NULL OR p_max_partitions < 1
-       OR p_lease_ms <= 0 THEN
-        RAISE EXCEPTION 'log_pop_v2: needs a queue, limit >= 1, max partitions >= 1 and a positive lease'
+       OR p_lease_ms <= 0 OR p_partition_limit < 1 THEN
+        RAISE EXCEPTION 'log_pop_v2: needs a queue, limit >= 1, max partitions >= 1, a positive lease and a partition limit >= 1'
             USING ERRCODE = '22023';
     END IF;
     IF v_mode NOT IN ('beginning', 'now', 'timestamp')
@@ -409,9 +423,10 @@ BEGIN
         v_next := v_c.cursor_offset + 1;
         v_first := NULL;
         v_held_until := NULL;
+        v_part := LEAST(v_budget, COALESCE(p_partition_limit, v_budget));
         -- Start at the segment holding v_next (the last one based at or
         -- below it); when retention removed it, at the oldest one left.
-        -- At most v_budget + 1 segments are read (each gives at least one
+        -- At most v_part + 1 segments are read (each gives at least one
         -- message but the first), and the LIMIT says so to the planner:
         -- without it, the cached generic plan read "a third of the
         -- partition's segments" and, once retention had emptied the front
@@ -428,7 +443,7 @@ BEGIN
                        WHERE s2.partition_id = v_cand.id AND s2.base_offset <= v_next),
                       v_next)
             ORDER BY s.base_offset
-            LIMIT v_budget + 1
+            LIMIT v_part + 1
         LOOP
             CONTINUE WHEN v_seg.base_offset + v_seg.message_count - 1 < v_next;
             IF v_queue.delayed_processing > 0 AND v_seg.max_created_at > v_ready_until THEN
@@ -437,7 +452,7 @@ BEGIN
                 EXIT;
             END IF;
             v_seg_from := GREATEST(v_next, v_seg.base_offset);
-            v_seg_to := LEAST(v_seg.base_offset + v_seg.message_count - 1, v_seg_from + v_budget - 1);
+            v_seg_to := LEAST(v_seg.base_offset + v_seg.message_count - 1, v_seg_from + v_part - 1);
             IF v_first IS NULL AND v_seg_from > v_c.cursor_offset + 1 THEN
                 -- Retention removed the head: the retry budget was its.
                 v_c.retry_count := 0;
@@ -456,8 +471,9 @@ BEGIN
             o_retry_at := o_retry_at || NULL::TIMESTAMPTZ;
             o_seg := o_seg || cardinality(o_base);
             v_budget := v_budget - (v_seg_to - v_seg_from + 1);
+            v_part := v_part - (v_seg_to - v_seg_from + 1);
             v_next := v_seg_to + 1;
-            EXIT WHEN v_budget <= 0;
+            EXIT WHEN v_part <= 0;
         END LOOP;
 
         IF v_first IS NULL THEN

@@ -85,9 +85,15 @@ impl Engine {
             }
         }
         let end = lender.call_end();
-        if let Err(e) = lender.connection().await {
-            // Only the lease's own housekeeping ran: the statement was not sent.
-            return Err(StatementError::Unavailable(e.into_cause()));
+        // A POP with nothing of the session's on a backend takes a
+        // connection only when it is not fused with other sessions' POPs
+        // (`wait.rs`): holding one here would starve the fused call's.
+        let detached_pop = matches!(stmt, Statement::Pop(_)) && lender.view().detached();
+        if !detached_pop {
+            if let Err(e) = lender.connection().await {
+                // Only the lease's own housekeeping ran: the statement was not sent.
+                return Err(StatementError::Unavailable(e.into_cause()));
+            }
         }
         let in_block = lender.view().status.in_transaction();
         if let Some(what) = own_transaction(stmt) {

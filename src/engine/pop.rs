@@ -19,12 +19,16 @@ use std::time::{Duration, SystemTime};
 use uuid::Uuid;
 
 /// The parts of a POP that do not change between attempts of a WAIT.
+#[derive(Clone)]
 pub struct PopPlan {
     pub queue: String,
     pub wait: Option<Duration>,
     args: PopArgs,
     /// The keys that open encrypted segments, as they were at the start.
     keys: Arc<KeyRing>,
+    /// The POPs of this many sessions, one partition each (fusion); 1 for
+    /// a POP of its own.
+    sessions: usize,
 }
 
 pub fn plan_pop(stmt: &Pop, params: &Params<'_>, keys: Arc<KeyRing>) -> Result<PopPlan, SqlError> {
@@ -34,6 +38,7 @@ pub fn plan_pop(stmt: &Pop, params: &Params<'_>, keys: Arc<KeyRing>) -> Result<P
         wait: args.wait,
         args,
         keys,
+        sessions: 1,
     })
 }
 
@@ -63,6 +68,35 @@ impl PopPlan {
         &self.args
     }
 
+    /// The sessions whose POPs this plan claims for, one partition each.
+    pub fn sessions(&self) -> usize {
+        self.sessions
+    }
+
+    /// This POP (LIMIT n, one partition; or a fused plan of it) for `k`
+    /// sessions at once: up to
+    /// `k` partitions, at most n messages of each, so that each session
+    /// gets what its own POP would have claimed.
+    pub fn for_sessions(&self, k: usize) -> PopPlan {
+        let k = k.max(1);
+        let mut args = self.args.clone();
+        let each = usize::try_from(self.args.limit).unwrap_or(1) / self.sessions.max(1);
+        args.limit = i32::try_from(each.saturating_mul(k)).unwrap_or(i32::MAX);
+        args.max_partitions = i32::try_from(k).unwrap_or(i32::MAX);
+        PopPlan {
+            queue: self.queue.clone(),
+            wait: self.wait,
+            args,
+            keys: self.keys.clone(),
+            sessions: k,
+        }
+    }
+
+    /// The per-partition cap of a fused plan's call.
+    fn partition_limit(&self) -> Option<i32> {
+        (self.sessions > 1).then(|| self.args.limit / i32::try_from(self.sessions).unwrap_or(1))
+    }
+
     /// The same POP on one queue of a wildcard POP's namespace, with what
     /// is left of its LIMIT and PARTITIONS (each at least 1).
     pub fn for_queue(&self, queue: &str, limit: usize, partitions: usize) -> PopPlan {
@@ -75,7 +109,42 @@ impl PopPlan {
             wait: self.wait,
             args,
             keys: self.keys.clone(),
+            sessions: 1,
         }
+    }
+}
+
+/// What POP calls claimed: the dialect's rows, partition after partition
+/// in claim order, and how many rows each partition gave.
+#[derive(Default)]
+pub struct Claimed {
+    pub rows: Vec<Vec<Cell>>,
+    pub per_partition: Vec<usize>,
+}
+
+impl Claimed {
+    /// The partitions claimed.
+    pub fn partitions(&self) -> usize {
+        self.per_partition.len()
+    }
+
+    pub fn extend(&mut self, other: Claimed) {
+        self.rows.extend(other.rows);
+        self.per_partition.extend(other.per_partition);
+    }
+
+    /// The rows of each of `sessions` sessions, a partition each in claim
+    /// order; those left over get none.
+    pub fn split(self, sessions: usize) -> Vec<Vec<Vec<Cell>>> {
+        let mut rows = self.rows.into_iter();
+        let mut out: Vec<Vec<Vec<Cell>>> = self
+            .per_partition
+            .into_iter()
+            .take(sessions)
+            .map(|n| rows.by_ref().take(n).collect())
+            .collect();
+        out.resize_with(sessions, Vec::new);
+        out
     }
 }
 
@@ -93,17 +162,20 @@ pub async fn pop_call(
     key: &ReceiptKey,
     tenant: Uuid,
     candidates: Option<&[i64]>,
-) -> Result<(Vec<Vec<Cell>>, Judged), ExecError> {
+) -> Result<(Claimed, Judged), ExecError> {
     let rows = conn
         .run(&PopCandidates {
             args: &plan.args,
             tenant,
             candidates,
+            partition_limit: plan.partition_limit(),
         })
         .await?;
-    let mut out = Vec::new();
+    let mut out = Claimed::default();
     let mut judged = Vec::with_capacity(rows.len());
     let mut claimed = Vec::new();
+    // The partition the last entry of `out.per_partition` counts.
+    let mut counted = None;
     let mut failure = None;
     for judgement in rows {
         let at = match &judgement.claimed {
@@ -113,7 +185,18 @@ pub async fn pop_call(
         judged.push((judgement.partition_id, judgement.state, at));
         if let Some(row) = judgement.claimed {
             if failure.is_none() {
-                failure = decode_claimed(&row, plan, key, &mut out).err();
+                let before = out.rows.len();
+                failure = decode_claimed(&row, plan, key, &mut out.rows).err();
+                let added = out.rows.len() - before;
+                // A partition's segments come one after the other.
+                match out.per_partition.last_mut() {
+                    Some(n) if counted == Some(row.partition_id) => *n += added,
+                    _ if added > 0 => {
+                        out.per_partition.push(added);
+                        counted = Some(row.partition_id);
+                    }
+                    _ => {}
+                }
             }
             claimed.push(row);
         }
@@ -172,7 +255,7 @@ pub async fn pop_once(
     key: &ReceiptKey,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    Ok(pop_call(conn, plan, key, tenant, None).await?.0)
+    Ok(pop_call(conn, plan, key, tenant, None).await?.0.rows)
 }
 
 fn decode_claimed(

@@ -14,7 +14,7 @@
 use super::lend::Lender;
 use super::values::Params;
 use super::wildcard::NamespacePop;
-use super::{pop, wake, Engine, ExecError, Outcome};
+use super::{fusion, pop, wake, Engine, ExecError, Outcome};
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
@@ -74,6 +74,48 @@ impl Engine {
         let mut poll = WAIT_POLL_FIRST;
         let mut was_woken = false;
         loop {
+            // A POP of one partition with nothing of the session's on a
+            // backend is claimed together with the other sessions' POPs
+            // of the same shape (`fusion/pop.rs`), on the fuser's own
+            // connection.
+            if let (
+                false,
+                Target::Queue {
+                    plan,
+                    digest,
+                    waiting,
+                },
+            ) = (in_block, &target)
+            {
+                if fusion::pop_fusable(plan) {
+                    let mut woken = Box::pin(waiting.notify().notified());
+                    woken.as_mut().enable();
+                    let rows = self
+                        .fuser
+                        .pop(plan, &self.receipts, tenant, digest)
+                        .await
+                        .map_err(fusion::as_session_error)?;
+                    let remaining = deadline
+                        .map(|d| d.saturating_duration_since(Instant::now()))
+                        .unwrap_or_default();
+                    if !rows.is_empty() || remaining.is_zero() || self.draining.has_begun() {
+                        if !rows.is_empty() && was_woken {
+                            drop(woken);
+                            waiting.pass_on();
+                        }
+                        return Ok(found(rows));
+                    }
+                    match self
+                        .wait_for(lender, vec![woken], poll.min(remaining))
+                        .await?
+                    {
+                        Wait::Woken => was_woken = true,
+                        Wait::Timeout => poll = (poll * 2).min(WAIT_POLL_MAX),
+                        Wait::Draining => return Ok(found(Vec::new())),
+                    }
+                    continue;
+                }
+            }
             let end = lender.call_end();
             let conn = lender.connection().await.map_err(|e| {
                 ExecError::Refused(SqlError::error(
@@ -102,7 +144,7 @@ impl Engine {
             };
             // Registered before the attempt, so a push that lands between
             // the attempt and the wait still wakes it.
-            let mut woken: Vec<Pin<Box<Notified<'_>>>> = notifies
+            let woken: Vec<Pin<Box<Notified<'_>>>> = notifies
                 .iter()
                 .map(|n| {
                     let mut w = Box::pin(n.notify().notified());
@@ -116,6 +158,7 @@ impl Engine {
                         .hot
                         .pop(&mut calls, plan, &self.receipts, tenant, digest, in_block)
                         .await?
+                        .rows
                 }
                 Target::Namespace(ns) => {
                     ns.attempt(
@@ -140,44 +183,60 @@ impl Engine {
                     drop(woken);
                     waiting.pass_on();
                 }
-                return Ok(Outcome {
-                    tag: format!("SELECT {}", rows.len()),
-                    rows,
-                    pushed: None,
-                    ephemeral_commit: None,
-                });
+                return Ok(found(rows));
             }
-            lender.park().await?;
-            let cancel = lender.cancel_signal();
-            let cancelled = cancel.notified();
-            let draining = self.draining.begun();
-            let any_woken = async {
-                if woken.is_empty() {
-                    std::future::pending::<()>().await;
-                } else {
-                    futures::future::select_all(woken.iter_mut()).await;
-                }
-            };
-            tokio::select! {
-                () = draining => {
-                    return Ok(Outcome {
-                        tag: "SELECT 0".into(),
-                        rows: Vec::new(),
-                        pushed: None,
-                        ephemeral_commit: None,
-                    });
-                }
-                () = any_woken => was_woken = true,
-                _ = tokio::time::sleep(poll.min(remaining)) => {
-                    poll = (poll * 2).min(WAIT_POLL_MAX);
-                }
-                _ = cancelled => {
-                    return Err(ExecError::Refused(SqlError::error(
-                        SqlState::QUERY_CANCELED,
-                        "canceling statement due to user request",
-                    )));
-                }
+            match self.wait_for(lender, woken, poll.min(remaining)).await? {
+                Wait::Woken => was_woken = true,
+                Wait::Timeout => poll = (poll * 2).min(WAIT_POLL_MAX),
+                Wait::Draining => return Ok(found(Vec::new())),
             }
         }
+    }
+
+    /// Waits, without a backend connection when nothing of the session's
+    /// holds one, for a wake-up, `poll`, the drain or the client's cancel.
+    async fn wait_for<L: Lender>(
+        &self,
+        lender: &mut L,
+        mut woken: Vec<Pin<Box<Notified<'_>>>>,
+        poll: Duration,
+    ) -> Result<Wait, ExecError> {
+        lender.park().await?;
+        let cancel = lender.cancel_signal();
+        let cancelled = cancel.notified();
+        let draining = self.draining.begun();
+        let any_woken = async {
+            if woken.is_empty() {
+                std::future::pending::<()>().await;
+            } else {
+                futures::future::select_all(woken.iter_mut()).await;
+            }
+        };
+        tokio::select! {
+            () = draining => Ok(Wait::Draining),
+            () = any_woken => Ok(Wait::Woken),
+            _ = tokio::time::sleep(poll) => Ok(Wait::Timeout),
+            _ = cancelled => Err(ExecError::Refused(SqlError::error(
+                SqlState::QUERY_CANCELED,
+                "canceling statement due to user request",
+            ))),
+        }
+    }
+}
+
+/// How a wait ended.
+enum Wait {
+    Woken,
+    Timeout,
+    Draining,
+}
+
+/// A POP's result.
+fn found(rows: Vec<Vec<crate::engine::values::Cell>>) -> Outcome {
+    Outcome {
+        tag: format!("SELECT {}", rows.len()),
+        rows,
+        pushed: None,
+        ephemeral_commit: None,
     }
 }

@@ -97,7 +97,9 @@ impl NamespacePop {
                     .await?
             } else {
                 let digest = waiters.digest(&queue_key(tenant, queue));
-                hot.pop(conn, &plan, key, tenant, &digest, in_block).await?
+                hot.pop(conn, &plan, key, tenant, &digest, in_block)
+                    .await?
+                    .rows
             };
             if got.is_empty() {
                 continue;

@@ -6,7 +6,10 @@
 //! - PUSH (`push.rs`): per (tenant, queue), every statement's rows for one
 //!   partition become one segment of one `log_push_v1` call;
 //! - ACK (`ack.rs`): per tenant, the receipts of plain ACKs (not FAILED)
-//!   go in one `log_ack_v1` call.
+//!   go in one `log_ack_v1` call;
+//! - POP (`pop.rs`): per (tenant, queue, group, options), POPs of one
+//!   partition each go in one `log_pop_v2` call that claims a partition
+//!   for each of them.
 //!
 //! A lone statement is written at once (it leads its own write), so fusion
 //! costs it nothing; statements queue only behind a write already in
@@ -18,12 +21,16 @@
 //! commit may have happened.
 
 mod ack;
+mod pop;
 mod push;
+
+pub use pop::fusable as pop_fusable;
 
 use super::sealing::Sealing;
 use super::wake::Announcer;
 use super::ExecError;
 use crate::backend::{BackendError, Pool};
+use crate::protocol::{SqlError, SqlState};
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
@@ -40,6 +47,7 @@ pub struct Fuser {
     sealing: Arc<Sealing>,
     pushes: Lanes<(Uuid, String), push::Job>,
     acks: Lanes<Uuid, ack::Job>,
+    pops: Lanes<pop::Key, pop::Job>,
 }
 
 impl Fuser {
@@ -50,6 +58,7 @@ impl Fuser {
             sealing,
             pushes: Lanes::default(),
             acks: Lanes::default(),
+            pops: Lanes::default(),
         }
     }
 }
@@ -141,6 +150,30 @@ fn unavailable<R>(
     for reply in replies {
         let _ = reply.send(Err(ExecError::Lost(BackendError::Protocol(why.clone()))));
     }
+}
+
+/// A fused statement's error as its session reports it: a lost connection
+/// was the fuser's, not the session's, so the session goes on and its
+/// client is told 08007 (the call may have committed) or 08006.
+pub fn as_session_error(e: ExecError) -> ExecError {
+    let ExecError::Lost(e) = e else {
+        return e;
+    };
+    ExecError::Refused(match e.cause() {
+        _ if e.outcome_unknown() => SqlError::error(
+            SqlState::TRANSACTION_RESOLUTION_UNKNOWN,
+            format!(
+                "the backend connection broke before the reply: the outcome of the statement \
+                 is unknown (it may have been committed); {}",
+                e.cause()
+            ),
+        ),
+        BackendError::Server(fields) => fields.clone(),
+        other => SqlError::error(
+            SqlState::CONNECTION_FAILURE,
+            format!("backend unavailable: {other}"),
+        ),
+    })
 }
 
 fn lost(unknown: bool, why: &str) -> ExecError {

@@ -9,9 +9,8 @@
 use super::ring::{Judgement, Maintenance, Seeded, Taken};
 use super::{Hotlist, Ring};
 use crate::backend::call::Calls;
-use crate::engine::pop::{self, PopPlan};
+use crate::engine::pop::{self, Claimed, PopPlan};
 use crate::engine::receipt::ReceiptKey;
-use crate::engine::values::Cell;
 use crate::engine::ExecError;
 use crate::rewrite::calls::queues::HotlistSeed;
 use std::time::{Instant, SystemTime};
@@ -62,7 +61,9 @@ impl Hotlist {
     /// One attempt of a POP. `digest`: the queue key's wake-up digest.
     /// `in_block`: the POP runs inside a transaction block (or pipeline)
     /// whose snapshot and rollback the ring cannot see, so it drops and
-    /// parks nothing.
+    /// parks nothing. A fused plan ([`PopPlan::for_sessions`]) claims
+    /// until it has a partition for each of its sessions or has looked as
+    /// far as one POP would.
     pub async fn pop(
         &self,
         conn: &mut Calls<'_>,
@@ -71,7 +72,7 @@ impl Hotlist {
         tenant: Uuid,
         digest: &str,
         in_block: bool,
-    ) -> Result<Vec<Vec<Cell>>, ExecError> {
+    ) -> Result<Claimed, ExecError> {
         if plan.named_partition() {
             // One partition by name: the unique index finds it.
             return Ok(pop::pop_call(conn, plan, key, tenant, None).await?.0);
@@ -110,8 +111,8 @@ impl Hotlist {
                 },
             )),
         };
-        let rows = claim(conn, plan, key, tenant, &ring, in_block).await?;
-        if rows.is_empty() && in_block {
+        let mut got = claim(conn, plan, key, tenant, &ring, in_block).await?;
+        if got.rows.is_empty() && in_block {
             // The block may have pushed into this queue itself: its pushes
             // are announced (and reach the ring) only when it commits, but
             // its own POP sees them, as on PostgreSQL. Nothing claimable in
@@ -120,16 +121,19 @@ impl Hotlist {
             return Ok(pop::pop_call(conn, plan, key, tenant, None).await?.0);
         }
         let Some((since, mut pending)) = deferred else {
-            return Ok(rows);
+            return Ok(got);
         };
-        if !rows.is_empty() {
+        if got.partitions() >= plan.sessions() {
             // Dropping `pending` leaves the reseed due for the next POP.
-            return Ok(rows);
+            return Ok(got);
         }
         pending.done = true;
         drop(pending);
         seed(conn, plan, tenant, &ring, Some(since)).await?;
-        claim(conn, plan, key, tenant, &ring, in_block).await
+        let rest = plan.for_sessions(plan.sessions() - got.partitions());
+        let plan = if plan.sessions() > 1 { &rest } else { plan };
+        got.extend(claim(conn, plan, key, tenant, &ring, in_block).await?);
+        Ok(got)
     }
 }
 
@@ -176,8 +180,8 @@ async fn seed(
 }
 
 /// Claims among the ring's candidates, looking further until something is
-/// claimed or every id the rotation held is looked at, and once at the
-/// parked ones.
+/// claimed (a partition for each session of a fused plan) or every id the
+/// rotation held is looked at, and once at the parked ones.
 async fn claim(
     conn: &mut Calls<'_>,
     plan: &PopPlan,
@@ -185,7 +189,8 @@ async fn claim(
     tenant: Uuid,
     ring: &Ring,
     in_block: bool,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
+) -> Result<Claimed, ExecError> {
+    let mut got = Claimed::default();
     let mut budget = {
         let mut state = ring.lock();
         state.unpark_due(SystemTime::now());
@@ -194,6 +199,14 @@ async fn claim(
     let mut round = FIRST_ROUND + plan.max_partitions();
     let mut parked_looked = false;
     loop {
+        // What is still wanted: a fused plan's sessions without a partition.
+        let rest;
+        let call_plan = if plan.sessions() > 1 {
+            rest = plan.for_sessions(plan.sessions() - got.partitions());
+            &rest
+        } else {
+            plan
+        };
         let taken = {
             let mut state = ring.lock();
             let from_rotation = if budget > 0 {
@@ -217,19 +230,21 @@ async fn claim(
             // Last, the candidates other POPs of this ring hold right now
             // (they take more than they claim); theirs to settle.
             let shared = ring.lock().in_flight_ids(round);
-            if shared.is_empty() {
-                return Ok(Vec::new());
+            if !shared.is_empty() {
+                got.extend(
+                    pop::pop_call(conn, call_plan, key, tenant, Some(&shared))
+                        .await?
+                        .0,
+                );
             }
-            return Ok(pop::pop_call(conn, plan, key, tenant, Some(&shared))
-                .await?
-                .0);
+            return Ok(got);
         };
         let ids = taken.ids.clone();
         let mut flight = InFlight {
             ring,
             taken: Some(taken),
         };
-        let (rows, judged) = pop::pop_call(conn, plan, key, tenant, Some(&ids)).await?;
+        let (claimed, judged) = pop::pop_call(conn, call_plan, key, tenant, Some(&ids)).await?;
         if let Some(t) = flight.taken.take() {
             let judged: Vec<(i64, Judgement)> = judged
                 .iter()
@@ -237,8 +252,9 @@ async fn claim(
                 .collect();
             ring.lock().settle(t, &judged, in_block);
         }
-        if !rows.is_empty() {
-            return Ok(rows);
+        got.extend(claimed);
+        if got.partitions() >= plan.sessions() {
+            return Ok(got);
         }
         round = (round * 4).min(MAX_ROUND);
     }

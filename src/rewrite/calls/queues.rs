@@ -254,7 +254,7 @@ impl FromRow for PopRow {
 /// also report each candidate judged (`state`, `retry_at`).
 pub const POP_CANDIDATES: CallSpec = CallSpec {
     name: "qw_pop_v2",
-    sql: "SELECT partition_id, partition_name, state, retry_at, lease_token, lease_expires_at, retry_count, from_offset, to_offset, base_offset, blob FROM queen.log_pop_v2(p_queue => $1, p_partition => $2, p_group => $3, p_limit => $4, p_max_partitions => $5, p_lease_ms => $6, p_subscribe => $7, p_subscribe_at => $8::timestamptz, p_auto_ack => $9, p_tenant => $10, p_candidates => $11)",
+    sql: "SELECT partition_id, partition_name, state, retry_at, lease_token, lease_expires_at, retry_count, from_offset, to_offset, base_offset, blob FROM queen.log_pop_v2(p_queue => $1, p_partition => $2, p_group => $3, p_limit => $4, p_max_partitions => $5, p_lease_ms => $6, p_subscribe => $7, p_subscribe_at => $8::timestamptz, p_auto_ack => $9, p_tenant => $10, p_candidates => $11, p_partition_limit => $12)",
     params: &[
         Type::TEXT,
         Type::TEXT,
@@ -267,6 +267,7 @@ pub const POP_CANDIDATES: CallSpec = CallSpec {
         Type::BOOL,
         Type::UUID,
         Type::INT8_ARRAY,
+        Type::INT4,
     ],
     columns: &[
         column("partition_id", Type::INT8),
@@ -288,6 +289,9 @@ pub struct PopCandidates<'a> {
     pub tenant: Uuid,
     /// `None`: the whole queue (or the partition the POP names).
     pub candidates: Option<&'a [i64]>,
+    /// At most this many messages of one partition (fused POPs: one
+    /// partition per session); `None`: only the LIMIT bounds them.
+    pub partition_limit: Option<i32>,
 }
 
 impl Call for PopCandidates<'_> {
@@ -307,6 +311,7 @@ impl Call for PopCandidates<'_> {
             &a.auto_ack,
             &self.tenant,
             &self.candidates,
+            &self.partition_limit,
         ]
     }
 }

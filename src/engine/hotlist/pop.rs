@@ -199,6 +199,13 @@ async fn claim(
     let mut round = FIRST_ROUND + plan.max_partitions();
     let mut parked_looked = false;
     loop {
+        // A fused plan that claimed something and has looked at every id
+        // the rotation holds stops there: the parked and in-flight looks
+        // are for an answer that would be empty (its POPs left without a
+        // partition get none, as POPs racing alone would).
+        if !got.rows.is_empty() && (budget == 0 || ring.lock().rotation_len() == 0) {
+            return Ok(got);
+        }
         // What is still wanted: a fused plan's sessions without a partition.
         let rest;
         let call_plan = if plan.sessions() > 1 {

@@ -504,6 +504,39 @@ async fn session_settings_pin_and_startup_parameters_follow_the_session() {
     assert_eq!(path, "pg_catalog");
 }
 
+/// `setseed()` seeds the session's backend: its draws after it are
+/// PostgreSQL's sequence for that seed, and the seeded backend never
+/// serves another client (with a pool of one, the next client would
+/// otherwise continue the sequence).
+async fn draw(c: &tokio_postgres::Client, sql: &str) -> f64 {
+    c.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn a_seeded_random_sequence_stays_with_its_session() {
+    let proxy = Proxy::start_with("setseed", |c| c.pool_size = 1).await;
+    let direct = proxy.connect_direct().await;
+    direct.batch_execute("SELECT setseed(0.5)").await.unwrap();
+    let mut want = Vec::new();
+    for _ in 0..3 {
+        want.push(draw(&direct, "SELECT random()").await);
+    }
+    let a = proxy.connect().await;
+    a.batch_execute("SELECT setseed(0.5)").await.unwrap();
+    let got = vec![
+        draw(&a, "SELECT random()").await,
+        draw(&a, "SELECT random()").await,
+    ];
+    assert_eq!(got, want[..2], "the seeded sequence, as on PostgreSQL");
+    drop(a);
+    let b = proxy.connect().await;
+    let next = draw(&b, "SELECT random()").await;
+    assert_ne!(
+        next, want[2],
+        "another client continued a's seeded sequence"
+    );
+}
+
 #[tokio::test]
 async fn startup_reports_the_backends_parameter_statuses() {
     let proxy = Proxy::start("param_status").await;

@@ -142,6 +142,9 @@ const PINNING_FUNCTIONS: &[&str] = &[
     "pg_try_advisory_lock_shared",
     "set_config",
     "dblink_connect",
+    // The backend's random() sequence: seeded for this session only, and
+    // its later draws come from the same backend, as on PostgreSQL.
+    "setseed",
 ];
 
 /// A LISTEN or UNLISTEN that the proxy can serve from its shared
@@ -518,6 +521,7 @@ mod tests {
             "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
             "SELECT pg_advisory_lock(42)",
             "SELECT set_config('a.b', 'c', false)",
+            "SELECT setseed(0.5)",
             "LOAD 'auto_explain'",
         ] {
             assert_eq!(session_effect(sql), SessionEffect::Pins, "{sql}");

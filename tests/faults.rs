@@ -13,6 +13,7 @@ mod common;
 use common::cut::Cutter;
 use common::proxy::{connect, Proxy};
 use common::sql::rows;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
@@ -80,6 +81,37 @@ impl Setup {
             }
             assert!(Instant::now() < deadline, "no statement became blocked");
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends `sql[i]` on `clients[i]`, the first until it waits on the held
+    /// lock, cuts the relay, and checks that the first (the lead of the
+    /// fused write) gets 08007 and that the others, queued behind it, are
+    /// written by the next write once the lock is released: they neither
+    /// hang nor fail.
+    async fn cut_the_lead(&self, clients: &[Arc<Client>], sql: &[String]) {
+        let mut waits = Vec::new();
+        for (i, (c, sql)) in clients.iter().zip(sql).enumerate() {
+            let (c, sql) = (c.clone(), sql.clone());
+            waits.push(tokio::spawn(async move {
+                c.simple_query(&sql).await.map(|_| ())
+            }));
+            if i == 0 {
+                self.until_blocked().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.cutter.cut();
+        let mut waits = waits.into_iter();
+        let lead = waits.next().unwrap().await.unwrap();
+        assert_eq!(code(&lead.expect_err("the lead's reply was lost")), "08007");
+        self.release().await;
+        for w in waits {
+            let done = tokio::time::timeout(Duration::from_secs(20), w).await;
+            let result = done
+                .expect("a statement queued behind the cut write hung")
+                .unwrap();
+            assert!(result.is_ok(), "{result:?}");
         }
     }
 
@@ -509,28 +541,8 @@ async fn acks_queued_behind_a_cut_write_are_written_next() {
     let (clients, acks) = three_sessions_holding_a_message_each(&s).await;
     let acks: Vec<String> = acks.into_iter().map(|(_, sql)| sql).collect();
     s.hold("SELECT 1 FROM queen.log_consumers FOR UPDATE").await;
-    let mut waits = Vec::new();
-    for (i, (c, sql)) in clients.into_iter().zip(acks.clone()).enumerate() {
-        waits.push(tokio::spawn(async move {
-            c.simple_query(&sql).await.map(|_| ())
-        }));
-        if i == 0 {
-            s.until_blocked().await;
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    s.cutter.cut();
-    let mut waits = waits.into_iter();
-    let lead = waits.next().unwrap().await.unwrap();
-    assert_eq!(code(&lead.expect_err("the lead's reply was lost")), "08007");
-    s.release().await;
-    for w in waits {
-        let done = tokio::time::timeout(Duration::from_secs(20), w).await;
-        let result = done
-            .expect("an ACK queued behind the cut write hung")
-            .unwrap();
-        assert!(result.is_ok(), "{result:?}");
-    }
+    let clients: Vec<Arc<Client>> = clients.into_iter().map(Arc::new).collect();
+    s.cut_the_lead(&clients, &acks).await;
 }
 
 /// A fused POP whose reply is lost gets 08007 and its session goes on (the
@@ -543,7 +555,7 @@ async fn a_fused_pop_whose_reply_is_lost_gets_08007_and_the_session_goes_on() {
     let s = setup("faults_fused_pop").await;
     let mut clients = Vec::new();
     for _ in 0..3 {
-        clients.push(std::sync::Arc::new(s.proxy.connect().await));
+        clients.push(Arc::new(s.proxy.connect().await));
     }
     rows(&clients[0], "PUSH INTO fresh VALUES ('1')").await;
     s.hold(
@@ -552,29 +564,8 @@ async fn a_fused_pop_whose_reply_is_lost_gets_08007_and_the_session_goes_on() {
          JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'fresh'",
     )
     .await;
-    let mut pops = Vec::new();
-    for (i, c) in clients.iter().enumerate() {
-        let c = c.clone();
-        pops.push(tokio::spawn(async move {
-            c.simple_query("POP FROM fresh").await.map(|_| ())
-        }));
-        if i == 0 {
-            s.until_blocked().await;
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    s.cutter.cut();
-    let mut pops = pops.into_iter();
-    let lead = pops.next().unwrap().await.unwrap();
-    assert_eq!(code(&lead.expect_err("the lead's reply was lost")), "08007");
-    s.release().await;
-    for p in pops {
-        let done = tokio::time::timeout(Duration::from_secs(20), p).await;
-        let result = done
-            .expect("a POP queued behind the cut call hung")
-            .unwrap();
-        assert!(result.is_ok(), "{result:?}");
-    }
+    s.cut_the_lead(&clients, &vec!["POP FROM fresh".to_string(); 3])
+        .await;
     // Every session, the lead's too, still works, fused POPs included.
     for c in &clients {
         rows(c, "PUSH INTO after VALUES ('1')").await;

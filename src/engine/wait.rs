@@ -71,8 +71,10 @@ impl Engine {
         // Inside a block (or a pipeline's implicit transaction) the ring
         // cannot see the snapshot or a rollback: it drops nothing then.
         let in_block = !lender.view().detached();
-        let mut poll = WAIT_POLL_FIRST;
-        let mut was_woken = false;
+        let mut wait = WaitState {
+            poll: WAIT_POLL_FIRST,
+            was_woken: false,
+        };
         loop {
             // A POP of one partition with nothing of the session's on a
             // backend is claimed together with the other sessions' POPs
@@ -95,23 +97,13 @@ impl Engine {
                         .pop(plan, &self.receipts, tenant, digest)
                         .await
                         .map_err(fusion::as_session_error)?;
-                    let remaining = deadline
-                        .map(|d| d.saturating_duration_since(Instant::now()))
-                        .unwrap_or_default();
-                    if !rows.is_empty() || remaining.is_zero() || self.draining.has_begun() {
-                        if !rows.is_empty() && was_woken {
-                            drop(woken);
-                            waiting.pass_on();
-                        }
-                        return Ok(found(rows));
-                    }
-                    match self
-                        .wait_for(lender, vec![woken], poll.min(remaining))
-                        .await?
-                    {
-                        Wait::Woken => was_woken = true,
-                        Wait::Timeout => poll = (poll * 2).min(WAIT_POLL_MAX),
-                        Wait::Draining => return Ok(found(Vec::new())),
+                    let attempt = Attempt {
+                        rows,
+                        woken: vec![woken],
+                        waiting: Some(waiting),
+                    };
+                    if let Some(done) = self.after(lender, attempt, deadline, &mut wait).await? {
+                        return Ok(done);
                     }
                     continue;
                 }
@@ -173,24 +165,54 @@ impl Engine {
                     .await?
                 }
             };
-            let remaining = deadline
-                .map(|d| d.saturating_duration_since(Instant::now()))
-                .unwrap_or_default();
-            if !rows.is_empty() || remaining.is_zero() || self.draining.has_begun() {
-                if let (false, true, Target::Queue { waiting, .. }) =
-                    (rows.is_empty(), was_woken, &target)
-                {
-                    drop(woken);
-                    waiting.pass_on();
-                }
-                return Ok(found(rows));
-            }
-            match self.wait_for(lender, woken, poll.min(remaining)).await? {
-                Wait::Woken => was_woken = true,
-                Wait::Timeout => poll = (poll * 2).min(WAIT_POLL_MAX),
-                Wait::Draining => return Ok(found(Vec::new())),
+            let attempt = Attempt {
+                rows,
+                woken,
+                waiting: match &target {
+                    Target::Queue { waiting, .. } => Some(waiting),
+                    Target::Namespace(_) => None,
+                },
+            };
+            if let Some(done) = self.after(lender, attempt, deadline, &mut wait).await? {
+                return Ok(done);
             }
         }
+    }
+
+    /// After an attempt: the POP's result when it found rows, its WAIT is
+    /// over or the server drains (a woken waiter that found rows passes
+    /// the wake-up on); else the wait until the next attempt.
+    async fn after<'w, L: Lender>(
+        &self,
+        lender: &mut L,
+        attempt: Attempt<'w>,
+        deadline: Option<Instant>,
+        wait: &mut WaitState,
+    ) -> Result<Option<Outcome>, ExecError> {
+        let remaining = deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or_default();
+        let Attempt {
+            rows,
+            woken,
+            waiting,
+        } = attempt;
+        if !rows.is_empty() || remaining.is_zero() || self.draining.has_begun() {
+            if let (false, true, Some(waiting)) = (rows.is_empty(), wait.was_woken, waiting) {
+                drop(woken);
+                waiting.pass_on();
+            }
+            return Ok(Some(found(rows)));
+        }
+        match self
+            .wait_for(lender, woken, wait.poll.min(remaining))
+            .await?
+        {
+            Wait::Woken => wait.was_woken = true,
+            Wait::Timeout => wait.poll = (wait.poll * 2).min(WAIT_POLL_MAX),
+            Wait::Draining => return Ok(Some(found(Vec::new()))),
+        }
+        Ok(None)
     }
 
     /// Waits, without a backend connection when nothing of the session's
@@ -222,6 +244,21 @@ impl Engine {
             ))),
         }
     }
+}
+
+/// One attempt's rows, with the wake-ups registered before it and the
+/// queue's waiters (a single-queue POP) to pass a wake-up on to.
+struct Attempt<'w> {
+    rows: Vec<Vec<crate::engine::values::Cell>>,
+    woken: Vec<Pin<Box<Notified<'w>>>>,
+    waiting: Option<&'w wake::Waiting>,
+}
+
+/// Between the attempts of a POP … WAIT: the next poll interval, and
+/// whether a wake-up (not a poll) started the current attempt.
+struct WaitState {
+    poll: Duration,
+    was_woken: bool,
 }
 
 /// How a wait ended.

@@ -111,7 +111,7 @@ impl Hotlist {
                 },
             )),
         };
-        let mut got = claim(conn, plan, key, tenant, &ring, in_block).await?;
+        let got = claim(conn, plan, key, tenant, &ring, in_block, Claimed::default()).await?;
         if got.rows.is_empty() && in_block {
             // The block may have pushed into this queue itself: its pushes
             // are announced (and reach the ring) only when it commits, but
@@ -130,10 +130,7 @@ impl Hotlist {
         pending.done = true;
         drop(pending);
         seed(conn, plan, tenant, &ring, Some(since)).await?;
-        let rest = plan.for_sessions(plan.sessions() - got.partitions());
-        let plan = if plan.sessions() > 1 { &rest } else { plan };
-        got.extend(claim(conn, plan, key, tenant, &ring, in_block).await?);
-        Ok(got)
+        claim(conn, plan, key, tenant, &ring, in_block, got).await
     }
 }
 
@@ -180,8 +177,9 @@ async fn seed(
 }
 
 /// Claims among the ring's candidates, looking further until something is
-/// claimed (a partition for each session of a fused plan) or every id the
-/// rotation held is looked at, and once at the parked ones.
+/// claimed (a partition for each session of a fused plan, counting those
+/// already `got`) or every id the rotation held is looked at, and once at
+/// the parked ones.
 async fn claim(
     conn: &mut Calls<'_>,
     plan: &PopPlan,
@@ -189,8 +187,8 @@ async fn claim(
     tenant: Uuid,
     ring: &Ring,
     in_block: bool,
+    mut got: Claimed,
 ) -> Result<Claimed, ExecError> {
-    let mut got = Claimed::default();
     let mut budget = {
         let mut state = ring.lock();
         state.unpark_due(SystemTime::now());

@@ -5,7 +5,7 @@
 //! acked twice in one call is `acked` twice, as when the two ACKs run one
 //! after the other.
 
-use super::{fail_all, next_batch, outcome, unavailable, Fuser};
+use super::{fail_all, outcome, unavailable, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::pool;
 use crate::engine::acks::ack_receipts;
@@ -33,7 +33,7 @@ impl Fuser {
         if let Some(lane) = self.acks.enqueue(tenant, job) {
             let fuser = self.clone();
             tokio::spawn(async move {
-                while let Some(jobs) = next_batch(&lane) {
+                while let Some(jobs) = lane.next().await {
                     fuser.write_acks(jobs, tenant).await;
                 }
             });

@@ -21,18 +21,19 @@
 //! commit may have happened.
 
 mod ack;
+mod lane;
 mod pop;
 mod push;
 
 pub use pop::fusable as pop_fusable;
+
+use lane::Lanes;
 
 use super::sealing::Sealing;
 use super::wake::Announcer;
 use super::ExecError;
 use crate::backend::{BackendError, Pool};
 use crate::protocol::{SqlError, SqlState};
-use std::collections::HashMap;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -67,60 +68,6 @@ impl Fuser {
 struct Job<T, R> {
     statement: T,
     reply: oneshot::Sender<Result<R, ExecError>>,
-}
-
-struct Lane<J> {
-    waiting: Vec<J>,
-    writing: bool,
-}
-
-/// The lanes of one kind of statement, one per key.
-struct Lanes<K, J> {
-    lanes: Mutex<HashMap<K, Arc<Mutex<Lane<J>>>>>,
-}
-
-impl<K, J> Default for Lanes<K, J> {
-    fn default() -> Self {
-        Lanes {
-            lanes: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl<K: Hash + Eq, J> Lanes<K, J> {
-    /// Queues `job` in the lane of `key`; the lane is returned when no
-    /// write of it is in flight, and the caller then leads the writes.
-    fn enqueue(&self, key: K, job: J) -> Option<Arc<Mutex<Lane<J>>>> {
-        let lane = lock(&self.lanes)
-            .entry(key)
-            .or_insert_with(new_lane)
-            .clone();
-        let lead = {
-            let mut l = lock(&lane);
-            l.waiting.push(job);
-            !std::mem::replace(&mut l.writing, true)
-        };
-        lead.then_some(lane)
-    }
-}
-
-fn new_lane<J>() -> Arc<Mutex<Lane<J>>> {
-    Arc::new(Mutex::new(Lane {
-        waiting: Vec::new(),
-        writing: false,
-    }))
-}
-
-/// The next statements of a lane to write together; `None` when none is
-/// waiting, and the lane's writer then stops.
-fn next_batch<J>(lane: &Mutex<Lane<J>>) -> Option<Vec<J>> {
-    let mut l = lock(lane);
-    if l.waiting.is_empty() {
-        l.writing = false;
-        return None;
-    }
-    let n = l.waiting.len().min(MAX_FUSED_STATEMENTS);
-    Some(l.waiting.drain(..n).collect())
 }
 
 /// Waits for a queued statement's result; a writer that stopped may have
@@ -185,7 +132,7 @@ fn lost(unknown: bool, why: &str) -> ExecError {
     })
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(l) => l,
         Err(p) => p.into_inner(),

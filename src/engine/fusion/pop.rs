@@ -6,7 +6,7 @@
 //! its own POP would have claimed. Per (partition, group) one lease at a
 //! time still holds: a partition's messages all go to one session.
 
-use super::{fail_all, next_batch, outcome, unavailable, Fuser};
+use super::{fail_all, outcome, unavailable, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::pool;
 use crate::engine::pop::PopPlan;
@@ -75,7 +75,7 @@ impl Fuser {
             let receipts = receipts.clone();
             let digest = digest.to_string();
             tokio::spawn(async move {
-                while let Some(jobs) = next_batch(&lane) {
+                while let Some(jobs) = lane.next().await {
                     fuser.claim_pops(jobs, &receipts, tenant, &digest).await;
                 }
             });

@@ -2,7 +2,7 @@
 //! is in flight become one `log_push_v1` call: all their rows for one
 //! partition one segment.
 
-use super::{fail_all, next_batch, outcome, unavailable, Fuser};
+use super::{fail_all, outcome, unavailable, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::pool;
 use crate::engine::queues::{write_pushes, PreparedPush};
@@ -33,7 +33,7 @@ impl Fuser {
             // not abandon the statements fused with its own.
             let fuser = self.clone();
             tokio::spawn(async move {
-                while let Some(jobs) = next_batch(&lane) {
+                while let Some(jobs) = lane.next().await {
                     fuser.write_pushes(jobs, tenant).await;
                 }
             });

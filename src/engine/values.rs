@@ -4,6 +4,7 @@
 //! the client asked for).
 
 pub use crate::rewrite::bind::{parse_error, Params};
+use bytes::{BufMut, BytesMut};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One result cell.
@@ -30,37 +31,42 @@ impl Cell {
         t.map_or(Cell::Null, |t| Cell::Timestamptz(micros(t)))
     }
 
-    /// PostgreSQL's text output (timestamps in UTC, ISO style).
-    pub fn to_text(&self) -> Option<String> {
-        Some(match self {
-            Cell::Null => return None,
-            Cell::Text(s) | Cell::Jsonb(s) => s.clone(),
-            Cell::Int4(v) => v.to_string(),
-            Cell::Int8(v) => v.to_string(),
-            Cell::Bool(b) => if *b { "t" } else { "f" }.to_string(),
-            Cell::Uuid(u) => u.to_string(),
-            Cell::Timestamptz(us) => format_timestamptz(*us),
-        })
+    /// Appends PostgreSQL's text output (timestamps in UTC, ISO style);
+    /// false for NULL, which has none.
+    pub fn write_text(&self, out: &mut BytesMut) -> bool {
+        match self {
+            Cell::Null => return false,
+            Cell::Text(s) | Cell::Jsonb(s) => out.extend_from_slice(s.as_bytes()),
+            Cell::Int4(v) => out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes()),
+            Cell::Int8(v) => out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes()),
+            Cell::Bool(b) => out.extend_from_slice(if *b { b"t" } else { b"f" }),
+            Cell::Uuid(u) => out.extend_from_slice(
+                u.hyphenated()
+                    .encode_lower(&mut uuid::Uuid::encode_buffer())
+                    .as_bytes(),
+            ),
+            Cell::Timestamptz(us) => out.extend_from_slice(format_timestamptz(*us).as_bytes()),
+        }
+        true
     }
 
-    /// PostgreSQL's binary output.
-    pub fn to_binary(&self) -> Option<Vec<u8>> {
-        Some(match self {
-            Cell::Null => return None,
-            Cell::Text(s) => s.as_bytes().to_vec(),
+    /// Appends PostgreSQL's binary output; false for NULL.
+    pub fn write_binary(&self, out: &mut BytesMut) -> bool {
+        match self {
+            Cell::Null => return false,
+            Cell::Text(s) => out.extend_from_slice(s.as_bytes()),
             Cell::Jsonb(s) => {
-                let mut v = Vec::with_capacity(s.len() + 1);
-                v.push(1);
-                v.extend_from_slice(s.as_bytes());
-                v
+                out.put_u8(1);
+                out.extend_from_slice(s.as_bytes());
             }
-            Cell::Int4(v) => v.to_be_bytes().to_vec(),
-            Cell::Int8(v) => v.to_be_bytes().to_vec(),
-            Cell::Bool(b) => vec![u8::from(*b)],
-            Cell::Uuid(u) => u.as_bytes().to_vec(),
+            Cell::Int4(v) => out.put_i32(*v),
+            Cell::Int8(v) => out.put_i64(*v),
+            Cell::Bool(b) => out.put_u8(u8::from(*b)),
+            Cell::Uuid(u) => out.extend_from_slice(u.as_bytes()),
             // PostgreSQL's epoch is 2000-01-01.
-            Cell::Timestamptz(us) => (us - PG_EPOCH_OFFSET_MICROS).to_be_bytes().to_vec(),
-        })
+            Cell::Timestamptz(us) => out.put_i64(us - PG_EPOCH_OFFSET_MICROS),
+        }
+        true
     }
 }
 
@@ -141,9 +147,8 @@ mod tests {
 
     #[test]
     fn binary_timestamps_count_from_2000() {
-        assert_eq!(
-            Cell::Timestamptz(PG_EPOCH_OFFSET_MICROS).to_binary(),
-            Some(vec![0; 8])
-        );
+        let mut out = BytesMut::new();
+        assert!(Cell::Timestamptz(PG_EPOCH_OFFSET_MICROS).write_binary(&mut out));
+        assert_eq!(&out[..], &[0; 8]);
     }
 }

@@ -95,6 +95,11 @@ impl Client {
         msg.encode(&mut self.write_buf);
     }
 
+    /// The output buffer, for messages written in place.
+    pub fn buffer(&mut self) -> &mut BytesMut {
+        &mut self.write_buf
+    }
+
     pub fn send_raw(&mut self, bytes: &[u8]) {
         self.write_buf.extend_from_slice(bytes);
     }

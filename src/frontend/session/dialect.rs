@@ -207,16 +207,14 @@ impl Session {
     /// Sends the rows; `false` when a row could not be sent (the error has
     /// been, as PostgreSQL sends one mid-result).
     pub(super) fn send_rows(&mut self, rows: &[Vec<Cell>], formats: &[i16]) -> bool {
-        let encoding = self.client_encoding.clone();
-        for row in rows::data_rows(rows.iter(), formats, &encoding) {
-            match row {
-                Ok(row) => self.client.send(&row),
-                Err(e) => {
-                    self.local_error(e);
-                    return false;
-                }
+        let written =
+            rows::write_data_rows(rows, formats, &self.client_encoding, self.client.buffer());
+        match written {
+            Ok(()) => true,
+            Err(e) => {
+                self.local_error(e);
+                false
             }
         }
-        true
     }
 }

@@ -4,8 +4,9 @@
 use crate::engine::values::Cell;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::params::result_format;
-use crate::protocol::{self, oid, FieldDescription, Message, SqlError, SqlState};
+use crate::protocol::{self, oid, tags, FieldDescription, Message, SqlError, SqlState};
 use crate::rewrite::dialect::Column;
+use bytes::{BufMut, BytesMut};
 
 pub fn row_description(columns: &[Column], formats: &[i16]) -> Message {
     let fields: Vec<FieldDescription<'_>> = columns
@@ -30,49 +31,79 @@ pub fn describe_columns(columns: &[Column], formats: &[i16]) -> Message {
     }
 }
 
-/// One DataRow per row, each cell in its column's format; text in the
-/// client's encoding, as PostgreSQL converts it.
-pub fn data_rows<'r>(
-    rows: impl Iterator<Item = &'r Vec<Cell>> + 'r,
-    formats: &'r [i16],
-    encoding: &'r ClientEncoding,
-) -> impl Iterator<Item = Result<Message, SqlError>> + 'r {
-    rows.map(move |row| {
-        let encoded = row
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| encode_cell(cell, result_format(formats, i), encoding))
-            .collect::<Result<Vec<Option<Vec<u8>>>, SqlError>>()?;
-        Ok(protocol::data_row(encoded.iter().map(|v| v.as_deref())))
-    })
+/// Appends one DataRow per row to `out`, each cell in its column's
+/// format; text in the client's encoding, as PostgreSQL converts it. The
+/// cells are written in place (no buffer per row or cell: a PUSH of 100
+/// messages answers 100 rows). On an error the rows before the failing one
+/// stay written and the failing one is not.
+pub fn write_data_rows(
+    rows: &[Vec<Cell>],
+    formats: &[i16],
+    encoding: &ClientEncoding,
+    out: &mut BytesMut,
+) -> Result<(), SqlError> {
+    for row in rows {
+        let start = out.len();
+        out.put_u8(tags::backend::DATA_ROW);
+        out.put_i32(0);
+        out.put_i16(row.len() as i16);
+        for (i, cell) in row.iter().enumerate() {
+            if let Err(e) = write_cell(cell, result_format(formats, i), encoding, out) {
+                out.truncate(start);
+                return Err(e);
+            }
+        }
+        let len = (out.len() - start - 1) as i32;
+        out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+    }
+    Ok(())
 }
 
-fn encode_cell(
+/// One cell: its length, then its value (-1 and nothing for NULL).
+fn write_cell(
     cell: &Cell,
     format: i16,
     encoding: &ClientEncoding,
-) -> Result<Option<Vec<u8>>, SqlError> {
-    if format == 1 {
-        return Ok(cell.to_binary());
-    }
-    let Some(text) = cell.to_text() else {
-        return Ok(None);
+    out: &mut BytesMut,
+) -> Result<(), SqlError> {
+    let start = out.len();
+    out.put_i32(0);
+    let written = match cell {
+        _ if format == 1 => cell.write_binary(out),
+        Cell::Text(s) | Cell::Jsonb(s) if !s.is_ascii() => {
+            write_encoded(s, encoding, out)?;
+            true
+        }
+        _ => cell.write_text(out),
     };
-    if text.is_ascii() {
-        return Ok(Some(text.into_bytes()));
-    }
+    let len = if written {
+        (out.len() - start - 4) as i32
+    } else {
+        -1
+    };
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    Ok(())
+}
+
+/// Non-ASCII text in the client's encoding.
+fn write_encoded(
+    text: &str,
+    encoding: &ClientEncoding,
+    out: &mut BytesMut,
+) -> Result<(), SqlError> {
     match encoding {
-        ClientEncoding::Utf8 | ClientEncoding::SqlAscii => Ok(Some(text.into_bytes())),
-        ClientEncoding::Latin1 => text
-            .chars()
-            .map(|c| u8::try_from(u32::from(c)).map_err(|_| untranslatable(c, "LATIN1")))
-            .collect::<Result<Vec<u8>, SqlError>>()
-            .map(Some),
+        ClientEncoding::Utf8 | ClientEncoding::SqlAscii => out.extend_from_slice(text.as_bytes()),
+        ClientEncoding::Latin1 => {
+            for c in text.chars() {
+                out.put_u8(u8::try_from(u32::from(c)).map_err(|_| untranslatable(c, "LATIN1"))?);
+            }
+        }
         ClientEncoding::Other(name) => {
             let c = text.chars().find(|c| !c.is_ascii()).unwrap_or('?');
-            Err(untranslatable(c, name))
+            return Err(untranslatable(c, name));
         }
     }
+    Ok(())
 }
 
 /// PostgreSQL's error for text a client encoding cannot carry (queenwire
@@ -86,4 +117,94 @@ fn untranslatable(c: char, encoding: &str) -> SqlError {
     );
     err.hint = Some("use client_encoding UTF8 for queenwire statements".into());
     err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(rows: &[Vec<Cell>], formats: &[i16], encoding: &ClientEncoding) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        write_data_rows(rows, formats, encoding, &mut out).expect("rows encode");
+        out.to_vec()
+    }
+
+    /// The DataRow PostgreSQL would send for these values.
+    fn expected(values: &[Option<&[u8]>]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        protocol::data_row(values.iter().copied()).encode(&mut out);
+        out.to_vec()
+    }
+
+    #[test]
+    fn rows_are_framed_as_data_rows_in_text_and_binary() {
+        let id = uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        let row = vec![
+            Cell::Uuid(id),
+            Cell::Text("orders".into()),
+            Cell::Null,
+            Cell::Int8(-42),
+            Cell::Int4(7),
+            Cell::Bool(true),
+            Cell::Jsonb(r#"{"a":1}"#.into()),
+            Cell::Timestamptz(0),
+        ];
+        let text = framed(&[row.clone(), row.clone()], &[], &ClientEncoding::Utf8);
+        let one = expected(&[
+            Some(b"01234567-89ab-cdef-0123-456789abcdef"),
+            Some(b"orders"),
+            None,
+            Some(b"-42"),
+            Some(b"7"),
+            Some(b"t"),
+            Some(br#"{"a":1}"#),
+            Some(b"1970-01-01 00:00:00+00"),
+        ]);
+        assert_eq!(text, [one.clone(), one].concat());
+
+        let binary = framed(&[row], &[1], &ClientEncoding::Utf8);
+        let epoch = (-PG_EPOCH_OFFSET_MICROS_FOR_TEST).to_be_bytes();
+        assert_eq!(
+            binary,
+            expected(&[
+                Some(id.as_bytes()),
+                Some(b"orders"),
+                None,
+                Some(&(-42i64).to_be_bytes()),
+                Some(&7i32.to_be_bytes()),
+                Some(&[1]),
+                Some(b"\x01{\"a\":1}"),
+                Some(&epoch),
+            ])
+        );
+    }
+
+    /// 1970-01-01 in PostgreSQL's binary timestamps (microseconds since 2000).
+    const PG_EPOCH_OFFSET_MICROS_FOR_TEST: i64 = 946_684_800_000_000;
+
+    #[test]
+    fn text_is_converted_to_the_client_encoding_or_refused_whole_row() {
+        let rows = vec![
+            vec![Cell::Text("ok".into())],
+            vec![Cell::Text("café €".into())],
+        ];
+        let utf8 = framed(&rows, &[], &ClientEncoding::Utf8);
+        assert!(utf8.ends_with("café €".as_bytes()));
+
+        let latin1 = framed(&rows[..1], &[], &ClientEncoding::Latin1);
+        assert_eq!(latin1, expected(&[Some(b"ok")]));
+        let cafe = vec![vec![Cell::Text("café".into())]];
+        assert_eq!(
+            framed(&cafe, &[], &ClientEncoding::Latin1),
+            expected(&[Some(b"caf\xe9")])
+        );
+
+        // The euro sign has no LATIN1 byte: the first row stays written,
+        // nothing of the second.
+        let mut out = BytesMut::new();
+        let err = write_data_rows(&rows, &[], &ClientEncoding::Latin1, &mut out)
+            .expect_err("untranslatable");
+        assert_eq!(err.code(), SqlState::UNTRANSLATABLE_CHARACTER.code());
+        assert_eq!(out.to_vec(), expected(&[Some(b"ok")]));
+    }
 }

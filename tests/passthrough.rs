@@ -878,3 +878,40 @@ async fn dialect_portals_honour_the_execute_row_limit_and_run_once() {
         .count();
     assert_eq!(left, 5);
 }
+
+#[tokio::test]
+async fn a_cancelled_pop_wait_does_not_cancel_the_next_statement() {
+    // The session holds a backend connection (SET pins it) while its POP
+    // … WAIT waits in the proxy. A client's cancel ends the wait; the
+    // cancel forwarded to the idle backend must not land on the statement
+    // the client sends right after the 57014 (seen intermittently with
+    // pgjdbc's setQueryTimeout: the next SELECT 1 was cancelled).
+    let proxy = Proxy::start("cancel_wait").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE cw; SET application_name = 'pinned'")
+        .await
+        .unwrap();
+    for round in 0..20 {
+        let token = client.cancel_token();
+        let canceller = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+        });
+        let err = client
+            .simple_query("POP FROM cw WAIT 20")
+            .await
+            .expect_err("the wait is cancelled");
+        canceller.await.unwrap();
+        assert_eq!(err.code().map(|c| c.code()), Some("57014"), "round {round}");
+        client
+            .simple_query("SELECT pg_sleep(0.05)")
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: the next statement failed: {:?}",
+                    e.as_db_error()
+                )
+            });
+    }
+}

@@ -7,8 +7,45 @@ use super::lock_order::LockOrder;
 use crate::backend::{BackendConn, BackendError};
 use crate::protocol::TxStatus;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
+
+/// A session's cancel requests as the proxy's own waits (a POP … WAIT)
+/// see them.
+#[derive(Default)]
+pub struct CancelSignal {
+    /// Notified (`notify_waiters`) by each cancel request.
+    pub notify: Notify,
+    waits: AtomicUsize,
+}
+
+impl CancelSignal {
+    /// Marks a wait of the proxy's own as in progress until the mark drops.
+    pub fn waiting(&self) -> WaitMark<'_> {
+        self.waits.fetch_add(1, Ordering::SeqCst);
+        WaitMark(self)
+    }
+
+    /// Ends the proxy's waits; whether one was in progress, in which case
+    /// the statement was waiting in the proxy and nothing of it runs on a
+    /// backend (a cancel forwarded there could only land on the client's
+    /// next statement).
+    pub fn cancel(&self) -> bool {
+        let waiting = self.waits.load(Ordering::SeqCst) > 0;
+        self.notify.notify_waiters();
+        waiting
+    }
+}
+
+/// A wait of the proxy's own in progress ([`CancelSignal::waiting`]).
+pub struct WaitMark<'a>(&'a CancelSignal);
+
+impl Drop for WaitMark<'_> {
+    fn drop(&mut self) {
+        self.0.waits.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 pub use crate::backend::call::CallEnd;
 
@@ -54,7 +91,7 @@ pub trait Lender: Send {
     fn park(&mut self) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Woken when the client sends a cancel request.
-    fn cancel_signal(&self) -> Arc<Notify>;
+    fn cancel_signal(&self) -> Arc<CancelSignal>;
 
     /// The lock order of the session's current transaction block.
     fn lock_order(&mut self) -> &mut LockOrder;

@@ -225,7 +225,8 @@ impl Engine {
     ) -> Result<Wait, ExecError> {
         lender.park().await?;
         let cancel = lender.cancel_signal();
-        let cancelled = cancel.notified();
+        let _mark = cancel.waiting();
+        let cancelled = cancel.notify.notified();
         let draining = self.draining.begun();
         let any_woken = async {
             if woken.is_empty() {

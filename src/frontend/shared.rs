@@ -204,7 +204,7 @@ pub struct SessionHandle {
     /// The session as the admin view lists it (set once it starts).
     pub observed: std::sync::OnceLock<Arc<crate::metrics::clients::ClientInfo>>,
     /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
-    pub cancel: Arc<tokio::sync::Notify>,
+    pub cancel: Arc<crate::engine::lend::CancelSignal>,
 }
 
 impl SessionHandle {
@@ -250,7 +250,14 @@ impl CancelRegistry {
             .ok()
             .and_then(|map| map.get(&(pid, secret)).cloned());
         let Some(handle) = handle else { return };
-        handle.cancel.notify_waiters();
+        // A statement waiting in the proxy (a POP … WAIT) runs nothing on
+        // the backend the session may hold: the cancel is its alone. Sent
+        // on to that backend as well, it would arrive after the 57014 and
+        // could cancel the client's next statement instead (seen with
+        // pgjdbc's setQueryTimeout: the SELECT 1 after the wait).
+        if handle.cancel.cancel() {
+            return;
+        }
         if let Some(key) = handle.backend() {
             if let Err(e) = target.cancel(key).await {
                 tracing::warn!("forwarding a cancel request failed: {e}");
@@ -268,7 +275,10 @@ impl CancelRegistry {
             Err(_) => return,
         };
         let cancels = handles.into_iter().map(|handle| async move {
-            handle.cancel.notify_waiters();
+            // As `cancel` does.
+            if handle.cancel.cancel() {
+                return;
+            }
             if let Some(key) = handle.backend() {
                 if let Err(e) = target.cancel(key).await {
                     tracing::debug!("cancelling a statement at shutdown failed: {e}");

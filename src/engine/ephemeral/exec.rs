@@ -328,8 +328,9 @@ impl Engine {
     ) -> Result<Outcome, ExecError> {
         let args = pop_args(pop, params)?;
         let cancel = lender.cancel_signal();
+        let _mark = cancel.waiting();
         let rows = self
-            .ephemeral_pop_rows(at, &args, args.wait, &cancel)
+            .ephemeral_pop_rows(at, &args, args.wait, &cancel.notify)
             .await?;
         Ok(outcome(stmt, rows, None))
     }

@@ -6,6 +6,7 @@ use super::dispatch::Txn;
 use super::lease::{For, Lease};
 use super::{rows, End, Session};
 use crate::backend::{BackendConn, BackendError};
+use crate::engine::lend::CancelSignal;
 use crate::engine::lock_order::LockOrder;
 use crate::engine::values::Cell;
 use crate::engine::{CallEnd, Lender, Outcome, StatementError, TxnView};
@@ -14,7 +15,6 @@ use crate::frontend::SessionHandle;
 use crate::protocol::{self, SqlError, SqlState};
 use crate::rewrite::dialect::Statement;
 use std::sync::Arc;
-use tokio::sync::Notify;
 
 /// The session's connection, lent to the engine for one statement.
 struct Lent<'s> {
@@ -62,7 +62,7 @@ impl Lender for Lent<'_> {
         Ok(())
     }
 
-    fn cancel_signal(&self) -> Arc<Notify> {
+    fn cancel_signal(&self) -> Arc<CancelSignal> {
         self.handle.cancel.clone()
     }
 

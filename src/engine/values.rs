@@ -70,7 +70,8 @@ impl Cell {
     }
 }
 
-const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+pub(crate) const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
 
 pub fn micros(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {

@@ -47,9 +47,8 @@ pub(super) struct Lane<J> {
 }
 
 struct State<J> {
-    waiting: Vec<J>,
-    /// The session of each waiting statement, in the same order.
-    from: Vec<Option<task::Id>>,
+    /// The statements waiting, each with its session.
+    waiting: Vec<(J, Option<task::Id>)>,
     writing: bool,
     /// The sessions of the write in flight (`None`: none is).
     in_flight: Option<Vec<task::Id>>,
@@ -121,8 +120,7 @@ impl<K: Hash + Eq, J> Lanes<K, J> {
                     s.observe(me, fast, now);
                 }
             }
-            s.waiting.push(job);
-            s.from.push(session);
+            s.waiting.push((job, session));
             !std::mem::replace(&mut s.writing, true)
         };
         if !lead {
@@ -137,7 +135,6 @@ impl<J> Lane<J> {
         Arc::new(Lane {
             state: Mutex::new(State {
                 waiting: Vec::new(),
-                from: Vec::new(),
                 writing: false,
                 in_flight: None,
                 answered: Vec::new(),
@@ -153,7 +150,7 @@ impl<J> Lane<J> {
     /// back have come (or the linger after the last write ended); `None` when
     /// none is waiting, and the lane's writer then stops.
     pub(super) async fn next(&self) -> Option<Vec<J>> {
-        let (target, deadline) = {
+        let (target, expected, deadline) = {
             let mut s = lock(&self.state);
             // The write in flight, if any, has ended.
             if let Some(sessions) = s.in_flight.take() {
@@ -171,9 +168,14 @@ impl<J> Lane<J> {
                 s.habits
                     .retain(|_, (_, seen)| now.duration_since(*seen) < FORGET_AFTER);
             }
-            let expected = s.answered.iter().filter(|a| s.expected(a)).count();
-            let target = (s.waiting.len() + expected).min(MAX_FUSED_STATEMENTS);
-            (target, ended + self.linger)
+            let expected: Vec<task::Id> = s
+                .answered
+                .iter()
+                .filter(|a| s.expected(a))
+                .copied()
+                .collect();
+            let target = (s.waiting.len() + expected.len()).min(MAX_FUSED_STATEMENTS);
+            (target, expected, ended + self.linger)
         };
         let mut missed = false;
         loop {
@@ -182,22 +184,19 @@ impl<J> Lane<J> {
                 let mut s = lock(&self.state);
                 if s.waiting.len() >= target || missed {
                     if missed {
-                        // Those expected that did not come are late.
+                        // Those expected that did not come are late (the
+                        // ones that came left `answered`).
                         let now = Instant::now();
-                        let late: Vec<task::Id> = s
-                            .answered
-                            .iter()
-                            .filter(|a| s.expected(a))
-                            .copied()
-                            .collect();
-                        for session in late {
-                            s.observe(session, false, now);
+                        for session in &expected {
+                            if s.answered.contains(session) {
+                                s.observe(*session, false, now);
+                            }
                         }
                     }
                     let n = s.waiting.len().min(MAX_FUSED_STATEMENTS);
-                    let batch: Vec<J> = s.waiting.drain(..n).collect();
-                    let sessions: Vec<task::Id> = s.from.drain(..n).flatten().collect();
-                    s.in_flight = Some(sessions);
+                    let (batch, sessions): (Vec<J>, Vec<Option<task::Id>>) =
+                        s.waiting.drain(..n).unzip();
+                    s.in_flight = Some(sessions.into_iter().flatten().collect());
                     return Some(batch);
                 }
             }

@@ -13,7 +13,8 @@
 //!
 //! A lone statement is written at once (it leads its own write), so fusion
 //! costs it nothing; statements queue only behind a write already in
-//! flight. Only statements outside a transaction block are fused (inside
+//! flight, or, for at most 500 µs, while the write waits for sessions it
+//! has just answered that usually come straight back (`lane.rs`). Only statements outside a transaction block are fused (inside
 //! one, a statement belongs to the client's transaction). If a fused write
 //! fails, it is rolled back and each statement is written again alone, so
 //! one statement's failure never fails another's. If its connection is

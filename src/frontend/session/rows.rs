@@ -163,7 +163,7 @@ mod tests {
         assert_eq!(text, [one.clone(), one].concat());
 
         let binary = framed(&[row], &[1], &ClientEncoding::Utf8);
-        let epoch = (-PG_EPOCH_OFFSET_MICROS_FOR_TEST).to_be_bytes();
+        let epoch = (-crate::engine::values::PG_EPOCH_OFFSET_MICROS).to_be_bytes();
         assert_eq!(
             binary,
             expected(&[
@@ -178,9 +178,6 @@ mod tests {
             ])
         );
     }
-
-    /// 1970-01-01 in PostgreSQL's binary timestamps (microseconds since 2000).
-    const PG_EPOCH_OFFSET_MICROS_FOR_TEST: i64 = 946_684_800_000_000;
 
     #[test]
     fn text_is_converted_to_the_client_encoding_or_refused_whole_row() {

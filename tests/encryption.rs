@@ -499,6 +499,92 @@ async fn fused_pushes_timers_and_psql_reach_an_encrypted_queue_sealed() {
     );
 }
 
+/// Large statements are framed by their sessions before the fused write,
+/// sealed or not as this queenwire guesses (engine `pre_encode`): a guess
+/// the database corrects, after an ALTER QUEUE either way, must frame them
+/// again, so that no segment is stored the wrong way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_fused_pushes_are_framed_again_when_the_guess_was_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = write_keys(dir.path(), &[KEY_A]);
+    let proxy = Proxy::start_with("crypt_framed", |c| c.sealing = sealing(&keys)).await;
+    let admin = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    // This queenwire learns "plain" for big, then the queue is switched.
+    admin
+        .batch_execute("PUSH INTO big VALUES ('{}')")
+        .await
+        .unwrap();
+    // (version, messages) of the segments in offset order, consecutive
+    // segments of one version summed.
+    let versions = || async {
+        let mut runs: Vec<(i32, i32)> = Vec::new();
+        for r in direct
+            .query(
+                "SELECT get_byte(blob, 0), message_count FROM queen.log_segments ORDER BY base_offset",
+                &[],
+            )
+            .await
+            .unwrap()
+        {
+            let (v, n): (i32, i32) = (r.get(0), r.get(1));
+            match runs.last_mut() {
+                Some((lv, ln)) if *lv == v => *ln += n,
+                _ => runs.push((v, n)),
+            }
+        }
+        runs
+    };
+    let push_all = |round: usize| {
+        let cfgs: Vec<_> = (0..4).map(|_| proxy.client_config()).collect();
+        async move {
+            let mut tasks = Vec::new();
+            for (c, cfg) in cfgs.into_iter().enumerate() {
+                tasks.push(tokio::spawn(async move {
+                    let client = common::proxy::connect(&cfg).await;
+                    let values: Vec<String> = (0..20)
+                        .map(|i| format!("('{{\"r\": {round}, \"c\": {c}, \"i\": {i}, \"s\": \"{SECRET}\"}}')"))
+                        .collect();
+                    let got = rows(&client, &format!("PUSH INTO big VALUES {}", values.join(", "))).await;
+                    assert_eq!(got.len(), 20);
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+    };
+    admin
+        .batch_execute("ALTER QUEUE big SET (encryption = on)")
+        .await
+        .unwrap();
+    push_all(1).await;
+    assert_eq!(
+        versions().await,
+        vec![(1, 1), (2, 80)],
+        "framed plain, stored sealed"
+    );
+    admin
+        .batch_execute("ALTER QUEUE big SET (encryption = off)")
+        .await
+        .unwrap();
+    push_all(2).await;
+    assert_eq!(
+        versions().await,
+        vec![(1, 1), (2, 80), (1, 80)],
+        "framed sealed, stored plain"
+    );
+    let popped = rows(&admin, "POP FROM big LIMIT 1000 AUTO ACK").await;
+    assert_eq!(popped.len(), 161);
+    assert_eq!(
+        payloads(&popped)
+            .iter()
+            .filter(|p| p.contains(SECRET))
+            .count(),
+        160
+    );
+}
+
 #[test]
 fn the_binary_refuses_a_key_file_it_cannot_use_before_starting() {
     use std::os::unix::fs::PermissionsExt;

@@ -1091,6 +1091,92 @@ async fn concurrent_single_pushes_keep_offsets_dense_and_unique() {
     assert!(segments <= 300, "{segments} segments for 300 pushes");
 }
 
+/// Statements of 16 rows or more for a partition are framed by their own
+/// sessions and written as a segment each, fused with others (engine
+/// `PreparedPush::pre_encode`); smaller ones share a segment. Every message
+/// must be stored at the offset its PUSH reported, each client's in its
+/// order, and no segment may mix a large statement with another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_fused_pushes_keep_a_segment_each_and_every_offset() {
+    let proxy = Proxy::start_with("fusion_framed", |c| c.pool_size = 4).await;
+    let mut tasks = Vec::new();
+    for c in 0..8 {
+        let cfg = proxy.client_config();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let mut stored = Vec::new();
+            for n in 0..12 {
+                // Every third statement a single row, the others 20, two
+                // of them into two partitions at once.
+                let values: Vec<String> = match n % 3 {
+                    0 => vec![format!("('{{\"c\":{c},\"n\":{n},\"i\":0}}')")],
+                    1 => (0..20)
+                        .map(|i| format!("('{{\"c\":{c},\"n\":{n},\"i\":{i}}}')"))
+                        .collect(),
+                    _ => (0..40)
+                        .map(|i| {
+                            let p = if i % 2 == 0 { "even" } else { "odd" };
+                            format!("('{{\"c\":{c},\"n\":{n},\"i\":{i}}}', '{p}')")
+                        })
+                        .collect(),
+                };
+                let columns = if n % 3 == 2 {
+                    " (payload, partition)"
+                } else {
+                    ""
+                };
+                let sql = format!("PUSH INTO framed{columns} VALUES {}", values.join(", "));
+                for r in rows(&client, &sql).await {
+                    assert_eq!(col(&r, "status"), "queued");
+                    let offset: i64 = col(&r, "offset").parse().unwrap();
+                    stored.push((col(&r, "partition"), offset, c, n));
+                }
+            }
+            stored
+        }));
+    }
+    let mut reported = Vec::new();
+    for t in tasks {
+        reported.extend(t.await.unwrap());
+    }
+    assert_eq!(reported.len(), 8 * (4 + 4 * 20 + 4 * 40));
+    let client = proxy.connect().await;
+    let popped = rows(&client, "POP FROM framed LIMIT 10000 PARTITIONS 3 AUTO ACK").await;
+    assert_eq!(popped.len(), reported.len());
+    let mut at: HashMap<(String, i64), String> = HashMap::new();
+    for r in &popped {
+        let key = (col(r, "partition"), col(r, "offset").parse().unwrap());
+        assert!(at.insert(key, col(r, "payload")).is_none(), "offset twice");
+    }
+    // Each client's messages, by its own statement order and row order, sit
+    // at increasing offsets of each partition.
+    let mut last: HashMap<(String, i64), i64> = HashMap::new();
+    for (partition, offset, c, n) in &reported {
+        let payload = &at[&(partition.clone(), *offset)];
+        assert!(
+            payload.starts_with(&format!("{{\"c\":{c},\"n\":{n},")),
+            "{partition}@{offset} holds {payload}, reported for client {c} statement {n}"
+        );
+        let prev = last.insert((partition.clone(), *c), *offset);
+        assert!(prev.is_none_or(|p| p < *offset), "client {c} out of order");
+    }
+    let direct = proxy.connect_direct().await;
+    let sizes: Vec<i32> = direct
+        .query("SELECT message_count FROM queen.log_segments", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // A large statement's rows are one segment of exactly its rows for the
+    // partition; single rows share segments of at most the 8 clients'.
+    assert!(
+        sizes.iter().all(|&n| n == 20 || n <= 8),
+        "segment sizes {sizes:?}"
+    );
+    assert_eq!(sizes.iter().filter(|&&n| n == 20).count(), 8 * 4 * 3);
+}
+
 #[tokio::test]
 async fn messages_pending_past_max_wait_time_go_to_the_dlq() {
     let proxy = Proxy::start("max_wait").await;

@@ -153,8 +153,11 @@ impl Engine {
         params: &[Option<String>],
         tenant: Uuid,
     ) -> Result<Outcome, StatementError> {
-        let prep = queues::prepare_push(push, &Params(params), &self.limits)
+        let mut prep = queues::prepare_push(push, &Params(params), &self.limits)
             .map_err(StatementError::Failed)?;
+        // Large segments are compressed here, by each session, rather than
+        // by the queue's one writer while the others wait for it.
+        prep.pre_encode(tenant, &self.sealing);
         let prep = self.fuser.push(prep, tenant).await.map_err(fused_error)?;
         let rows = prep.rows();
         Ok(Outcome {

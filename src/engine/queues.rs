@@ -19,6 +19,7 @@ use crate::rewrite::calls::show::{ShowDlq, ShowGroups, ShowPartitions, ShowQueue
 use crate::rewrite::calls::DecodeError;
 use crate::rewrite::dialect::push::Push;
 use std::collections::HashMap;
+use std::sync::Arc;
 use uuid::Uuid;
 
 pub use crate::rewrite::calls::queues::{DEFAULT_PARTITION, QUEUE_MODE_GROUP};
@@ -67,12 +68,28 @@ struct PushResult {
     partition_id: Option<i64>,
 }
 
+/// A partition's rows of one statement framed and compressed before the
+/// write ([`PreparedPush::pre_encode`]).
+struct Encoded {
+    blob: Vec<u8>,
+    /// The ring it was sealed with (None: plain).
+    ring: Option<Arc<KeyRing>>,
+}
+
+/// Fewest rows of one partition in one statement that are framed before
+/// the write, as a segment of their own: below it, fused statements'
+/// rows for a partition share one segment (a segment row per message
+/// would cost PostgreSQL a row each and POP a decode each).
+const PRE_ENCODE_MIN: usize = 16;
+
 /// A PUSH statement checked and framed, ready to be written alone or fused
 /// with other statements for the same queue.
 pub struct PreparedPush {
     pub queue: String,
     /// Partitions in order of first appearance, each with its rows.
     partitions: Vec<(String, Vec<PushItem>)>,
+    /// Per entry of `partitions`: its segment, when framed ahead.
+    encoded: Vec<Option<Encoded>>,
     row_partition: Vec<String>,
     row_txn: Vec<Option<String>>,
     results: Vec<Option<PushResult>>,
@@ -140,6 +157,7 @@ pub fn prepare_push(
     }
     Ok(PreparedPush {
         queue,
+        encoded: Vec::new(),
         partitions,
         row_partition,
         row_txn,
@@ -176,11 +194,63 @@ impl PreparedPush {
         let n = row_partition.len();
         PreparedPush {
             queue,
+            encoded: Vec::new(),
             partitions,
             row_partition,
             row_txn: vec![None; n],
             results: vec![None; n],
         }
+    }
+
+    /// Frames and compresses, in the calling task, each partition's rows
+    /// that will be a segment of their own (at least [`PRE_ENCODE_MIN`],
+    /// none with a transaction id: those may be dropped as duplicates
+    /// between rounds), so that a fused write, one at a time per queue,
+    /// does not spend its turn on them. Sealed as `sealing` guesses the
+    /// queue needs; a wrong guess, a key reload or a failure leaves the
+    /// work to the write, which frames from the rows as before.
+    pub fn pre_encode(&mut self, tenant: Uuid, sealing: &Sealing) {
+        let ring = sealing
+            .is_encrypted(tenant, &self.queue)
+            .then(|| sealing.keys());
+        if ring.as_ref().is_some_and(|r| r.current().is_none()) {
+            return;
+        }
+        self.encoded = self
+            .partitions
+            .iter()
+            .map(|(_, items)| {
+                if items.len() < PRE_ENCODE_MIN
+                    || items
+                        .iter()
+                        .any(|it| it.hash.is_some() || it.duplicate_of.is_some())
+                {
+                    return None;
+                }
+                let blob = frame::encode(items.iter().map(|it| &it.frame), ring.as_deref()).ok()?;
+                Some(Encoded {
+                    blob,
+                    ring: ring.clone(),
+                })
+            })
+            .collect();
+    }
+
+    /// Takes partition `g`'s segment framed ahead, when it still stands
+    /// for what the write sends: every row of it unwritten, sealed with
+    /// `ring` (or plain when None).
+    fn take_encoded(&mut self, g: usize, ring: Option<&Arc<KeyRing>>) -> Option<Vec<u8>> {
+        let fits = match (self.encoded.get(g)?.as_ref()?.ring.as_ref(), ring) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        let unwritten = self.partitions[g]
+            .1
+            .iter()
+            .all(|it| self.results[it.input_index].is_none());
+        let taken = self.encoded[g].take()?;
+        (fits && unwritten).then_some(taken.blob)
     }
 
     /// Appends the ids of the partitions this statement's committed write
@@ -265,13 +335,33 @@ pub async fn write_pushes(
     // (statement, input index) of a row whose result another row copies.
     let mut copies: Vec<((usize, usize), (usize, usize))> = Vec::new();
     loop {
-        // Rows to write, grouped by partition across statements.
-        let mut order: Vec<String> = Vec::new();
-        let mut groups: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
+        // Rows to write, grouped by partition across statements, except a
+        // statement's rows framed ahead, which are a segment of their own.
+        let encrypted = sealing.is_encrypted(tenant, &queue);
+        let ring = encrypted.then_some(&keys);
+        let mut segments: Vec<Segment> = Vec::new();
+        let mut framed: Vec<(usize, usize)> = Vec::new();
+        let mut shared: HashMap<&str, usize> = HashMap::new();
         let mut first_txn: HashMap<(String, i64, String), (usize, usize)> = HashMap::new();
         copies.clear();
+        for (s, prep) in batch.iter_mut().enumerate() {
+            for g in 0..prep.partitions.len() {
+                if let Some(blob) = prep.take_encoded(g, ring) {
+                    framed.push((s, g));
+                    let len = prep.partitions[g].1.len();
+                    segments.push(Segment {
+                        name: prep.partitions[g].0.clone(),
+                        members: (0..len).map(|k| (s, g, k)).collect(),
+                        blob: Some(blob),
+                    });
+                }
+            }
+        }
         for (s, prep) in batch.iter().enumerate() {
-            for (name, items) in &prep.partitions {
+            for (g, (name, items)) in prep.partitions.iter().enumerate() {
+                if framed.contains(&(s, g)) {
+                    continue;
+                }
                 for (k, it) in items.iter().enumerate() {
                     if it.duplicate_of.is_some() || prep.results[it.input_index].is_some() {
                         continue;
@@ -284,56 +374,55 @@ pub async fn write_pushes(
                         }
                         first_txn.insert(key, (s, it.input_index));
                     }
-                    groups
-                        .entry(name.clone())
-                        .or_insert_with(|| {
-                            order.push(name.clone());
-                            Vec::new()
-                        })
-                        .push((s, k));
+                    let at = *shared.entry(name).or_insert_with(|| {
+                        segments.push(Segment {
+                            name: name.clone(),
+                            members: Vec::new(),
+                            blob: None,
+                        });
+                        segments.len() - 1
+                    });
+                    segments[at].members.push((s, g, k));
                 }
             }
         }
-        if order.is_empty() {
+        if segments.is_empty() {
             break;
         }
-        let seal = sealing
-            .is_encrypted(tenant, &queue)
-            .then(|| sealing_key(&keys, &queue))
-            .transpose()?;
-        let mut names = Vec::with_capacity(order.len());
-        let mut counts = Vec::with_capacity(order.len());
-        let mut blobs = Vec::with_capacity(order.len());
+        let seal = encrypted.then(|| sealing_key(&keys, &queue)).transpose()?;
+        let mut names = Vec::with_capacity(segments.len());
+        let mut counts = Vec::with_capacity(segments.len());
+        let mut blobs = Vec::with_capacity(segments.len());
         let mut hashes: Vec<Option<i64>> = Vec::new();
         let mut traces: Vec<Option<&str>> = Vec::new();
         let mut ids = Vec::new();
-        let mut times = Vec::with_capacity(order.len());
+        let mut times = Vec::with_capacity(segments.len());
         // Flattened position → (statement, input index).
         let mut flat: Vec<(usize, usize)> = Vec::new();
-        for name in &order {
-            let members = &groups[name];
-            let mut frames = Vec::with_capacity(members.len());
-            for &(s, k) in members {
-                let prep = &batch[s];
-                let Some((_, items)) = prep.partitions.iter().find(|(n, _)| n == name) else {
-                    continue;
-                };
-                let it = &items[k];
-                frames.push(&it.frame);
+        for seg in segments {
+            let mut frames = Vec::new();
+            for &(s, g, k) in &seg.members {
+                let it = &batch[s].partitions[g].1[k];
+                if seg.blob.is_none() {
+                    frames.push(&it.frame);
+                }
                 hashes.push(it.hash);
                 traces.push(it.frame.trace_id.as_deref());
                 ids.push(it.frame.message_id);
                 flat.push((s, it.input_index));
             }
-            let blob = frame::encode(frames.iter().copied(), seal).map_err(|e| {
-                let state = match e {
-                    frame::SegmentFrameError::TooLong(_) => SqlState::PROGRAM_LIMIT_EXCEEDED,
-                    _ => SqlState::INTERNAL_ERROR,
-                };
-                SqlError::error(state, e.to_string())
-            })?;
-            names.push(name.clone());
-            counts.push(frames.len() as i32);
+            let blob = match seg.blob {
+                Some(blob) => blob,
+                None => frame::encode(frames.iter().copied(), seal).map_err(|e| {
+                    let state = match e {
+                        frame::SegmentFrameError::TooLong(_) => SqlState::PROGRAM_LIMIT_EXCEEDED,
+                        _ => SqlState::INTERNAL_ERROR,
+                    };
+                    SqlError::error(state, e.to_string())
+                })?,
+            };
+            names.push(seg.name);
+            counts.push(seg.members.len() as i32);
             blobs.push(blob);
             times.push(now);
         }
@@ -425,6 +514,14 @@ pub async fn write_pushes(
         });
     }
     Ok(())
+}
+
+/// One segment of a `log_push_v1` call: rows of one partition, as
+/// (statement, partition group, item), and their blob when framed ahead.
+struct Segment {
+    name: String,
+    members: Vec<(usize, usize, usize)>,
+    blob: Option<Vec<u8>>,
 }
 
 /// The ring to seal a push to an encrypted queue with; without a key the

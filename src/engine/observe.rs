@@ -50,6 +50,7 @@ pub fn kind(stmt: &Statement) -> Kind {
 fn text(row: &[Cell], at: usize) -> Option<&str> {
     match row.get(at) {
         Some(Cell::Text(s)) => Some(s),
+        Some(Cell::Shared(s)) => Some(s),
         _ => None,
     }
 }

@@ -287,6 +287,9 @@ impl PreparedPush {
             }
         }
         let mut out = Vec::with_capacity(self.results.len());
+        let queue: Arc<str> = Arc::from(std::mem::take(&mut self.queue));
+        let queued: Arc<str> = Arc::from("queued");
+        let duplicate: Arc<str> = Arc::from("duplicate");
         for (i, r) in self.results.iter().enumerate() {
             let r = r.unwrap_or(PushResult {
                 status: "queued",
@@ -296,11 +299,15 @@ impl PreparedPush {
             });
             out.push(vec![
                 Cell::Uuid(r.message_id),
-                Cell::Text(self.queue.clone()),
+                Cell::Shared(queue.clone()),
                 Cell::Text(std::mem::take(&mut self.row_partition[i])),
                 Cell::Int8(r.offset),
                 Cell::opt_text(self.row_txn[i].take()),
-                Cell::Text(r.status.to_string()),
+                Cell::Shared(match r.status {
+                    "queued" => queued.clone(),
+                    "duplicate" => duplicate.clone(),
+                    other => Arc::from(other),
+                }),
             ]);
         }
         out
@@ -445,7 +452,7 @@ pub async fn write_pushes(
                 tenant,
             })
             .await?;
-        let needs = rows.first().and_then(|r| match r.status.as_str() {
+        let needs = rows.first().and_then(|r| match r.status {
             "encrypt" => Some(true),
             "plain" => Some(false),
             _ => None,
@@ -477,7 +484,7 @@ pub async fn write_pushes(
                 })
                 .into());
             };
-            let status = match row.status.as_str() {
+            let status = match row.status {
                 "queued" => "queued",
                 "duplicate" => {
                     found_duplicates = true;

@@ -5,6 +5,7 @@
 
 pub use crate::rewrite::bind::{parse_error, Params};
 use bytes::{BufMut, BytesMut};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One result cell.
@@ -12,6 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub enum Cell {
     Null,
     Text(String),
+    /// Text shared by many rows (a statement's queue name, a status), so
+    /// a row does not copy it.
+    Shared(Arc<str>),
     Int4(i32),
     Int8(i64),
     Bool(bool),
@@ -37,6 +41,7 @@ impl Cell {
         match self {
             Cell::Null => return false,
             Cell::Text(s) | Cell::Jsonb(s) => out.extend_from_slice(s.as_bytes()),
+            Cell::Shared(s) => out.extend_from_slice(s.as_bytes()),
             Cell::Int4(v) => out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes()),
             Cell::Int8(v) => out.extend_from_slice(itoa::Buffer::new().format(*v).as_bytes()),
             Cell::Bool(b) => out.extend_from_slice(if *b { b"t" } else { b"f" }),
@@ -55,6 +60,7 @@ impl Cell {
         match self {
             Cell::Null => return false,
             Cell::Text(s) => out.extend_from_slice(s.as_bytes()),
+            Cell::Shared(s) => out.extend_from_slice(s.as_bytes()),
             Cell::Jsonb(s) => {
                 out.put_u8(1);
                 out.extend_from_slice(s.as_bytes());

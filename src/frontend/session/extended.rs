@@ -283,10 +283,14 @@ impl Session {
             if local.unreturned.is_none() {
                 // The statement runs once, at the first Execute; its rows go
                 // out `limit` at a time, and a completed portal returns none
-                // (it never runs again).
+                // (it never runs again), so its parameters are taken, not
+                // copied (a PUSH of 100 rows has 100).
                 let stmt = local.statement.clone();
-                let params = local.params.clone();
+                let params = self.portals.take_params(portal);
                 let Some(outcome) = self.run_dialect(&stmt, &params, CallEnd::Flush).await? else {
+                    // Not run (skipped, or refused before it ran): the
+                    // portal stays as it was bound.
+                    self.portals.put_params(portal, params);
                     return Ok(());
                 };
                 if let Some(local) = self.portals.local_mut(portal) {

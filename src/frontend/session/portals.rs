@@ -85,6 +85,29 @@ impl Portals {
         self.local.get_mut(name)
     }
 
+    /// Takes dialect portal `name`'s parameters out, for the one run of
+    /// its statement (they are not needed after it), and stops counting
+    /// their bytes.
+    pub fn take_params(&mut self, name: &str) -> Vec<Option<String>> {
+        let Some(portal) = self.local.get_mut(name) else {
+            return Vec::new();
+        };
+        let before = portal.bytes();
+        let params = std::mem::take(&mut portal.params);
+        self.local_bytes -= before - portal.bytes();
+        params
+    }
+
+    /// Gives dialect portal `name` back the parameters
+    /// [`Portals::take_params`] took, when its statement did not run.
+    pub fn put_params(&mut self, name: &str, params: Vec<Option<String>>) {
+        if let Some(portal) = self.local.get_mut(name) {
+            let before = portal.bytes();
+            portal.params = params;
+            self.local_bytes += portal.bytes() - before;
+        }
+    }
+
     /// Forgets dialect portal `name`; what it was.
     pub fn remove_local(&mut self, name: &str) -> Option<LocalPortal> {
         let old = self.local.remove(name);
@@ -112,5 +135,47 @@ impl Portals {
         self.local.clear();
         self.local_bytes = 0;
         self.effects.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn portal(params: Vec<Option<String>>) -> LocalPortal {
+        let statement = crate::rewrite::dialect::parse("PUSH INTO q VALUES ($1)")
+            .and_then(Result::ok)
+            .expect("a dialect statement");
+        LocalPortal {
+            statement: Arc::new(statement),
+            params,
+            result_formats: Vec::new(),
+            unreturned: None,
+        }
+    }
+
+    #[test]
+    fn parameters_taken_for_a_run_leave_the_byte_count_exact() {
+        let mut portals = Portals::default();
+        let big = "x".repeat(1000);
+        portals
+            .bind_local("a", portal(vec![Some(big.clone()), None]))
+            .unwrap();
+        portals
+            .bind_local("b", portal(vec![Some("yy".into())]))
+            .unwrap();
+        assert_eq!(portals.local_bytes, 1000 + 64 + 2 + 64);
+        let taken = portals.take_params("a");
+        assert_eq!(taken, vec![Some(big), None]);
+        assert_eq!(portals.local_bytes, 64 + 2 + 64);
+        assert!(portals.local("a").unwrap().params.is_empty());
+        // Not run: given back as bound.
+        portals.put_params("a", taken);
+        assert_eq!(portals.local_bytes, 1000 + 64 + 2 + 64);
+        let _ = portals.take_params("a");
+        portals.remove_local("a");
+        portals.remove_local("b");
+        assert_eq!(portals.local_bytes, 0);
+        assert!(portals.take_params("gone").is_empty());
     }
 }

@@ -74,6 +74,10 @@ fn write_cell(
             write_encoded(s, encoding, out)?;
             true
         }
+        Cell::Shared(s) if !s.is_ascii() => {
+            write_encoded(s, encoding, out)?;
+            true
+        }
         _ => cell.write_text(out),
     };
     let len = if written {

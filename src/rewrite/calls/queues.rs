@@ -85,8 +85,10 @@ impl Call for Push<'_> {
 pub struct PushRow {
     /// Index into the flattened messages of the call.
     pub msg_index: i32,
-    /// `queued` or `duplicate`.
-    pub status: String,
+    /// `queued`, `duplicate` or `retry`; or, alone, `encrypt` / `plain`
+    /// (nothing written: the queue's encryption differs from the blobs').
+    /// A name of the procedure's, not copied per row.
+    pub status: &'static str,
     pub offset: Option<i64>,
     pub message_id: Option<Uuid>,
     /// The partition's id, for a `queued` message.
@@ -97,7 +99,20 @@ impl FromRow for PushRow {
     fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
         Ok(PushRow {
             msg_index: row.get("msg_index")?,
-            status: row.get("status")?,
+            status: match row.get::<&str>("status")? {
+                "queued" => "queued",
+                "duplicate" => "duplicate",
+                "retry" => "retry",
+                "encrypt" => "encrypt",
+                "plain" => "plain",
+                other => {
+                    return Err(DecodeError::Value {
+                        call: PUSH.name,
+                        column: "status",
+                        reason: format!("unknown status {other:?}"),
+                    })
+                }
+            },
             offset: row.get("offset")?,
             message_id: row.get("message_id")?,
             partition_id: row.get("partition_id")?,
@@ -648,7 +663,7 @@ mod tests {
             row,
             PushRow {
                 msg_index: 3,
-                status: "queued".into(),
+                status: "queued",
                 offset: Some(41),
                 message_id: None,
                 partition_id: Some(7),
@@ -656,5 +671,13 @@ mod tests {
         );
         let ack = RawRow::from_cells(vec![None, Some(b"acked".to_vec())]);
         assert!(Row::decode::<AckRow>(&ACK, &ack).is_err());
+        let odd = RawRow::from_cells(vec![
+            Some(0i32.to_be_bytes().to_vec()),
+            Some(b"queue".to_vec()),
+            None,
+            None,
+            None,
+        ]);
+        assert!(Row::decode::<PushRow>(&PUSH, &odd).is_err());
     }
 }

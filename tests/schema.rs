@@ -196,6 +196,59 @@ async fn one_push_call_places_repeated_partitions_in_input_order() {
     assert_eq!(last, vec![("a".to_string(), 4), ("b".to_string(), 1)]);
 }
 
+/// With p_per_segment (what the engine asks for) a push whose messages are
+/// all queued answers one row per segment: its first message's index,
+/// offset and id; a push refused for duplicates still answers per message.
+#[tokio::test]
+async fn a_push_asked_per_segment_answers_a_row_per_segment() {
+    let proxy = Proxy::start("push_per_segment").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("SELECT queen.configure_queue_v1('segq', '{\"dedup_window\": 60}'::jsonb)")
+        .await
+        .unwrap();
+    let call = |hashes: &str| {
+        format!(
+            "SELECT msg_index, status, partition_name, \"offset\", message_id FROM queen.log_push_v1( \
+             'segq', ARRAY['a', 'b', 'a'], ARRAY[2, 1, 3], \
+             ARRAY['\\x01', '\\x04', '\\x03']::bytea[], {hashes}, \
+             ARRAY(SELECT ('00000000-0000-0000-0000-00000000000' || g)::uuid FROM generate_series(1, 6) g), \
+             ARRAY[now(), now(), now()], ARRAY[now(), now(), now()], p_per_segment => true)"
+        )
+    };
+    type Got = Vec<(i32, String, String, Option<i64>, String)>;
+    let run = |sql: String| {
+        let direct = &direct;
+        async move {
+            direct
+                .query(&sql, &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let id: uuid::Uuid = r.get(4);
+                    (r.get(0), r.get(1), r.get(2), r.get(3), id.to_string())
+                })
+                .collect::<Got>()
+        }
+    };
+    let id = |n: u32| format!("00000000-0000-0000-0000-00000000000{n}");
+    let got = run(call("ARRAY[NULL, NULL, 7, NULL, NULL, NULL]::bigint[]")).await;
+    let want: Got = vec![
+        (0, "queued".into(), "a".into(), Some(0), id(1)),
+        (2, "queued".into(), "b".into(), Some(0), id(3)),
+        (3, "queued".into(), "a".into(), Some(2), id(4)),
+    ];
+    assert_eq!(got, want);
+    // The same transaction id again in b: nothing written, every message
+    // answered.
+    let got = run(call("ARRAY[NULL, NULL, 7, NULL, NULL, NULL]::bigint[]")).await;
+    assert_eq!(got.len(), 6);
+    assert_eq!(got[2].1, "duplicate");
+    assert!(got.iter().enumerate().all(|(i, r)| r.0 == i as i32));
+    assert_eq!(got.iter().filter(|r| r.1 == "retry").count(), 5);
+}
+
 /// Pushes into one partition update its row HOT (heap-only: no new index
 /// entries, no version off the page), although `last_write_at` is indexed:
 /// a push keeps a stamp less than a second old (003). Without it every

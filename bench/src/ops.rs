@@ -416,7 +416,9 @@ impl Worker {
                         ],
                     )
                     .await?;
-                check_count("log_push_v1", n, batch)
+                // One row per segment (the spec asks for p_per_segment),
+                // standing for the batch's messages.
+                check_count("log_push_v1", n, 1).map(|_| batch as u64)
             }
             Op::QwPop { auto_ack, .. } => {
                 let stmt = self.stmts[0].clone();

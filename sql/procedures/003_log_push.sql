@@ -230,10 +230,19 @@ $$;
 -- a trace id gets a queen.log_traces row in the same statement. NULL (no
 -- message has one) writes nothing there: the gate is a one-time filter, so
 -- an untraced push costs what it did before the column existed.
--- The signature before p_trace_ids is dropped so no ambiguous overload
--- survives (calls name their arguments).
+-- p_per_segment (the engine passes true): every message queued is then
+-- answered by one row per segment instead of one per message: msg_index
+-- and offset are the segment's first message's, message_id its id; the
+-- caller, which sent the counts, spreads them (message k of the segment is
+-- at offset + k). The other outcomes (duplicate, retry, encrypt, plain)
+-- stay per message. A fused push of 400 messages answered 400 rows, each
+-- made, sorted and sent by PostgreSQL and decoded by the queue's one writer.
+-- The signatures before p_trace_ids and before p_per_segment are dropped so
+-- no ambiguous overload survives (calls name their arguments).
 DROP FUNCTION IF EXISTS queen.log_push_v1(
     TEXT, TEXT[], INTEGER[], BYTEA[], BIGINT[], UUID[], TIMESTAMPTZ[], TIMESTAMPTZ[], UUID);
+DROP FUNCTION IF EXISTS queen.log_push_v1(
+    TEXT, TEXT[], INTEGER[], BYTEA[], BIGINT[], UUID[], TIMESTAMPTZ[], TIMESTAMPTZ[], TEXT[], UUID);
 -- The result gained partition_id (the engine feeds its hot list the
 -- partitions a push wrote): CREATE OR REPLACE refuses a change of the OUT
 -- row, so the function is dropped first, but only when the catalog's
@@ -242,7 +251,7 @@ DROP FUNCTION IF EXISTS queen.log_push_v1(
 DO $$
 DECLARE
     v_fn REGPROCEDURE := to_regprocedure(
-        'queen.log_push_v1(text, text[], integer[], bytea[], bigint[], uuid[], timestamptz[], timestamptz[], text[], uuid)');
+        'queen.log_push_v1(text, text[], integer[], bytea[], bigint[], uuid[], timestamptz[], timestamptz[], text[], uuid, boolean)');
 BEGIN
     IF v_fn IS NOT NULL AND pg_get_function_result(v_fn) <>
         'TABLE(msg_index integer, status text, partition_name text, "offset" bigint, message_id uuid, partition_id bigint)'
@@ -261,7 +270,8 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_min_created_at TIMESTAMPTZ[],
     p_max_created_at TIMESTAMPTZ[],
     p_trace_ids      TEXT[] DEFAULT NULL,
-    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001',
+    p_per_segment    BOOLEAN DEFAULT false
 ) RETURNS TABLE (msg_index INTEGER, status TEXT, partition_name TEXT, "offset" BIGINT, message_id UUID,
                 partition_id BIGINT)
 LANGUAGE plpgsql
@@ -660,7 +670,7 @@ BEGIN
     SELECT (pl.first_idx + g)::INTEGER, 'queued'::TEXT, pl.pname::TEXT,
            pl.base + g, p_message_ids[pl.first_idx + g + 1], pl.pid
     FROM placed pl
-    CROSS JOIN generate_series(0, pl.cnt - 1) AS g
+    CROSS JOIN generate_series(0, CASE WHEN p_per_segment THEN 0 ELSE pl.cnt - 1 END) AS g
     ORDER BY 1;
     -- Traces in their own statement, run only when a message has one: a
     -- statement's plan is set up whole, its filtered-out parts too.

@@ -406,7 +406,10 @@ pub async fn write_pushes(
         let mut times = Vec::with_capacity(segments.len());
         // Flattened position → (statement, input index).
         let mut flat: Vec<(usize, usize)> = Vec::new();
+        // (first flattened position, messages) of each segment.
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(segments.len());
         for seg in segments {
+            spans.push((flat.len(), seg.members.len()));
             let mut frames = Vec::new();
             for &(s, g, k) in &seg.members {
                 let it = &batch[s].partitions[g].1[k];
@@ -445,7 +448,7 @@ pub async fn write_pushes(
                 counts,
                 blobs,
                 txn_hashes: hashes,
-                message_ids: ids,
+                message_ids: &ids,
                 min_created_at: &times,
                 max_created_at: &times,
                 trace_ids: traces,
@@ -472,35 +475,49 @@ pub async fn write_pushes(
             }
             continue;
         }
+        // A queued row stands for its segment (the call's p_per_segment).
+        let mut span_at = vec![0usize; flat.len()];
+        for (first, len) in spans {
+            span_at[first] = len;
+        }
         let mut found_duplicates = false;
-        let mut round: Vec<((usize, usize), PushResult)> = Vec::with_capacity(rows.len());
+        let mut round: Vec<((usize, usize), PushResult)> = Vec::with_capacity(flat.len());
         for row in rows {
             let msg_index = row.msg_index;
-            let Some(&at) = usize::try_from(msg_index).ok().and_then(|i| flat.get(i)) else {
-                return Err(BackendError::from(DecodeError::Value {
+            let unknown = || {
+                ExecError::from(BackendError::from(DecodeError::Value {
                     call: PUSH.name,
                     column: "msg_index",
                     reason: format!("unknown index {msg_index}"),
-                })
-                .into());
+                }))
             };
-            let status = match row.status {
-                "queued" => "queued",
+            let Some(first) = usize::try_from(msg_index).ok().filter(|&i| i < flat.len()) else {
+                return Err(unknown());
+            };
+            let (status, len) = match row.status {
+                "queued" if span_at[first] > 0 => ("queued", span_at[first]),
+                "queued" => return Err(unknown()),
                 "duplicate" => {
                     found_duplicates = true;
-                    "duplicate"
+                    ("duplicate", 1)
                 }
                 _ => continue,
             };
-            round.push((
-                at,
-                PushResult {
-                    status,
-                    offset: row.offset.unwrap_or(-1),
-                    message_id: row.message_id.unwrap_or_else(Uuid::nil),
-                    partition_id: row.partition_id,
-                },
-            ));
+            for k in 0..len {
+                round.push((
+                    flat[first + k],
+                    PushResult {
+                        status,
+                        offset: row.offset.map_or(-1, |o| o + k as i64),
+                        message_id: if status == "queued" {
+                            ids[first + k]
+                        } else {
+                            row.message_id.unwrap_or_else(Uuid::nil)
+                        },
+                        partition_id: row.partition_id,
+                    },
+                ));
+            }
         }
         for ((s, i), result) in round {
             if !found_duplicates || result.status == "duplicate" {

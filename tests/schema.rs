@@ -249,49 +249,62 @@ async fn a_push_asked_per_segment_answers_a_row_per_segment() {
     assert_eq!(got.iter().filter(|r| r.1 == "retry").count(), 5);
 }
 
-/// A push into many new partitions, each named by several segments, gives
-/// each partition the sum of its segments' messages (the provisioning
-/// insert sums per name once) and answers each segment's place.
+/// A push into many partitions, each named by several segments, gives
+/// each partition the sum of its segments' messages (summed per name once
+/// for this many: the provisioning insert for new partitions, one GROUP BY
+/// for existing ones) and answers each segment's place.
 #[tokio::test]
-async fn a_push_into_many_new_partitions_sums_each_partitions_segments() {
+async fn a_push_into_many_partitions_sums_each_partitions_segments() {
     let proxy = Proxy::start("push_many_new").await;
     let direct = proxy.connect_direct().await;
-    // 300 partitions, named twice each (counts 1 + 2), interleaved.
-    let rows = direct
-        .query(
-            "SELECT msg_index, partition_name, \"offset\" FROM queen.log_push_v1( \
+    // 300 partitions, named twice each, interleaved: first a segment of 1
+    // message, then one of 1, 2 or 3 (partition i: 1 + i % 3).
+    let call = "SELECT msg_index, partition_name, \"offset\" FROM queen.log_push_v1( \
              'manyq', \
              ARRAY(SELECT 'p' || (g % 300) FROM generate_series(0, 599) g), \
-             ARRAY(SELECT 1 + g / 300 FROM generate_series(0, 599) g), \
+             ARRAY(SELECT CASE WHEN g < 300 THEN 1 ELSE 1 + g % 300 % 3 END \
+                   FROM generate_series(0, 599) g), \
              array_fill('\\x01'::bytea, ARRAY[600]), NULL, \
              ARRAY(SELECT gen_random_uuid() FROM generate_series(1, 900)), \
              array_fill(now(), ARRAY[600]), array_fill(now(), ARRAY[600]), \
-             p_per_segment => true)",
-            &[],
-        )
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), 600);
-    for (k, r) in rows.iter().enumerate() {
-        let (index, name, offset): (i32, String, i64) = (r.get(0), r.get(1), r.get(2));
-        assert_eq!(name, format!("p{}", k % 300));
-        // The first 300 segments hold one message each, the next two each.
-        let want_index = if k < 300 { k } else { 300 + 2 * (k - 300) };
-        assert_eq!(index as usize, want_index);
-        assert_eq!(offset, if k < 300 { 0 } else { 1 });
+             p_per_segment => true)";
+    let second = |i: usize| 1 + (i % 3) as i64;
+    for round in 0..2i64 {
+        // Before this call, partition i ended at offset round * (1 +
+        // second(i)) - 1.
+        let rows = direct.query(call, &[]).await.unwrap();
+        assert_eq!(rows.len(), 600);
+        let mut want_index = 0;
+        for (k, r) in rows.iter().enumerate() {
+            let (index, name, offset): (i32, String, i64) = (r.get(0), r.get(1), r.get(2));
+            let i = k % 300;
+            let before = round * (1 + second(i));
+            assert_eq!(name, format!("p{i}"));
+            assert_eq!(index, want_index, "segment {k}");
+            assert_eq!(
+                offset,
+                if k < 300 { before } else { before + 1 },
+                "segment {k}"
+            );
+            want_index += if k < 300 { 1 } else { second(i) as i32 };
+        }
+        let last: Vec<(String, i64)> = direct
+            .query(
+                "SELECT p.name, p.last_offset FROM queen.log_partitions p \
+                 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'manyq'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(last.len(), 300);
+        for (name, last_offset) in last {
+            let i: usize = name[1..].parse().unwrap();
+            assert_eq!(last_offset, (round + 1) * (1 + second(i)) - 1, "{name}");
+        }
     }
-    let last: Vec<i64> = direct
-        .query(
-            "SELECT DISTINCT p.last_offset FROM queen.log_partitions p \
-             JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'manyq'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(last, vec![2]);
 }
 
 /// Pushes into one partition update its row HOT (heap-only: no new index

@@ -605,7 +605,8 @@ BEGIN
     -- single partition), then one statement inserts into log_segments and
     -- log_txns and returns the rows (log_traces after it), each segment finding
     -- its partition's id and prior last offset by its name's position in
-    -- the arrays, not by a join. Within a partition, segments take offsets
+    -- the arrays (found by one hash join first when the call names more
+    -- than 32 partitions). Within a partition, segments take offsets
     -- in input order (the running sum of the counts before them).
     --
     -- last_write_at is indexed (the hot list's reseed window, 001), so an

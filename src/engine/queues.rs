@@ -236,21 +236,18 @@ impl PreparedPush {
             .collect();
     }
 
-    /// Takes partition `g`'s segment framed ahead, when it still stands
-    /// for what the write sends: every row of it unwritten, sealed with
-    /// `ring` (or plain when None).
+    /// Takes partition `g`'s segment framed ahead, when it was sealed with
+    /// `ring` (or plain when None). Taken by the first round of a write
+    /// whatever it holds, so a later round (a corrected guess, duplicates
+    /// found elsewhere, a statement written again alone) frames its rows.
     fn take_encoded(&mut self, g: usize, ring: Option<&Arc<KeyRing>>) -> Option<Vec<u8>> {
-        let fits = match (self.encoded.get(g)?.as_ref()?.ring.as_ref(), ring) {
+        let taken = self.encoded.get_mut(g)?.take()?;
+        let fits = match (taken.ring.as_ref(), ring) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         };
-        let unwritten = self.partitions[g]
-            .1
-            .iter()
-            .all(|it| self.results[it.input_index].is_none());
-        let taken = self.encoded[g].take()?;
-        (fits && unwritten).then_some(taken.blob)
+        fits.then_some(taken.blob)
     }
 
     /// Appends the ids of the partitions this statement's committed write
@@ -406,10 +403,7 @@ pub async fn write_pushes(
         let mut times = Vec::with_capacity(segments.len());
         // Flattened position → (statement, input index).
         let mut flat: Vec<(usize, usize)> = Vec::new();
-        // (first flattened position, messages) of each segment.
-        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(segments.len());
         for seg in segments {
-            spans.push((flat.len(), seg.members.len()));
             let mut frames = Vec::new();
             for &(s, g, k) in &seg.members {
                 let it = &batch[s].partitions[g].1[k];
@@ -445,7 +439,7 @@ pub async fn write_pushes(
             .run(&PushCall {
                 queue: &queue,
                 partitions: names,
-                counts,
+                counts: &counts,
                 blobs,
                 txn_hashes: hashes,
                 message_ids: &ids,
@@ -477,8 +471,10 @@ pub async fn write_pushes(
         }
         // A queued row stands for its segment (the call's p_per_segment).
         let mut span_at = vec![0usize; flat.len()];
-        for (first, len) in spans {
-            span_at[first] = len;
+        let mut start = 0;
+        for &n in &counts {
+            span_at[start] = n as usize;
+            start += n as usize;
         }
         let mut found_duplicates = false;
         let mut round: Vec<((usize, usize), PushResult)> = Vec::with_capacity(flat.len());

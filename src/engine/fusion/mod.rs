@@ -3,8 +3,10 @@
 //! call and one transaction — one commit (and one WAL flush) for many
 //! statements.
 //!
-//! - PUSH (`push.rs`): per (tenant, queue), every statement's rows for one
-//!   partition become one segment of one `log_push_v1` call;
+//! - PUSH (`push.rs`): per (tenant, queue), the statements' rows for one
+//!   partition become one segment of one `log_push_v1` call (a statement's
+//!   16 or more rows for a partition, compressed by its session, one of
+//!   their own);
 //! - ACK (`ack.rs`): per tenant, the receipts of plain ACKs (not FAILED)
 //!   go in one `log_ack_v1` call;
 //! - POP (`pop.rs`): per (tenant, queue, group, options), POPs of one

@@ -1,6 +1,7 @@
 //! PUSH fusion: per (tenant, queue), the statements waiting while a write
-//! is in flight become one `log_push_v1` call: all their rows for one
-//! partition one segment.
+//! is in flight become one `log_push_v1` call: their rows for one
+//! partition one segment, except a statement's rows its session framed
+//! ahead (`PreparedPush::pre_encode`), which are a segment of their own.
 
 use super::{fail_all, outcome, unavailable, Fuser};
 use crate::backend::call::{CallEnd, Calls};

@@ -48,7 +48,7 @@ pub const PUSH: CallSpec = CallSpec {
 pub struct Push<'a> {
     pub queue: &'a str,
     pub partitions: Vec<String>,
-    pub counts: Vec<i32>,
+    pub counts: &'a [i32],
     pub blobs: Vec<Vec<u8>>,
     /// `None` when no message has a transaction id: the procedure then
     /// skips its dedup probe altogether.

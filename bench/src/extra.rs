@@ -17,6 +17,10 @@ pub const POP_SCALE_PARTITIONS: &[usize] = &[10, 1_000, 10_000, 100_000];
 const POP_SCALE_MESSAGES: u64 = 20_000;
 /// Clients that provision partitions.
 const PROVISIONERS: usize = 8;
+/// Partitions made by the batched provisioning, and rows (each a new
+/// partition) per statement.
+const BATCH_PROVISIONED: usize = 100_000;
+const PROVISION_BATCH: usize = 100;
 /// pgbench's scale factor for TPC-B (1,000,000 accounts).
 const TPCB_SCALE: u32 = 10;
 /// Idle client connections held open for the memory figure.
@@ -28,6 +32,9 @@ pub struct Extras {
     pub pop_latency: Vec<(usize, f64, f64)>,
     /// (partitions provisioned, partitions per second).
     pub provisioning: Vec<(usize, f64)>,
+    /// The same with `PROVISION_BATCH` new partitions per statement:
+    /// (partitions, rows per statement, partitions per second).
+    pub provisioning_batch: Option<(usize, usize, f64)>,
     /// (system, transactions per second) per round.
     pub tpcb: Vec<(&'static str, f64)>,
     /// queenwire's RSS with the idle clients open, and before (MB).
@@ -53,6 +60,7 @@ impl Bench {
                     queue: queue.clone(),
                     first: w,
                     step: PROVISIONERS,
+                    batch: 1,
                 })
                 .collect();
             let slice = run_slice(
@@ -143,6 +151,51 @@ impl Bench {
             // Dropping 100,000 partitions is slow and not what is measured:
             // the queue stays (the data directory goes at the end).
         }
+        self.provision_batched().await
+    }
+
+    /// Provisioning as a loader would do it: the same 8 clients, each
+    /// statement `PROVISION_BATCH` rows into as many new partitions
+    /// (`PUSH INTO q (partition, payload) VALUES …`), into a fresh queue.
+    async fn provision_batched(&mut self) -> Result<(), BoxError> {
+        let queue = self.next_name("provision");
+        self.qw_admin
+            .simple_query(&format!("CREATE QUEUE {queue}"))
+            .await?;
+        eprintln!(
+            "bench: provisioning {BATCH_PROVISIONED} partitions, {PROVISION_BATCH} per statement"
+        );
+        let ops = (0..PROVISIONERS)
+            .map(|w| Op::QwProvision {
+                queue: queue.clone(),
+                first: w,
+                step: PROVISIONERS,
+                batch: PROVISION_BATCH,
+            })
+            .collect();
+        let slice = run_slice(
+            SliceSpec {
+                cfg: &self.proxy_cfg,
+                ops,
+                duration: Duration::from_secs(600),
+                budget: Some(BATCH_PROVISIONED as u64),
+                warmup: false,
+                label: String::new(),
+            },
+            &self.payloads,
+            self.probes,
+        )
+        .await;
+        if let Some(e) = slice.error {
+            return Err(
+                format!("provisioning {BATCH_PROVISIONED} partitions in batches: {e}").into(),
+            );
+        }
+        eprintln!(
+            "bench: {BATCH_PROVISIONED} partitions, {PROVISION_BATCH} per statement, at {:.0} partitions/s",
+            slice.rate()
+        );
+        self.extras.provisioning_batch = Some((slice.msgs as usize, PROVISION_BATCH, slice.rate()));
         Ok(())
     }
 

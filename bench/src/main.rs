@@ -1382,6 +1382,12 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
                 .max_by_key(|(n, _)| *n)
                 .map_or("n/a".into(), |(_, r)| format!("{r:.0}")),
         ),
+        (
+            "provision_batch_partitions_per_s",
+            extras
+                .provisioning_batch
+                .map_or("n/a".into(), |(_, _, r)| format!("{r:.0}")),
+        ),
         ("tpcb_vs_direct", tpcb_ratio(extras)),
         (
             "stream_5k_max_lag",
@@ -1486,6 +1492,10 @@ fn print_extras(extras: &extra::Extras) {
                 p99 / 1000.0
             );
         }
+        println!();
+    }
+    if let Some((n, batch, rate)) = extras.provisioning_batch {
+        println!("Provisioning {n} partitions with {batch} rows per statement, each row a new partition (`PUSH INTO q (partition, payload) VALUES …`, 8 clients): {rate:.0} partitions/s");
         println!();
     }
     if !extras.tpcb.is_empty() {

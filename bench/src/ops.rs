@@ -40,11 +40,14 @@ pub enum Op {
     /// The plain INSERT as text over the simple protocol.
     InsertText { batch: usize },
     /// `PUSH INTO q PARTITION p VALUES ($1)` into a new partition each time:
-    /// partitions `first`, `first + step`, … (provisioning).
+    /// partitions `first`, `first + step`, … (provisioning). With a batch
+    /// of more than one, `PUSH INTO q (partition, payload) VALUES ($1, $2),
+    /// …`: that many rows, each into the next new partition of the sequence.
     QwProvision {
         queue: String,
         first: usize,
         step: usize,
+        batch: usize,
     },
     /// `pgmq.send` (batch 1) or `pgmq.send_batch`.
     PgmqSend { queue: String, batch: usize },
@@ -156,6 +159,19 @@ impl Worker {
                     client
                         .prepare(&format!(
                             "INSERT INTO bench_insert (part, payload) VALUES {values} RETURNING id"
+                        ))
+                        .await?,
+                );
+            }
+            Op::QwProvision { queue, batch, .. } if *batch > 1 => {
+                let values = (0..*batch)
+                    .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                stmts.push(
+                    client
+                        .prepare(&format!(
+                            "PUSH INTO {queue} (partition, payload) VALUES {values}"
                         ))
                         .await?,
                 );
@@ -328,15 +344,26 @@ impl Worker {
                 let n = self.client.execute(&stmt, &params).await?;
                 check_count("INSERT", n, batch)
             }
-            Op::QwProvision { first, step, .. } => {
+            Op::QwProvision {
+                first, step, batch, ..
+            } => {
                 let stmt = self.stmts[0].clone();
-                let part = partition_name(first + step * self.partition_cursor);
-                self.partition_cursor += 1;
+                let parts: Vec<String> = (0..batch)
+                    .map(|i| partition_name(first + step * (self.partition_cursor + i)))
+                    .collect();
+                self.partition_cursor += batch;
                 let pool = self.payloads.clone();
-                let start = self.advance(1);
-                let body = Json(pool.get(start));
-                let n = self.client.execute(&stmt, &[&part, &body]).await?;
-                check_count("PUSH", n, 1)
+                let start = self.advance(batch);
+                let bodies: Vec<Json> = (0..batch)
+                    .map(|i| Json(pool.get(start.wrapping_add(i))))
+                    .collect();
+                let params: Vec<&(dyn ToSql + Sync)> = parts
+                    .iter()
+                    .zip(&bodies)
+                    .flat_map(|(p, b)| [p as &(dyn ToSql + Sync), b as &(dyn ToSql + Sync)])
+                    .collect();
+                let n = self.client.execute(&stmt, &params).await?;
+                check_count("PUSH", n, batch)
             }
             Op::QwPushText { queue, batch } => {
                 let sql = format!("PUSH INTO {queue} VALUES {}", self.text_values(batch, ""));

@@ -1360,3 +1360,85 @@ async fn concurrent_acks_answer_each_receipt_as_if_alone() {
     }
     assert!(rows(&setup, "POP FROM fa").await.is_empty());
 }
+
+/// One lease's batch acknowledged in pieces: out of order, with a receipt
+/// repeated in one ACK, and all of it again (a client retrying after a lost
+/// reply). The cursor moves over the acked prefix only, the lease ends when
+/// the whole batch is acked, and every receipt of it answers `acked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_acked_in_pieces_moves_the_cursor_over_its_acked_prefix_only() {
+    let proxy = Proxy::start("ack_pieces").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    let state = || async {
+        let row = direct
+            .query_one(
+                "SELECT c.cursor_offset, c.batch_acked, c.lease_token IS NOT NULL \
+                 FROM queen.log_consumers c \
+                 JOIN queen.log_partitions p ON p.id = c.partition_id \
+                 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'pieces'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let acked: Option<Vec<i64>> = row.get(1);
+        (row.get::<_, i64>(0), acked, row.get::<_, bool>(2))
+    };
+    let values = |n: usize| {
+        (0..n)
+            .map(|i| format!("('{{\"n\":{i}}}')"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    rows(&client, &format!("PUSH INTO pieces VALUES {}", values(5))).await;
+    let batch: Vec<String> = rows(&client, "POP FROM pieces LIMIT 5")
+        .await
+        .iter()
+        .map(|r| col(r, "receipt"))
+        .collect();
+    assert_eq!(batch.len(), 5);
+    let r = |i: usize| batch[i].clone();
+    // Offset 2 twice: acked twice, nothing before it, so the cursor stays.
+    assert_eq!(ack_all(&client, &[r(2), r(2)]).await, ["acked", "acked"]);
+    assert_eq!(state().await, (-1, Some(vec![2]), true));
+    // 1 then 0 (out of order): the prefix reaches 2.
+    assert_eq!(ack_all(&client, &[r(1), r(0)]).await, ["acked", "acked"]);
+    assert_eq!(state().await, (2, None, true));
+    // 4, 3: the whole batch, the lease ends.
+    assert_eq!(ack_all(&client, &[r(4), r(3)]).await, ["acked", "acked"]);
+    assert_eq!(state().await, (4, None, false));
+    // The whole batch again: each receipt its lease acknowledged.
+    assert_eq!(ack_all(&client, &batch).await, ["acked"; 5]);
+    assert_eq!(state().await, (4, None, false));
+
+    // Offsets 5, 6, 7: 5 twice and 7 is as many receipts as the batch,
+    // ending where it ends, but 6 is missing: the cursor reaches 5 only.
+    rows(&client, &format!("PUSH INTO pieces VALUES {}", values(3))).await;
+    let batch: Vec<String> = rows(&client, "POP FROM pieces LIMIT 3")
+        .await
+        .iter()
+        .map(|r| col(r, "receipt"))
+        .collect();
+    assert_eq!(batch.len(), 3);
+    let acks = [batch[0].clone(), batch[0].clone(), batch[2].clone()];
+    assert_eq!(ack_all(&client, &acks).await, ["acked"; 3]);
+    assert_eq!(state().await, (5, Some(vec![7]), true));
+    assert_eq!(ack_all(&client, &batch[1..2]).await, ["acked"]);
+    assert_eq!(state().await, (7, None, false));
+    // In order with a repeat, a whole batch in one ACK.
+    rows(&client, &format!("PUSH INTO pieces VALUES {}", values(3))).await;
+    let batch: Vec<String> = rows(&client, "POP FROM pieces LIMIT 3")
+        .await
+        .iter()
+        .map(|r| col(r, "receipt"))
+        .collect();
+    let acks = [
+        batch[0].clone(),
+        batch[1].clone(),
+        batch[1].clone(),
+        batch[2].clone(),
+    ];
+    assert_eq!(ack_all(&client, &acks).await, ["acked"; 4]);
+    assert_eq!(state().await, (10, None, false));
+    assert!(rows(&client, "POP FROM pieces").await.is_empty());
+}

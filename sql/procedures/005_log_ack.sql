@@ -151,6 +151,7 @@ DECLARE
     v_c         queen.log_consumers%ROWTYPE;
     v_pos       INTEGER[];
     v_offs      BIGINT[];
+    v_distinct  BIGINT;
     v_acked     BIGINT[];
     v_cursor    BIGINT;
     v_head      BIGINT;
@@ -218,7 +219,10 @@ BEGIN
         -- delivered it, so another lease's delivery of the same offset
         -- never matches; FAILED is never idempotent (the message comes
         -- again, which is what stale says).
-        IF NOT v_failed AND v_c.acked_lease_tokens IS NOT NULL THEN
+        -- (Only when one of the receipts' tokens is in the history: a lease's
+        -- own ACK, the usual one, finds none, and the loop over a batch of
+        -- a hundred receipts would cost more than the ACK.)
+        IF NOT v_failed AND v_c.acked_lease_tokens && v_key.tokens THEN
             FOR v_i IN 1 .. cardinality(v_key.positions) LOOP
                 v_j := array_position(v_c.acked_lease_tokens, v_key.tokens[v_i]);
                 IF v_j IS NOT NULL AND v_key.offsets[v_i] <= v_c.acked_lease_to[v_j] THEN
@@ -238,14 +242,16 @@ BEGIN
                AND (NOT v_failed OR v_key.offsets[1] > v_c.cursor_offset) THEN
                 v_pos := v_key.positions;
                 v_offs := v_key.offsets;
+                v_distinct := 1;
             ELSE
                 v_pos := '{}';
                 v_offs := '{}';
             END IF;
         ELSE
             SELECT COALESCE(array_agg(x.pos ORDER BY x.off), '{}'),
-                   COALESCE(array_agg(x.off ORDER BY x.off), '{}')
-            INTO v_pos, v_offs
+                   COALESCE(array_agg(x.off ORDER BY x.off), '{}'),
+                   count(DISTINCT x.off)
+            INTO v_pos, v_offs, v_distinct
             FROM unnest(v_key.positions, v_key.offsets, v_key.tokens) AS x(pos, off, tok)
             WHERE x.tok = v_c.lease_token AND x.off BETWEEN v_c.batch_from AND v_c.batch_to
               AND (NOT v_failed OR x.off > v_c.cursor_offset);  -- failing an acked offset: stale
@@ -254,11 +260,25 @@ BEGIN
         v_acked := COALESCE(v_c.batch_acked, '{}');
 
         IF NOT v_failed THEN
-            FOR v_i IN 1 .. cardinality(v_pos) LOOP
-                v_status[v_pos[v_i]] := 'acked';
-            END LOOP;
+            -- Positions are distinct: as many as the call's receipts are
+            -- all of them (one lease's batch acked by one ACK).
+            IF cardinality(v_pos) = v_n THEN
+                v_status := array_fill('acked'::TEXT, ARRAY[v_n]);
+            ELSE
+                FOR v_i IN 1 .. cardinality(v_pos) LOOP
+                    v_status[v_pos[v_i]] := 'acked';
+                END LOOP;
+            END IF;
+            -- The acked prefix: with nothing acked before, offsets sorted
+            -- from cursor + 1 whose last is cursor + (distinct count) are
+            -- exactly cursor + 1 .. that last, a loop's walk saved.
+            IF v_c.batch_acked IS NULL AND v_offs[1] = v_c.cursor_offset + 1
+               AND v_offs[cardinality(v_offs)] = v_c.cursor_offset + v_distinct THEN
+                v_cursor := v_offs[cardinality(v_offs)];
+            ELSE
+                v_cursor := queen.log_acked_prefix_v1(v_c.cursor_offset, v_acked || v_offs);
+            END IF;
             v_acked := v_acked || v_offs;
-            v_cursor := queen.log_acked_prefix_v1(v_c.cursor_offset, v_acked);
             -- This lease has acknowledged its batch up to the cursor: the
             -- newest entry of the history, the oldest beyond 32 forgotten.
             -- Plain array expressions, no query: this runs on every ACK.

@@ -161,6 +161,7 @@ DECLARE
     v_j         INTEGER;
     v_h_tokens  UUID[];
     v_h_to      BIGINT[];
+    v_cur       REFCURSOR;
 BEGIN
     -- The guard only for a role other than the function's owner (it would
     -- return at once for the owner), so queenwire's own calls skip it.
@@ -178,37 +179,54 @@ BEGIN
     END IF;
     v_status := array_fill('stale'::TEXT, ARRAY[v_n]);
 
-    PERFORM pg_advisory_xact_lock_shared(k.key)
-    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(q.id) AS key
-          FROM queen.log_partitions p
-          JOIN queen.queues q ON q.id = p.queue_id
-          WHERE p.id = ANY (p_partition_ids) AND q.tenant_id = p_tenant
-          ORDER BY 1) k;
-
-    -- One iteration per (partition, group) of the tenant's, receipts grouped
-    -- once, in (partition_id, consumer_group) order; each consumer row is
-    -- locked as its iteration begins, so in that order. The partition and
-    -- queue are probed by primary key per key (LATERAL … LIMIT 1), never
-    -- joined over the queue's partitions, whatever the generic plan's row
-    -- estimate for the arrays.
-    FOR v_key IN
-        SELECT r.pid AS partition_id, r.grp AS consumer_group, q.retry_limit, q.retry_delay,
-               q.store_dlq, r.positions, r.offsets, r.tokens
-        FROM (SELECT i.pid, i.grp::TEXT COLLATE "C" AS grp,
-                     array_agg(i.ord::INTEGER) AS positions,
-                     array_agg(i.off) AS offsets, array_agg(i.tok) AS tokens
-              FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
-                   WITH ORDINALITY AS i(pid, off, grp, tok, ord)
-              GROUP BY i.pid, i.grp) r
-        CROSS JOIN LATERAL (
-            SELECT q1.retry_limit, q1.retry_delay,
-                   (q1.dead_letter_queue AND q1.dlq_after_max_retries) AS store_dlq
+    IF p_partition_ids[1] = ALL (p_partition_ids) AND p_groups[1] = ALL (p_groups) THEN
+        -- One (partition, group) named by every receipt (a batch acked by
+        -- one ACK, or a lone receipt): its queue's key, taken as the row is
+        -- fetched, and options in one statement, nothing to group.
+        OPEN v_cur FOR
+            SELECT p1.id AS partition_id, p_groups[1]::TEXT COLLATE "C" AS consumer_group,
+                   q1.retry_limit, q1.retry_delay,
+                   (q1.dead_letter_queue AND q1.dlq_after_max_retries) AS store_dlq,
+                   ARRAY(SELECT generate_series(1, v_n)) AS positions,
+                   p_offsets AS offsets, p_lease_tokens AS tokens,
+                   pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(q1.id))::TEXT AS locked
             FROM queen.log_partitions p1
             JOIN queen.queues q1 ON q1.id = p1.queue_id
-            WHERE p1.id = r.pid AND q1.tenant_id = p_tenant
-            LIMIT 1) q
-        ORDER BY r.pid, r.grp
+            WHERE p1.id = p_partition_ids[1] AND q1.tenant_id = p_tenant;
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(k.key)
+        FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(q.id) AS key
+              FROM queen.log_partitions p
+              JOIN queen.queues q ON q.id = p.queue_id
+              WHERE p.id = ANY (p_partition_ids) AND q.tenant_id = p_tenant
+              ORDER BY 1) k;
+        -- One iteration per (partition, group) of the tenant's, receipts
+        -- grouped once, in (partition_id, consumer_group) order; each
+        -- consumer row is locked as its iteration begins, so in that order.
+        -- The partition and queue are probed by primary key per key
+        -- (LATERAL … LIMIT 1), never joined over the queue's partitions,
+        -- whatever the generic plan's row estimate for the arrays.
+        OPEN v_cur FOR
+            SELECT r.pid AS partition_id, r.grp AS consumer_group, q.retry_limit, q.retry_delay,
+                   q.store_dlq, r.positions, r.offsets, r.tokens, NULL::TEXT AS locked
+            FROM (SELECT i.pid, i.grp::TEXT COLLATE "C" AS grp,
+                         array_agg(i.ord::INTEGER) AS positions,
+                         array_agg(i.off) AS offsets, array_agg(i.tok) AS tokens
+                  FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
+                       WITH ORDINALITY AS i(pid, off, grp, tok, ord)
+                  GROUP BY i.pid, i.grp) r
+            CROSS JOIN LATERAL (
+                SELECT q1.retry_limit, q1.retry_delay,
+                       (q1.dead_letter_queue AND q1.dlq_after_max_retries) AS store_dlq
+                FROM queen.log_partitions p1
+                JOIN queen.queues q1 ON q1.id = p1.queue_id
+                WHERE p1.id = r.pid AND q1.tenant_id = p_tenant
+                LIMIT 1) q
+            ORDER BY r.pid, r.grp;
+    END IF;
     LOOP
+        FETCH v_cur INTO v_key;
+        EXIT WHEN NOT FOUND;
         SELECT c.* INTO v_c FROM queen.log_consumers c
         WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group
         FOR UPDATE;
@@ -342,6 +360,7 @@ BEGIN
                                  ELSE c.blocked_until END
         WHERE c.partition_id = v_key.partition_id AND c.consumer_group = v_key.consumer_group;
     END LOOP;
+    CLOSE v_cur;
 
     RETURN QUERY
     SELECT (s.ord - 1)::INTEGER, s.st

@@ -48,11 +48,7 @@ pub fn kind(stmt: &Statement) -> Kind {
 }
 
 fn text(row: &[Cell], at: usize) -> Option<&str> {
-    match row.get(at) {
-        Some(Cell::Text(s)) => Some(s),
-        Some(Cell::Shared(s)) => Some(s),
-        _ => None,
-    }
+    row.get(at).and_then(Cell::as_text)
 }
 
 /// The counters of consecutive rows' queue, looked up once per run of rows

@@ -5,7 +5,7 @@
 //! the hot list's business (`hotlist/`); waiting is `wait.rs`.
 
 use super::frame::{self, SegmentFrameError};
-use super::receipt::{Receipt, ReceiptKey};
+use super::receipt::ReceiptKey;
 use super::sealing::KeyRing;
 use super::values::{Cell, Params};
 use super::ExecError;
@@ -275,21 +275,19 @@ fn decode_claimed(
         (to - first + 1) as usize,
         &plan.keys,
     )?;
+    // The queue and partition names, shared by the range's rows.
+    let queue: Arc<str> = Arc::from(plan.queue.as_str());
+    let partition: Arc<str> = Arc::from(row.partition_name.as_str());
     for (i, f) in frames.into_iter().enumerate() {
         let offset = first + i as i64;
-        let receipt = row.lease_token.map(|token| {
-            key.encode(&Receipt {
-                partition_id: row.partition_id,
-                offset,
-                lease_token: token,
-                group: plan.args.group.clone(),
-            })
-        });
+        let receipt = row
+            .lease_token
+            .map(|token| key.encode_parts(row.partition_id, offset, token, &plan.args.group));
         out.push(vec![
             Cell::opt_text(receipt),
             Cell::Uuid(f.message_id),
-            Cell::Text(plan.queue.clone()),
-            Cell::Text(row.partition_name.clone()),
+            Cell::Shared(queue.clone()),
+            Cell::Shared(partition.clone()),
             Cell::Int8(offset),
             Cell::Jsonb(f.payload),
             Cell::opt_text(f.transaction_id),

@@ -31,6 +31,15 @@ impl Cell {
         s.map_or(Cell::Null, Cell::Text)
     }
 
+    /// The text of a text cell, owned or shared.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Cell::Text(s) => Some(s),
+            Cell::Shared(s) => Some(s),
+            _ => None,
+        }
+    }
+
     pub fn timestamp(t: Option<SystemTime>) -> Cell {
         t.map_or(Cell::Null, |t| Cell::Timestamptz(micros(t)))
     }

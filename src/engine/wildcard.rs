@@ -109,10 +109,7 @@ impl NamespacePop {
             }
             let partitions: HashSet<&str> = got
                 .iter()
-                .filter_map(|row| match row.get(3) {
-                    Some(Cell::Text(p)) => Some(p.as_str()),
-                    _ => None,
-                })
+                .filter_map(|row| row.get(3).and_then(Cell::as_text))
                 .collect();
             partitions_left = partitions_left.saturating_sub(partitions.len().max(1));
             limit_left = limit_left.saturating_sub(got.len());

@@ -383,14 +383,9 @@ impl Engine {
         let rows = delivered
             .into_iter()
             .map(|d| {
-                let receipt = d.lease.map(|(token, _)| {
-                    self.receipts.encode(&Receipt {
-                        partition_id: -ref_,
-                        offset: d.seq,
-                        lease_token: token,
-                        group: spec.group.clone(),
-                    })
-                });
+                let receipt = d
+                    .lease
+                    .map(|(token, _)| self.receipts.encode_parts(-ref_, d.seq, token, &spec.group));
                 vec![
                     Cell::opt_text(receipt),
                     Cell::Uuid(d.msg.id),

@@ -275,9 +275,6 @@ fn decode_claimed(
         (to - first + 1) as usize,
         &plan.keys,
     )?;
-    // The queue and partition names, shared by the range's rows.
-    let queue: Arc<str> = Arc::from(plan.queue.as_str());
-    let partition: Arc<str> = Arc::from(row.partition_name.as_str());
     for (i, f) in frames.into_iter().enumerate() {
         let offset = first + i as i64;
         let receipt = row
@@ -286,8 +283,8 @@ fn decode_claimed(
         out.push(vec![
             Cell::opt_text(receipt),
             Cell::Uuid(f.message_id),
-            Cell::Shared(queue.clone()),
-            Cell::Shared(partition.clone()),
+            Cell::Text(plan.queue.clone()),
+            Cell::Text(row.partition_name.clone()),
             Cell::Int8(offset),
             Cell::Jsonb(f.payload),
             Cell::opt_text(f.transaction_id),

@@ -1384,19 +1384,7 @@ async fn a_batch_acked_in_pieces_moves_the_cursor_over_its_acked_prefix_only() {
         let acked: Option<Vec<i64>> = row.get(1);
         (row.get::<_, i64>(0), acked, row.get::<_, bool>(2))
     };
-    let values = |n: usize| {
-        (0..n)
-            .map(|i| format!("('{{\"n\":{i}}}')"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    rows(&client, &format!("PUSH INTO pieces VALUES {}", values(5))).await;
-    let batch: Vec<String> = rows(&client, "POP FROM pieces LIMIT 5")
-        .await
-        .iter()
-        .map(|r| col(r, "receipt"))
-        .collect();
-    assert_eq!(batch.len(), 5);
+    let batch = push_then_pop(&client, 5).await;
     let r = |i: usize| batch[i].clone();
     // Offset 2 twice: acked twice, nothing before it, so the cursor stays.
     assert_eq!(ack_all(&client, &[r(2), r(2)]).await, ["acked", "acked"]);
@@ -1413,25 +1401,14 @@ async fn a_batch_acked_in_pieces_moves_the_cursor_over_its_acked_prefix_only() {
 
     // Offsets 5, 6, 7: 5 twice and 7 is as many receipts as the batch,
     // ending where it ends, but 6 is missing: the cursor reaches 5 only.
-    rows(&client, &format!("PUSH INTO pieces VALUES {}", values(3))).await;
-    let batch: Vec<String> = rows(&client, "POP FROM pieces LIMIT 3")
-        .await
-        .iter()
-        .map(|r| col(r, "receipt"))
-        .collect();
-    assert_eq!(batch.len(), 3);
+    let batch = push_then_pop(&client, 3).await;
     let acks = [batch[0].clone(), batch[0].clone(), batch[2].clone()];
     assert_eq!(ack_all(&client, &acks).await, ["acked"; 3]);
     assert_eq!(state().await, (5, Some(vec![7]), true));
     assert_eq!(ack_all(&client, &batch[1..2]).await, ["acked"]);
     assert_eq!(state().await, (7, None, false));
     // In order with a repeat, a whole batch in one ACK.
-    rows(&client, &format!("PUSH INTO pieces VALUES {}", values(3))).await;
-    let batch: Vec<String> = rows(&client, "POP FROM pieces LIMIT 3")
-        .await
-        .iter()
-        .map(|r| col(r, "receipt"))
-        .collect();
+    let batch = push_then_pop(&client, 3).await;
     let acks = [
         batch[0].clone(),
         batch[1].clone(),
@@ -1441,4 +1418,22 @@ async fn a_batch_acked_in_pieces_moves_the_cursor_over_its_acked_prefix_only() {
     assert_eq!(ack_all(&client, &acks).await, ["acked"; 4]);
     assert_eq!(state().await, (10, None, false));
     assert!(rows(&client, "POP FROM pieces").await.is_empty());
+}
+
+/// Pushes `n` messages into `pieces` and pops them in one batch: their
+/// receipts, in offset order.
+async fn push_then_pop(client: &Client, n: usize) -> Vec<String> {
+    let values: Vec<String> = (0..n).map(|i| format!("('{{\"n\":{i}}}')")).collect();
+    rows(
+        client,
+        &format!("PUSH INTO pieces VALUES {}", values.join(", ")),
+    )
+    .await;
+    let batch: Vec<String> = rows(client, &format!("POP FROM pieces LIMIT {n}"))
+        .await
+        .iter()
+        .map(|r| col(r, "receipt"))
+        .collect();
+    assert_eq!(batch.len(), n);
+    batch
 }

@@ -4,7 +4,7 @@
 //! directly, and queenwire's memory with 1,000 idle clients.
 
 use crate::ops::Op;
-use crate::runner::{percentile, run_slice, SliceSpec};
+use crate::runner::{percentile, run_slice, Slice, SliceSpec};
 use crate::setup::{self, BoxError};
 use crate::{duration, Bench};
 use std::path::Path;
@@ -55,27 +55,7 @@ impl Bench {
                 .simple_query(&format!("CREATE QUEUE {queue}"))
                 .await?;
             eprintln!("bench: pop_scale: provisioning {n} partitions");
-            let ops = (0..PROVISIONERS)
-                .map(|w| Op::QwProvision {
-                    queue: queue.clone(),
-                    first: w,
-                    step: PROVISIONERS,
-                    batch: 1,
-                })
-                .collect();
-            let slice = run_slice(
-                SliceSpec {
-                    cfg: &self.proxy_cfg,
-                    ops,
-                    duration: Duration::from_secs(600),
-                    budget: Some(n as u64),
-                    warmup: false,
-                    label: String::new(),
-                },
-                &self.payloads,
-                self.probes,
-            )
-            .await;
+            let slice = self.provision(&queue, n, 1).await;
             if let Some(e) = slice.error {
                 return Err(format!("provisioning {n} partitions: {e}").into());
             }
@@ -154,6 +134,32 @@ impl Bench {
         self.provision_batched().await
     }
 
+    /// `PROVISIONERS` clients make `n` new partitions of `queue`, `batch`
+    /// rows (each a new partition) per statement.
+    async fn provision(&self, queue: &str, n: usize, batch: usize) -> Slice {
+        let ops = (0..PROVISIONERS)
+            .map(|w| Op::QwProvision {
+                queue: queue.to_string(),
+                first: w,
+                step: PROVISIONERS,
+                batch,
+            })
+            .collect();
+        run_slice(
+            SliceSpec {
+                cfg: &self.proxy_cfg,
+                ops,
+                duration: Duration::from_secs(600),
+                budget: Some(n as u64),
+                warmup: false,
+                label: String::new(),
+            },
+            &self.payloads,
+            self.probes,
+        )
+        .await
+    }
+
     /// Provisioning as a loader would do it: the same 8 clients, each
     /// statement `PROVISION_BATCH` rows into as many new partitions
     /// (`PUSH INTO q (partition, payload) VALUES …`), into a fresh queue.
@@ -165,27 +171,9 @@ impl Bench {
         eprintln!(
             "bench: provisioning {BATCH_PROVISIONED} partitions, {PROVISION_BATCH} per statement"
         );
-        let ops = (0..PROVISIONERS)
-            .map(|w| Op::QwProvision {
-                queue: queue.clone(),
-                first: w,
-                step: PROVISIONERS,
-                batch: PROVISION_BATCH,
-            })
-            .collect();
-        let slice = run_slice(
-            SliceSpec {
-                cfg: &self.proxy_cfg,
-                ops,
-                duration: Duration::from_secs(600),
-                budget: Some(BATCH_PROVISIONED as u64),
-                warmup: false,
-                label: String::new(),
-            },
-            &self.payloads,
-            self.probes,
-        )
-        .await;
+        let slice = self
+            .provision(&queue, BATCH_PROVISIONED, PROVISION_BATCH)
+            .await;
         if let Some(e) = slice.error {
             return Err(
                 format!("provisioning {BATCH_PROVISIONED} partitions in batches: {e}").into(),

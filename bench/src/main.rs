@@ -40,8 +40,8 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
   --concurrency  client connections per cell (default 1,8,32; quick 8)
   --pool-size N  queenwire's backend pool (default 16, queenwire's default)
   --only         workloads: push1,push100,push1_100p,push100_100p,push1_text,
-                 push100_text,popack1,popack100,autoack1,autoack100,e2e,
-                 fanout,select1,pop_scale,tpcb,idle1000,stream
+                 push100_text,push1_nq,popack1,popack100,autoack1,autoack100,
+                 e2e,fanout,select1,pop_scale,tpcb,idle1000,stream
   --systems      run only these systems (queenwire, pgmq, INSERT, direct;
                  a prefix: queenwire covers queenwire 1000p), e.g. to profile
   --prefill-cap  most messages queued before one consume slice (default 400000)
@@ -56,6 +56,7 @@ const WORKLOADS: &[&str] = &[
     "push100_100p",
     "push1_text",
     "push100_text",
+    "push1_nq",
     "popack1",
     "popack100",
     "autoack1",
@@ -80,6 +81,9 @@ enum PushShape {
     Spread,
     /// Text over the simple protocol, into one partition.
     Text,
+    /// Extended protocol, prepared, each client into a queue of its own
+    /// (the shape fusion across the queues of a tenant is about).
+    QueuePerClient,
 }
 /// Partitions of the many-partition consume queue.
 const MANY_PARTITIONS: usize = 1000;
@@ -535,8 +539,12 @@ impl Bench {
             ("", PushShape::OnePartition),
             ("_100p", PushShape::Spread),
             ("_text", PushShape::Text),
+            ("_nq", PushShape::QueuePerClient),
         ] {
             for batch in [1usize, 100] {
+                if shape == PushShape::QueuePerClient && batch != 1 {
+                    continue;
+                }
                 let w = format!("push{batch}{suffix}");
                 if self.wants(&w) {
                     for &c in &concurrency {
@@ -639,79 +647,39 @@ impl Bench {
         c: usize,
         shape: PushShape,
     ) -> Result<(), BoxError> {
-        let spread = (shape == PushShape::Spread).then_some(SPREAD_PARTITIONS);
-        let text = shape == PushShape::Text;
         for round in 0..self.args.rounds {
             for system in ["queenwire", "pgmq", "INSERT", "direct"] {
                 if !self.runs(system) {
                     continue;
                 }
                 let queue = self.next_name("push");
-                let (cfg, op) = match system {
-                    "queenwire" => {
-                        self.qw_admin
-                            .simple_query(&format!("CREATE QUEUE {queue}"))
-                            .await?;
-                        let op = if text {
-                            Op::QwPushText {
-                                queue: queue.clone(),
-                                batch,
-                            }
-                        } else {
-                            Op::QwPush {
-                                queue: queue.clone(),
-                                batch,
-                                partitions: spread,
-                                random: true,
-                            }
-                        };
-                        (self.proxy_cfg.clone(), op)
-                    }
-                    "pgmq" => {
-                        self.pg_admin
-                            .execute("SELECT pgmq.create($1)", &[&queue])
-                            .await?;
-                        let op = if text {
-                            Op::PgmqSendText {
-                                queue: queue.clone(),
-                                batch,
-                            }
-                        } else {
-                            Op::PgmqSend {
-                                queue: queue.clone(),
-                                batch,
-                            }
-                        };
-                        (self.direct_cfg.clone(), op)
-                    }
-                    "INSERT" if text => (self.direct_cfg.clone(), Op::InsertText { batch }),
-                    "INSERT" => (
-                        self.direct_cfg.clone(),
-                        Op::Insert {
-                            batch,
-                            partitions: spread,
-                        },
-                    ),
-                    // The engine's own call has no text form worth measuring.
-                    _ if text => continue,
-                    _ => {
-                        self.qw_admin
-                            .simple_query(&format!("CREATE QUEUE {queue}"))
-                            .await?;
-                        (
-                            self.direct_cfg.clone(),
-                            Op::DirectPush {
-                                queue: queue.clone(),
-                                batch,
-                                partitions: spread,
-                            },
-                        )
-                    }
+                // One queue, or one per client.
+                let names: Vec<String> = if shape == PushShape::QueuePerClient {
+                    (0..c).map(|i| format!("{queue}_{i}")).collect()
+                } else {
+                    vec![queue]
+                };
+                let mut cfg = None;
+                let mut ops = Vec::with_capacity(names.len());
+                for name in &names {
+                    let Some((conf, op)) = self.push_target(system, name, batch, shape).await?
+                    else {
+                        break;
+                    };
+                    cfg = Some(conf);
+                    ops.push(op);
+                }
+                let Some(cfg) = cfg else {
+                    continue;
+                };
+                let ops = match ops.as_slice() {
+                    [one] => vec![one.clone(); c],
+                    _ => ops,
                 };
                 let slice = run_slice(
                     SliceSpec {
                         cfg: &cfg,
-                        ops: vec![op; c],
+                        ops,
                         duration: duration(self.args.secs),
                         budget: None,
                         warmup: true,
@@ -724,14 +692,18 @@ impl Bench {
                 // Clean up so every slice starts from the same state.
                 match system {
                     "queenwire" | "direct" => {
-                        self.qw_admin
-                            .simple_query(&format!("DROP QUEUE {queue}"))
-                            .await?;
+                        for name in &names {
+                            self.qw_admin
+                                .simple_query(&format!("DROP QUEUE {name}"))
+                                .await?;
+                        }
                     }
                     "pgmq" => {
-                        self.pg_admin
-                            .execute("SELECT pgmq.drop_queue($1)", &[&queue])
-                            .await?;
+                        for name in &names {
+                            self.pg_admin
+                                .execute("SELECT pgmq.drop_queue($1)", &[name])
+                                .await?;
+                        }
                     }
                     _ => {
                         self.pg_admin.batch_execute("TRUNCATE bench_insert").await?;
@@ -741,6 +713,73 @@ impl Bench {
             }
         }
         Ok(())
+    }
+
+    /// Creates `queue` for `system` and returns the client config and the
+    /// operation of a push workload into it; `None` when the system has no
+    /// form of the shape.
+    async fn push_target(
+        &mut self,
+        system: &str,
+        queue: &str,
+        batch: usize,
+        shape: PushShape,
+    ) -> Result<Option<(Config, Op)>, BoxError> {
+        let spread = (shape == PushShape::Spread).then_some(SPREAD_PARTITIONS);
+        let text = shape == PushShape::Text;
+        let queue = queue.to_string();
+        Ok(Some(match system {
+            "queenwire" => {
+                self.qw_admin
+                    .simple_query(&format!("CREATE QUEUE {queue}"))
+                    .await?;
+                let op = if text {
+                    Op::QwPushText { queue, batch }
+                } else {
+                    Op::QwPush {
+                        queue,
+                        batch,
+                        partitions: spread,
+                        random: true,
+                    }
+                };
+                (self.proxy_cfg.clone(), op)
+            }
+            "pgmq" => {
+                self.pg_admin
+                    .execute("SELECT pgmq.create($1)", &[&queue])
+                    .await?;
+                let op = if text {
+                    Op::PgmqSendText { queue, batch }
+                } else {
+                    Op::PgmqSend { queue, batch }
+                };
+                (self.direct_cfg.clone(), op)
+            }
+            "INSERT" if text => (self.direct_cfg.clone(), Op::InsertText { batch }),
+            "INSERT" => (
+                self.direct_cfg.clone(),
+                Op::Insert {
+                    batch,
+                    partitions: spread,
+                },
+            ),
+            // The engine's own call has no text form worth measuring.
+            _ if text => return Ok(None),
+            _ => {
+                self.qw_admin
+                    .simple_query(&format!("CREATE QUEUE {queue}"))
+                    .await?;
+                (
+                    self.direct_cfg.clone(),
+                    Op::DirectPush {
+                        queue,
+                        batch,
+                        partitions: spread,
+                    },
+                )
+            }
+        }))
     }
 
     // ---- consume ---------------------------------------------------------
@@ -1343,6 +1382,10 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
                 rate("autoack1", "queenwire 1000p"),
                 rate("autoack1", "pgmq"),
             ),
+        ),
+        (
+            "push1_nq_vs_pgmq",
+            ratio(rate("push1_nq", "queenwire"), rate("push1_nq", "pgmq")),
         ),
         (
             "push1_100p_vs_pgmq",

@@ -182,17 +182,7 @@ async fn one_push_call_places_repeated_partitions_in_input_order() {
             ("b".to_string(), 1, 1, true),
         ]
     );
-    let last: Vec<(String, i64)> = direct
-        .query(
-            "SELECT p.name, p.last_offset FROM queen.log_partitions p \
-             JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'setq' ORDER BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let last = last_offsets(&direct, "setq").await;
     assert_eq!(last, vec![("a".to_string(), 4), ("b".to_string(), 1)]);
 }
 
@@ -288,17 +278,7 @@ async fn a_push_into_many_partitions_sums_each_partitions_segments() {
             );
             want_index += if k < 300 { 1 } else { second(i) as i32 };
         }
-        let last: Vec<(String, i64)> = direct
-            .query(
-                "SELECT p.name, p.last_offset FROM queen.log_partitions p \
-                 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'manyq'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
+        let last = last_offsets(&direct, "manyq").await;
         assert_eq!(last.len(), 300);
         for (name, last_offset) in last {
             let i: usize = name[1..].parse().unwrap();
@@ -373,4 +353,19 @@ async fn pushes_into_one_partition_update_its_row_heap_only() {
         stamp().await,
         "a window_buffer queue is stamped by every push"
     );
+}
+
+/// Each partition of `queue` with its last offset, by name.
+async fn last_offsets(direct: &tokio_postgres::Client, queue: &str) -> Vec<(String, i64)> {
+    direct
+        .query(
+            "SELECT p.name, p.last_offset FROM queen.log_partitions p \
+             JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY 1",
+            &[&queue],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
 }

@@ -97,6 +97,14 @@ fn refs<T: ToSql + Sync>(v: &[T]) -> Vec<&(dyn ToSql + Sync)> {
     v.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
+/// `($1, $2), ($3, $4), …`: `rows` rows of two parameters each.
+fn param_pairs(rows: usize) -> String {
+    (0..rows)
+        .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn partition_name(i: usize) -> String {
     format!("p{i:04}")
 }
@@ -151,10 +159,7 @@ impl Worker {
                 });
             }
             Op::Insert { batch, .. } => {
-                let values = (0..*batch)
-                    .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let values = param_pairs(*batch);
                 stmts.push(
                     client
                         .prepare(&format!(
@@ -164,10 +169,7 @@ impl Worker {
                 );
             }
             Op::QwProvision { queue, batch, .. } if *batch > 1 => {
-                let values = (0..*batch)
-                    .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let values = param_pairs(*batch);
                 stmts.push(
                     client
                         .prepare(&format!(

@@ -78,29 +78,26 @@ impl ReceiptKey {
         lease_token: uuid::Uuid,
         group: &str,
     ) -> String {
-        let mut buf = [0u8; MAX_RAW_LEN];
         let group = group.as_bytes();
         let end = FIXED_LEN + group.len();
-        if end + TAG_LEN > MAX_RAW_LEN {
-            // Longer than any group name the dialect accepts: the heap.
-            let mut data = Vec::with_capacity(end + TAG_LEN);
-            data.push(VERSION);
-            data.extend_from_slice(&partition_id.to_be_bytes());
-            data.extend_from_slice(&offset.to_be_bytes());
-            data.extend_from_slice(lease_token.as_bytes());
-            data.extend_from_slice(group);
-            let tag = self.tag(&data);
-            data.extend_from_slice(&tag);
-            return URL_SAFE_NO_PAD.encode(data);
-        }
+        // On the stack for any group name the dialect accepts (255 bytes);
+        // a longer one is laid out the same way on the heap.
+        let mut stack = [0u8; MAX_RAW_LEN];
+        let mut heap = Vec::new();
+        let buf: &mut [u8] = if end + TAG_LEN <= MAX_RAW_LEN {
+            &mut stack[..end + TAG_LEN]
+        } else {
+            heap.resize(end + TAG_LEN, 0);
+            &mut heap
+        };
         buf[0] = VERSION;
         buf[1..9].copy_from_slice(&partition_id.to_be_bytes());
         buf[9..17].copy_from_slice(&offset.to_be_bytes());
-        buf[17..33].copy_from_slice(lease_token.as_bytes());
+        buf[17..FIXED_LEN].copy_from_slice(lease_token.as_bytes());
         buf[FIXED_LEN..end].copy_from_slice(group);
         let tag = self.tag(&buf[..end]);
-        buf[end..end + TAG_LEN].copy_from_slice(&tag);
-        URL_SAFE_NO_PAD.encode(&buf[..end + TAG_LEN])
+        buf[end..].copy_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(buf)
     }
 
     pub fn decode(&self, text: &str) -> Result<Receipt, InvalidReceipt> {

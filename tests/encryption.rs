@@ -55,6 +55,22 @@ async fn blobs(direct: &Client) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The segments' blobs of one queue.
+async fn queue_blobs(direct: &Client, queue: &str) -> Vec<Vec<u8>> {
+    direct
+        .query(
+            "SELECT s.blob FROM queen.log_segments s JOIN queen.log_partitions p \
+             ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id \
+             WHERE q.name = $1",
+            &[&queue],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 fn message(e: &tokio_postgres::Error) -> String {
     e.as_db_error()
         .map(|d| d.message().to_string())
@@ -440,7 +456,8 @@ async fn fused_pushes_timers_and_psql_reach_an_encrypted_queue_sealed() {
         .unwrap();
     assert_eq!(create.params(), &[Type::BOOL]);
     client.execute(&create, &[&true]).await.unwrap();
-    // Many sessions at once, outside blocks: fused writes.
+    // Many sessions at once, outside blocks: fused writes, which also
+    // carry pushes into a plain queue of the tenant (one call for both).
     let mut tasks = Vec::new();
     for n in 0..16 {
         let c = proxy.connect().await;
@@ -450,11 +467,18 @@ async fn fused_pushes_timers_and_psql_reach_an_encrypted_queue_sealed() {
             ))
             .await
             .unwrap();
+            c.simple_query(&format!("PUSH INTO open VALUES ('{{\"n\": {n}}}')"))
+                .await
+                .unwrap();
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
+    let plain = queue_blobs(&direct, "open").await;
+    assert!(!plain.is_empty());
+    assert!(plain.iter().all(|b| b.first() != Some(&2)), "the plain queue stays plain");
+    assert_eq!(rows(&client, "SHOW MESSAGES FROM open LIMIT 100").await.len(), 16);
     // A timer fires into the queue (the timer loop's own connection).
     client
         .batch_execute(&format!(
@@ -482,7 +506,7 @@ async fn fused_pushes_timers_and_psql_reach_an_encrypted_queue_sealed() {
     };
     assert_eq!(got.len(), 18, "16 pushes, one timer, one psql push");
     assert!(payloads(&got).iter().all(|p| p.contains(SECRET)));
-    let stored = blobs(&direct).await;
+    let stored = queue_blobs(&direct, "vault").await;
     assert!(!stored.is_empty());
     for blob in &stored {
         assert_eq!(key_id(blob), "ka");

@@ -1091,6 +1091,149 @@ async fn concurrent_single_pushes_keep_offsets_dense_and_unique() {
     assert!(segments <= 300, "{segments} segments for 300 pushes");
 }
 
+/// Pushes of many sessions into several queues of a tenant are fused into
+/// one call and one commit (engine `fusion/push.rs`): each session's
+/// statements keep their order per (queue, partition), every queued message
+/// is in its queue once, offsets stay dense, a transaction id names a
+/// duplicate only within its own queue and partition, and some commit
+/// wrote segments of more than one queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_into_several_queues_share_commits_and_lose_nothing() {
+    let proxy = Proxy::start_with("fusion_queues", |c| c.pool_size = 4).await;
+    let mut tasks = Vec::new();
+    for c in 0..8usize {
+        let cfg = proxy.client_config();
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            // (queue, partition, offset, payload) of each queued row.
+            let mut queued = Vec::new();
+            for n in 0..31usize {
+                // The first 15 statements have transaction ids (2k and
+                // 2k+1 share one but go to different queues); the others
+                // none (log_push_many_v1's set-based path), but the last,
+                // which repeats statement 0.
+                let (q, txn) = if n == 30 { (c % 4, 0) } else { ((c + n) % 4, n / 2) };
+                let partition = format!("p{}", c % 3);
+                let payload = format!("{{\"c\":{c},\"n\":{n}}}");
+                let txn = if n < 15 || n == 30 {
+                    format!("'c{c}-{txn}'")
+                } else {
+                    "NULL".to_string()
+                };
+                let r = rows(
+                    &client,
+                    &format!(
+                        "PUSH INTO mq{q} (partition, payload, transaction_id) \
+                         VALUES ('{partition}', '{payload}', {txn})"
+                    ),
+                )
+                .await;
+                let status = col(&r[0], "status");
+                if n == 30 {
+                    assert_eq!(status, "duplicate", "a repeat within its queue: {r:?}");
+                    continue;
+                }
+                assert_eq!(status, "queued", "statement {n} of client {c}: {r:?}");
+                let offset: i64 = col(&r[0], "offset").parse().unwrap();
+                queued.push((q, partition, offset, payload));
+            }
+            // One client's pushes commit in its order, per partition.
+            let mut last: HashMap<(usize, String), i64> = HashMap::new();
+            for (q, p, offset, _) in &queued {
+                if let Some(before) = last.insert((*q, p.clone()), *offset) {
+                    assert!(before < *offset, "mq{q}/{p}: {before} then {offset}");
+                }
+            }
+            queued
+        }));
+    }
+    let mut expected: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+    let mut per_partition: BTreeMap<(usize, String), Vec<i64>> = BTreeMap::new();
+    for t in tasks {
+        for (q, p, offset, payload) in t.await.unwrap() {
+            expected.entry(q).or_default().push(payload);
+            per_partition.entry((q, p)).or_default().push(offset);
+        }
+    }
+    for ((q, p), mut offsets) in per_partition {
+        offsets.sort();
+        let n = offsets.len() as i64;
+        assert_eq!(offsets, (0..n).collect::<Vec<i64>>(), "mq{q}/{p}");
+    }
+    let admin = proxy.connect().await;
+    for (q, mut payloads) in expected {
+        // A POP takes one partition: until one finds nothing.
+        let mut popped: Vec<String> = Vec::new();
+        loop {
+            let got = rows(&admin, &format!("POP FROM mq{q} LIMIT 1000 AUTO ACK")).await;
+            if got.is_empty() {
+                break;
+            }
+            popped.extend(got.iter().map(|r| col(r, "payload").replace(' ', "")));
+        }
+        popped.sort();
+        payloads.sort();
+        assert_eq!(popped, payloads, "mq{q} holds exactly its queued pushes, once each");
+    }
+    let direct = proxy.connect_direct().await;
+    let shared: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM (SELECT s.xmin::text FROM queen.log_segments s \
+             JOIN queen.log_partitions p ON p.id = s.partition_id \
+             GROUP BY 1 HAVING count(DISTINCT p.queue_id) > 1) x",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(shared > 0, "no commit wrote into more than one queue");
+}
+
+/// A fused push waits for a lock at most briefly: while a client's
+/// transaction block holds a partition it pushed to, pushes into that
+/// queue wait for it, and pushes into the tenant's other queues go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_waiting_for_a_lock_holds_up_its_queue_only() {
+    let proxy = Proxy::start_with("fusion_held", |c| c.pool_size = 4).await;
+    let holder = proxy.connect().await;
+    for q in ["held", "free"] {
+        rows(&holder, &format!("PUSH INTO {q} VALUES ('{{\"first\":true}}')")).await;
+    }
+    holder
+        .batch_execute("BEGIN; PUSH INTO held VALUES ('{\"block\":true}')")
+        .await
+        .unwrap();
+    let bound = Duration::from_secs(30);
+    let mut waiting = Vec::new();
+    for w in 0..3 {
+        let cfg = proxy.client_config();
+        waiting.push(tokio::spawn(async move {
+            let client = connect(&cfg).await;
+            let r = rows(&client, &format!("PUSH INTO held VALUES ('{{\"w\":{w}}}')")).await;
+            col(&r[0], "offset").parse::<i64>().unwrap()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let other = proxy.connect().await;
+    for n in 0..5 {
+        let sql = format!("PUSH INTO free VALUES ('{{\"n\":{n}}}')");
+        let r = tokio::time::timeout(bound, rows(&other, &sql))
+            .await
+            .expect("a push into another queue waits for the held one");
+        assert_eq!(col(&r[0], "offset"), (n + 1).to_string());
+    }
+    assert!(waiting.iter().all(|w| !w.is_finished()), "pushed past a held lock");
+    holder.batch_execute("COMMIT").await.unwrap();
+    let mut offsets = Vec::new();
+    for w in waiting {
+        offsets.push(tokio::time::timeout(bound, w).await.expect("held pushes end").unwrap());
+    }
+    offsets.sort();
+    assert_eq!(offsets, vec![2, 3, 4], "after the block's own at 1");
+    let r = rows(&other, "PUSH INTO held VALUES ('{\"after\":true}')").await;
+    assert_eq!(col(&r[0], "offset"), "5");
+}
+
 /// Statements of 16 rows or more for a partition are framed by their own
 /// sessions and written as a segment each, fused with others (engine
 /// `PreparedPush::pre_encode`); smaller ones share a segment. Every message

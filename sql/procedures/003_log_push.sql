@@ -746,3 +746,201 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The fused pushes of several queues of one tenant in one call and one
+-- commit (src/engine/fusion/push.rs): the segments of each queue are
+-- contiguous in the arrays (p_queues names each segment's queue), the
+-- message arrays run over every segment in order, and each queue's run is
+-- written by log_push_v1, so every rule of a push (provisioning, size
+-- limit, dedup, encryption, traces, a queue dropped meanwhile) is that
+-- function's. msg_index counts over the whole call; a queue's 'encrypt' or
+-- 'plain' row (nothing of that queue written) carries the index of its
+-- first message, so the caller knows which queue to frame again; its
+-- duplicate and retry rows likewise stand for that queue alone, whose
+-- other messages are then not written either. Answers are per segment, as
+-- log_push_v1's with p_per_segment.
+--
+-- Locks: every named queue's key SHARED first, ascending (advisory keys
+-- before any row, as the global order says; log_push_v1 takes each again,
+-- which adds nothing); then each queue's rows as log_push_v1 takes them,
+-- queue after queue in the order of the arrays (the engine sends them by
+-- name, so two such calls take them in one order). A queue created by
+-- this call takes its key after the earlier queues' rows; the only holder
+-- of a key in EXCLUSIVE mode that waits for rows (DROP QUEUE, the tenant
+-- purge) waits for that queue's rows alone, and none exist yet.
+--
+-- lock_timeout: the engine fuses every queue of a tenant into one write at
+-- a time, so a wait here (a client's transaction block holding a
+-- partition it pushed to, an ALTER or DROP QUEUE in progress) would hold
+-- up the tenant's other queues. It waits at most 100 ms, then fails with
+-- 55P03 and the engine writes those pushes again queue by queue, each
+-- queue on its own, where a wait holds up that queue alone.
+CREATE OR REPLACE FUNCTION queen.log_push_many_v1(
+    p_queues         TEXT[],
+    p_partitions     TEXT[],
+    p_counts         INTEGER[],
+    p_blobs          BYTEA[],
+    p_txn_hashes     BIGINT[],
+    p_message_ids    UUID[],
+    p_min_created_at TIMESTAMPTZ[],
+    p_max_created_at TIMESTAMPTZ[],
+    p_trace_ids      TEXT[] DEFAULT NULL,
+    p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (msg_index INTEGER, status TEXT, "offset" BIGINT, message_id UUID, partition_id BIGINT)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET lock_timeout = '100ms'
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_segments INTEGER := COALESCE(cardinality(p_partitions), 0);
+    v_from     INTEGER := 1;
+    v_to       INTEGER;
+    v_before   INTEGER := 0;
+    v_n        INTEGER;
+    v_any_hash BOOLEAN := COALESCE(cardinality(array_remove(p_txn_hashes, NULL)) > 0, false);
+    v_qids     UUID[];
+    v_fast     BOOLEAN;
+    v_pids     BIGINT[];
+    v_windows  INTEGER[];
+    v_upids    BIGINT[];
+    v_priors   BIGINT[];
+    v_now      TIMESTAMPTZ;
+BEGIN
+    IF cardinality(p_queues) IS DISTINCT FROM v_segments OR v_segments = 0
+       OR cardinality(p_counts) IS DISTINCT FROM v_segments
+       OR array_position(p_queues, NULL) IS NOT NULL
+       OR array_position(p_counts, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'log_push_many_v1: queues, partitions and counts must be parallel arrays of at least one non-null entry'
+            USING ERRCODE = '22023';
+    END IF;
+    IF session_user <> current_user THEN
+        PERFORM queen.tenant_guard_v1(p_tenant);
+    END IF;
+    -- The queues' keys, ascending (a subquery's ORDER BY is kept under
+    -- the aggregate that takes them).
+    SELECT array_agg(k.id), count(pg_advisory_xact_lock_shared(k.key)::TEXT)
+    INTO v_qids, v_n
+    FROM (SELECT q.id, queen.log_queue_lock_key_v1(q.id) AS key
+          FROM queen.queues q
+          WHERE q.tenant_id = p_tenant AND q.name = ANY (p_queues)
+          ORDER BY 2) k;
+
+    -- The common fused push, set-based: every queue existed when its key
+    -- was taken and still does, none has a size limit or a transaction id
+    -- to check, each segment's blob is sealed exactly when its queue is
+    -- encrypted, every partition exists and no message has a trace id.
+    -- Then the whole call is five statements, however many queues it
+    -- names, where a queue's log_push_v1 is five of its own (measured: a
+    -- call of 7 one-message queues spent 0.11 ms in each of them and
+    -- 0.2 ms around them). Anything else takes the loop below.
+    IF p_trace_ids IS NULL THEN
+        SELECT bool_and(COALESCE(
+                   q.id = ANY (v_qids) AND q.max_queue_size = 0
+                   AND (NOT v_any_hash OR q.dedup_window = 0)
+                   AND p.id IS NOT NULL
+                   AND s.c >= 1 AND s.lo IS NOT NULL AND s.hi IS NOT NULL AND s.lo <= s.hi
+                   AND q.encryption_enabled = (CASE WHEN octet_length(s.b) > 0
+                                                    THEN get_byte(s.b, 0) = 2 ELSE false END),
+                   false)),
+               array_agg(p.id ORDER BY s.ord), array_agg(q.window_buffer ORDER BY s.ord),
+               sum(s.c)
+        INTO v_fast, v_pids, v_windows, v_n
+        FROM unnest(p_queues, p_partitions, p_counts, p_blobs, p_min_created_at, p_max_created_at)
+             WITH ORDINALITY AS s(qn, pn, c, b, lo, hi, ord)
+        LEFT JOIN queen.queues q ON q.tenant_id = p_tenant AND q.name = s.qn
+        LEFT JOIN queen.log_partitions p ON p.queue_id = q.id AND p.name = s.pn;
+        v_fast := v_fast AND cardinality(p_blobs) = v_segments
+                  AND cardinality(p_min_created_at) = v_segments
+                  AND cardinality(p_max_created_at) = v_segments
+                  AND cardinality(p_message_ids) = v_n
+                  AND array_position(p_message_ids, NULL) IS NULL
+                  AND (p_txn_hashes IS NULL OR cardinality(p_txn_hashes) = v_n);
+    END IF;
+    IF v_fast THEN
+        -- Partitions locked by id, ascending (one partition: its UPDATE
+        -- takes the lock).
+        IF v_segments > 1 THEN
+            PERFORM 1
+            FROM (SELECT p.id FROM queen.log_partitions p
+                  WHERE p.id = ANY (v_pids) ORDER BY p.id FOR NO KEY UPDATE) l;
+        END IF;
+        v_now := clock_timestamp();
+        -- Offsets allocated; last_write_at stamped to the second as in
+        -- log_push_v1 (exactly with a window_buffer).
+        WITH t AS (
+            SELECT x.pid, sum(x.c) AS total, max(x.w) AS w
+            FROM unnest(v_pids, p_counts, v_windows) AS x(pid, c, w)
+            GROUP BY x.pid
+        ), u AS (
+            UPDATE queen.log_partitions p
+            SET last_offset = p.last_offset + t.total,
+                last_write_at = CASE WHEN t.w = 0 AND p.last_write_at > v_now - interval '1 second'
+                                     THEN p.last_write_at ELSE v_now END
+            FROM t
+            WHERE p.id = t.pid
+            RETURNING p.id AS pid, p.last_offset - t.total AS prior
+        )
+        SELECT array_agg(u.pid), array_agg(u.prior) INTO v_upids, v_priors FROM u;
+        IF cardinality(v_upids) IS DISTINCT FROM
+           (SELECT count(DISTINCT x) FROM unnest(v_pids) x)::INTEGER THEN
+            RAISE EXCEPTION 'a partition was removed while being pushed to; retry'
+                USING ERRCODE = '40001';
+        END IF;
+        RETURN QUERY
+        WITH seg AS (
+            SELECT s.cnt, s.blob, s.min_at, s.max_at, v_pids[s.ord::INTEGER] AS pid,
+                   (sum(s.cnt) OVER (ORDER BY s.ord) - s.cnt)::INTEGER AS first_idx,
+                   sum(s.cnt) OVER (PARTITION BY v_pids[s.ord::INTEGER] ORDER BY s.ord) - s.cnt AS earlier
+            FROM unnest(p_counts, p_blobs, p_min_created_at, p_max_created_at)
+                 WITH ORDINALITY AS s(cnt, blob, min_at, max_at, ord)
+        ), placed AS (
+            SELECT seg.*, v_priors[array_position(v_upids, seg.pid)] + seg.earlier + 1 AS base
+            FROM seg
+        ), segs AS (
+            INSERT INTO queen.log_segments
+                (partition_id, base_offset, min_created_at, max_created_at, message_count, byte_size, blob)
+            SELECT pl.pid, pl.base, pl.min_at, pl.max_at, pl.cnt, octet_length(pl.blob), pl.blob
+            FROM placed pl
+        ), txns AS (
+            INSERT INTO queen.log_txns (partition_id, base_offset, created_at, txn_hashes, message_ids)
+            SELECT pl.pid, pl.base, v_now,
+                   CASE WHEN v_any_hash
+                             AND cardinality(array_remove(
+                                     p_txn_hashes[pl.first_idx + 1 : pl.first_idx + pl.cnt], NULL)) > 0
+                        THEN p_txn_hashes[pl.first_idx + 1 : pl.first_idx + pl.cnt] END,
+                   p_message_ids[pl.first_idx + 1 : pl.first_idx + pl.cnt]
+            FROM placed pl
+        )
+        SELECT pl.first_idx, 'queued'::TEXT, pl.base, p_message_ids[pl.first_idx + 1], pl.pid
+        FROM placed pl
+        ORDER BY 1;
+        RETURN;
+    END IF;
+    v_n := NULL;
+    WHILE v_from <= v_segments LOOP
+        v_to := v_from;
+        v_n := p_counts[v_from];
+        WHILE v_to < v_segments AND p_queues[v_to + 1] = p_queues[v_from] LOOP
+            v_to := v_to + 1;
+            v_n := v_n + p_counts[v_to];
+        END LOOP;
+        RETURN QUERY
+        SELECT r.msg_index + v_before, r.status, r."offset", r.message_id, r.partition_id
+        FROM queen.log_push_v1(
+            p_queue => p_queues[v_from],
+            p_partitions => p_partitions[v_from : v_to],
+            p_counts => p_counts[v_from : v_to],
+            p_blobs => p_blobs[v_from : v_to],
+            p_txn_hashes => p_txn_hashes[v_before + 1 : v_before + v_n],
+            p_message_ids => p_message_ids[v_before + 1 : v_before + v_n],
+            p_min_created_at => p_min_created_at[v_from : v_to],
+            p_max_created_at => p_max_created_at[v_from : v_to],
+            p_trace_ids => p_trace_ids[v_before + 1 : v_before + v_n],
+            p_tenant => p_tenant,
+            p_per_segment => true) r;
+        v_before := v_before + v_n;
+        v_from := v_to + 1;
+    END LOOP;
+END
+$$;

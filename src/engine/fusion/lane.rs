@@ -93,11 +93,17 @@ impl<K: Hash + Eq, J> Lanes<K, J> {
     /// Queues `job` in the lane of `key`; the lane is returned when no
     /// write of it is in flight, and the caller then leads the writes.
     pub(super) fn enqueue(&self, key: K, job: J) -> Option<Arc<Lane<J>>> {
+        self.enqueue_from(key, job, true)
+    }
+
+    /// [`Lanes::enqueue`]; `session`: queued by the statement's session
+    /// (whose returns the lane learns), not handed over by another task.
+    pub(super) fn enqueue_from(&self, key: K, job: J, session: bool) -> Option<Arc<Lane<J>>> {
         let lane = lock(&self.lanes)
             .entry(key)
             .or_insert_with(|| Lane::new(self.linger))
             .clone();
-        let session = task::try_id();
+        let session = if session { task::try_id() } else { None };
         let now = Instant::now();
         let lead = {
             let mut s = lock(&lane.state);

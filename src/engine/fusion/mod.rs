@@ -3,10 +3,10 @@
 //! call and one transaction — one commit (and one WAL flush) for many
 //! statements.
 //!
-//! - PUSH (`push.rs`): per (tenant, queue), the statements' rows for one
-//!   partition become one segment of one `log_push_v1` call (a statement's
-//!   16 or more rows for a partition, compressed by its session, one of
-//!   their own);
+//! - PUSH (`push.rs`): per tenant, the statements' rows for one (queue,
+//!   partition) become one segment of one `log_push_many_v1` call (a
+//!   statement's 16 or more rows for a partition, compressed by its
+//!   session, one of their own), whatever the statements' queues;
 //! - ACK (`ack.rs`): per tenant, the receipts of plain ACKs (not FAILED)
 //!   go in one `log_ack_v1` call;
 //! - POP (`pop.rs`): per (tenant, queue, group, options), POPs of one
@@ -37,6 +37,7 @@ use super::wake::Announcer;
 use super::ExecError;
 use crate::backend::{BackendError, Pool};
 use crate::protocol::{SqlError, SqlState};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -49,7 +50,11 @@ pub struct Fuser {
     pool: Pool,
     announcer: Announcer,
     sealing: Arc<Sealing>,
-    pushes: Lanes<(Uuid, String), push::Job>,
+    /// Per tenant; and per (tenant, queue) for the queues set aside
+    /// (`push.rs`).
+    pushes: Lanes<Uuid, push::Job>,
+    queue_pushes: Lanes<(Uuid, String), push::Job>,
+    aside: Mutex<HashSet<(Uuid, String)>>,
     acks: Lanes<Uuid, ack::Job>,
     pops: Lanes<pop::Key, pop::Job>,
 }
@@ -61,6 +66,8 @@ impl Fuser {
             announcer,
             sealing,
             pushes: Lanes::default(),
+            queue_pushes: Lanes::default(),
+            aside: Mutex::new(HashSet::new()),
             acks: Lanes::default(),
             pops: Lanes::default(),
         }

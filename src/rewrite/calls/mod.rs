@@ -44,6 +44,7 @@ pub mod messages;
 pub mod metrics;
 pub mod namespace;
 pub mod purge;
+pub mod push_many;
 pub mod queues;
 pub mod retention;
 mod row;
@@ -101,6 +102,7 @@ pub trait Call {
 /// against the applied schema.
 pub const ALL: &[&CallSpec] = &[
     &queues::PUSH,
+    &push_many::PUSH_MANY,
     &queues::POP,
     &queues::POP_CANDIDATES,
     &queues::HOTLIST_SEED,

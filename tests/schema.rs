@@ -369,3 +369,130 @@ async fn last_offsets(direct: &tokio_postgres::Client, queue: &str) -> Vec<(Stri
         .map(|r| (r.get(0), r.get(1)))
         .collect()
 }
+
+/// `log_push_many_v1`'s call of one queue's segments `(queue, partition,
+/// count)`, message ids 1.., optionally with a trace id (which takes the
+/// queue-by-queue path) on every message: (msg_index, status, offset).
+async fn push_many(
+    direct: &tokio_postgres::Client,
+    segments: &[(&str, &str, i32)],
+    traced: bool,
+) -> Result<Vec<(i32, String, i64)>, tokio_postgres::Error> {
+    let queues: Vec<&str> = segments.iter().map(|s| s.0).collect();
+    let partitions: Vec<&str> = segments.iter().map(|s| s.1).collect();
+    let counts: Vec<i32> = segments.iter().map(|s| s.2).collect();
+    let n: i32 = counts.iter().sum();
+    let blobs: Vec<Vec<u8>> = segments.iter().map(|_| vec![1u8]).collect();
+    let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
+    let times: Vec<std::time::SystemTime> = segments
+        .iter()
+        .map(|_| std::time::SystemTime::now())
+        .collect();
+    let traces: Option<Vec<&str>> = traced.then(|| (0..n).map(|_| "t").collect());
+    let rows = direct
+        .query(
+            "SELECT msg_index, status, \"offset\" FROM queen.log_push_many_v1(\
+             p_queues => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, \
+             p_txn_hashes => NULL, p_message_ids => $5, p_min_created_at => $6, \
+             p_max_created_at => $6, p_trace_ids => $7)",
+            &[&queues, &partitions, &counts, &blobs, &ids, &times, &traces],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+}
+
+/// One call of several queues answers a row per segment, numbered over the
+/// call, at the offsets each partition's order gives, the same by the
+/// set-based path (queues that exist, no trace id) and by the queue-by-queue
+/// one (a trace id), existing and new partitions alike, and a queue the
+/// call creates.
+#[tokio::test]
+async fn one_push_call_of_several_queues_places_each_segment() {
+    let proxy = Proxy::start("push_many_queues").await;
+    let direct = proxy.connect_direct().await;
+    for traced in [false, true] {
+        let (a, b, c) = if traced { ("ta", "tb", "tc") } else { ("sa", "sb", "sc") };
+        for q in [a, b] {
+            direct
+                .execute("SELECT queen.configure_queue_v1($1, '{}'::jsonb)", &[&q])
+                .await
+                .unwrap();
+        }
+        push_many(&direct, &[(a, "x", 2)], traced).await.unwrap();
+        let got = push_many(
+            &direct,
+            &[(a, "x", 2), (a, "new", 1), (a, "x", 1), (b, "y", 3), (c, "z", 1)],
+            traced,
+        )
+        .await
+        .unwrap();
+        let queued = |i: i32, o: i64| (i, "queued".to_string(), o);
+        assert_eq!(
+            got,
+            vec![queued(0, 2), queued(2, 0), queued(3, 4), queued(4, 0), queued(7, 0)],
+            "traced: {traced}"
+        );
+        assert_eq!(
+            last_offsets(&direct, a).await,
+            vec![("new".to_string(), 0), ("x".to_string(), 4)]
+        );
+        assert_eq!(last_offsets(&direct, b).await, vec![("y".to_string(), 2)]);
+        assert_eq!(last_offsets(&direct, c).await, vec![("z".to_string(), 0)]);
+    }
+}
+
+/// A partition another transaction creates while a call provisions it:
+/// the call's insert waits for that transaction and, once it commits,
+/// finds the partition and allocates after its messages (or, waiting
+/// longer than its lock timeout, fails with 55P03 and writes nothing).
+#[tokio::test]
+async fn a_partition_created_meanwhile_is_allocated_after_its_creator() {
+    let proxy = Proxy::start("push_many_race").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("SELECT queen.configure_queue_v1('race', '{}'::jsonb)")
+        .await
+        .unwrap();
+    let mut placed = 0;
+    for round in 0..5 {
+        let name = format!("r{round}");
+        let creator = proxy.connect_direct().await;
+        creator.batch_execute("BEGIN").await.unwrap();
+        push_many(&creator, &[("race", &name, 2)], false).await.unwrap();
+        let pusher = proxy.connect_direct().await;
+        let (fresh, held) = (format!("f{round}"), name.clone());
+        let call = tokio::spawn(async move {
+            let segments = [("race", fresh.as_str(), 1), ("race", held.as_str(), 1)];
+            push_many(&pusher, &segments, false).await
+        });
+        // Until the call waits for the creator's insert.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: i64 = direct
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND query LIKE '%log_push_many_v1%'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 || call.is_finished() || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        creator.batch_execute("COMMIT").await.unwrap();
+        match call.await.unwrap() {
+            Ok(got) => {
+                placed += 1;
+                let queued = |i: i32, o: i64| (i, "queued".to_string(), o);
+                assert_eq!(got, vec![queued(0, 0), queued(1, 2)], "after the creator's 0 and 1");
+                let offsets = last_offsets(&direct, "race").await;
+                assert!(offsets.contains(&(name.clone(), 2)), "{offsets:?}");
+            }
+            Err(e) => assert_eq!(e.code().map(|c| c.code()), Some("55P03"), "{e}"),
+        }
+    }
+    assert!(placed > 0, "every round waited past the lock timeout");
+}

@@ -91,6 +91,43 @@ pub fn encode<'a>(
         raw.put_slice(f.payload.as_bytes());
     }
     let mut blob = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()) + 1);
+    if raw.len() < STORE_BELOW {
+        stored(&raw, &mut blob);
+    } else {
+        compress(&raw, &mut blob)?;
+    }
+    match seal {
+        Some(ring) => Ok(ring.seal(&blob)?),
+        None => {
+            blob.insert(0, FORMAT_VERSION);
+            Ok(blob)
+        }
+    }
+}
+
+/// Segments framed smaller than this are stored, not compressed: one
+/// message of a few hundred bytes shrinks by little, and building zstd's
+/// tables for it was 5 % of queenwire's CPU with one message per statement
+/// into a queue per client (push1_nq, perf, 2026-12-02).
+const STORE_BELOW: usize = 256;
+
+/// A zstd frame holding `raw` as one raw (uncompressed) block, which any
+/// zstd decoder reads (RFC 8878): the magic number, a header with the
+/// single-segment flag and a one-byte content size, then the block header
+/// (last block, type raw, its size) and the bytes. `raw` is under 256
+/// bytes.
+fn stored(raw: &[u8], out: &mut Vec<u8>) {
+    debug_assert!(raw.len() < STORE_BELOW);
+    out.extend_from_slice(&0xFD2F_B528u32.to_le_bytes());
+    // Frame_Content_Size_flag 0 with Single_Segment_flag: a 1-byte size.
+    out.push(0b0010_0000);
+    out.push(raw.len() as u8);
+    let block = 1 | ((raw.len() as u32) << 3);
+    out.extend_from_slice(&block.to_le_bytes()[..3]);
+    out.extend_from_slice(raw);
+}
+
+fn compress(raw: &[u8], blob: &mut Vec<u8>) -> Result<usize, SegmentFrameError> {
     COMPRESSOR.with(|c| {
         let mut c = c.borrow_mut();
         let compressor = match c.as_mut() {
@@ -101,16 +138,9 @@ pub fn encode<'a>(
         };
         // Within the capacity reserved: no reallocation.
         compressor
-            .compress_to_buffer(&raw, &mut blob)
+            .compress_to_buffer(raw, blob)
             .map_err(SegmentFrameError::Decompress)
-    })?;
-    match seal {
-        Some(ring) => Ok(ring.seal(&blob)?),
-        None => {
-            blob.insert(0, FORMAT_VERSION);
-            Ok(blob)
-        }
-    }
+    })
 }
 
 // A zstd context costs about as much to set up as compressing a hundred
@@ -310,6 +340,29 @@ mod tests {
             frames[9..].to_vec()
         );
         assert!(decode_range(&blob, 10, 1, &none()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn small_segments_are_stored_in_a_frame_zstd_reads() {
+        let ring = none();
+        // Either side of the threshold, with payloads of every length
+        // around it (a message frames to 32 bytes plus its payload).
+        for len in 0..300 {
+            let f = Frame {
+                payload: "x".repeat(len),
+                ..frame(7, None)
+            };
+            let blob = encode([&f], None).unwrap();
+            let raw = 32 + len;
+            if raw < STORE_BELOW {
+                assert_eq!(blob.len(), 1 + 4 + 2 + 3 + raw, "stored at {len}");
+            }
+            let content = zstd::stream::decode_all(&blob[1..]).unwrap();
+            assert_eq!(content.len(), raw);
+            let got = decode_range(&blob, 0, 1, &ring).unwrap();
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].payload, f.payload);
+        }
     }
 
     #[test]

@@ -869,6 +869,10 @@ BEGIN
         -- the push. A name another push created meanwhile is found again
         -- and allocated below like any existing partition.
         IF v_missing > 0 THEN
+            -- The inserted rows give the segments their partitions in the
+            -- same statement; a name another transaction created meanwhile
+            -- (the insert waited for it) is not among them and is read
+            -- again.
             WITH ins AS (
                 INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at)
                 SELECT t.qid, t.pn, t.total - 1, v_now
@@ -878,14 +882,22 @@ BEGIN
                       GROUP BY x.qid, x.pn) t
                 ORDER BY t.qid, t.pn COLLATE "C"
                 ON CONFLICT (queue_id, name) DO NOTHING
-                RETURNING id
+                RETURNING id, queue_id, name
             )
-            SELECT COALESCE(array_agg(ins.id), '{}') INTO v_new_ids FROM ins;
-            SELECT array_agg(COALESCE(x.pid, p.id) ORDER BY x.ord),
-                   count(DISTINCT COALESCE(x.pid, p.id)) FILTER (WHERE p.id <> ALL (v_new_ids) OR x.pid IS NOT NULL)
-            INTO v_pids, v_existing
+            SELECT COALESCE((SELECT array_agg(i.id) FROM ins i), '{}'),
+                   array_agg(COALESCE(x.pid, n.id) ORDER BY x.ord),
+                   count(*) FILTER (WHERE x.pid IS NULL AND n.id IS NULL)
+            INTO v_new_ids, v_pids, v_missing
             FROM unnest(v_pids, v_seg_qids, p_partitions) WITH ORDINALITY AS x(pid, qid, pn, ord)
-            LEFT JOIN queen.log_partitions p ON x.pid IS NULL AND p.queue_id = x.qid AND p.name = x.pn;
+            LEFT JOIN ins n ON x.pid IS NULL AND n.queue_id = x.qid AND n.name = x.pn;
+            IF v_missing > 0 THEN
+                SELECT array_agg(COALESCE(x.pid, p.id) ORDER BY x.ord),
+                       count(DISTINCT COALESCE(x.pid, p.id))
+                           FILTER (WHERE COALESCE(x.pid, p.id) <> ALL (v_new_ids))
+                INTO v_pids, v_existing
+                FROM unnest(v_pids, v_seg_qids, p_partitions) WITH ORDINALITY AS x(pid, qid, pn, ord)
+                LEFT JOIN queen.log_partitions p ON x.pid IS NULL AND p.queue_id = x.qid AND p.name = x.pn;
+            END IF;
         END IF;
         -- Existing partitions locked by id, ascending (one partition: its
         -- UPDATE takes the lock).

@@ -477,8 +477,16 @@ async fn fused_pushes_timers_and_psql_reach_an_encrypted_queue_sealed() {
     }
     let plain = queue_blobs(&direct, "open").await;
     assert!(!plain.is_empty());
-    assert!(plain.iter().all(|b| b.first() != Some(&2)), "the plain queue stays plain");
-    assert_eq!(rows(&client, "SHOW MESSAGES FROM open LIMIT 100").await.len(), 16);
+    assert!(
+        plain.iter().all(|b| b.first() != Some(&2)),
+        "the plain queue stays plain"
+    );
+    assert_eq!(
+        rows(&client, "SHOW MESSAGES FROM open LIMIT 100")
+            .await
+            .len(),
+        16
+    );
     // A timer fires into the queue (the timer loop's own connection).
     client
         .batch_execute(&format!(

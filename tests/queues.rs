@@ -1112,7 +1112,11 @@ async fn pushes_into_several_queues_share_commits_and_lose_nothing() {
                 // 2k+1 share one but go to different queues); the others
                 // none (log_push_many_v1's set-based path), but the last,
                 // which repeats statement 0.
-                let (q, txn) = if n == 30 { (c % 4, 0) } else { ((c + n) % 4, n / 2) };
+                let (q, txn) = if n == 30 {
+                    (c % 4, 0)
+                } else {
+                    ((c + n) % 4, n / 2)
+                };
                 let partition = format!("p{}", c % 3);
                 let payload = format!("{{\"c\":{c},\"n\":{n}}}");
                 let txn = if n < 15 || n == 30 {
@@ -1173,7 +1177,10 @@ async fn pushes_into_several_queues_share_commits_and_lose_nothing() {
         }
         popped.sort();
         payloads.sort();
-        assert_eq!(popped, payloads, "mq{q} holds exactly its queued pushes, once each");
+        assert_eq!(
+            popped, payloads,
+            "mq{q} holds exactly its queued pushes, once each"
+        );
     }
     let direct = proxy.connect_direct().await;
     let shared: i64 = direct
@@ -1197,7 +1204,11 @@ async fn a_push_waiting_for_a_lock_holds_up_its_queue_only() {
     let proxy = Proxy::start_with("fusion_held", |c| c.pool_size = 4).await;
     let holder = proxy.connect().await;
     for q in ["held", "free"] {
-        rows(&holder, &format!("PUSH INTO {q} VALUES ('{{\"first\":true}}')")).await;
+        rows(
+            &holder,
+            &format!("PUSH INTO {q} VALUES ('{{\"first\":true}}')"),
+        )
+        .await;
     }
     holder
         .batch_execute("BEGIN; PUSH INTO held VALUES ('{\"block\":true}')")
@@ -1222,11 +1233,19 @@ async fn a_push_waiting_for_a_lock_holds_up_its_queue_only() {
             .expect("a push into another queue waits for the held one");
         assert_eq!(col(&r[0], "offset"), (n + 1).to_string());
     }
-    assert!(waiting.iter().all(|w| !w.is_finished()), "pushed past a held lock");
+    assert!(
+        waiting.iter().all(|w| !w.is_finished()),
+        "pushed past a held lock"
+    );
     holder.batch_execute("COMMIT").await.unwrap();
     let mut offsets = Vec::new();
     for w in waiting {
-        offsets.push(tokio::time::timeout(bound, w).await.expect("held pushes end").unwrap());
+        offsets.push(
+            tokio::time::timeout(bound, w)
+                .await
+                .expect("held pushes end")
+                .unwrap(),
+        );
     }
     offsets.sort();
     assert_eq!(offsets, vec![2, 3, 4], "after the block's own at 1");

@@ -398,7 +398,10 @@ async fn push_many(
             &[&queues, &partitions, &counts, &blobs, &ids, &times, &traces],
         )
         .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }
 
 /// One call of several queues answers a row per segment, numbered over the
@@ -411,7 +414,11 @@ async fn one_push_call_of_several_queues_places_each_segment() {
     let proxy = Proxy::start("push_many_queues").await;
     let direct = proxy.connect_direct().await;
     for traced in [false, true] {
-        let (a, b, c) = if traced { ("ta", "tb", "tc") } else { ("sa", "sb", "sc") };
+        let (a, b, c) = if traced {
+            ("ta", "tb", "tc")
+        } else {
+            ("sa", "sb", "sc")
+        };
         for q in [a, b] {
             direct
                 .execute("SELECT queen.configure_queue_v1($1, '{}'::jsonb)", &[&q])
@@ -421,7 +428,13 @@ async fn one_push_call_of_several_queues_places_each_segment() {
         push_many(&direct, &[(a, "x", 2)], traced).await.unwrap();
         let got = push_many(
             &direct,
-            &[(a, "x", 2), (a, "new", 1), (a, "x", 1), (b, "y", 3), (c, "z", 1)],
+            &[
+                (a, "x", 2),
+                (a, "new", 1),
+                (a, "x", 1),
+                (b, "y", 3),
+                (c, "z", 1),
+            ],
             traced,
         )
         .await
@@ -429,7 +442,13 @@ async fn one_push_call_of_several_queues_places_each_segment() {
         let queued = |i: i32, o: i64| (i, "queued".to_string(), o);
         assert_eq!(
             got,
-            vec![queued(0, 2), queued(2, 0), queued(3, 4), queued(4, 0), queued(7, 0)],
+            vec![
+                queued(0, 2),
+                queued(2, 0),
+                queued(3, 4),
+                queued(4, 0),
+                queued(7, 0)
+            ],
             "traced: {traced}"
         );
         assert_eq!(
@@ -458,7 +477,9 @@ async fn a_partition_created_meanwhile_is_allocated_after_its_creator() {
         let name = format!("r{round}");
         let creator = proxy.connect_direct().await;
         creator.batch_execute("BEGIN").await.unwrap();
-        push_many(&creator, &[("race", &name, 2)], false).await.unwrap();
+        push_many(&creator, &[("race", &name, 2)], false)
+            .await
+            .unwrap();
         let pusher = proxy.connect_direct().await;
         let (fresh, held) = (format!("f{round}"), name.clone());
         let call = tokio::spawn(async move {
@@ -487,7 +508,11 @@ async fn a_partition_created_meanwhile_is_allocated_after_its_creator() {
             Ok(got) => {
                 placed += 1;
                 let queued = |i: i32, o: i64| (i, "queued".to_string(), o);
-                assert_eq!(got, vec![queued(0, 0), queued(1, 2)], "after the creator's 0 and 1");
+                assert_eq!(
+                    got,
+                    vec![queued(0, 0), queued(1, 2)],
+                    "after the creator's 0 and 1"
+                );
                 let offsets = last_offsets(&direct, "race").await;
                 assert!(offsets.contains(&(name.clone(), 2)), "{offsets:?}");
             }

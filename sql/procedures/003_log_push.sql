@@ -963,7 +963,6 @@ BEGIN
         ORDER BY 1;
         RETURN;
     END IF;
-    v_n := NULL;
     WHILE v_from <= v_segments LOOP
         v_to := v_from;
         v_n := p_counts[v_from];

@@ -37,7 +37,11 @@ impl Fuser {
         tenant: Uuid,
     ) -> Result<PreparedPush, ExecError> {
         let (reply, rx) = oneshot::channel();
-        let aside = lock(&self.aside).contains(&(tenant, prep.queue.clone()));
+        let aside = {
+            // Usually none is: no key built for the lookup then.
+            let set = lock(&self.aside);
+            !set.is_empty() && set.contains(&(tenant, prep.queue.clone()))
+        };
         let job = Job {
             statement: prep,
             reply,
@@ -78,8 +82,12 @@ impl Fuser {
         // Statements of a queue set aside since they were queued.
         let (jobs, aside): (Vec<Job>, Vec<Job>) = {
             let set = lock(&self.aside);
-            jobs.into_iter()
-                .partition(|j| !set.contains(&(tenant, j.statement.queue.clone())))
+            if set.is_empty() {
+                (jobs, Vec::new())
+            } else {
+                jobs.into_iter()
+                    .partition(|j| !set.contains(&(tenant, j.statement.queue.clone())))
+            }
         };
         for job in aside {
             self.push_alone(job, tenant, false);

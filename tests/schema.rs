@@ -522,67 +522,73 @@ async fn a_partition_created_meanwhile_is_allocated_after_its_creator() {
     assert!(placed > 0, "every round waited past the lock timeout");
 }
 
-/// A session whose first call planned against an empty partition table
+/// A session whose first calls planned against an empty partition table
 /// (a fresh database, the engine's connections at boot) still looks each
-/// partition up by its key once the table has grown: the call reads none
-/// of the table's rows by sequential scan (it read every one when its
-/// lookup was a join the generic plan hashed).
+/// partition up by its key once the table has grown, by the set-based path
+/// and by the queue-by-queue one (a trace id): the call reads none of the
+/// table's rows by sequential scan (each read every one when a lookup or
+/// the offsets' update was a join the generic plan hashed).
 #[tokio::test]
 async fn a_push_call_planned_on_an_empty_table_stays_a_keyed_lookup() {
-    let proxy = Proxy::start("push_many_plan").await;
-    let direct = proxy.connect_direct().await;
-    direct
-        .batch_execute("SELECT queen.configure_queue_v1('grown', '{}'::jsonb)")
-        .await
-        .unwrap();
-    push_many(&direct, &[("grown", "first", 1)], false)
-        .await
-        .unwrap();
-    let loader = proxy.connect_direct().await;
-    loader
-        .batch_execute(
-            "INSERT INTO queen.log_partitions (queue_id, name) \
-             SELECT q.id, 'bulk' || g FROM queen.queues q, generate_series(1, 20000) g \
-             WHERE q.name = 'grown'",
-        )
-        .await
-        .unwrap();
-    direct.batch_execute("BEGIN").await.unwrap();
-    push_many(
-        &direct,
-        &[
+    for traced in [false, true] {
+        let proxy = Proxy::start(if traced { "push_plan_t" } else { "push_plan" }).await;
+        let direct = proxy.connect_direct().await;
+        direct
+            .batch_execute("SELECT queen.configure_queue_v1('grown', '{}'::jsonb)")
+            .await
+            .unwrap();
+        // Every statement planned: provisioning, one existing partition's
+        // update, and the lock of several.
+        for segments in [
+            &[("grown", "first", 1)][..],
+            &[("grown", "first", 1), ("grown", "second", 1)],
+            &[("grown", "first", 1), ("grown", "second", 1)],
+        ] {
+            push_many(&direct, segments, traced).await.unwrap();
+        }
+        let loader = proxy.connect_direct().await;
+        loader
+            .batch_execute(
+                "INSERT INTO queen.log_partitions (queue_id, name) \
+                 SELECT q.id, 'bulk' || g FROM queen.queues q, generate_series(1, 20000) g \
+                 WHERE q.name = 'grown'",
+            )
+            .await
+            .unwrap();
+        direct.batch_execute("BEGIN").await.unwrap();
+        let segments = [
             ("grown", "first", 1),
             ("grown", "bulk7", 1),
             ("grown", "new", 1),
-        ],
-        false,
-    )
-    .await
-    .unwrap();
-    let read: i64 = direct
-        .query_one(
-            "SELECT COALESCE(seq_tup_read, 0) FROM pg_stat_xact_user_tables \
-             WHERE schemaname = 'queen' AND relname = 'log_partitions'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    direct.batch_execute("COMMIT").await.unwrap();
-    assert!(
-        read < 1_000,
-        "the call read {read} partition rows by sequential scan"
-    );
-    assert_eq!(
-        last_offsets(&direct, "grown")
+        ];
+        push_many(&direct, &segments, traced).await.unwrap();
+        let read: i64 = direct
+            .query_one(
+                "SELECT COALESCE(seq_tup_read, 0) FROM pg_stat_xact_user_tables \
+                 WHERE schemaname = 'queen' AND relname = 'log_partitions'",
+                &[],
+            )
             .await
-            .into_iter()
-            .filter(|(_, o)| *o >= 0)
-            .collect::<Vec<_>>(),
-        vec![
-            ("bulk7".to_string(), 0),
-            ("first".to_string(), 1),
-            ("new".to_string(), 0)
-        ]
-    );
+            .unwrap()
+            .get(0);
+        direct.batch_execute("COMMIT").await.unwrap();
+        assert!(
+            read < 1_000,
+            "traced {traced}: the call read {read} partition rows by sequential scan"
+        );
+        assert_eq!(
+            last_offsets(&direct, "grown")
+                .await
+                .into_iter()
+                .filter(|(_, o)| *o >= 0)
+                .collect::<Vec<_>>(),
+            vec![
+                ("bulk7".to_string(), 0),
+                ("first".to_string(), 3),
+                ("new".to_string(), 0),
+                ("second".to_string(), 1)
+            ],
+            "traced {traced}"
+        );
+    }
 }

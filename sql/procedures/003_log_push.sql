@@ -650,7 +650,11 @@ BEGIN
                                       AND p.last_write_at > v_now - interval '1 second'
                                      THEN p.last_write_at ELSE v_now END
             FROM t
-            WHERE p.id = t.pid
+            -- The ANY keeps the partitions an index probe of their ids
+            -- whatever the statistics the generic plan was built on (the
+            -- join alone was hashed over every partition once the table
+            -- had grown past them).
+            WHERE p.id = t.pid AND p.id = ANY (v_pids)
             RETURNING p.id AS pid, t.pname, p.last_offset - t.total AS prior
         )
         SELECT COALESCE(array_agg(u.pid), '{}'), COALESCE(array_agg(u.pname), '{}'),
@@ -930,7 +934,9 @@ BEGIN
                     last_write_at = CASE WHEN t.w = 0 AND p.last_write_at > v_now - interval '1 second'
                                          THEN p.last_write_at ELSE v_now END
                 FROM t
-                WHERE p.id = t.pid
+                -- The ANY: an index probe of the ids whatever the
+                -- statistics (see the lookup above).
+                WHERE p.id = t.pid AND p.id = ANY (v_pids)
                 RETURNING p.id AS pid, p.last_offset - t.total AS prior
             )
             SELECT array_agg(u.pid), array_agg(u.prior) INTO v_upids, v_priors FROM u;

@@ -592,3 +592,60 @@ async fn a_push_call_planned_on_an_empty_table_stays_a_keyed_lookup() {
         );
     }
 }
+
+/// The same for POP: a session whose calls of `log_pop_v2` were planned
+/// while log_segments was nearly empty still reads the claimed segment by
+/// its key once the table holds 20,000 more (it read every one when the
+/// segment was joined, the join hashed by that plan).
+#[tokio::test]
+async fn a_pop_call_planned_on_an_empty_table_reads_its_segment_by_key() {
+    let proxy = Proxy::start("pop_plan").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("SELECT queen.configure_queue_v1('grown', '{}'::jsonb)")
+        .await
+        .unwrap();
+    let call = "SELECT count(*) FROM queen.log_pop_v2('grown', NULL, '__QUEUE_MODE__', 1, 1, \
+                NULL, 'beginning', NULL, true, '00000000-0000-0000-0000-000000000001', \
+                (SELECT array_agg(p.id) FROM queen.log_partitions p \
+                 JOIN queen.queues q ON q.id = p.queue_id \
+                 WHERE q.name = 'grown' AND p.name = 'a')) WHERE state = 'claimed'";
+    push_many(&direct, &[("grown", "a", 1)], false)
+        .await
+        .unwrap();
+    let popped: i64 = direct.query_one(call, &[]).await.unwrap().get(0);
+    assert_eq!(popped, 1);
+    let loader = proxy.connect_direct().await;
+    loader
+        .batch_execute(
+            "SELECT queen.configure_queue_v1('other', '{}'::jsonb); \
+             INSERT INTO queen.log_partitions (queue_id, name, last_offset) \
+             SELECT q.id, 'bulk', 19999 FROM queen.queues q WHERE q.name = 'other'; \
+             INSERT INTO queen.log_segments (partition_id, base_offset, min_created_at, \
+                 max_created_at, message_count, byte_size, blob) \
+             SELECT p.id, g, now(), now(), 1, 1, '\\x00' FROM queen.log_partitions p, \
+                 generate_series(0, 19999) g WHERE p.name = 'bulk'",
+        )
+        .await
+        .unwrap();
+    push_many(&direct, &[("grown", "a", 1)], false)
+        .await
+        .unwrap();
+    direct.batch_execute("BEGIN").await.unwrap();
+    let popped: i64 = direct.query_one(call, &[]).await.unwrap().get(0);
+    let read: i64 = direct
+        .query_one(
+            "SELECT COALESCE(seq_tup_read, 0) FROM pg_stat_xact_user_tables \
+             WHERE schemaname = 'queen' AND relname = 'log_segments'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    direct.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(popped, 1, "the second message");
+    assert!(
+        read < 1_000,
+        "the call read {read} segment rows by sequential scan"
+    );
+}

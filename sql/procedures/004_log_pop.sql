@@ -530,7 +530,14 @@ BEGIN
            o_from[x.seg], o_to[x.seg], o_base[x.seg], s.blob
     FROM unnest(o_pid, o_pname, o_state, o_retry_at, o_seg)
          WITH ORDINALITY AS x(pid, pname, st, until, seg, ord)
-    LEFT JOIN queen.log_segments s ON s.partition_id = x.pid AND s.base_offset = o_base[x.seg]
+    -- LATERAL with LIMIT, so not flattened into a join: each segment read
+    -- by its key whatever the statistics. As a join, the generic plan a
+    -- session built while log_segments was small hashed it over every
+    -- segment of the table on each call, and kept doing so as the table
+    -- grew (measured: POP LIMIT 1 at 100,000 partitions 1.6 -> 21.8 ms).
+    LEFT JOIN LATERAL (SELECT s.blob FROM queen.log_segments s
+                       WHERE s.partition_id = x.pid AND s.base_offset = o_base[x.seg]
+                       LIMIT 1) s ON true
     WHERE x.st <> 'claimed' OR s.blob IS NOT NULL
     ORDER BY x.ord;
 END

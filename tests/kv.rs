@@ -518,3 +518,42 @@ async fn a_timer_into_a_full_queue_does_not_hold_back_the_others() {
     let queued = rows(&client, "POP FROM a_full LIMIT 10 AUTO ACK").await;
     assert_eq!(queued.len(), 1);
 }
+
+/// A session whose GET was planned while queen.kv was small still reads
+/// each key by its primary key once the table holds 20,000 more rows (it
+/// read every one when the keys were joined, the join hashed by that
+/// plan).
+#[tokio::test]
+async fn a_get_planned_on_a_small_table_reads_its_key_by_key() {
+    let proxy = Proxy::start("kv_plan").await;
+    let direct = proxy.connect_direct().await;
+    let loader = proxy.connect_direct().await;
+    let fill = |from: i32, to: i32| {
+        format!(
+            "INSERT INTO queen.kv (tenant_id, namespace, key, value, version, created_at, updated_at) \
+             SELECT '00000000-0000-0000-0000-000000000001', 'bulk', 'k' || g, '1', g, now(), now() \
+             FROM generate_series({from}, {to}) g"
+        )
+    };
+    loader.batch_execute(&fill(1, 300)).await.unwrap();
+    loader.batch_execute("ANALYZE queen.kv").await.unwrap();
+    let sql = "SELECT count(*) FROM queen.kv_apply_v1($1::text::jsonb)";
+    let get = r#"[{"op":"get","ns":"bulk","key":"k7"}]"#;
+    let got: i64 = direct.query_one(sql, &[&get]).await.unwrap().get(0);
+    assert_eq!(got, 1);
+    loader.batch_execute(&fill(301, 20_300)).await.unwrap();
+    direct.batch_execute("BEGIN").await.unwrap();
+    let got: i64 = direct.query_one(sql, &[&get]).await.unwrap().get(0);
+    let read: i64 = direct
+        .query_one(
+            "SELECT COALESCE(seq_tup_read, 0) FROM pg_stat_xact_user_tables \
+             WHERE schemaname = 'queen' AND relname = 'kv'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    direct.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(got, 1);
+    assert!(read < 1_000, "the GET read {read} rows by sequential scan");
+}

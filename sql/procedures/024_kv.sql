@@ -555,8 +555,16 @@ BEGIN
         UNION ALL
         SELECT g.idx, k.namespace::TEXT, k.key::TEXT, true, k.value, k.version, k.expires_at
         FROM unnest(g_idx[1:g_n], g_ns[1:g_n], g_key[1:g_n]) AS g(idx, ns, key)
-        JOIN queen.kv k
-          ON k.tenant_id = p_tenant AND k.namespace = g.ns AND k.key = g.key
+        -- LATERAL with LIMIT, so not flattened into a join: a primary-key
+        -- probe per key whatever the statistics. As a join, the generic
+        -- plan of a session that planned while queen.kv was small (300
+        -- rows) hashed it over every row of the table on each GET, and
+        -- kept doing so as the table grew.
+        CROSS JOIN LATERAL (
+            SELECT k.namespace, k.key, k.value, k.version, k.expires_at
+            FROM queen.kv k
+            WHERE k.tenant_id = p_tenant AND k.namespace = g.ns AND k.key = g.key
+            LIMIT 1) k
         WHERE queen.kv_live_v1(k.expires_at, v_now)
         UNION ALL
         SELECT l.idx, m.namespace::TEXT, m.key::TEXT, true, m.value, m.version, m.expires_at

@@ -522,19 +522,30 @@ async fn a_partition_created_meanwhile_is_allocated_after_its_creator() {
     assert!(placed > 0, "every round waited past the lock timeout");
 }
 
-/// A session whose first calls planned against an empty partition table
-/// (a fresh database, the engine's connections at boot) still looks each
+/// A session whose first calls planned against a small partition table
+/// (a young database, the engine's connections at boot) still looks each
 /// partition up by its key once the table has grown, by the set-based path
 /// and by the queue-by-queue one (a trace id): the call reads none of the
 /// table's rows by sequential scan (each read every one when a lookup or
 /// the offsets' update was a join the generic plan hashed).
 #[tokio::test]
-async fn a_push_call_planned_on_an_empty_table_stays_a_keyed_lookup() {
+async fn a_push_call_planned_on_a_small_table_stays_a_keyed_lookup() {
     for traced in [false, true] {
         let proxy = Proxy::start(if traced { "push_plan_t" } else { "push_plan" }).await;
         let direct = proxy.connect_direct().await;
         direct
             .batch_execute("SELECT queen.configure_queue_v1('grown', '{}'::jsonb)")
+            .await
+            .unwrap();
+        // Planned on a small table (300 rows, analyzed): a sequential
+        // scan is then the cheapest way to read one row.
+        let loader = proxy.connect_direct().await;
+        loader
+            .batch_execute(
+                "INSERT INTO queen.log_partitions (queue_id, name) \
+                 SELECT q.id, 'pre' || g FROM queen.queues q, generate_series(1, 300) g \
+                 WHERE q.name = 'grown'; ANALYZE queen.log_partitions",
+            )
             .await
             .unwrap();
         // Every statement planned: provisioning, one existing partition's
@@ -546,7 +557,6 @@ async fn a_push_call_planned_on_an_empty_table_stays_a_keyed_lookup() {
         ] {
             push_many(&direct, segments, traced).await.unwrap();
         }
-        let loader = proxy.connect_direct().await;
         loader
             .batch_execute(
                 "INSERT INTO queen.log_partitions (queue_id, name) \
@@ -593,59 +603,102 @@ async fn a_push_call_planned_on_an_empty_table_stays_a_keyed_lookup() {
     }
 }
 
-/// The same for POP: a session whose calls of `log_pop_v2` were planned
-/// while log_segments was nearly empty still reads the claimed segment by
-/// its key once the table holds 20,000 more (it read every one when the
-/// segment was joined, the join hashed by that plan).
+/// The same for POP, by candidates (the hot list's) and over the whole
+/// queue, and for ACK: a session whose calls were planned while the
+/// tables were small (300 partitions, segments and consumer rows of
+/// another queue, analyzed) reads no table by sequential scan once each
+/// holds 20,000 more (each call read them all when the claimed segment was
+/// joined and when the small tables' plans kept sequential scans).
 #[tokio::test]
-async fn a_pop_call_planned_on_an_empty_table_reads_its_segment_by_key() {
+async fn a_pop_call_planned_on_a_small_table_reads_by_key() {
     let proxy = Proxy::start("pop_plan").await;
     let direct = proxy.connect_direct().await;
     direct
         .batch_execute("SELECT queen.configure_queue_v1('grown', '{}'::jsonb)")
         .await
         .unwrap();
-    let call = "SELECT count(*) FROM queen.log_pop_v2('grown', NULL, '__QUEUE_MODE__', 1, 1, \
+    let by_candidates = "SELECT count(*) FROM queen.log_pop_v2('grown', NULL, 'g', 1, 1, \
                 NULL, 'beginning', NULL, true, '00000000-0000-0000-0000-000000000001', \
                 (SELECT array_agg(p.id) FROM queen.log_partitions p \
                  JOIN queen.queues q ON q.id = p.queue_id \
                  WHERE q.name = 'grown' AND p.name = 'a')) WHERE state = 'claimed'";
-    push_many(&direct, &[("grown", "a", 1)], false)
-        .await
-        .unwrap();
-    let popped: i64 = direct.query_one(call, &[]).await.unwrap().get(0);
-    assert_eq!(popped, 1);
-    let loader = proxy.connect_direct().await;
-    loader
-        .batch_execute(
-            "SELECT queen.configure_queue_v1('other', '{}'::jsonb); \
-             INSERT INTO queen.log_partitions (queue_id, name, last_offset) \
-             SELECT q.id, 'bulk', 19999 FROM queen.queues q WHERE q.name = 'other'; \
+    let whole_queue = "SELECT count(*) FROM queen.log_pop_v2('grown', NULL, 'g', 1, 1, \
+                NULL, 'beginning', NULL, true) WHERE state = 'claimed'";
+    // And an ACK of a leased message (the lease taken before the ACK).
+    let lease = "CREATE TEMP TABLE IF NOT EXISTS leased AS SELECT * FROM queen.log_pop_v2('none') \
+                 WHERE false; TRUNCATE leased; INSERT INTO leased SELECT * FROM \
+                 queen.log_pop_v2('grown', NULL, 'g', 1, 1, NULL, 'beginning', NULL, false) \
+                 WHERE state = 'claimed'";
+    let ack = "SELECT count(*) FROM queen.log_ack_v1(ARRAY(SELECT partition_id FROM leased), \
+               ARRAY(SELECT from_offset FROM leased), ARRAY['g'], \
+               ARRAY(SELECT lease_token FROM leased)) WHERE status = 'acked'";
+    let calls = [
+        (None, by_candidates),
+        (None, whole_queue),
+        (Some(lease), ack),
+    ];
+    // Partitions of queue `other`, each with a segment and a row of group g.
+    let other = |from: i32, to: i32| {
+        format!(
+            "INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at) \
+             SELECT q.id, 'o' || g, 0, now() FROM queen.queues q, generate_series({from}, {to}) g \
+             WHERE q.name = 'other'; \
              INSERT INTO queen.log_segments (partition_id, base_offset, min_created_at, \
                  max_created_at, message_count, byte_size, blob) \
-             SELECT p.id, g, now(), now(), 1, 1, '\\x00' FROM queen.log_partitions p, \
-                 generate_series(0, 19999) g WHERE p.name = 'bulk'",
+             SELECT p.id, 0, now(), now(), 1, 1, '\\x00' FROM queen.log_partitions p \
+             JOIN queen.queues q ON q.id = p.queue_id \
+             WHERE q.name = 'other' AND p.name IN (SELECT 'o' || g FROM generate_series({from}, {to}) g); \
+             INSERT INTO queen.log_consumers (partition_id, consumer_group) \
+             SELECT p.id, 'g' FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
+             WHERE q.name = 'other' AND p.name IN (SELECT 'o' || g FROM generate_series({from}, {to}) g)"
         )
+    };
+    let loader = proxy.connect_direct().await;
+    loader
+        .batch_execute(&format!(
+            "SELECT queen.configure_queue_v1('other', '{{}}'::jsonb); {}; \
+             ANALYZE queen.log_partitions; ANALYZE queen.log_segments; \
+             ANALYZE queen.log_consumers; ANALYZE queen.log_txns",
+            other(1, 300)
+        ))
         .await
         .unwrap();
-    push_many(&direct, &[("grown", "a", 1)], false)
-        .await
-        .unwrap();
-    direct.batch_execute("BEGIN").await.unwrap();
-    let popped: i64 = direct.query_one(call, &[]).await.unwrap().get(0);
-    let read: i64 = direct
-        .query_one(
-            "SELECT COALESCE(seq_tup_read, 0) FROM pg_stat_xact_user_tables \
-             WHERE schemaname = 'queen' AND relname = 'log_segments'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    direct.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(popped, 1, "the second message");
-    assert!(
-        read < 1_000,
-        "the call read {read} segment rows by sequential scan"
-    );
+    for (before, call) in calls {
+        push_many(&direct, &[("grown", "a", 1)], false)
+            .await
+            .unwrap();
+        if let Some(before) = before {
+            direct.batch_execute(before).await.unwrap();
+        }
+        let popped: i64 = direct.query_one(call, &[]).await.unwrap().get(0);
+        assert_eq!(popped, 1);
+    }
+    loader.batch_execute(&other(301, 20_300)).await.unwrap();
+    for (before, call) in calls {
+        push_many(&direct, &[("grown", "a", 1)], false)
+            .await
+            .unwrap();
+        if let Some(before) = before {
+            direct.batch_execute(before).await.unwrap();
+        }
+        direct.batch_execute("BEGIN").await.unwrap();
+        let popped: i64 = direct.query_one(call, &[]).await.unwrap().get(0);
+        let scanned: Vec<(String, i64)> = direct
+            .query(
+                "SELECT relname::TEXT, seq_tup_read FROM pg_stat_xact_user_tables \
+                 WHERE schemaname = 'queen' AND seq_tup_read >= 1000",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        direct.batch_execute("COMMIT").await.unwrap();
+        assert_eq!(popped, 1, "{call}");
+        assert!(
+            scanned.is_empty(),
+            "rows read by sequential scan: {scanned:?} ({call})"
+        );
+    }
 }

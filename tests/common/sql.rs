@@ -26,3 +26,19 @@ pub async fn rows(client: &Client, sql: &str) -> Vec<Row> {
         })
         .collect()
 }
+
+/// The `queen` tables the current transaction read 1,000 or more rows of
+/// by sequential scan, with how many (a keyed call reads none).
+pub async fn sequential_reads(client: &Client) -> Vec<(String, i64)> {
+    client
+        .query(
+            "SELECT relname::TEXT, seq_tup_read FROM pg_stat_xact_user_tables \
+             WHERE schemaname = 'queen' AND seq_tup_read >= 1000 ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("pg_stat_xact_user_tables")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}

@@ -111,9 +111,7 @@ LANGUAGE plpgsql
 -- Measured 2026-11-30 (2 cores, quick bench, C=8): push100 305k -> 399k
 -- msg/s, push1 8.3k -> 8.9k msg/s.
 SET plan_cache_mode = force_generic_plan
--- Every table read here has an index to use, and the generic plan is kept
--- for the session: built while a table was small, it would keep a
--- sequential scan of it as it grew (docs/internals/storage.md, Conventions).
+-- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
 AS $$
 DECLARE
@@ -284,9 +282,7 @@ LANGUAGE plpgsql
 -- Measured 2026-11-30 (2 cores, quick bench, C=8): push100 305k -> 399k
 -- msg/s, push1 8.3k -> 8.9k msg/s.
 SET plan_cache_mode = force_generic_plan
--- Every table read here has an index to use, and the generic plan is kept
--- for the session: built while a table was small, it would keep a
--- sequential scan of it as it grew (docs/internals/storage.md, Conventions).
+-- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
@@ -801,9 +797,7 @@ CREATE OR REPLACE FUNCTION queen.log_push_many_v1(
 ) RETURNS TABLE (msg_index INTEGER, status TEXT, "offset" BIGINT, message_id UUID, partition_id BIGINT)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
--- Every table read here has an index to use, and the generic plan is kept
--- for the session: built while a table was small, it would keep a
--- sequential scan of it as it grew (docs/internals/storage.md, Conventions).
+-- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
 SET lock_timeout = '100ms'
 AS $$

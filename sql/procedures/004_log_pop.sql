@@ -150,9 +150,7 @@ LANGUAGE plpgsql
 -- depend on the values (candidates probed by id, LIMITs on every range
 -- read). Measured 2026-12-01: see docs/benchmarks.md.
 SET plan_cache_mode = force_generic_plan
--- Every table read here has an index to use, and the generic plan is kept
--- for the session: built while a table was small, it would keep a
--- sequential scan of it as it grew (docs/internals/storage.md, Conventions).
+-- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column

@@ -226,9 +226,7 @@ LANGUAGE plpgsql
 -- Measured on a loaded 2-CPU dev box, 1,000 single-key calls: GET 1.0 ms ->
 -- 0.22 ms each; a 10,000-key GET was unchanged (~0.35 s).
 SET plan_cache_mode = force_generic_plan
--- Every table read here has an index to use, and the generic plan is kept
--- for the session: built while a table was small, it would keep a
--- sequential scan of it as it grew (docs/internals/storage.md, Conventions).
+-- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column

@@ -284,6 +284,14 @@ async fn three_sessions_holding_a_message_each(s: &Setup) -> (Vec<Client>, Vec<(
     (clients, acks)
 }
 
+/// Locks the consumer row of partition `p` (run inside a block).
+fn consumer_row(p: &str) -> String {
+    format!(
+        "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
+         WHERE p.name = '{p}' FOR UPDATE OF c"
+    )
+}
+
 /// ACKs of different sessions fused into one write share its outcome: when
 /// its reply is lost, each gets 08007, and each retry answers `acked`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,12 +302,6 @@ async fn fused_acks_whose_reply_is_lost_all_get_08007_and_their_retries_answer_a
     // connection: the first leads a write and blocks in it, the others
     // queue behind it, and once it is let go they are written together
     // and block in their turn.
-    let consumer_row = |p: &str| {
-        format!(
-            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
-             WHERE p.name = '{p}' FOR UPDATE OF c"
-        )
-    };
     let others = connect(&s.db).await;
     others.batch_execute("BEGIN").await.unwrap();
     for (p, _) in &acks[1..] {
@@ -335,6 +337,58 @@ async fn fused_acks_whose_reply_is_lost_all_get_08007_and_their_retries_answer_a
         assert_eq!(status.as_deref(), Some("acked"), "{sql}");
     }
     assert!(rows(&again, "POP FROM jobs").await.is_empty());
+}
+
+/// A session's ACK after its fused POP is written with the next POPs of
+/// that lane, in one transaction (`fusion/pop.rs`), and shares its outcome:
+/// when the write's reply is lost the ACK gets 08007 and its retry answers
+/// `acked`; the POP fails, its session goes on, and its message is still
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_written_with_pops_whose_reply_is_lost_gets_08007() {
+    let s = setup("faults_ack_pop").await;
+    let (mut clients, acks) = three_sessions_holding_a_message_each(&s).await;
+    let popper = Arc::new(s.proxy.connect().await);
+    rows(&popper, "PUSH INTO jobs PARTITION d VALUES ('\"d\"')").await;
+    // A's ACK leads a write of the lane and waits for A's row, held here;
+    // B's ACK and the POP queue behind it, then wait for B's row, held on
+    // a second connection, in the next write.
+    let others = connect(&s.db).await;
+    others.batch_execute("BEGIN").await.unwrap();
+    others
+        .batch_execute(&consumer_row(&acks[1].0))
+        .await
+        .unwrap();
+    s.hold(&consumer_row(&acks[0].0)).await;
+    let b = clients.remove(1);
+    let a = clients.remove(0);
+    let sql_a = acks[0].1.clone();
+    let ack_a = tokio::spawn(async move { a.simple_query(&sql_a).await.map(|_| ()) });
+    s.until_blocked().await;
+    let sql_b = acks[1].1.clone();
+    let ack_b = tokio::spawn(async move { b.simple_query(&sql_b).await.map(|_| ()) });
+    let c = popper.clone();
+    let pop = tokio::spawn(async move { c.simple_query("POP FROM jobs").await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.release().await;
+    assert!(ack_a.await.unwrap().is_ok(), "the first write committed");
+    s.until_blocked().await;
+    s.cutter.cut();
+    let e = ack_b.await.unwrap().expect_err("the ACK's reply was lost");
+    assert_eq!(code(&e), "08007", "{e:?}");
+    let e = pop.await.unwrap().expect_err("the POP's write was lost");
+    assert!(["08006", "08007"].contains(&code(&e).as_str()), "{e:?}");
+    others.batch_execute("ROLLBACK").await.unwrap();
+    // The ACK's retry finds it committed or commits it; the POP's session
+    // goes on, and the message it did not get is still there.
+    let again = s.proxy.connect().await;
+    let status = rows(&again, &acks[1].1).await[0]
+        .get("status")
+        .cloned()
+        .flatten();
+    assert_eq!(status.as_deref(), Some("acked"));
+    let next = rows(&popper, "POP FROM jobs PARTITION d").await;
+    assert_eq!(next.len(), 1, "{next:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -990,3 +990,160 @@ async fn concurrent_pops_are_claimed_together_one_partition_per_session() {
         "{calls} log_pop_v2 calls for {pops} POPs: not claimed together"
     );
 }
+
+/// The consumer row of partition `name` of `queue`, as the direct client
+/// reads it: (xmin, cursor, lease token).
+async fn consumer_row(direct: &Client, queue: &str, name: &str) -> (String, i64, Option<String>) {
+    let row = direct
+        .query_one(
+            "SELECT c.xmin::text, c.cursor_offset, c.lease_token::text
+             FROM queen.log_consumers c
+             JOIN queen.log_partitions p ON p.id = c.partition_id
+             JOIN queen.queues q ON q.id = p.queue_id
+             WHERE q.name = $1 AND p.name = $2",
+            &[&queue, &name],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// A session's ACK after its fused POP goes to that POP's lane: written
+/// with the POPs waiting there, in their transaction (one commit for both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_after_a_fused_pop_commits_with_the_next_pops() {
+    let proxy = Proxy::start("hot_ack_with_pops").await;
+    provision(&proxy, "pa", 4, 1).await;
+    let direct = proxy.connect_direct().await;
+    let (a, b, c) = (
+        proxy.connect().await,
+        proxy.connect().await,
+        proxy.connect().await,
+    );
+    let got_a = pop_rows(&a, "POP FROM pa").await;
+    let got_b = pop_rows(&b, "POP FROM pa").await;
+    let (x, y) = (col(&got_a[0], "partition"), col(&got_b[0], "partition"));
+    assert_ne!(x, y);
+    // A's ACK leads a write of the lane and waits for X's consumer row,
+    // held here; B's ACK and C's POP queue behind it.
+    let holder = proxy.connect_direct().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .batch_execute(&format!(
+            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
+             WHERE p.name = '{x}' FOR UPDATE OF c"
+        ))
+        .await
+        .unwrap();
+    let receipt_a = col(&got_a[0], "receipt");
+    let ack_a = tokio::spawn(async move { ack_all(&a, &[receipt_a]).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A's ACK never waited for the row"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let receipt_b = col(&got_b[0], "receipt");
+    let ack_b = tokio::spawn(async move { ack_all(&b, &[receipt_b]).await });
+    let pop_c = tokio::spawn(async move { pop_rows(&c, "POP FROM pa").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !ack_b.is_finished() && !pop_c.is_finished(),
+        "B and C were not held up"
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(ack_a.await.unwrap(), ["acked"]);
+    assert_eq!(ack_b.await.unwrap(), ["acked"]);
+    let got_c = pop_c.await.unwrap();
+    assert_eq!(got_c.len(), 1, "{got_c:?}");
+    let z = col(&got_c[0], "partition");
+    assert!(z != x && z != y, "C got {z}, which had nothing left");
+    let (xmin_y, cursor_y, lease_y) = consumer_row(&direct, "pa", &y).await;
+    let (xmin_z, cursor_z, lease_z) = consumer_row(&direct, "pa", &z).await;
+    assert_eq!((cursor_y, lease_y), (0, None), "B's ACK moved Y's cursor");
+    assert_eq!(cursor_z, -1);
+    assert!(lease_z.is_some(), "C's POP leased Z");
+    assert_eq!(xmin_y, xmin_z, "B's ACK and C's POP were one transaction");
+}
+
+/// Consumers that pop one message and ack it, in a loop, over many
+/// partitions (their ACKs written with the next POPs): every message once,
+/// each partition in order, never one partition in two sessions' hands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_popping_and_acking_one_at_a_time_get_each_message_once_in_order() {
+    const PARTITIONS: usize = 40;
+    const PER_PARTITION: usize = 10;
+    const SESSIONS: usize = 8;
+    let proxy = Proxy::start_with("hot_popack1", |c| c.pool_size = 8).await;
+    provision(&proxy, "pk", PARTITIONS, PER_PARTITION).await;
+    // (partition, offset, session, held from, held until)
+    type Held = (String, i64, usize, Instant, Instant);
+    let mut sessions = Vec::new();
+    for s in 0..SESSIONS {
+        let client = proxy.connect().await;
+        sessions.push(tokio::spawn(async move {
+            let mut held: Vec<Held> = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut empty = 0;
+            while empty < 3 {
+                assert!(Instant::now() < deadline, "the queue never drained");
+                let got = pop_rows(&client, "POP FROM pk LIMIT 1").await;
+                let from = Instant::now();
+                let Some(r) = got.first() else {
+                    empty += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                empty = 0;
+                let until = Instant::now();
+                let status = ack_all(&client, &[col(r, "receipt")]).await;
+                assert_eq!(status, ["acked"]);
+                held.push((
+                    col(r, "partition"),
+                    col(r, "offset").parse().unwrap(),
+                    s,
+                    from,
+                    until,
+                ));
+            }
+            held
+        }));
+    }
+    let mut all: Vec<Held> = Vec::new();
+    for s in sessions {
+        all.extend(s.await.unwrap());
+    }
+    all.sort_by_key(|h| h.3);
+    let mut by_partition: BTreeMap<String, Vec<&Held>> = BTreeMap::new();
+    for h in &all {
+        by_partition.entry(h.0.clone()).or_default().push(h);
+    }
+    assert_eq!(by_partition.len(), PARTITIONS);
+    let want: Vec<i64> = (0..PER_PARTITION as i64).collect();
+    for (p, held) in &by_partition {
+        let offsets: Vec<i64> = held.iter().map(|h| h.1).collect();
+        assert_eq!(offsets, want, "{p}: each message once, in order");
+        for w in held.windows(2) {
+            assert!(
+                w[0].2 == w[1].2 || w[1].3 >= w[0].4,
+                "{p}: sessions {} and {} held it at once",
+                w[0].2,
+                w[1].2
+            );
+        }
+    }
+}

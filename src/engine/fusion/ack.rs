@@ -4,9 +4,15 @@
 //! lock order), so a receipt's status is the one it gets alone: a receipt
 //! acked twice in one call is `acked` twice, as when the two ACKs run one
 //! after the other.
+//!
+//! A session whose last POP was fused sends its ACK to that POP's lane
+//! instead (`pop.rs`): the consumer that pops and acks in a loop then
+//! comes back to one lane, whose writes carry its ACK and the next POPs in
+//! one transaction.
 
 use super::{fail_all, outcome, unavailable, Fuser};
 use crate::backend::call::{CallEnd, Calls};
+use crate::backend::conn::BackendConn;
 use crate::backend::pool;
 use crate::engine::acks::ack_receipts;
 use crate::engine::receipt::Receipt;
@@ -16,6 +22,46 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 pub(super) type Job = super::Job<Vec<Receipt>, Vec<String>>;
+
+/// The ACKs of one write: their receipts end to end, and each statement's
+/// count of them and its reply.
+pub(super) struct Batch {
+    pub(super) receipts: Vec<Receipt>,
+    sizes: Vec<usize>,
+    replies: Vec<oneshot::Sender<Result<Vec<String>, ExecError>>>,
+}
+
+impl Batch {
+    pub(super) fn of(jobs: Vec<Job>) -> Batch {
+        let mut batch = Batch {
+            receipts: Vec::new(),
+            sizes: Vec::with_capacity(jobs.len()),
+            replies: Vec::with_capacity(jobs.len()),
+        };
+        for job in jobs {
+            batch.sizes.push(job.statement.len());
+            batch.receipts.extend(job.statement);
+            batch.replies.push(job.reply);
+        }
+        batch
+    }
+
+    /// Each statement its receipts' statuses (once they are committed).
+    pub(super) fn answer(self, status: Vec<String>) {
+        let mut status = status.into_iter();
+        for (n, reply) in self.sizes.into_iter().zip(self.replies) {
+            let _ = reply.send(Ok(status.by_ref().take(n).collect()));
+        }
+    }
+
+    pub(super) fn fail(self, unknown: bool, why: &str) {
+        fail_all(self.replies, unknown, why);
+    }
+
+    pub(super) fn unavailable(self, e: &crate::backend::BackendError) {
+        unavailable(self.replies, e);
+    }
+}
 
 impl Fuser {
     /// Acknowledges the receipts of a plain ACK outside any transaction
@@ -30,33 +76,27 @@ impl Fuser {
             statement: receipts,
             reply,
         };
-        if let Some(lane) = self.acks.enqueue(tenant, job) {
+        if let Some(via) = self.last_pop_lane(tenant) {
+            self.enqueue_pop_lane(via, super::pop::Job::Ack(job));
+        } else if let Some(lane) = self.acks.enqueue(tenant, job) {
             let fuser = self.clone();
             tokio::spawn(async move {
                 while let Some(jobs) = lane.next().await {
-                    fuser.write_acks(jobs, tenant).await;
+                    fuser.write_acks(Batch::of(jobs), tenant).await;
                 }
             });
         }
         outcome(rx).await
     }
 
-    async fn write_acks(&self, jobs: Vec<Job>, tenant: Uuid) {
-        let mut sizes = Vec::with_capacity(jobs.len());
-        let mut replies = Vec::with_capacity(jobs.len());
-        let mut receipts = Vec::new();
-        for job in jobs {
-            sizes.push(job.statement.len());
-            receipts.extend(job.statement);
-            replies.push(job.reply);
-        }
+    pub(super) async fn write_acks(&self, batch: Batch, tenant: Uuid) {
         let mut conn = match pool::checkout(&self.pool).await {
             Ok(c) => c,
-            Err(e) => return unavailable(replies, &e),
+            Err(e) => return batch.unavailable(&e),
         };
         let together = ack_receipts(
             &mut Calls::new(&mut conn, CallEnd::Sync),
-            &receipts,
+            &batch.receipts,
             false,
             None,
             tenant,
@@ -64,48 +104,48 @@ impl Fuser {
         .await;
         match together {
             Ok(status) if conn.status == crate::protocol::TxStatus::Idle => {
-                self.released(&receipts);
-                let mut status = status.into_iter();
-                for (n, reply) in sizes.into_iter().zip(replies) {
-                    let _ = reply.send(Ok(status.by_ref().take(n).collect()));
-                }
+                self.released(&batch.receipts);
+                batch.answer(status);
             }
             Ok(_) => {
                 conn.broken = true;
-                fail_all(replies, false, "the ack transaction did not commit");
+                batch.fail(false, "the ack transaction did not commit");
             }
-            Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) if replies.len() == 1 => {
+            Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) if batch.replies.len() == 1 => {
                 // A lone statement's error is its own.
-                if let Some(reply) = replies.into_iter().next() {
+                if let Some(reply) = batch.replies.into_iter().next() {
                     let _ = reply.send(Err(e));
                 }
             }
             Err(ExecError::Refused(_) | ExecError::Failed(_)) => {
-                // Rolled back: each statement alone, so the failing one
-                // fails by itself.
-                let mut from = 0;
-                for (n, reply) in sizes.into_iter().zip(replies) {
-                    let own = &receipts[from..from + n];
-                    from += n;
-                    let calls = &mut Calls::new(&mut conn, CallEnd::Sync);
-                    let result = ack_receipts(calls, own, false, None, tenant).await;
-                    if result.is_ok() {
-                        self.released(own);
-                    }
-                    let _ = reply.send(result);
-                }
+                self.ack_each(&mut conn, batch, tenant).await;
             }
             // The connection broke: every statement of the write shares
             // its outcome, known or not.
-            Err(ExecError::Lost(e)) => {
-                fail_all(replies, e.outcome_unknown(), &e.cause().to_string())
-            }
+            Err(ExecError::Lost(e)) => batch.fail(e.outcome_unknown(), &e.cause().to_string()),
         }
         pool::release(conn);
     }
 
+    /// After a write of them rolled back: each statement alone, so the
+    /// failing one fails by itself. (A receipt a committed write already
+    /// acked is `acked` again: its lease's history says so.)
+    pub(super) async fn ack_each(&self, conn: &mut BackendConn, batch: Batch, tenant: Uuid) {
+        let mut from = 0;
+        for (n, reply) in batch.sizes.into_iter().zip(batch.replies) {
+            let own = &batch.receipts[from..from + n];
+            from += n;
+            let calls = &mut Calls::new(conn, CallEnd::Sync);
+            let result = ack_receipts(calls, own, false, None, tenant).await;
+            if result.is_ok() {
+                self.released(own);
+            }
+            let _ = reply.send(result);
+        }
+    }
+
     /// Tells the hot list that these receipts' leases may be gone.
-    fn released(&self, receipts: &[Receipt]) {
+    pub(super) fn released(&self, receipts: &[Receipt]) {
         let partitions: Vec<(i64, &str)> = receipts
             .iter()
             .map(|r| (r.partition_id, r.group.as_str()))

@@ -37,9 +37,11 @@ use super::wake::Announcer;
 use super::ExecError;
 use crate::backend::{BackendError, Pool};
 use crate::protocol::{SqlError, SqlState};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+use tokio::task;
 use uuid::Uuid;
 
 /// At most this many statements share one write: bounds the size of one
@@ -57,7 +59,13 @@ pub struct Fuser {
     aside: Mutex<HashSet<(Uuid, String)>>,
     acks: Lanes<Uuid, ack::Job>,
     pops: Lanes<pop::Key, pop::Job>,
+    /// Per session (its task): the lane of its last fused POP, and when.
+    popped: Mutex<HashMap<task::Id, (Arc<pop::Via>, Instant)>>,
 }
+
+/// A session's ACK goes to the lane of its last fused POP when that POP
+/// was this recent.
+const POPPED_FOR: Duration = Duration::from_secs(1);
 
 impl Fuser {
     pub fn new(pool: Pool, announcer: Announcer, sealing: Arc<Sealing>) -> Fuser {
@@ -70,7 +78,40 @@ impl Fuser {
             aside: Mutex::new(HashSet::new()),
             acks: Lanes::default(),
             pops: Lanes::default(),
+            popped: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The lane of a POP of this session's with `key` (the one its last
+    /// POP used when the key is the same), remembered for its ACK.
+    fn popped_via(&self, key: pop::Key, make: impl FnOnce(pop::Key) -> pop::Via) -> Arc<pop::Via> {
+        let now = Instant::now();
+        let Some(session) = task::try_id() else {
+            return Arc::new(make(key));
+        };
+        let mut popped = lock(&self.popped);
+        if let Some((via, at)) = popped.get_mut(&session) {
+            if via.key == key {
+                *at = now;
+                return via.clone();
+            }
+        }
+        // Sessions end without saying so.
+        if popped.len() > 256 {
+            popped.retain(|_, (_, at)| now.duration_since(*at) < POPPED_FOR);
+        }
+        let via = Arc::new(make(key));
+        popped.insert(session, (via.clone(), now));
+        via
+    }
+
+    /// The lane of this session's last fused POP, when recent and of this
+    /// tenant.
+    fn last_pop_lane(&self, tenant: Uuid) -> Option<Arc<pop::Via>> {
+        let session = task::try_id()?;
+        let popped = lock(&self.popped);
+        let (via, at) = popped.get(&session)?;
+        (via.key.tenant == tenant && at.elapsed() < POPPED_FOR).then(|| via.clone())
     }
 }
 

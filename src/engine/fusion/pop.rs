@@ -5,10 +5,17 @@
 //! messages of each, and each session gets one partition's messages — what
 //! its own POP would have claimed. Per (partition, group) one lease at a
 //! time still holds: a partition's messages all go to one session.
+//!
+//! A session's plain ACK that follows its fused POP comes to the same lane
+//! (`ack.rs`): a write acknowledges the ACKs waiting, then claims for the
+//! POPs waiting, and one commit ends both (a consumer popping and acking
+//! in a loop otherwise waits for two lanes, each write carrying a few
+//! statements and a commit of its own).
 
 use super::{fail_all, outcome, unavailable, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::pool;
+use crate::engine::acks::ack_receipts;
 use crate::engine::pop::PopPlan;
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::values::Cell;
@@ -17,12 +24,17 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-pub(super) type Job = super::Job<PopPlan, Vec<Vec<Cell>>>;
+/// A statement of a POP lane.
+pub(super) enum Job {
+    Pop(super::Job<PopPlan, Vec<Vec<Cell>>>),
+    /// A plain ACK of a session whose last POP this lane wrote.
+    Ack(super::ack::Job),
+}
 
 /// What POPs must share to be claimed by one call.
-#[derive(Hash, PartialEq, Eq)]
+#[derive(Hash, PartialEq, Eq, Clone)]
 pub(super) struct Key {
-    tenant: Uuid,
+    pub(super) tenant: Uuid,
     queue: String,
     group: String,
     limit: i32,
@@ -48,6 +60,13 @@ impl Key {
     }
 }
 
+/// A POP lane and what its writer needs besides its statements.
+pub(super) struct Via {
+    pub(super) key: Key,
+    receipts: ReceiptKey,
+    digest: String,
+}
+
 /// A POP the fuser can take: one partition, chosen by the hot list.
 pub fn fusable(plan: &PopPlan) -> bool {
     !plan.named_partition() && plan.max_partitions() == 1 && plan.sessions() == 1
@@ -64,41 +83,88 @@ impl Fuser {
         digest: &str,
     ) -> Result<Vec<Vec<Cell>>, ExecError> {
         let (reply, rx) = oneshot::channel();
-        let job = Job {
+        let job = Job::Pop(super::Job {
             statement: plan.clone(),
             reply,
-        };
-        if let Some(lane) = self.pops.enqueue(Key::of(plan, tenant), job) {
-            // A task of its own: a client that disconnects mid-call must
-            // not abandon the POPs fused with its own.
-            let fuser = self.clone();
-            let receipts = receipts.clone();
-            let digest = digest.to_string();
-            tokio::spawn(async move {
-                while let Some(jobs) = lane.next().await {
-                    fuser.claim_pops(jobs, &receipts, tenant, &digest).await;
-                }
-            });
-        }
+        });
+        let via = self.popped_via(Key::of(plan, tenant), |key| Via {
+            key,
+            receipts: receipts.clone(),
+            digest: digest.to_string(),
+        });
+        self.enqueue_pop_lane(via, job);
         outcome(rx).await
     }
 
-    async fn claim_pops(&self, jobs: Vec<Job>, receipts: &ReceiptKey, tenant: Uuid, digest: &str) {
+    /// Queues `job` in the lane of `via`, and leads its writes when none
+    /// is in flight.
+    pub(super) fn enqueue_pop_lane(self: &Arc<Self>, via: Arc<Via>, job: Job) {
+        if let Some(lane) = self.pops.enqueue(via.key.clone(), job) {
+            // A task of its own: a client that disconnects mid-call must
+            // not abandon the statements fused with its own.
+            let fuser = self.clone();
+            tokio::spawn(async move {
+                while let Some(jobs) = lane.next().await {
+                    fuser.claim_pops(jobs, &via).await;
+                }
+            });
+        }
+    }
+
+    async fn claim_pops(&self, jobs: Vec<Job>, via: &Via) {
+        let (receipts, tenant, digest) = (&via.receipts, via.key.tenant, via.digest.as_str());
         // A session that went away before its POP was sent gets nothing
-        // claimed for it.
-        let (plans, replies): (Vec<PopPlan>, Vec<_>) = jobs
-            .into_iter()
-            .filter(|j| !j.reply.is_closed())
-            .map(|j| (j.statement, j.reply))
-            .unzip();
+        // claimed for it; an ACK is written whatever became of its session.
+        let mut pops = Vec::with_capacity(jobs.len());
+        let mut acks = Vec::new();
+        for job in jobs {
+            match job {
+                Job::Pop(j) if j.reply.is_closed() => {}
+                Job::Pop(j) => pops.push((j.statement, j.reply)),
+                Job::Ack(j) => acks.push(j),
+            }
+        }
+        let (plans, replies): (Vec<PopPlan>, Vec<_>) = pops.into_iter().unzip();
         let Some(first) = plans.first() else {
+            if !acks.is_empty() {
+                self.write_acks(super::ack::Batch::of(acks), tenant).await;
+            }
             return;
         };
         let plan = first.for_sessions(plans.len());
         let mut conn = match pool::checkout(&self.pool).await {
             Ok(c) => c,
-            Err(e) => return unavailable(replies, &e),
+            Err(e) => {
+                super::ack::Batch::of(acks).unavailable(&e);
+                return unavailable(replies, &e);
+            }
         };
+        // The ACKs first, in the transaction that the POPs' first call
+        // commits: what they released is claimable by the next write.
+        let mut acked = None;
+        if !acks.is_empty() {
+            let batch = super::ack::Batch::of(acks);
+            let calls = &mut Calls::new(&mut conn, CallEnd::Flush);
+            match ack_receipts(calls, &batch.receipts, false, None, tenant).await {
+                Ok(status) => acked = Some((batch, status)),
+                Err(ExecError::Lost(e)) => {
+                    batch.fail(e.outcome_unknown(), &e.cause().to_string());
+                    fail_all(replies, false, &e.cause().to_string());
+                    return pool::release(conn);
+                }
+                // Rolled back; the Sync ends the failed transaction, then
+                // each ACK alone, so the failing one fails by itself.
+                Err(_) => match conn.sync().await {
+                    Ok(_) => self.ack_each(&mut conn, batch, tenant).await,
+                    Err(e) => {
+                        conn.broken = true;
+                        batch.fail(false, &e.to_string());
+                        fail_all(replies, false, &e.to_string());
+                        return pool::release(conn);
+                    }
+                },
+            }
+        }
         let hot = &self.announcer.waiters.hot;
         let together = hot
             .pop(
@@ -112,6 +178,10 @@ impl Fuser {
             .await;
         match together {
             Ok(claimed) if conn.status == crate::protocol::TxStatus::Idle => {
+                if let Some((batch, status)) = acked {
+                    self.released(&batch.receipts);
+                    batch.answer(status);
+                }
                 let sessions = replies.len();
                 for (rows, reply) in claimed.split(sessions).into_iter().zip(replies) {
                     let _ = reply.send(Ok(rows));
@@ -119,27 +189,40 @@ impl Fuser {
             }
             Ok(_) => {
                 conn.broken = true;
+                if let Some((batch, _)) = acked {
+                    batch.fail(false, "the pop transaction did not commit");
+                }
                 fail_all(replies, false, "the pop transaction did not commit");
             }
-            Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) if replies.len() == 1 => {
-                if let Some(reply) = replies.into_iter().next() {
-                    let _ = reply.send(Err(e));
+            Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) => {
+                // Rolled back (the ACKs with the first call, or committed
+                // by it: acked again alone, they say so either way).
+                if let Some((batch, _)) = acked {
+                    self.ack_each(&mut conn, batch, tenant).await;
+                }
+                if replies.len() == 1 {
+                    // A lone POP's error is its own.
+                    if let Some(reply) = replies.into_iter().next() {
+                        let _ = reply.send(Err(e));
+                    }
+                } else {
+                    // Each POP alone, so a failing one fails by itself.
+                    for (plan, reply) in plans.into_iter().zip(replies) {
+                        let calls = &mut Calls::new(&mut conn, CallEnd::Sync);
+                        let result = hot.pop(calls, &plan, receipts, tenant, digest, false).await;
+                        let _ = reply.send(result.map(|c| c.rows));
+                    }
                 }
             }
-            Err(ExecError::Refused(_) | ExecError::Failed(_)) => {
-                // Rolled back: each POP alone, so a failing one fails by
-                // itself.
-                for (plan, reply) in plans.into_iter().zip(replies) {
-                    let calls = &mut Calls::new(&mut conn, CallEnd::Sync);
-                    let result = hot.pop(calls, &plan, receipts, tenant, digest, false).await;
-                    let _ = reply.send(result.map(|c| c.rows));
-                }
-            }
-            // The connection broke: every POP of the call shares its
-            // outcome (a lease taken then expires and its messages come
-            // back; an AUTO ACK may have moved its cursor).
+            // The connection broke: every statement of the write shares
+            // its outcome (a lease taken then expires and its messages
+            // come back; an AUTO ACK may have moved its cursor).
             Err(ExecError::Lost(e)) => {
-                fail_all(replies, e.outcome_unknown(), &e.cause().to_string())
+                let why = e.cause().to_string();
+                if let Some((batch, _)) = acked {
+                    batch.fail(e.outcome_unknown(), &why);
+                }
+                fail_all(replies, e.outcome_unknown(), &why)
             }
         }
         pool::release(conn);

@@ -1582,6 +1582,82 @@ async fn a_batch_acked_in_pieces_moves_the_cursor_over_its_acked_prefix_only() {
     assert!(rows(&client, "POP FROM pieces").await.is_empty());
 }
 
+/// One ACK of receipts of several partitions, each its own (partition,
+/// group): the receipts that end their lease's batch are settled together
+/// (log_ack_v1's set-based path), the others one by one; each answers as
+/// it would alone, and the history the set-based path writes answers a
+/// repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_across_partitions_answers_each_receipt_as_if_alone() {
+    let proxy = Proxy::start("ack_across").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    for p in ["a", "b", "c", "d", "e"] {
+        rows(
+            &client,
+            &format!("PUSH INTO across PARTITION {p} VALUES ('1'), ('2'), ('3')"),
+        )
+        .await;
+    }
+    let pop = |sql: String| {
+        let client = &client;
+        async move {
+            rows(client, &sql)
+                .await
+                .iter()
+                .map(|r| col(r, "receipt"))
+                .collect::<Vec<String>>()
+        }
+    };
+    let a = pop("POP FROM across PARTITION a".into()).await;
+    let b = pop("POP FROM across PARTITION b LIMIT 2".into()).await;
+    let c = pop("POP FROM across PARTITION c LEASE 1".into()).await;
+    let d = pop("POP FROM across PARTITION d".into()).await;
+    let e = pop("POP FROM across PARTITION e".into()).await;
+    assert_eq!(ack_all(&client, &d).await, ["acked"]);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // a and e end their batches; b's second of two leaves its first
+    // pending; c's lease expired; d was acked before.
+    let all = [&a[0], &b[1], &c[0], &d[0], &e[0]].map(|r| r.to_string());
+    assert_eq!(
+        ack_all(&client, &all).await,
+        ["acked", "acked", "stale", "acked", "acked"]
+    );
+    let state = |p: &'static str| {
+        let direct = &direct;
+        async move {
+            let row = direct
+                .query_one(
+                    "SELECT c.cursor_offset, c.batch_acked, c.lease_token IS NOT NULL \
+                     FROM queen.log_consumers c \
+                     JOIN queen.log_partitions p ON p.id = c.partition_id \
+                     JOIN queen.queues q ON q.id = p.queue_id \
+                     WHERE q.name = 'across' AND p.name = $1",
+                    &[&p],
+                )
+                .await
+                .unwrap();
+            let acked: Option<Vec<i64>> = row.get(1);
+            (row.get::<_, i64>(0), acked, row.get::<_, bool>(2))
+        }
+    };
+    assert_eq!(state("a").await, (0, None, false));
+    assert_eq!(state("b").await, (-1, Some(vec![1]), true));
+    assert_eq!(state("c").await, (-1, None, true));
+    assert_eq!(state("d").await, (0, None, false));
+    assert_eq!(state("e").await, (0, None, false));
+    // Again, with b's first: every receipt its lease acknowledged is
+    // acked again, and b's lease ends.
+    let again = [&a[0], &b[0], &d[0], &e[0]].map(|r| r.to_string());
+    assert_eq!(ack_all(&client, &again).await, ["acked"; 4]);
+    assert_eq!(state("b").await, (1, None, false));
+    for p in ["a", "b", "d", "e"] {
+        let next = rows(&client, &format!("POP FROM across PARTITION {p} AUTO ACK")).await;
+        let want = if p == "b" { "2" } else { "1" };
+        assert_eq!(col(&next[0], "offset"), want, "partition {p}");
+    }
+}
+
 /// Pushes `n` messages into `pieces` and pops them in one batch: their
 /// receipts, in offset order.
 async fn push_then_pop(client: &Client, n: usize) -> Vec<String> {

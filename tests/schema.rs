@@ -622,12 +622,19 @@ async fn a_pop_call_planned_on_a_small_table_reads_by_key() {
                  queen.log_pop_v2('grown', NULL, 'g', 1, 1, NULL, 'beginning', NULL, false) \
                  WHERE state = 'claimed'";
     let ack = "SELECT count(*) FROM queen.log_ack_v1(ARRAY(SELECT partition_id FROM leased), \
-               ARRAY(SELECT from_offset FROM leased), ARRAY['g'], \
+               ARRAY(SELECT from_offset FROM leased), ARRAY(SELECT 'g'::text FROM leased), \
                ARRAY(SELECT lease_token FROM leased)) WHERE status = 'acked'";
+    // And one ACK of two partitions' leases (the set-based path).
+    let lease_two =
+        "CREATE TEMP TABLE IF NOT EXISTS leased AS SELECT * FROM queen.log_pop_v2('none') \
+                 WHERE false; TRUNCATE leased; INSERT INTO leased SELECT * FROM \
+                 queen.log_pop_v2('grown', NULL, 'g', 2, 2, NULL, 'beginning', NULL, false, \
+                 '00000000-0000-0000-0000-000000000001', NULL, 1) WHERE state = 'claimed'";
     let calls = [
-        (None, by_candidates),
-        (None, whole_queue),
-        (Some(lease), ack),
+        (None, by_candidates, 1),
+        (None, whole_queue, 1),
+        (Some(lease), ack, 1),
+        (Some(lease_two), ack, 2),
     ];
     // Partitions of queue `other`, each with a segment and a row of group g.
     let other = |from: i32, to: i32| {
@@ -661,7 +668,7 @@ async fn a_pop_call_planned_on_a_small_table_reads_by_key() {
     let round = |before: Option<&'static str>, call: &'static str| {
         let direct = &direct;
         async move {
-            push_many(direct, &[("grown", "a", 1)], false)
+            push_many(direct, &[("grown", "a", 1), ("grown", "b", 1)], false)
                 .await
                 .unwrap();
             if let Some(before) = before {
@@ -674,13 +681,13 @@ async fn a_pop_call_planned_on_a_small_table_reads_by_key() {
             (got, scanned)
         }
     };
-    for (before, call) in calls {
-        assert_eq!(round(before, call).await.0, 1, "{call}");
+    for (before, call, want) in calls {
+        assert_eq!(round(before, call).await.0, want, "{call}");
     }
     loader.batch_execute(&other(301, 20_300)).await.unwrap();
-    for (before, call) in calls {
+    for (before, call, want) in calls {
         let (got, scanned) = round(before, call).await;
-        assert_eq!(got, 1, "{call}");
+        assert_eq!(got, want, "{call}");
         assert!(
             scanned.is_empty(),
             "rows read by sequential scan: {scanned:?} ({call})"

@@ -195,15 +195,30 @@ BEGIN
                    ARRAY(SELECT generate_series(1, v_n)) AS positions,
                    p_offsets AS offsets, p_lease_tokens AS tokens,
                    pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(q1.id))::TEXT AS locked
+            -- The queue by its key, not the tenant's queues scanned for it.
             FROM queen.log_partitions p1
-            JOIN queen.queues q1 ON q1.id = p1.queue_id
-            WHERE p1.id = p_partition_ids[1] AND q1.tenant_id = p_tenant;
+            CROSS JOIN LATERAL (SELECT q.* FROM queen.queues q
+                                WHERE q.id = p1.queue_id AND q.tenant_id = p_tenant
+                                LIMIT 1) q1
+            WHERE p1.id = p_partition_ids[1];
     ELSE
+        -- Each receipt's partition, then its queue, by their keys (LATERAL
+        -- ... LIMIT 1, here and below): as joins, the generic plan went
+        -- from the tenant's queues to every partition of the queue by
+        -- queue_id (measured: 0.68 ms, 6,236 index entries, of a 0.9 ms
+        -- ACK at 1,000 partitions), or scanned the tenant's queues per
+        -- receipt.
         PERFORM pg_advisory_xact_lock_shared(k.key)
-        FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(q.id) AS key
-              FROM queen.log_partitions p
-              JOIN queen.queues q ON q.id = p.queue_id
-              WHERE p.id = ANY (p_partition_ids) AND q.tenant_id = p_tenant
+        FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(x.qid) AS key
+              FROM unnest(p_partition_ids) AS i(pid)
+              CROSS JOIN LATERAL (
+                  SELECT q.id AS qid
+                  FROM queen.log_partitions p
+                  CROSS JOIN LATERAL (SELECT q0.id FROM queen.queues q0
+                                      WHERE q0.id = p.queue_id AND q0.tenant_id = p_tenant
+                                      LIMIT 1) q
+                  WHERE p.id = i.pid
+                  LIMIT 1) x
               ORDER BY 1) k;
         IF NOT v_failed THEN
             -- Receipts of as many (partition, group) pairs as receipts, the
@@ -226,8 +241,11 @@ BEGIN
                 FROM queen.log_consumers c1
                 WHERE c1.partition_id = k.pid AND c1.consumer_group = k.grp
                   AND EXISTS (SELECT 1 FROM queen.log_partitions p1
-                              JOIN queen.queues q1 ON q1.id = p1.queue_id
-                              WHERE p1.id = k.pid AND q1.tenant_id = p_tenant)
+                              CROSS JOIN LATERAL (SELECT 1 FROM queen.queues q1
+                                                  WHERE q1.id = p1.queue_id
+                                                    AND q1.tenant_id = p_tenant
+                                                  LIMIT 1) q1
+                              WHERE p1.id = k.pid)
                 LIMIT 1
                 FOR UPDATE) l ON true;
             IF v_keys = v_n AND v_mine IS NOT NULL THEN
@@ -280,8 +298,10 @@ BEGIN
                 SELECT q1.retry_limit, q1.retry_delay,
                        (q1.dead_letter_queue AND q1.dlq_after_max_retries) AS store_dlq
                 FROM queen.log_partitions p1
-                JOIN queen.queues q1 ON q1.id = p1.queue_id
-                WHERE p1.id = r.pid AND q1.tenant_id = p_tenant
+                CROSS JOIN LATERAL (SELECT q0.* FROM queen.queues q0
+                                    WHERE q0.id = p1.queue_id AND q0.tenant_id = p_tenant
+                                    LIMIT 1) q1
+                WHERE p1.id = r.pid
                 LIMIT 1) q
             ORDER BY r.pid, r.grp;
     END IF;

@@ -42,3 +42,21 @@ pub async fn sequential_reads(client: &Client) -> Vec<(String, i64)> {
         .map(|r| (r.get(0), r.get(1)))
         .collect()
 }
+
+/// The `queen` tables the current transaction read 1,000 or more rows of,
+/// by sequential scan or through an index, with how many.
+pub async fn rows_read(client: &Client) -> Vec<(String, i64)> {
+    client
+        .query(
+            "SELECT relname::TEXT, seq_tup_read + COALESCE(idx_tup_fetch, 0) AS n \
+             FROM pg_stat_xact_user_tables \
+             WHERE schemaname = 'queen' AND seq_tup_read + COALESCE(idx_tup_fetch, 0) >= 1000 \
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("pg_stat_xact_user_tables")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}

@@ -394,16 +394,25 @@ BEGIN
             FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
         END IF;
         CONTINUE WHEN v_qid IS NULL;
+        -- The partitions by name, each a probe of (queue_id, name) (LATERAL
+        -- ... LIMIT 1, here and below): as name = ANY, the generic plan
+        -- read every partition of the queue by queue_id and filtered them.
         IF v_max_size > 0 THEN
             SELECT q.max_queue_size, q.dedup_window, q.window_buffer, q.encryption_enabled,
-                   (SELECT array_agg(p.id ORDER BY p.id) FROM queen.log_partitions p
-                    WHERE p.queue_id = q.id AND p.name = ANY (v_names))
+                   (SELECT array_agg(p.id ORDER BY p.id)
+                    FROM unnest(v_names) AS n(name)
+                    CROSS JOIN LATERAL (SELECT p1.id FROM queen.log_partitions p1
+                                        WHERE p1.queue_id = q.id AND p1.name = n.name
+                                        LIMIT 1) p)
             INTO v_max_size, v_dedup, v_window, v_sealed, v_ids
             FROM queen.queues q WHERE q.id = v_qid FOR NO KEY UPDATE;
         ELSE
             SELECT q.max_queue_size, q.dedup_window, q.window_buffer, q.encryption_enabled,
-                   (SELECT array_agg(p.id ORDER BY p.id) FROM queen.log_partitions p
-                    WHERE p.queue_id = q.id AND p.name = ANY (v_names))
+                   (SELECT array_agg(p.id ORDER BY p.id)
+                    FROM unnest(v_names) AS n(name)
+                    CROSS JOIN LATERAL (SELECT p1.id FROM queen.log_partitions p1
+                                        WHERE p1.queue_id = q.id AND p1.name = n.name
+                                        LIMIT 1) p)
             INTO v_max_size, v_dedup, v_window, v_sealed, v_ids
             FROM queen.queues q WHERE q.id = v_qid;
         END IF;
@@ -456,8 +465,12 @@ BEGIN
                 FROM (SELECT x.pn AS n, sum(x.c) AS total
                       FROM unnest(p_partitions, p_counts) AS x(pn, c)
                       GROUP BY x.pn) t
-                WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
-                                  WHERE p.queue_id = v_qid AND p.name = t.n)
+                -- A probe per name, not an anti-join over the queue's
+                -- partitions (see the lookup above).
+                LEFT JOIN LATERAL (SELECT p.id FROM queen.log_partitions p
+                                   WHERE p.queue_id = v_qid AND p.name = t.n
+                                   LIMIT 1) e ON true
+                WHERE e.id IS NULL
                 ORDER BY t.n COLLATE "C"
                 ON CONFLICT (queue_id, name) DO NOTHING
                 RETURNING id, name
@@ -469,8 +482,10 @@ BEGIN
             INSERT INTO queen.log_partitions (queue_id, name)
             SELECT v_qid, n
             FROM unnest(v_names) n
-            WHERE NOT EXISTS (SELECT 1 FROM queen.log_partitions p
-                              WHERE p.queue_id = v_qid AND p.name = n)
+            LEFT JOIN LATERAL (SELECT p.id FROM queen.log_partitions p
+                               WHERE p.queue_id = v_qid AND p.name = n
+                               LIMIT 1) e ON true
+            WHERE e.id IS NULL
             ORDER BY n COLLATE "C"
             ON CONFLICT (queue_id, name) DO NOTHING;
         END IF;
@@ -480,8 +495,11 @@ BEGIN
             v_ids := '{}';
         ELSE
             SELECT array_agg(p.id ORDER BY p.id) INTO v_ids
-            FROM queen.log_partitions p
-            WHERE p.queue_id = v_qid AND p.name = ANY (v_names) AND p.id <> ALL (v_new_ids);
+            FROM unnest(v_names) AS n(name)
+            CROSS JOIN LATERAL (SELECT p1.id FROM queen.log_partitions p1
+                                WHERE p1.queue_id = v_qid AND p1.name = n.name
+                                LIMIT 1) p
+            WHERE p.id <> ALL (v_new_ids);
         END IF;
     END IF;
     v_ids := COALESCE(v_ids, '{}');
@@ -863,7 +881,12 @@ BEGIN
         INTO v_fast, v_pids, v_seg_qids, v_windows, v_n, v_existing, v_missing
         FROM unnest(p_queues, p_partitions, p_counts, p_blobs, p_min_created_at, p_max_created_at)
              WITH ORDINALITY AS s(qn, pn, c, b, lo, hi, ord)
-        LEFT JOIN queen.queues q ON q.tenant_id = p_tenant AND q.name = s.qn
+        -- Each segment's queue by its key (LATERAL ... LIMIT 1, as the
+        -- partitions below): as a join, the generic plan hashed every
+        -- queue of the tenant on each call.
+        LEFT JOIN LATERAL (SELECT q1.* FROM queen.queues q1
+                           WHERE q1.tenant_id = p_tenant AND q1.name = s.qn
+                           LIMIT 1) q ON true
         -- LATERAL with LIMIT, so not flattened into a join: a lookup by
         -- the unique key per segment, whatever the statistics. A join was
         -- hashed over every partition of the table on each call under the

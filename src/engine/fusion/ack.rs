@@ -10,7 +10,7 @@
 //! comes back to one lane, whose writes carry its ACK and the next POPs in
 //! one transaction.
 
-use super::{fail_all, outcome, unavailable, Fuser};
+use super::{outcome, Batch, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::conn::BackendConn;
 use crate::backend::pool;
@@ -21,47 +21,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-pub(super) type Job = super::Job<Vec<Receipt>, Vec<String>>;
-
-/// The ACKs of one write: their receipts end to end, and each statement's
-/// count of them and its reply.
-pub(super) struct Batch {
-    pub(super) receipts: Vec<Receipt>,
-    sizes: Vec<usize>,
-    replies: Vec<oneshot::Sender<Result<Vec<String>, ExecError>>>,
-}
-
-impl Batch {
-    pub(super) fn of(jobs: Vec<Job>) -> Batch {
-        let mut batch = Batch {
-            receipts: Vec::new(),
-            sizes: Vec::with_capacity(jobs.len()),
-            replies: Vec::with_capacity(jobs.len()),
-        };
-        for job in jobs {
-            batch.sizes.push(job.statement.len());
-            batch.receipts.extend(job.statement);
-            batch.replies.push(job.reply);
-        }
-        batch
-    }
-
-    /// Each statement its receipts' statuses (once they are committed).
-    pub(super) fn answer(self, status: Vec<String>) {
-        let mut status = status.into_iter();
-        for (n, reply) in self.sizes.into_iter().zip(self.replies) {
-            let _ = reply.send(Ok(status.by_ref().take(n).collect()));
-        }
-    }
-
-    pub(super) fn fail(self, unknown: bool, why: &str) {
-        fail_all(self.replies, unknown, why);
-    }
-
-    pub(super) fn unavailable(self, e: &crate::backend::BackendError) {
-        unavailable(self.replies, e);
-    }
-}
+pub(super) type Job = super::AckJob;
 
 impl Fuser {
     /// Acknowledges the receipts of a plain ACK outside any transaction

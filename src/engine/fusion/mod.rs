@@ -36,6 +36,7 @@ use super::sealing::Sealing;
 use super::wake::Announcer;
 use super::ExecError;
 use crate::backend::{BackendError, Pool};
+use crate::engine::receipt::Receipt;
 use crate::protocol::{SqlError, SqlState};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -119,6 +120,50 @@ impl Fuser {
 struct Job<T, R> {
     statement: T,
     reply: oneshot::Sender<Result<R, ExecError>>,
+}
+
+/// A plain ACK's receipts waiting for their write, and where their
+/// statuses go.
+type AckJob = Job<Vec<Receipt>, Vec<String>>;
+
+/// The ACKs of one write: their receipts end to end, and each statement's
+/// count of them and its reply.
+struct Batch {
+    receipts: Vec<Receipt>,
+    sizes: Vec<usize>,
+    replies: Vec<oneshot::Sender<Result<Vec<String>, ExecError>>>,
+}
+
+impl Batch {
+    fn of(jobs: Vec<AckJob>) -> Batch {
+        let mut batch = Batch {
+            receipts: Vec::new(),
+            sizes: Vec::with_capacity(jobs.len()),
+            replies: Vec::with_capacity(jobs.len()),
+        };
+        for job in jobs {
+            batch.sizes.push(job.statement.len());
+            batch.receipts.extend(job.statement);
+            batch.replies.push(job.reply);
+        }
+        batch
+    }
+
+    /// Each statement its receipts' statuses (once they are committed).
+    fn answer(self, status: Vec<String>) {
+        let mut status = status.into_iter();
+        for (n, reply) in self.sizes.into_iter().zip(self.replies) {
+            let _ = reply.send(Ok(status.by_ref().take(n).collect()));
+        }
+    }
+
+    fn fail(self, unknown: bool, why: &str) {
+        fail_all(self.replies, unknown, why);
+    }
+
+    fn unavailable(self, e: &crate::backend::BackendError) {
+        unavailable(self.replies, e);
+    }
 }
 
 /// Waits for a queued statement's result; a writer that stopped may have

@@ -12,7 +12,7 @@
 //! in a loop otherwise waits for two lanes, each write carrying a few
 //! statements and a commit of its own).
 
-use super::{fail_all, outcome, unavailable, Fuser};
+use super::{fail_all, outcome, unavailable, Batch, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::pool;
 use crate::engine::acks::ack_receipts;
@@ -28,7 +28,7 @@ use uuid::Uuid;
 pub(super) enum Job {
     Pop(super::Job<PopPlan, Vec<Vec<Cell>>>),
     /// A plain ACK of a session whose last POP this lane wrote.
-    Ack(super::ack::Job),
+    Ack(super::AckJob),
 }
 
 /// What POPs must share to be claimed by one call.
@@ -127,7 +127,7 @@ impl Fuser {
         let (plans, replies): (Vec<PopPlan>, Vec<_>) = pops.into_iter().unzip();
         let Some(first) = plans.first() else {
             if !acks.is_empty() {
-                self.write_acks(super::ack::Batch::of(acks), tenant).await;
+                self.write_acks(Batch::of(acks), tenant).await;
             }
             return;
         };
@@ -135,7 +135,7 @@ impl Fuser {
         let mut conn = match pool::checkout(&self.pool).await {
             Ok(c) => c,
             Err(e) => {
-                super::ack::Batch::of(acks).unavailable(&e);
+                Batch::of(acks).unavailable(&e);
                 return unavailable(replies, &e);
             }
         };
@@ -143,7 +143,7 @@ impl Fuser {
         // commits: what they released is claimable by the next write.
         let mut acked = None;
         if !acks.is_empty() {
-            let batch = super::ack::Batch::of(acks);
+            let batch = Batch::of(acks);
             let calls = &mut Calls::new(&mut conn, CallEnd::Flush);
             match ack_receipts(calls, &batch.receipts, false, None, tenant).await {
                 Ok(status) => acked = Some((batch, status)),

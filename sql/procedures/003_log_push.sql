@@ -886,12 +886,10 @@ BEGIN
         INTO v_fast, v_pids, v_seg_qids, v_windows, v_n, v_existing, v_missing
         FROM unnest(p_queues, p_partitions, p_counts, p_blobs, p_min_created_at, p_max_created_at)
              WITH ORDINALITY AS s(qn, pn, c, b, lo, hi, ord)
-        -- Each segment's queue by its key (LATERAL ... LIMIT 1, as the
-        -- partitions below): as a join, the generic plan hashed every
-        -- queue of the tenant on each call.
-        LEFT JOIN LATERAL (SELECT q1.* FROM queen.queues q1
-                           WHERE q1.tenant_id = p_tenant AND q1.name = s.qn
-                           LIMIT 1) q ON true
+        -- The queues keyed above, read again by id (the ANY: as a join on
+        -- the tenant and the name, the generic plan hashed every queue of
+        -- the tenant on each call); a name not among them has no queue.
+        LEFT JOIN queen.queues q ON q.id = ANY (v_qids) AND q.name = s.qn
         -- LATERAL with LIMIT, so not flattened into a join: a lookup by
         -- the unique key per segment, whatever the statistics. A join was
         -- hashed over every partition of the table on each call under the

@@ -174,6 +174,7 @@ DECLARE
     v_c           queen.log_consumers%ROWTYPE;
     v_expired     BOOLEAN;
     v_group_held  BOOLEAN;
+    v_fresh       BOOLEAN;
     v_seg         RECORD;
     v_next        BIGINT;
     v_first       BIGINT;
@@ -382,19 +383,32 @@ BEGIN
                 o_seg := o_seg || NULL::INTEGER;
                 CONTINUE;
             END IF;
+            -- A subscription from the beginning starts before offset 0
+            -- without a look at the segments. The row this insert makes is
+            -- this transaction's, free and unleased: it is the row to claim
+            -- (no lock to take on it; another pop would have needed the
+            -- (partition, group) key held here). A row another transaction
+            -- made meanwhile is locked below like any other.
             INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_offset)
             VALUES (v_cand.id, v_group,
-                    COALESCE(queen.log_cursor_at_v1(v_cand.id, v_sub_at, p_tenant), -1))
-            ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+                    CASE WHEN v_sub_at IS NULL THEN -1
+                         ELSE COALESCE(queen.log_cursor_at_v1(v_cand.id, v_sub_at, p_tenant), -1) END)
+            ON CONFLICT (partition_id, consumer_group) DO NOTHING
+            RETURNING * INTO v_c;
+            v_fresh := FOUND;
+        ELSE
+            v_fresh := false;
         END IF;
 
-        SELECT c.* INTO v_c
-        FROM queen.log_consumers c
-        WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group
-          AND (c.lease_token IS NULL OR c.lease_expires_at <= v_now)
-          AND (c.blocked_until IS NULL OR c.blocked_until <= v_now)
-        FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
+        IF NOT v_fresh THEN
+            SELECT c.* INTO v_c
+            FROM queen.log_consumers c
+            WHERE c.partition_id = v_cand.id AND c.consumer_group = v_group
+              AND (c.lease_token IS NULL OR c.lease_expires_at <= v_now)
+              AND (c.blocked_until IS NULL OR c.blocked_until <= v_now)
+            FOR UPDATE SKIP LOCKED;
+        END IF;
+        IF NOT v_fresh AND NOT FOUND THEN
             o_pid := o_pid || v_cand.id;
             o_pname := o_pname || v_cand.name::TEXT;
             o_state := o_state || 'locked'::TEXT;

@@ -30,28 +30,24 @@ pub async fn rows(client: &Client, sql: &str) -> Vec<Row> {
 /// The `queen` tables the current transaction read 1,000 or more rows of
 /// by sequential scan, with how many (a keyed call reads none).
 pub async fn sequential_reads(client: &Client) -> Vec<(String, i64)> {
-    client
-        .query(
-            "SELECT relname::TEXT, seq_tup_read FROM pg_stat_xact_user_tables \
-             WHERE schemaname = 'queen' AND seq_tup_read >= 1000 ORDER BY 1",
-            &[],
-        )
-        .await
-        .expect("pg_stat_xact_user_tables")
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
+    tables_reading(client, "seq_tup_read").await
 }
 
 /// The `queen` tables the current transaction read 1,000 or more rows of,
 /// by sequential scan or through an index, with how many.
 pub async fn rows_read(client: &Client) -> Vec<(String, i64)> {
+    tables_reading(client, "seq_tup_read + COALESCE(idx_tup_fetch, 0)").await
+}
+
+/// The `queen` tables whose `count` (an expression over the columns of
+/// pg_stat_xact_user_tables) reached 1,000 in the current transaction.
+async fn tables_reading(client: &Client, count: &str) -> Vec<(String, i64)> {
     client
         .query(
-            "SELECT relname::TEXT, seq_tup_read + COALESCE(idx_tup_fetch, 0) AS n \
-             FROM pg_stat_xact_user_tables \
-             WHERE schemaname = 'queen' AND seq_tup_read + COALESCE(idx_tup_fetch, 0) >= 1000 \
-             ORDER BY 1",
+            &format!(
+                "SELECT relname::TEXT, {count} FROM pg_stat_xact_user_tables \
+                 WHERE schemaname = 'queen' AND {count} >= 1000 ORDER BY 1"
+            ),
             &[],
         )
         .await

@@ -12,8 +12,8 @@
 
 use super::{outcome, Batch, Fuser};
 use crate::backend::call::{CallEnd, Calls};
-use crate::backend::conn::BackendConn;
 use crate::backend::pool;
+use crate::backend::BackendConn;
 use crate::engine::acks::ack_receipts;
 use crate::engine::receipt::Receipt;
 use crate::engine::ExecError;

@@ -161,7 +161,7 @@ impl Batch {
         fail_all(self.replies, unknown, why);
     }
 
-    fn unavailable(self, e: &crate::backend::BackendError) {
+    fn unavailable(self, e: &BackendError) {
         unavailable(self.replies, e);
     }
 }

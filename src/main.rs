@@ -57,6 +57,10 @@ struct ServeArgs {
     /// Address to listen on for PostgreSQL clients.
     #[arg(long, env = "QUEENWIRE_LISTEN", default_value = "127.0.0.1:6543")]
     listen: String,
+    /// Also listen on a Unix socket in this directory, named
+    /// `.s.PGSQL.<port>` after the TCP port (`psql -h DIR -p PORT`).
+    #[arg(long, env = "QUEENWIRE_UNIX_SOCKET_DIR")]
+    unix_socket_dir: Option<PathBuf>,
     /// PostgreSQL (15+) to use, as a URL or key=value string. Also read from
     /// DATABASE_URL. Absent: run an embedded PostgreSQL in --data-dir.
     #[arg(long, env = "QUEENWIRE_BACKEND")]
@@ -243,6 +247,7 @@ fn main() -> ExitCode {
     };
     let config = Config {
         listen: cli.listen,
+        unix_socket_dir: cli.unix_socket_dir,
         backend,
         pool_size: cli.pool_size.max(1),
         users,
@@ -302,6 +307,9 @@ fn main() -> ExitCode {
             server.local_addr,
             server.backend_description
         );
+        if let Some(path) = &server.unix_socket {
+            tracing::info!("also listening on the Unix socket {}", path.display());
+        }
         if let Some(addr) = server.metrics_addr {
             tracing::info!("metrics on http://{addr}/metrics (/health, /ready)");
         }

@@ -20,39 +20,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-
-/// Connections a listener queues before they are accepted: many clients
-/// reconnecting at once (after a restart) must not wait for SYN retries
-/// (tokio's default is 128; the kernel caps it at somaxconn).
-const LISTEN_BACKLOG: u32 = 4096;
-
-/// Binds the first address `listen` resolves to that takes it.
-async fn listen(listen: &str) -> std::io::Result<TcpListener> {
-    let mut last = None;
-    for addr in tokio::net::lookup_host(listen).await? {
-        let socket = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_reuseaddr(true)?;
-        match socket
-            .bind(addr)
-            .and_then(|()| socket.listen(LISTEN_BACKLOG))
-        {
-            Ok(listener) => return Ok(listener),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the address resolves to nothing",
-        )
-    }))
-}
 
 /// Connections of the timer firing loop (it fires one batch at a time).
 const TIMER_POOL_SIZE: usize = 2;
@@ -65,6 +33,9 @@ pub const BACKGROUND_APPLICATION_NAME: &str = "queenwire background";
 pub struct Config {
     /// Address to listen on, e.g. `127.0.0.1:6543`.
     pub listen: String,
+    /// A directory for a Unix socket `.s.PGSQL.<port>` too (the TCP
+    /// port's number), as PostgreSQL's `unix_socket_directories`.
+    pub unix_socket_dir: Option<PathBuf>,
     pub backend: Backend,
     /// Backend connections in the pool.
     pub pool_size: usize,
@@ -125,6 +96,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             listen: "127.0.0.1:6543".into(),
+            unix_socket_dir: None,
             backend: Backend::Embedded {
                 data_dir: PathBuf::from("queenwire-data"),
             },
@@ -290,6 +262,8 @@ pub enum StartError {
 /// A running queenwire.
 pub struct Server {
     pub local_addr: SocketAddr,
+    /// The Unix socket clients may connect on, when there is one.
+    pub unix_socket: Option<PathBuf>,
     /// One line saying which backend serves this proxy.
     pub backend_description: String,
     /// Where `/metrics` is served, when it is.
@@ -369,7 +343,7 @@ impl Server {
         let _ = conn_task.await;
 
         let pool = pool::build_pool(target.clone(), config.pool_size)?;
-        let listener = listen(&config.listen)
+        let listener = frontend::accept::bind_tcp(&config.listen)
             .await
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
         if config.users.is_none() {
@@ -383,9 +357,17 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(config.listen.clone(), e))?;
+        let unix = match &config.unix_socket_dir {
+            Some(dir) => Some(
+                frontend::accept::bind_unix(dir, local_addr.port())
+                    .map_err(|e| StartError::Listen(dir.display().to_string(), e))?,
+            ),
+            None => None,
+        };
+        let unix_socket = unix.as_ref().map(|(_, file)| file.path().to_path_buf());
         let metrics_listener = match &config.metrics_listen {
             Some(addr) => Some(
-                listen(addr)
+                frontend::accept::bind_tcp(addr)
                     .await
                     .map_err(|e| StartError::Listen(addr.clone(), e))?,
             ),
@@ -447,7 +429,13 @@ impl Server {
         let listen_hub = shared.listen.clone();
         let mut pools = pool_labels(&shared);
         let shared_target = target;
-        let listener_task = tokio::spawn(frontend::serve(listener, shared.clone()));
+        let listener_task = tokio::spawn(frontend::serve(
+            frontend::accept::Listeners {
+                tcp: listener,
+                unix,
+            },
+            shared.clone(),
+        ));
         let mut background = client_config.clone();
         background.application_name(BACKGROUND_APPLICATION_NAME);
         let reload = ReloadFrom {
@@ -526,6 +514,7 @@ impl Server {
         }
         Ok(Server {
             local_addr,
+            unix_socket,
             backend_description: format!("{description} (PostgreSQL {version})"),
             metrics_addr,
             metrics,

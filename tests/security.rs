@@ -346,3 +346,130 @@ async fn tenants_see_and_touch_only_their_own_objects() {
     assert_eq!(rows(&a, "SHOW SCHEDULES").await.len(), 1);
     assert_eq!(rows(&a, "POP FROM shared_name LIMIT 10").await.len(), 2);
 }
+
+/// psql as a newcomer types it against a Unix socket: `-h DIR -p PORT`.
+async fn psql_unix(
+    dir: &std::path::Path,
+    port: u16,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
+    common::proxy::psql_at(&dir.display().to_string(), port, args, env).await
+}
+
+#[tokio::test]
+async fn clients_connect_on_the_unix_socket_as_on_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file left behind by a process that is gone, at the name this
+    // proxy will take: it is replaced, not an error.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = dir.path().join(format!(".s.PGSQL.{port}"));
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let socket_dir = dir.path().to_path_buf();
+    let proxy = Proxy::start_with("unix_socket", |c| {
+        c.listen = format!("127.0.0.1:{port}");
+        c.unix_socket_dir = Some(socket_dir);
+    })
+    .await;
+    assert_eq!(proxy.server.unix_socket.as_deref(), Some(path.as_path()));
+
+    // psql over the socket: plain SQL and the dialect, and \conninfo says
+    // it is the socket (psql's default sslmode=prefer is declined there).
+    let (ok, out, err) = psql_unix(
+        dir.path(),
+        port,
+        &[
+            "-At",
+            "-c",
+            "PUSH INTO unix_q VALUES ('{\"n\":1}')",
+            "-c",
+            "SELECT 40 + 2",
+            "-c",
+            "\\conninfo",
+        ],
+        &[],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("42\n"), "{out}");
+    assert!(out.contains("via socket in"), "{out}");
+
+    // tokio-postgres given the directory as its host.
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host_path(dir.path())
+        .port(port)
+        .user("tester")
+        .dbname("x");
+    let client = common::proxy::connect(&cfg).await;
+    let rows = client
+        .simple_query("POP FROM unix_q LIMIT 1 AUTO ACK")
+        .await
+        .unwrap();
+    let popped = rows.iter().any(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => {
+            r.get("payload").is_some_and(|p| p.contains("\"n\""))
+        }
+        _ => false,
+    });
+    assert!(popped, "the message pushed over the socket is popped");
+    // The admin view says where it is, as PostgreSQL's connection log.
+    let (ok, out, err) = psql_unix(
+        dir.path(),
+        port,
+        &["-At", "-c", "SHOW QUEENWIRE CLIENTS"],
+        &[],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.matches("|[local]|").count(), 2, "{out}");
+
+    // A live socket is never taken over by a second server.
+    let taken = queenwire::frontend::accept::bind_unix(dir.path(), port);
+    assert_eq!(
+        taken.err().map(|e| e.kind()),
+        Some(std::io::ErrorKind::AddrInUse)
+    );
+    assert!(path.exists(), "the live socket is still there");
+    drop(client);
+
+    // A stop removes the file: a later client is refused by the kernel.
+    proxy.server.shutdown().await;
+    assert!(!path.exists());
+    let (ok, _, err) = psql_unix(dir.path(), port, &["-c", "SELECT 1"], &[]).await;
+    assert!(!ok);
+    assert!(err.contains("No such file"), "{err}");
+}
+
+#[tokio::test]
+async fn tls_required_over_tcp_is_not_asked_of_the_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = self_signed(dir.path());
+    let socket_dir = dir.path().to_path_buf();
+    let proxy = Proxy::start_with("unix_tls", |c| {
+        c.tls = Some(files.clone());
+        c.require_tls = true;
+        c.unix_socket_dir = Some(socket_dir);
+    })
+    .await;
+    let port = proxy.addr.port();
+    // PostgreSQL's hostssl lines do not apply to local connections either.
+    let (ok, out, err) = psql_unix(
+        dir.path(),
+        port,
+        &["-At", "-c", "SELECT 'local'"],
+        &[("PGSSLMODE", "disable")],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "local\n");
+    // Over TCP plaintext is still refused.
+    let (ok, _, err) = proxy
+        .psql_env(&["-c", "SELECT 1"], &[("PGSSLMODE", "disable")])
+        .await;
+    assert!(!ok && err.contains("requires TLS"), "{err}");
+}

@@ -188,7 +188,8 @@ impl Bench {
     }
 
     /// pgbench's built-in TPC-B script, 8 clients, scale 10, alternating
-    /// direct (Unix socket) and through queenwire, simple protocol.
+    /// direct (Unix socket), through queenwire's Unix socket and through its
+    /// TCP port, simple protocol.
     pub async fn tpcb(
         &mut self,
         socket_dir: &Path,
@@ -217,10 +218,15 @@ impl Bench {
         }
         let secs = (self.args.secs * 3.0).round().max(2.0) as u32;
         let proxy_port = self.proxy_cfg.get_ports().first().copied().unwrap_or(5432);
+        let proxy_socket = match self.proxy_unix_cfg.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Unix(dir)) => dir.display().to_string(),
+            _ => return Err("no Unix socket for queenwire".into()),
+        };
         for round in 0..self.args.rounds {
-            for system in ["direct", "queenwire"] {
+            for system in ["direct", "queenwire unix", "queenwire"] {
                 let (host, port, login) = match system {
                     "direct" => (socket.clone(), pg_port, user.to_string()),
+                    "queenwire unix" => (proxy_socket.clone(), proxy_port, "bench".to_string()),
                     _ => ("127.0.0.1".to_string(), proxy_port, "bench".to_string()),
                 };
                 let out = Command::new(&pgbench)

@@ -245,6 +245,8 @@ impl Cell {
 struct Bench {
     args: Args,
     proxy_cfg: Config,
+    /// queenwire over its Unix socket (select1, tpcb).
+    proxy_unix_cfg: Config,
     direct_cfg: Config,
     /// The cluster over TCP on 127.0.0.1.
     direct_tcp_cfg: Config,
@@ -394,10 +396,12 @@ async fn run(args: Args) -> Result<(), BoxError> {
         .await?;
         pids.0.store(u64::from(proxy.pid), Ordering::Relaxed);
         let proxy_cfg = proxy.client_config();
+        let proxy_unix_cfg = proxy.unix_client_config();
         let qw_admin = setup::connect(&proxy_cfg).await?;
         let mut bench = Bench {
             args: args.clone(),
             proxy_cfg,
+            proxy_unix_cfg,
             direct_cfg,
             direct_tcp_cfg: cluster.tcp_config(),
             qw_admin,
@@ -597,6 +601,7 @@ impl Bench {
                 for round in 0..self.args.rounds {
                     for (system, cfg) in [
                         ("queenwire", self.proxy_cfg.clone()),
+                        ("queenwire unix", self.proxy_unix_cfg.clone()),
                         ("direct", self.direct_cfg.clone()),
                         ("direct tcp", self.direct_tcp_cfg.clone()),
                     ] {
@@ -1431,7 +1436,10 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
                 .provisioning_batch
                 .map_or("n/a".into(), |(_, _, r)| format!("{r:.0}")),
         ),
-        ("tpcb_vs_direct", tpcb_ratio(extras)),
+        // Like for like: queenwire's Unix socket against PostgreSQL's;
+        // through queenwire's TCP port against the same Unix socket too.
+        ("tpcb_vs_direct", tpcb_ratio(extras, "queenwire unix")),
+        ("tpcb_tcp_vs_direct", tpcb_ratio(extras, "queenwire")),
         (
             "stream_5k_max_lag",
             extras
@@ -1453,6 +1461,10 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
         ),
         (
             "select1_vs_direct",
+            ratio(rate("select1", "queenwire unix"), rate("select1", "direct")),
+        ),
+        (
+            "select1_tcp_vs_direct",
             ratio(rate("select1", "queenwire"), rate("select1", "direct")),
         ),
         (
@@ -1501,7 +1513,7 @@ fn pop_scale(extras: &extra::Extras) -> String {
 }
 
 /// Median TPC-B tps through queenwire ÷ median direct.
-fn tpcb_ratio(extras: &extra::Extras) -> String {
+fn tpcb_ratio(extras: &extra::Extras, through: &str) -> String {
     let of = |s: &str| {
         let mut v: Vec<f64> = extras
             .tpcb
@@ -1511,7 +1523,7 @@ fn tpcb_ratio(extras: &extra::Extras) -> String {
             .collect();
         (!v.is_empty()).then(|| median(&mut v))
     };
-    match (of("queenwire"), of("direct")) {
+    match (of(through), of("direct")) {
         (Some(q), Some(d)) if d > 0.0 => format!("{:.2}", q / d),
         _ => "n/a".into(),
     }
@@ -1552,8 +1564,9 @@ fn print_extras(extras: &extra::Extras) {
                 .join(", ")
         };
         println!(
-            "TPC-B (pgbench's built-in script, scale 10, 8 clients, 2 threads, simple protocol), tps per round: direct (Unix socket) {}; through queenwire {}.",
+            "TPC-B (pgbench's built-in script, scale 10, 8 clients, 2 threads, simple protocol), tps per round: direct (Unix socket) {}; through queenwire's Unix socket {}; through queenwire's TCP port {}.",
             list("direct"),
+            list("queenwire unix"),
             list("queenwire")
         );
         println!();

@@ -97,6 +97,8 @@ pub struct Proxy {
     pub child: tokio::process::Child,
     pub pid: u32,
     pub addr: SocketAddr,
+    /// The directory of its Unix socket (`.s.PGSQL.<port>`).
+    pub socket_dir: PathBuf,
     pub log: PathBuf,
 }
 
@@ -104,6 +106,17 @@ impl Proxy {
     pub fn client_config(&self) -> Config {
         let mut cfg = Config::new();
         cfg.host(self.addr.ip().to_string())
+            .port(self.addr.port())
+            .user("bench")
+            .dbname("postgres")
+            .connect_timeout(Duration::from_secs(10));
+        cfg
+    }
+
+    /// The same login over queenwire's Unix socket.
+    pub fn unix_client_config(&self) -> Config {
+        let mut cfg = Config::new();
+        cfg.host_path(&self.socket_dir)
             .port(self.addr.port())
             .user("bench")
             .dbname("postgres")
@@ -215,6 +228,8 @@ pub async fn start_proxy(
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let log = log_dir.join("queenwire.log");
     let log_file = fs::File::create(&log)?;
+    let socket_dir = log_dir.join("qwsocket");
+    fs::create_dir_all(&socket_dir)?;
     let mut command = tokio::process::Command::new(binary);
     // Its own process group, so a Ctrl-C reaches only the benchmark, which
     // then stops it; and SIGTERM if the benchmark dies without doing so.
@@ -241,6 +256,8 @@ pub async fn start_proxy(
         .arg(backend)
         .arg("--listen")
         .arg(addr.to_string())
+        .arg("--unix-socket-dir")
+        .arg(&socket_dir)
         .arg("--pool-size")
         .arg(pool_size.to_string())
         .arg("--log-level")
@@ -256,6 +273,7 @@ pub async fn start_proxy(
         child,
         pid,
         addr,
+        socket_dir,
         log,
     };
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -1,17 +1,18 @@
-//! The client's socket (plain TCP or TLS): buffered reads of framed
-//! messages, buffered writes.
+//! The client's socket (plain TCP, TLS or a Unix socket): buffered reads
+//! of framed messages, buffered writes.
 
 use crate::protocol::{read_message, FrameError, Message};
 use bytes::BytesMut;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 /// A client connection, before or after the TLS handshake.
 pub enum ClientStream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Unix(UnixStream),
 }
 
 impl ClientStream {
@@ -19,11 +20,17 @@ impl ClientStream {
         matches!(self, ClientStream::Tls(_))
     }
 
-    /// The client's address, for the admin view.
+    pub fn is_unix(&self) -> bool {
+        matches!(self, ClientStream::Unix(_))
+    }
+
+    /// The client's address, for the admin view (none on a Unix socket,
+    /// as PostgreSQL's `client_addr`).
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         match self {
             ClientStream::Plain(s) => s.peer_addr().ok(),
             ClientStream::Tls(s) => s.get_ref().0.peer_addr().ok(),
+            ClientStream::Unix(_) => None,
         }
     }
 }
@@ -37,6 +44,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -50,6 +58,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_write(cx, data),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+            ClientStream::Unix(s) => Pin::new(s).poll_write(cx, data),
         }
     }
 
@@ -57,6 +66,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -64,6 +74,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -89,6 +100,16 @@ impl Client {
 
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         self.stream.peer_addr()
+    }
+
+    /// Where the client is, for the admin view: `address:port`, or
+    /// `[local]` on the Unix socket (as PostgreSQL's connection log).
+    pub fn peer_label(&self) -> String {
+        match (&self.stream, self.stream.peer_addr()) {
+            (ClientStream::Unix(_), _) => "[local]".into(),
+            (_, Some(addr)) => addr.to_string(),
+            (_, None) => String::new(),
+        }
     }
 
     pub fn send(&mut self, msg: &Message) {

@@ -8,6 +8,7 @@
 //! dialect statement is handed to the engine, which borrows the session's
 //! backend connection through `engine::Lender`.
 
+pub mod accept;
 pub mod client;
 pub mod encoding;
 pub mod errors;
@@ -20,23 +21,25 @@ pub mod slots;
 pub mod startup;
 pub mod tls;
 
+use accept::{Listeners, Peer};
 pub use shared::{CancelRegistry, FrontendConfig, PoolMode, SessionHandle, Shared, StatementNames};
 use std::sync::Arc;
-use tokio::net::TcpListener;
 
-/// Accepts clients until the drain begins; the listener is closed then, so
-/// a client connecting later is refused by the kernel (connection refused).
+/// Accepts clients until the drain begins; the listeners are closed then
+/// (the Unix socket's file removed), so a client connecting later is
+/// refused by the kernel.
 /// Sessions already in drain on their own (`session/idle.rs`); a client
 /// whose startup was under way when the drain began gets 57P03 instead of
 /// a session.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+pub async fn serve(listeners: Listeners, shared: Arc<Shared>) {
     let shutdown = shared.shutdown.clone();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = listeners.accept() => match accepted {
                 Ok((mut stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    if shared.config.users.is_none() && !peer.ip().is_loopback() {
+                    if shared.config.users.is_none()
+                        && matches!(peer, Peer::Tcp(addr) if !addr.ip().is_loopback())
+                    {
                         errors::send_fatal(&mut stream, &crate::protocol::SqlError::fatal(crate::protocol::SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "no users file: queenwire accepts loopback connections only")).await;
                         continue;
                     }

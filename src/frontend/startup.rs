@@ -10,7 +10,6 @@ use crate::users::{Passthrough, Users};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 /// Startup packets are small; PostgreSQL itself caps them at 10,000 bytes.
 const MAX_STARTUP_PACKET: usize = 10_000;
@@ -37,8 +36,7 @@ pub struct Started {
 
 /// Runs the startup phase. `None` when the connection ends here (a cancel
 /// request, a refused login, a vanished client).
-pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
-    let mut stream = ClientStream::Plain(tcp);
+pub async fn startup(shared: &Arc<Shared>, mut stream: ClientStream) -> Option<Started> {
     let startup = loop {
         let packet = match read_startup_packet(&mut stream, MAX_STARTUP_PACKET).await {
             Ok(p) => p,
@@ -61,8 +59,8 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
                         }
                     }
                 }
-                // No TLS configured, or a second request: decline; the
-                // client goes on in plaintext or gives up.
+                // No TLS configured, a second request or a Unix socket:
+                // decline; the client goes on in plaintext or gives up.
                 (_, mut other) => {
                     other.write_all(code::DECLINE).await.ok()?;
                     stream = other;
@@ -75,7 +73,13 @@ pub async fn startup(shared: &Arc<Shared>, tcp: TcpStream) -> Option<Started> {
                 }
                 return None;
             }
-            code if code >> 16 == 3 && shared.config.require_tls && !stream.is_tls() => {
+            // A Unix socket never crosses a network (PostgreSQL's hostssl
+            // lines do not apply to it either).
+            code if code >> 16 == 3
+                && shared.config.require_tls
+                && !stream.is_tls()
+                && !stream.is_unix() =>
+            {
                 let err = SqlError::fatal(
                     SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
                     "queenwire requires TLS: connect with sslmode=require",

@@ -72,39 +72,52 @@ impl Proxy {
     /// `psql` with extra environment variables; a `-U` in `args` wins over
     /// the default user.
     pub async fn psql_env(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-        let port = self.addr.port().to_string();
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let env: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new("psql")
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &port,
-                    "-U",
-                    "tester",
-                    "-X",
-                    "-v",
-                    "ON_ERROR_STOP=1",
-                ])
-                .args(&args)
-                .env_remove("PGPASSWORD")
-                .envs(env)
-                .output()
-                .expect("psql runs")
-        })
-        .await
-        .expect("psql thread");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        psql_at("127.0.0.1", self.addr.port(), args, env).await
     }
+}
+
+/// Runs `psql -h HOST -p PORT -U tester` (HOST may be a socket directory)
+/// with the given arguments and environment; returns (success, stdout,
+/// stderr). psql runs on a blocking thread: the proxy serves it from the
+/// test's runtime.
+pub async fn psql_at(
+    host: &str,
+    port: u16,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
+    let (host, port) = (host.to_string(), port.to_string());
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("psql")
+            .args([
+                "-h",
+                &host,
+                "-p",
+                &port,
+                "-U",
+                "tester",
+                "-X",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .args(&args)
+            .env_remove("PGPASSWORD")
+            .envs(env)
+            .output()
+            .expect("psql runs")
+    })
+    .await
+    .expect("psql thread");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 pub async fn connect(cfg: &tokio_postgres::Config) -> tokio_postgres::Client {

@@ -152,10 +152,7 @@ impl Session {
                 .get("application_name")
                 .map(|v| v.trim_matches('\'').replace("''", "'"))
                 .unwrap_or_default(),
-            client_addr: client
-                .peer_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default(),
+            client_addr: client.peer_label(),
         });
         let _ = handle.observed.set(observed.info.clone());
         let role_pool = match passthrough {

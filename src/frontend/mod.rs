@@ -1,4 +1,5 @@
-//! The client side: the listener (here), startup and authentication
+//! The client side: the accept loop (here) over the listeners (`accept`:
+//! TCP and the optional Unix socket), startup and authentication
 //! (`startup`, `scram`), one session per client (`session`), what sessions
 //! share (`shared`), the connection cap (`slots`), the client's socket
 //! (`client`), bound parameters (`params`) and the edge where every

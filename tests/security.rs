@@ -428,6 +428,22 @@ async fn clients_connect_on_the_unix_socket_as_on_postgresql() {
     assert!(ok, "{err}");
     assert_eq!(out.matches("|[local]|").count(), 2, "{out}");
 
+    // A cancel request over the socket (libpq and tokio-postgres send it
+    // on the connection's own socket) reaches the running statement.
+    let token = client.cancel_token();
+    let sleeper = tokio::spawn(async move {
+        let result = client.simple_query("SELECT pg_sleep(30)").await;
+        (client, result)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    let (client, result) = tokio::time::timeout(Duration::from_secs(20), sleeper)
+        .await
+        .expect("the cancelled statement ends")
+        .unwrap();
+    let code = result.err().and_then(|e| e.code().cloned());
+    assert_eq!(code, Some(tokio_postgres::error::SqlState::QUERY_CANCELED));
+
     // A live socket is never taken over by a second server.
     let taken = queenwire::frontend::accept::bind_unix(dir.path(), port);
     assert_eq!(

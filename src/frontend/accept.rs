@@ -104,6 +104,14 @@ pub fn bind_unix(dir: &Path, port: u16) -> std::io::Result<(UnixListener, Socket
     }
     let listener = UnixListener::bind(&path)?;
     let file = SocketFile(path);
+    // The TCP listener's backlog (tokio binds with 128): listening again
+    // on a listening socket only changes it.
+    use std::os::fd::AsRawFd;
+    let backlog = i32::try_from(LISTEN_BACKLOG).unwrap_or(i32::MAX);
+    // SAFETY: listen(2) on a socket this function owns.
+    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o777))?;
     Ok((listener, file))
 }

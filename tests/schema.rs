@@ -762,3 +762,61 @@ async fn a_pop_call_planned_on_a_small_table_reads_by_key() {
         );
     }
 }
+
+/// The same for RENEW: the leases it extends are found by key, never by a
+/// join over the queue's partitions, once the session's plans were made
+/// while the queue was small.
+#[tokio::test]
+async fn a_renew_reads_by_key_however_many_partitions_its_queue_has() {
+    let proxy = Proxy::start("renew_plan").await;
+    let direct = proxy.connect_direct().await;
+    // Loaded on a connection of its own (see the ACK's test).
+    let loader = proxy.connect_direct().await;
+    let partitions = |from: i32, to: i32| {
+        format!(
+            "INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at) \
+             SELECT q.id, 'w' || g, 0, now() FROM queen.queues q, generate_series({from}, {to}) g \
+             WHERE q.name = 'wide'"
+        )
+    };
+    loader
+        .batch_execute(&format!(
+            "SELECT queen.configure_queue_v1('wide', '{{}}'::jsonb); {}; ANALYZE queen.log_partitions",
+            partitions(1, 1000)
+        ))
+        .await
+        .unwrap();
+    let lease = "CREATE TEMP TABLE IF NOT EXISTS leased AS SELECT * FROM queen.log_pop_v2('none') \
+                 WHERE false; TRUNCATE leased; INSERT INTO leased SELECT * FROM \
+                 queen.log_pop_v2('wide', NULL, 'g', 2, 2, NULL, 'beginning', NULL, false, \
+                 '00000000-0000-0000-0000-000000000001', \
+                 (SELECT array_agg(p.id) FROM queen.log_partitions p \
+                  WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = 'wide') \
+                    AND p.name IN ('a', 'b')), 1) \
+                 WHERE state = 'claimed'";
+    let renew = "SELECT count(*) FROM queen.log_renew_v1(ARRAY(SELECT partition_id FROM leased), \
+                 ARRAY(SELECT 'g'::text FROM leased), ARRAY(SELECT lease_token FROM leased), \
+                 600000) WHERE lease_expires_at IS NOT NULL";
+    push_many(&direct, &[("wide", "a", 3), ("wide", "b", 3)], false)
+        .await
+        .unwrap();
+    direct.batch_execute(lease).await.unwrap();
+    // Planned while the queue is small (more than the plan cache's five
+    // custom plans), called again once it is not.
+    for round in 0..2 {
+        if round == 1 {
+            loader
+                .batch_execute(&partitions(1001, 21_000))
+                .await
+                .unwrap();
+        }
+        for _ in 0..6 {
+            direct.batch_execute("BEGIN").await.unwrap();
+            let got: i64 = direct.query_one(renew, &[]).await.unwrap().get(0);
+            let read = common::sql::rows_read(&direct).await;
+            direct.batch_execute("COMMIT").await.unwrap();
+            assert_eq!(got, 2, "leases renewed");
+            assert!(read.is_empty(), "rows read by a RENEW of 2: {read:?}");
+        }
+    }
+}

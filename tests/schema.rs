@@ -596,6 +596,51 @@ async fn a_push_call_planned_on_a_small_table_stays_a_keyed_lookup() {
     }
 }
 
+/// Partitions `w<from>`..`w<to>` of queue `wide`. The first call
+/// (`from` 1) makes the queue and analyzes its partitions once they are
+/// in: the plans under test are made on those statistics.
+async fn wide_queue(loader: &tokio_postgres::Client, from: i32, to: i32) {
+    let insert = format!(
+        "INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at) \
+         SELECT q.id, 'w' || g, 0, now() FROM queen.queues q, generate_series({from}, {to}) g \
+         WHERE q.name = 'wide'"
+    );
+    let sql = if from == 1 {
+        format!(
+            "SELECT queen.configure_queue_v1('wide', '{{}}'::jsonb); {insert}; \
+             ANALYZE queen.log_partitions"
+        )
+    } else {
+        insert
+    };
+    loader.batch_execute(&sql).await.unwrap();
+}
+
+/// Leases `k` messages of partitions `a` and `b` of queue `wide` for group
+/// `g` into the temporary table `leased` (the hot list's call, by id).
+fn lease_wide(k: i32) -> String {
+    format!(
+        "CREATE TEMP TABLE IF NOT EXISTS leased AS SELECT * FROM queen.log_pop_v2('none') \
+         WHERE false; TRUNCATE leased; INSERT INTO leased SELECT * FROM \
+         queen.log_pop_v2('wide', NULL, 'g', {k}, {k}, NULL, 'beginning', NULL, false, \
+         '00000000-0000-0000-0000-000000000001', \
+         (SELECT array_agg(p.id) FROM queen.log_partitions p \
+          WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = 'wide') \
+            AND p.name IN ('a', 'b')), 1) \
+         WHERE state = 'claimed'"
+    )
+}
+
+/// Runs `count` (one row, one count) in a transaction of its own; its
+/// count and the tables it read 1,000 rows of.
+async fn counted_reads(direct: &tokio_postgres::Client, count: &str) -> (i64, Vec<(String, i64)>) {
+    direct.batch_execute("BEGIN").await.unwrap();
+    let got: i64 = direct.query_one(count, &[]).await.unwrap().get(0);
+    let read = common::sql::rows_read(direct).await;
+    direct.batch_execute("COMMIT").await.unwrap();
+    (got, read)
+}
+
 /// An ACK reads its receipts' partitions and queues by key: however many
 /// partitions their queue has (20,000 here), neither a lone receipt nor
 /// receipts of two partitions read 1,000 rows of any table. (The receipts'
@@ -611,52 +656,21 @@ async fn an_ack_reads_by_key_however_many_partitions_its_queue_has() {
     // Loaded on a connection of its own: a backend's counters of earlier
     // transactions may not be flushed when the call's are read.
     let loader = proxy.connect_direct().await;
-    let partitions = |from: i32, to: i32| {
-        format!(
-            "INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at) \
-             SELECT q.id, 'w' || g, 0, now() FROM queen.queues q, generate_series({from}, {to}) g \
-             WHERE q.name = 'wide'"
-        )
-    };
-    loader
-        .batch_execute(&format!(
-            "SELECT queen.configure_queue_v1('wide', '{{}}'::jsonb); {}; ANALYZE queen.log_partitions",
-            partitions(1, 1000)
-        ))
-        .await
-        .unwrap();
-    let lease = |k: i32| {
-        format!(
-            "CREATE TEMP TABLE IF NOT EXISTS leased AS SELECT * FROM queen.log_pop_v2('none') \
-             WHERE false; TRUNCATE leased; INSERT INTO leased SELECT * FROM \
-             queen.log_pop_v2('wide', NULL, 'g', {k}, {k}, NULL, 'beginning', NULL, false, \
-             '00000000-0000-0000-0000-000000000001', \
-             (SELECT array_agg(p.id) FROM queen.log_partitions p \
-              WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = 'wide') \
-                AND p.name IN ('a', 'b')), 1) \
-             WHERE state = 'claimed'"
-        )
-    };
+    wide_queue(&loader, 1, 1000).await;
     let ack = "SELECT count(*) FROM queen.log_ack_v1(ARRAY(SELECT partition_id FROM leased), \
                ARRAY(SELECT from_offset FROM leased), ARRAY(SELECT 'g'::text FROM leased), \
                ARRAY(SELECT lease_token FROM leased)) WHERE status = 'acked'";
     // Planned while the queue is small, called again once it is not.
     for round in 0..2 {
         if round == 1 {
-            loader
-                .batch_execute(&partitions(1001, 21_000))
-                .await
-                .unwrap();
+            wide_queue(&loader, 1001, 21_000).await;
         }
         for k in [1, 2] {
             push_many(&direct, &[("wide", "a", 1), ("wide", "b", 1)], false)
                 .await
                 .unwrap();
-            direct.batch_execute(&lease(k)).await.unwrap();
-            direct.batch_execute("BEGIN").await.unwrap();
-            let got: i64 = direct.query_one(ack, &[]).await.unwrap().get(0);
-            let read = common::sql::rows_read(&direct).await;
-            direct.batch_execute("COMMIT").await.unwrap();
+            direct.batch_execute(&lease_wide(k)).await.unwrap();
+            let (got, read) = counted_reads(&direct, ack).await;
             assert_eq!(got, k as i64, "receipts acked");
             assert!(read.is_empty(), "rows read by an ACK of {k}: {read:?}");
         }
@@ -772,49 +786,22 @@ async fn a_renew_reads_by_key_however_many_partitions_its_queue_has() {
     let direct = proxy.connect_direct().await;
     // Loaded on a connection of its own (see the ACK's test).
     let loader = proxy.connect_direct().await;
-    let partitions = |from: i32, to: i32| {
-        format!(
-            "INSERT INTO queen.log_partitions (queue_id, name, last_offset, last_write_at) \
-             SELECT q.id, 'w' || g, 0, now() FROM queen.queues q, generate_series({from}, {to}) g \
-             WHERE q.name = 'wide'"
-        )
-    };
-    loader
-        .batch_execute(&format!(
-            "SELECT queen.configure_queue_v1('wide', '{{}}'::jsonb); {}; ANALYZE queen.log_partitions",
-            partitions(1, 1000)
-        ))
-        .await
-        .unwrap();
-    let lease = "CREATE TEMP TABLE IF NOT EXISTS leased AS SELECT * FROM queen.log_pop_v2('none') \
-                 WHERE false; TRUNCATE leased; INSERT INTO leased SELECT * FROM \
-                 queen.log_pop_v2('wide', NULL, 'g', 2, 2, NULL, 'beginning', NULL, false, \
-                 '00000000-0000-0000-0000-000000000001', \
-                 (SELECT array_agg(p.id) FROM queen.log_partitions p \
-                  WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = 'wide') \
-                    AND p.name IN ('a', 'b')), 1) \
-                 WHERE state = 'claimed'";
+    wide_queue(&loader, 1, 1000).await;
     let renew = "SELECT count(*) FROM queen.log_renew_v1(ARRAY(SELECT partition_id FROM leased), \
                  ARRAY(SELECT 'g'::text FROM leased), ARRAY(SELECT lease_token FROM leased), \
                  600000) WHERE lease_expires_at IS NOT NULL";
     push_many(&direct, &[("wide", "a", 3), ("wide", "b", 3)], false)
         .await
         .unwrap();
-    direct.batch_execute(lease).await.unwrap();
+    direct.batch_execute(&lease_wide(2)).await.unwrap();
     // Planned while the queue is small (more than the plan cache's five
     // custom plans), called again once it is not.
     for round in 0..2 {
         if round == 1 {
-            loader
-                .batch_execute(&partitions(1001, 21_000))
-                .await
-                .unwrap();
+            wide_queue(&loader, 1001, 21_000).await;
         }
         for _ in 0..6 {
-            direct.batch_execute("BEGIN").await.unwrap();
-            let got: i64 = direct.query_one(renew, &[]).await.unwrap().get(0);
-            let read = common::sql::rows_read(&direct).await;
-            direct.batch_execute("COMMIT").await.unwrap();
+            let (got, read) = counted_reads(&direct, renew).await;
             assert_eq!(got, 2, "leases renewed");
             assert!(read.is_empty(), "rows read by a RENEW of 2: {read:?}");
         }

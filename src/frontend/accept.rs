@@ -7,7 +7,7 @@
 //! loopback address; with one, its clients authenticate like any other.
 //! TLS is declined on it (as PostgreSQL does): its access is the file's.
 
-use super::client::ClientStream;
+use super::client::{ClientStream, Peer};
 use std::path::{Path, PathBuf};
 use tokio::net::{TcpListener, UnixListener};
 
@@ -40,22 +40,6 @@ pub async fn bind_tcp(listen: &str) -> std::io::Result<TcpListener> {
             "the address resolves to nothing",
         )
     }))
-}
-
-/// Where a client came from.
-#[derive(Debug, Clone, Copy)]
-pub enum Peer {
-    Tcp(std::net::SocketAddr),
-    Unix,
-}
-
-impl std::fmt::Display for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Peer::Tcp(addr) => addr.fmt(f),
-            Peer::Unix => f.write_str("[local]"),
-        }
-    }
 }
 
 /// The socket file, removed when the listener goes (a drain, a stop).

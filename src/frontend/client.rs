@@ -24,13 +24,29 @@ impl ClientStream {
         matches!(self, ClientStream::Unix(_))
     }
 
-    /// The client's address, for the admin view (none on a Unix socket,
-    /// as PostgreSQL's `client_addr`).
-    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+    /// Where the client is (`None`: its TCP address could not be read).
+    pub fn peer(&self) -> Option<Peer> {
         match self {
-            ClientStream::Plain(s) => s.peer_addr().ok(),
-            ClientStream::Tls(s) => s.get_ref().0.peer_addr().ok(),
-            ClientStream::Unix(_) => None,
+            ClientStream::Plain(s) => s.peer_addr().ok().map(Peer::Tcp),
+            ClientStream::Tls(s) => s.get_ref().0.peer_addr().ok().map(Peer::Tcp),
+            ClientStream::Unix(_) => Some(Peer::Unix),
+        }
+    }
+}
+
+/// Where a client came from: shown as `address:port`, or `[local]` on
+/// the Unix socket (as PostgreSQL's connection log).
+#[derive(Debug, Clone, Copy)]
+pub enum Peer {
+    Tcp(std::net::SocketAddr),
+    Unix,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(addr) => addr.fmt(f),
+            Peer::Unix => f.write_str("[local]"),
         }
     }
 }
@@ -98,18 +114,8 @@ impl Client {
         read_message(&mut self.stream, &mut self.read_buf, max_len).await
     }
 
-    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
-        self.stream.peer_addr()
-    }
-
-    /// Where the client is, for the admin view: `address:port`, or
-    /// `[local]` on the Unix socket (as PostgreSQL's connection log).
-    pub fn peer_label(&self) -> String {
-        match (&self.stream, self.stream.peer_addr()) {
-            (ClientStream::Unix(_), _) => "[local]".into(),
-            (_, Some(addr)) => addr.to_string(),
-            (_, None) => String::new(),
-        }
+    pub fn peer(&self) -> Option<Peer> {
+        self.stream.peer()
     }
 
     pub fn send(&mut self, msg: &Message) {

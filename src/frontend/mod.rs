@@ -22,7 +22,8 @@ pub mod slots;
 pub mod startup;
 pub mod tls;
 
-use accept::{Listeners, Peer};
+use accept::Listeners;
+use client::Peer;
 pub use shared::{CancelRegistry, FrontendConfig, PoolMode, SessionHandle, Shared, StatementNames};
 use std::sync::Arc;
 

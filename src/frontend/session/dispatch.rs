@@ -152,7 +152,7 @@ impl Session {
                 .get("application_name")
                 .map(|v| v.trim_matches('\'').replace("''", "'"))
                 .unwrap_or_default(),
-            client_addr: client.peer_label(),
+            client_addr: client.peer().map(|p| p.to_string()).unwrap_or_default(),
         });
         let _ = handle.observed.set(observed.info.clone());
         let role_pool = match passthrough {

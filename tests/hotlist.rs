@@ -1080,6 +1080,93 @@ async fn an_ack_after_a_fused_pop_commits_with_the_next_pops() {
     assert_eq!(xmin_y, xmin_z, "B's ACK and C's POP were one transaction");
 }
 
+/// An ACK written with a POP that has nothing to ask the database (every
+/// partition the ring knows is drained and acknowledged) is committed all
+/// the same: it is answered "acked" only once it is, and the lane's
+/// connection is not left inside its transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_written_with_a_pop_that_makes_no_call_is_committed() {
+    let proxy = Proxy::start("hot_ack_no_call").await;
+    provision(&proxy, "po", 1, 1).await;
+    let direct = proxy.connect_direct().await;
+    let (a, c, e) = (
+        proxy.connect().await,
+        proxy.connect().await,
+        proxy.connect().await,
+    );
+    let push = |p: &str| format!("PUSH INTO pn PARTITION '{p}' VALUES ('{{\"p\":\"{p}\"}}')");
+    e.simple_query(&push("old")).await.unwrap();
+    let old = pop_rows(&e, "POP FROM pn LIMIT 10").await;
+    assert_eq!(ack_all(&e, &[col(&old[0], "receipt")]).await, ["acked"]);
+    // A holds W of another queue; its last POP (empty) went to pn's lane,
+    // where its ACK then goes.
+    let got_a = pop_rows(&a, "POP FROM po LIMIT 10").await;
+    let w = col(&got_a[0], "partition");
+    assert!(pop_rows(&a, "POP FROM pn LIMIT 10").await.is_empty());
+    // E holds pn's new partition X, drained.
+    e.simple_query(&push("x")).await.unwrap();
+    let got_e = pop_rows(&e, "POP FROM pn LIMIT 10").await;
+    let x = col(&got_e[0], "partition");
+    // E's ACK leads a write of pn's lane and waits for X's consumer row,
+    // held here; A's ACK and C's POP queue behind it, to be written
+    // together once E's ACK has made X quiet: C's POP makes no call.
+    let holder = proxy.connect_direct().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .batch_execute(&format!(
+            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
+             WHERE p.name = '{x}' FOR UPDATE OF c"
+        ))
+        .await
+        .unwrap();
+    let receipt_e = col(&got_e[0], "receipt");
+    let ack_e = tokio::spawn(async move { ack_all(&e, &[receipt_e]).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "E's ACK never waited for the row"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let receipt_a = col(&got_a[0], "receipt");
+    let ack_a = tokio::spawn(async move { ack_all(&a, &[receipt_a]).await });
+    let pop_c = tokio::spawn(async move { pop_rows(&c, "POP FROM pn LIMIT 10").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(ack_e.await.unwrap(), ["acked"]);
+    assert_eq!(ack_a.await.unwrap(), ["acked"]);
+    assert!(pop_c.await.unwrap().is_empty());
+    let (_, cursor_w, lease_w) = consumer_row(&direct, "po", &w).await;
+    assert_eq!(
+        (cursor_w, lease_w),
+        (0, None),
+        "A's ACK was answered but not committed"
+    );
+    let open: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(open, 0, "a connection was left inside its transaction");
+}
+
 /// Consumers that pop one message and ack it, in a loop, over many
 /// partitions (their ACKs written with the next POPs): every message once,
 /// each partition in order, never one partition in two sessions' hands.

@@ -219,6 +219,18 @@ impl BackendConn {
         !self.write_buf.is_empty()
     }
 
+    /// Whether the next borrower may have this connection as it is: not
+    /// broken, no transaction open, nothing unsent, no exchange unfinished
+    /// (calls ended with Flush leave their implicit transaction open until
+    /// a Sync, and awaiting a reply says so; the status would still read
+    /// idle).
+    pub fn is_clean(&self) -> bool {
+        !(self.broken
+            || self.status.in_transaction()
+            || self.has_unflushed()
+            || self.awaiting_reply)
+    }
+
     /// Whether a request was sent since the last ReadyForQuery (its
     /// outcome would be unknown if the connection broke now).
     pub fn awaiting_reply(&self) -> bool {

@@ -25,7 +25,7 @@ impl managed::Manager for Manager {
     }
 
     async fn recycle(&self, conn: &mut BackendConn, _: &Metrics) -> RecycleResult<BackendError> {
-        if conn.broken || conn.status.in_transaction() || conn.has_unflushed() {
+        if !conn.is_clean() {
             return Err(RecycleError::message("connection not clean"));
         }
         if !conn.is_quiet() {
@@ -78,7 +78,7 @@ impl From<managed::PoolError<BackendError>> for BackendError {
 
 /// Returns a connection to the pool if it is clean, else closes it.
 pub fn release(conn: PooledConn) {
-    if conn.broken || conn.status.in_transaction() || conn.has_unflushed() {
+    if !conn.is_clean() {
         drop(managed::Object::take(conn));
     } else {
         drop(conn);

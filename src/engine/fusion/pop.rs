@@ -176,6 +176,16 @@ impl Fuser {
                 false,
             )
             .await;
+        // The ACKs' transaction is still open when the POPs made no call
+        // (the ring knew nothing claimable): it commits now, before the
+        // ACKs are answered.
+        let together = match together {
+            Ok(claimed) if conn.awaiting_reply() => match conn.commit_open().await {
+                Ok(()) => Ok(claimed),
+                Err(e) => Err(ExecError::from(e)),
+            },
+            other => other,
+        };
         match together {
             Ok(claimed) if conn.status == crate::protocol::TxStatus::Idle => {
                 if let Some((batch, status)) = acked {

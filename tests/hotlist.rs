@@ -1167,6 +1167,94 @@ async fn an_ack_written_with_a_pop_that_makes_no_call_is_committed() {
     assert_eq!(open, 0, "a connection was left inside its transaction");
 }
 
+/// An ACK that fails inside a write shared with POPs (here: it waits past
+/// `lock_timeout` for a row held elsewhere) fails alone, with its own
+/// error; the POPs written with it are claimed all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_that_fails_with_pops_fails_alone() {
+    let db = common::cluster::fresh_database("hot_ack_fails");
+    let admin = connect(&db).await;
+    let name: String = admin
+        .query_one("SELECT current_database()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    admin
+        .batch_execute(&format!("ALTER DATABASE {name} SET lock_timeout = '300ms'"))
+        .await
+        .unwrap();
+    let proxy = Proxy::start_on(db, |_| {}).await;
+    provision(&proxy, "pf", 3, 1).await;
+    let direct = proxy.connect_direct().await;
+    let (a, c, e) = (
+        proxy.connect().await,
+        proxy.connect().await,
+        proxy.connect().await,
+    );
+    let got_e = pop_rows(&e, "POP FROM pf LIMIT 10").await;
+    let got_a = pop_rows(&a, "POP FROM pf LIMIT 10").await;
+    let (v, x) = (col(&got_e[0], "partition"), col(&got_a[0], "partition"));
+    // Both rows held: E's ACK leads a write and fails after 300 ms; A's
+    // ACK and C's POP, queued behind it, are written together and A's
+    // fails the same way.
+    let holder = proxy.connect_direct().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .batch_execute(&format!(
+            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
+             WHERE p.name IN ('{v}', '{x}') FOR UPDATE OF c"
+        ))
+        .await
+        .unwrap();
+    let ack = |client: Client, receipt: String| async move {
+        let r = client
+            .simple_query(&format!("ACK {}", quote(&receipt)))
+            .await;
+        (
+            client,
+            r.err().and_then(|e| e.code().map(|c| c.code().to_string())),
+        )
+    };
+    let ack_e = tokio::spawn(ack(e, col(&got_e[0], "receipt")));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "E's ACK never waited for the row"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let receipt_a = col(&got_a[0], "receipt");
+    let ack_a = tokio::spawn(ack(a, receipt_a.clone()));
+    let pop_c = tokio::spawn(async move { pop_rows(&c, "POP FROM pf LIMIT 10").await });
+    let (_, e_error) = ack_e.await.unwrap();
+    assert_eq!(e_error.as_deref(), Some("55P03"), "E's ACK: lock timeout");
+    let (a, a_error) = ack_a.await.unwrap();
+    assert_eq!(a_error.as_deref(), Some("55P03"), "A's ACK: its own error");
+    let got_c = pop_c.await.unwrap();
+    assert_eq!(got_c.len(), 1, "C's POP was claimed: {got_c:?}");
+    let y = col(&got_c[0], "partition");
+    assert!(y != v && y != x, "C got {y}, which is leased");
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    // Nothing of the failed ACK stayed: A acks again, and its partition
+    // is acknowledged.
+    assert_eq!(ack_all(&a, &[receipt_a]).await, ["acked"]);
+    let (_, cursor_x, lease_x) = consumer_row(&direct, "pf", &x).await;
+    assert_eq!((cursor_x, lease_x), (0, None));
+}
+
 /// Consumers that pop one message and ack it, in a loop, over many
 /// partitions (their ACKs written with the next POPs): every message once,
 /// each partition in order, never one partition in two sessions' hands.

@@ -92,3 +92,52 @@ fn direct_arguments_are_told_from_expressions() {
         vec![1, 4]
     );
 }
+
+/// A Sync that ends an implicit transaction whose commit fails (here a
+/// deferred unique constraint) reports the commit's error: the proxy's
+/// writers that commit with a bare Sync (the POP lane's ACKs, timers,
+/// streams, REPLAY) must not take a rolled-back transaction for committed.
+#[tokio::test]
+async fn a_commit_that_fails_at_sync_is_reported() {
+    use queenwire::backend::call::CallEnd;
+    use queenwire::backend::{BackendConn, BackendError, BackendTarget};
+    use queenwire::protocol::TxStatus;
+
+    static INSERT: CallSpec = CallSpec {
+        name: "test_deferred_insert",
+        sql: "INSERT INTO deferred_unique VALUES (1)",
+        params: &[],
+        columns: &[],
+    };
+    let db = common::cluster::fresh_database("sync_commit_fails");
+    let admin = connect(&db).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE deferred_unique (k int UNIQUE DEFERRABLE INITIALLY DEFERRED);
+             INSERT INTO deferred_unique VALUES (1)",
+        )
+        .await
+        .unwrap();
+    let target = BackendTarget::from_config(&db).unwrap();
+    let mut conn = BackendConn::connect(&target, 1).await.unwrap();
+    // The duplicate is found only at commit.
+    conn.call(&INSERT, &[], CallEnd::Flush).await.unwrap();
+    match conn.sync().await {
+        Err(BackendError::Server(e)) => assert_eq!(e.code(), "23505", "{}", e.message),
+        other => panic!("the failed commit was not reported: {other:?}"),
+    }
+    assert_eq!(conn.status, TxStatus::Idle);
+    let rows: i64 = admin
+        .query_one("SELECT count(*) FROM deferred_unique", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "rolled back");
+    // The connection goes on: the same call, then a clean Sync.
+    admin
+        .batch_execute("DELETE FROM deferred_unique")
+        .await
+        .unwrap();
+    conn.call(&INSERT, &[], CallEnd::Flush).await.unwrap();
+    assert_eq!(conn.sync().await.unwrap(), TxStatus::Idle);
+}

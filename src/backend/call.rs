@@ -216,42 +216,6 @@ impl BackendConn {
     }
 }
 
-impl BackendConn {
-    /// Ends with a Sync the implicit transaction that calls ended with
-    /// Flush left open: it commits, or its commit's error is returned (a
-    /// commit can fail: a deferred constraint, a serialization failure).
-    pub async fn commit_open(&mut self) -> Result<(), BackendError> {
-        self.write(|b| {
-            pp::sync(b);
-            Ok::<(), BackendError>(())
-        })?;
-        self.flush().await?;
-        let mut error = None;
-        loop {
-            let msg = self.recv().await?;
-            match msg.tag {
-                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
-                tag::NOTICE_RESPONSE => {}
-                tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
-                tag::READY_FOR_QUERY => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
-                    return match error {
-                        Some(e) => Err(BackendError::Server(e)),
-                        None => Ok(()),
-                    };
-                }
-                other => {
-                    self.broken = true;
-                    return Err(BackendError::Protocol(format!(
-                        "unexpected message '{}' in reply to a Sync",
-                        other as char
-                    )));
-                }
-            }
-        }
-    }
-}
-
 /// A call on a tokio-postgres client failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientCallError {

@@ -452,17 +452,26 @@ impl BackendConn {
 
 impl BackendConn {
     /// Ends the current extended-protocol exchange: Sync, then everything up
-    /// to ReadyForQuery; returns the transaction status.
+    /// to ReadyForQuery; returns the transaction status. An error before
+    /// the ReadyForQuery is returned once it has come (the status is then
+    /// updated too): the implicit transaction the Sync ended failed to
+    /// commit (a deferred constraint, a serialization failure), or a
+    /// message sent before the Sync failed and its error was not read.
     pub async fn sync(&mut self) -> Result<TxStatus, BackendError> {
         pp::sync(&mut self.write_buf);
         self.flush().await?;
+        let mut error = None;
         loop {
             let msg = self.recv().await?;
             match msg.tag {
                 tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
+                tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
                 tag::READY_FOR_QUERY => {
                     self.status = TxStatus::from_ready_body(&msg.body);
-                    return Ok(self.status);
+                    return match error {
+                        Some(e) => Err(BackendError::Server(e)),
+                        None => Ok(self.status),
+                    };
                 }
                 _ => {}
             }

@@ -184,7 +184,7 @@ async fn fire_batch(
             "timer transaction did not commit".into(),
         ))),
         (Err(e), _) => Err(e),
-        (_, Err(e)) => Err(ExecError::Lost(e)),
+        (_, Err(e)) => Err(ExecError::from(e)),
     };
     pool::release(conn);
     outcome

@@ -180,8 +180,8 @@ impl Fuser {
         // (the ring knew nothing claimable): it commits now, before the
         // ACKs are answered.
         let together = match together {
-            Ok(claimed) if conn.awaiting_reply() => match conn.commit_open().await {
-                Ok(()) => Ok(claimed),
+            Ok(claimed) if conn.awaiting_reply() => match conn.sync().await {
+                Ok(_) => Ok(claimed),
                 Err(e) => Err(ExecError::from(e)),
             },
             other => other,

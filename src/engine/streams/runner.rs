@@ -394,7 +394,7 @@ async fn in_one_transaction(
             "stream cycle did not commit".into(),
         ))),
         (Err(e), _) => Err(e),
-        (_, Err(e)) => Err(ExecError::Lost(e)),
+        (_, Err(e)) => Err(ExecError::from(e)),
     }
 }
 

@@ -993,6 +993,44 @@ async fn concurrent_pops_are_claimed_together_one_partition_per_session() {
 
 /// The consumer row of partition `name` of `queue`, as the direct client
 /// reads it: (xmin, cursor, lease token).
+/// A direct transaction holding the consumer rows of these partitions
+/// (FOR UPDATE) until it ends: an ACK of one of them waits for it.
+async fn hold_consumer_rows(proxy: &Proxy, partitions: &[&str]) -> Client {
+    let holder = proxy.connect_direct().await;
+    let names: Vec<String> = partitions.iter().map(|p| quote(p)).collect();
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .batch_execute(&format!(
+            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
+             WHERE p.name IN ({}) FOR UPDATE OF c",
+            names.join(", ")
+        ))
+        .await
+        .unwrap();
+    holder
+}
+
+/// Returns once some backend of the database waits for a lock (`what`'s).
+async fn wait_for_a_lock_wait(direct: &Client, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} never waited for the row");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn consumer_row(direct: &Client, queue: &str, name: &str) -> (String, i64, Option<String>) {
     let row = direct
         .query_one(
@@ -1026,37 +1064,10 @@ async fn an_ack_after_a_fused_pop_commits_with_the_next_pops() {
     assert_ne!(x, y);
     // A's ACK leads a write of the lane and waits for X's consumer row,
     // held here; B's ACK and C's POP queue behind it.
-    let holder = proxy.connect_direct().await;
-    holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .batch_execute(&format!(
-            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
-             WHERE p.name = '{x}' FOR UPDATE OF c"
-        ))
-        .await
-        .unwrap();
+    let holder = hold_consumer_rows(&proxy, &[&x]).await;
     let receipt_a = col(&got_a[0], "receipt");
     let ack_a = tokio::spawn(async move { ack_all(&a, &[receipt_a]).await });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: i64 = direct
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "A's ACK never waited for the row"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_a_lock_wait(&direct, "A's ACK").await;
     let receipt_b = col(&got_b[0], "receipt");
     let ack_b = tokio::spawn(async move { ack_all(&b, &[receipt_b]).await });
     let pop_c = tokio::spawn(async move { pop_rows(&c, "POP FROM pa").await });
@@ -1110,37 +1121,10 @@ async fn an_ack_written_with_a_pop_that_makes_no_call_is_committed() {
     // E's ACK leads a write of pn's lane and waits for X's consumer row,
     // held here; A's ACK and C's POP queue behind it, to be written
     // together once E's ACK has made X quiet: C's POP makes no call.
-    let holder = proxy.connect_direct().await;
-    holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .batch_execute(&format!(
-            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
-             WHERE p.name = '{x}' FOR UPDATE OF c"
-        ))
-        .await
-        .unwrap();
+    let holder = hold_consumer_rows(&proxy, &[&x]).await;
     let receipt_e = col(&got_e[0], "receipt");
     let ack_e = tokio::spawn(async move { ack_all(&e, &[receipt_e]).await });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: i64 = direct
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "E's ACK never waited for the row"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_a_lock_wait(&direct, "E's ACK").await;
     let receipt_a = col(&got_a[0], "receipt");
     let ack_a = tokio::spawn(async move { ack_all(&a, &[receipt_a]).await });
     let pop_c = tokio::spawn(async move { pop_rows(&c, "POP FROM pn LIMIT 10").await });
@@ -1197,15 +1181,7 @@ async fn an_ack_that_fails_with_pops_fails_alone() {
     // Both rows held: E's ACK leads a write and fails after 300 ms; A's
     // ACK and C's POP, queued behind it, are written together and A's
     // fails the same way.
-    let holder = proxy.connect_direct().await;
-    holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .batch_execute(&format!(
-            "SELECT 1 FROM queen.log_consumers c JOIN queen.log_partitions p ON p.id = c.partition_id
-             WHERE p.name IN ('{v}', '{x}') FOR UPDATE OF c"
-        ))
-        .await
-        .unwrap();
+    let holder = hold_consumer_rows(&proxy, &[&v, &x]).await;
     let ack = |client: Client, receipt: String| async move {
         let r = client
             .simple_query(&format!("ACK {}", quote(&receipt)))
@@ -1216,26 +1192,7 @@ async fn an_ack_that_fails_with_pops_fails_alone() {
         )
     };
     let ack_e = tokio::spawn(ack(e, col(&got_e[0], "receipt")));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: i64 = direct
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "E's ACK never waited for the row"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_a_lock_wait(&direct, "E's ACK").await;
     let receipt_a = col(&got_a[0], "receipt");
     let ack_a = tokio::spawn(ack(a, receipt_a.clone()));
     let pop_c = tokio::spawn(async move { pop_rows(&c, "POP FROM pf LIMIT 10").await });

@@ -1139,10 +1139,14 @@ async fn an_ack_written_with_a_pop_that_makes_no_call_is_committed() {
         (0, None),
         "A's ACK was answered but not committed"
     );
+    // Left open, the lane's connection would sit there indefinitely; a
+    // background task's transaction is idle inside only for moments.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let open: i64 = direct
         .query_one(
             "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+             WHERE datname = current_database() AND state LIKE 'idle in transaction%'
+               AND state_change < now() - interval '250 ms'",
             &[],
         )
         .await

@@ -536,6 +536,13 @@ async fn calls_of(direct: &Client) -> HashMap<String, i64> {
 /// A queenwire on a fresh database whose function calls are counted
 /// (`track_functions`), and a direct client to read them with [`calls_of`].
 async fn counted_proxy(prefix: &str) -> (Client, Proxy) {
+    proxy_on_a_database_with(prefix, "track_functions = 'all'").await
+}
+
+/// A queenwire on a fresh database with `setting` (`name = value`) as the
+/// database's default, which its connections start with; and a direct
+/// client of that database.
+async fn proxy_on_a_database_with(prefix: &str, setting: &str) -> (Client, Proxy) {
     let db = common::cluster::fresh_database(prefix);
     let admin = connect(&db).await;
     let name: String = admin
@@ -544,9 +551,7 @@ async fn counted_proxy(prefix: &str) -> (Client, Proxy) {
         .unwrap()
         .get(0);
     admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {name} SET track_functions = 'all'"
-        ))
+        .batch_execute(&format!("ALTER DATABASE {name} SET {setting}"))
         .await
         .unwrap();
     (admin, Proxy::start_on(db, |_| {}).await)
@@ -1160,18 +1165,7 @@ async fn an_ack_written_with_a_pop_that_makes_no_call_is_committed() {
 /// error; the POPs written with it are claimed all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ack_that_fails_with_pops_fails_alone() {
-    let db = common::cluster::fresh_database("hot_ack_fails");
-    let admin = connect(&db).await;
-    let name: String = admin
-        .query_one("SELECT current_database()", &[])
-        .await
-        .unwrap()
-        .get(0);
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} SET lock_timeout = '300ms'"))
-        .await
-        .unwrap();
-    let proxy = Proxy::start_on(db, |_| {}).await;
+    let (_, proxy) = proxy_on_a_database_with("hot_ack_fails", "lock_timeout = '300ms'").await;
     provision(&proxy, "pf", 3, 1).await;
     let direct = proxy.connect_direct().await;
     let (a, c, e) = (

@@ -16,6 +16,15 @@ use std::process::Command;
 const CLIENTS: &str = "4";
 const TRANSACTIONS_PER_CLIENT: &str = "100";
 const EXPECTED_TRANSACTIONS: &str = "400/400";
+/// One pgbench thread per client. With fewer threads, `-M prepared` can
+/// stall for good on any transaction pool smaller than the clients:
+/// pgbench prepares a client's statements with a blocking PQprepare on the
+/// thread that also drives its other clients, so a client waiting for a
+/// backend connection stops the clients of its thread that hold the
+/// connections inside their transactions (seen with 8 clients, 2 threads
+/// and a pool of 2: every thread stuck preparing, both connections idle in
+/// transaction after BEGIN).
+const THREADS: &str = CLIENTS;
 /// Fewer backend connections than clients, so the clients' transactions (and,
 /// with `-M prepared`, their named statements) move between connections.
 const POOL_SIZE: usize = 2;
@@ -69,7 +78,7 @@ async fn tpcb_in_mode(mode: &str) {
             "-c",
             CLIENTS,
             "-j",
-            "2",
+            THREADS,
             "-t",
             TRANSACTIONS_PER_CLIENT,
         ],

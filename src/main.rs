@@ -112,6 +112,11 @@ struct ServeArgs {
         default_value_t = 600
     )]
     idle_in_transaction_timeout: u64,
+    /// Seconds a statement waits for a free backend connection (every one
+    /// held by other sessions' transactions) before it fails with 53300;
+    /// 0 = wait as long as it takes
+    #[arg(long, env = "QUEENWIRE_POOL_WAIT_TIMEOUT", default_value_t = 120)]
+    pool_wait_timeout: u64,
     /// How client sessions share backend connections: `transaction` (a
     /// connection per transaction, given back when idle) or `session` (one
     /// connection for a client's whole session, for backend-local state such
@@ -266,6 +271,8 @@ fn main() -> ExitCode {
         startup_timeout: std::time::Duration::from_secs(cli.startup_timeout.max(1)),
         idle_in_transaction_timeout: (cli.idle_in_transaction_timeout > 0)
             .then(|| std::time::Duration::from_secs(cli.idle_in_transaction_timeout)),
+        pool_wait_timeout: (cli.pool_wait_timeout > 0)
+            .then(|| std::time::Duration::from_secs(cli.pool_wait_timeout)),
         pool_mode: cli.pool_mode,
         retention: queenwire::engine::retention::RetentionSettings {
             interval: std::time::Duration::from_secs(cli.retention_interval.max(1)),

@@ -66,6 +66,9 @@ pub struct Config {
     /// Idle time inside a transaction block after which the client is
     /// disconnected and its transaction rolled back (`None`: never).
     pub idle_in_transaction_timeout: Option<std::time::Duration>,
+    /// Longest a session waits for a free backend connection before its
+    /// statement fails with 53300 (`None`: as long as it takes).
+    pub pool_wait_timeout: Option<std::time::Duration>,
     /// How sessions share backend connections.
     pub pool_mode: crate::frontend::PoolMode,
     /// The retention and cleanup cycle (the queues' options say what is
@@ -113,6 +116,7 @@ impl Default for Config {
             max_connections: 1000,
             startup_timeout: std::time::Duration::from_secs(10),
             idle_in_transaction_timeout: Some(std::time::Duration::from_secs(600)),
+            pool_wait_timeout: Some(std::time::Duration::from_secs(120)),
             pool_mode: crate::frontend::PoolMode::Transaction,
             retention: crate::engine::retention::RetentionSettings::default(),
             metrics_listen: None,
@@ -410,6 +414,7 @@ impl Server {
                 max_connections: config.max_connections,
                 startup_timeout: config.startup_timeout,
                 idle_in_transaction_timeout: config.idle_in_transaction_timeout,
+                pool_wait_timeout: config.pool_wait_timeout,
                 pool_mode: config.pool_mode,
                 decoy_secret: (0..32).map(|_| rand::random::<u8>()).collect(),
                 max_message_size: config.max_message_size,

@@ -915,3 +915,49 @@ async fn a_cancelled_pop_wait_does_not_cancel_the_next_statement() {
             });
     }
 }
+
+/// Every backend connection held by another session's transaction: a
+/// statement waits at most `--pool-wait-timeout`, then fails with 53300
+/// (simple and extended protocol alike), and the session goes on once a
+/// connection is free again. Without the bound it would wait for as long
+/// as the other transaction stays open (a client stalled on its own other
+/// session never would end it).
+#[tokio::test]
+async fn a_statement_that_waits_past_the_pool_wait_timeout_gets_53300() {
+    let proxy = Proxy::start_with("pool_wait", |c| {
+        c.pool_size = 1;
+        c.pool_wait_timeout = Some(Duration::from_millis(300));
+    })
+    .await;
+    // Both log in first: a login takes a backend connection for a moment
+    // too (and past the bound is refused with the same 53300).
+    let holder = proxy.connect().await;
+    let waiter = proxy.connect().await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+
+    // A bound that catches a hang (the fault this test is about), not a
+    // timing assertion.
+    let hang = Duration::from_secs(30);
+    let err = tokio::time::timeout(hang, waiter.batch_execute("SELECT 1"))
+        .await
+        .expect("the simple query waited for good")
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "53300", "{err}");
+    let err = tokio::time::timeout(hang, waiter.query_one("SELECT $1::int4", &[&7i32]))
+        .await
+        .expect("the extended query waited for good")
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "53300", "{err}");
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    let seven: i32 = waiter
+        .query_one("SELECT $1::int4", &[&7i32])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        seven, 7,
+        "the waiting session goes on once a connection is free"
+    );
+    holder.batch_execute("SELECT 1").await.unwrap();
+}

@@ -17,7 +17,8 @@ const CLIENTS: &str = "4";
 const TRANSACTIONS_PER_CLIENT: &str = "100";
 const EXPECTED_TRANSACTIONS: &str = "400/400";
 /// One pgbench thread per client. With fewer threads, `-M prepared` can
-/// stall for good on any transaction pool smaller than the clients:
+/// stall (until `--pool-wait-timeout`, then fail with 53300) on any
+/// transaction pool smaller than the clients:
 /// pgbench prepares a client's statements with a blocking PQprepare on the
 /// thread that also drives its other clients, so a client waiting for a
 /// backend connection stops the clients of its thread that hold the

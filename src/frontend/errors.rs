@@ -26,10 +26,17 @@ pub async fn send_fatal(stream: &mut (impl AsyncWrite + Unpin), err: &SqlError) 
 use crate::protocol::SqlState;
 
 /// The error a client sees when the backend could not serve it: nothing
-/// of its request was sent (08006).
+/// of its request was sent (08006; 53300 when every connection of the
+/// pool stayed held past `--pool-wait-timeout`, the session itself being
+/// fine).
 pub fn backend_unavailable(e: &BackendError) -> SqlError {
     match e.cause() {
         BackendError::Server(fields) => fields.clone(),
+        BackendError::PoolTimeout(deadpool::managed::TimeoutType::Wait) => SqlError::error(
+            SqlState::TOO_MANY_CONNECTIONS,
+            "no backend connection became free in time: every connection of the pool is held \
+             by other sessions (see --pool-size and --pool-wait-timeout)",
+        ),
         other => SqlError::error(
             SqlState::CONNECTION_FAILURE,
             format!("backend unavailable: {other}"),
@@ -73,5 +80,20 @@ pub fn statement_error(e: &StatementError) -> Option<SqlError> {
         StatementError::Unavailable(e) => Some(backend_unavailable(e)),
         StatementError::OutcomeUnknown(e) => Some(outcome_unknown(e)),
         StatementError::Lost(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deadpool::managed::TimeoutType;
+
+    #[test]
+    fn a_pool_that_stays_full_is_53300_and_a_failed_connect_08006() {
+        let full = backend_unavailable(&BackendError::PoolTimeout(TimeoutType::Wait));
+        assert_eq!(full.code(), "53300");
+        let create = backend_unavailable(&BackendError::PoolTimeout(TimeoutType::Create));
+        assert_eq!(create.code(), "08006");
+        assert_eq!(backend_unavailable(&BackendError::Closed).code(), "08006");
     }
 }

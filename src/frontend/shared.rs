@@ -32,6 +32,9 @@ pub struct FrontendConfig {
     /// A client idle this long inside a transaction block is disconnected
     /// and its transaction rolled back (`None`: never).
     pub idle_in_transaction_timeout: Option<std::time::Duration>,
+    /// A session waiting this long for a free backend connection gets
+    /// 53300 instead (`None`: it waits as long as it takes).
+    pub pool_wait_timeout: Option<std::time::Duration>,
     /// How sessions share backend connections.
     pub pool_mode: PoolMode,
     /// Largest message a client may send.

@@ -180,6 +180,7 @@ impl Session {
                 settings,
                 handle.clone(),
                 shared.config.pool_mode == crate::frontend::PoolMode::Session,
+                shared.config.pool_wait_timeout,
             ),
             shared,
             client,

@@ -5,6 +5,7 @@
 use crate::backend::{pool, BackendConn, BackendError, BackendTarget, Pool, PooledConn};
 use crate::frontend::SessionHandle;
 use crate::protocol::TxStatus;
+use deadpool::managed::TimeoutType;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -32,6 +33,8 @@ pub struct Lease {
     handle: Arc<SessionHandle>,
     /// Session pool mode: the first connection is kept for good.
     session_mode: bool,
+    /// Longest wait for a free connection (`None`: unbounded).
+    wait: Option<std::time::Duration>,
 }
 
 /// A connection set aside while a dialect statement runs on an engine
@@ -48,6 +51,7 @@ impl Lease {
         desired: BTreeMap<String, String>,
         handle: Arc<SessionHandle>,
         session_mode: bool,
+        wait: Option<std::time::Duration>,
     ) -> Lease {
         Lease {
             conn: None,
@@ -57,6 +61,7 @@ impl Lease {
             desired,
             handle,
             session_mode,
+            wait,
         }
     }
 
@@ -68,7 +73,15 @@ impl Lease {
                 (Some(p), For::Client) => p,
                 _ => &self.engine_pool,
             };
-            let mut conn = pool::checkout(pool).await?;
+            // Every connection may be held by other sessions' transactions
+            // (or by sessions, in session mode): past the bound the
+            // statement fails rather than wait for good.
+            let mut conn = match self.wait {
+                None => pool::checkout(pool).await?,
+                Some(wait) => tokio::time::timeout(wait, pool::checkout(pool))
+                    .await
+                    .map_err(|_| BackendError::PoolTimeout(TimeoutType::Wait))??,
+            };
             if purpose == For::Client {
                 conn.client_facing = true;
             }

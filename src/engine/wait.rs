@@ -75,6 +75,10 @@ impl Engine {
             poll: WAIT_POLL_FIRST,
             was_woken: false,
         };
+        let fused = matches!(&target, Target::Queue { plan, .. } if fusion::pop_fusable(plan));
+        if in_block || !fused {
+            self.fuser.release_held().await;
+        }
         loop {
             // A POP of one partition with nothing of the session's on a
             // backend is claimed together with the other sessions' POPs

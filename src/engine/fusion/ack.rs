@@ -37,7 +37,9 @@ impl Fuser {
             reply,
         };
         if let Some(via) = self.last_pop_lane(tenant) {
-            self.enqueue_pop_lane(via, super::pop::Job::Ack(job));
+            // The session that acks may have a claim held for its next POP
+            // (`hold.rs`).
+            self.enqueue_pop_lane(via, super::pop::Job::Ack(job, tokio::task::try_id()));
         } else if let Some(lane) = self.acks.enqueue(tenant, job) {
             let fuser = self.clone();
             tokio::spawn(async move {

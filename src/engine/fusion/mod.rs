@@ -24,6 +24,7 @@
 //! commit may have happened.
 
 mod ack;
+mod hold;
 mod lane;
 mod pop;
 mod push;
@@ -62,6 +63,8 @@ pub struct Fuser {
     pops: Lanes<pop::Key, pop::Job>,
     /// Per session (its task): the lane of its last fused POP, and when.
     popped: Mutex<HashMap<task::Id, (Arc<pop::Via>, Instant)>>,
+    /// Per session: the claim held for its next POP (`hold.rs`).
+    held: Mutex<HashMap<task::Id, hold::Held>>,
 }
 
 /// A session's ACK goes to the lane of its last fused POP when that POP
@@ -80,6 +83,7 @@ impl Fuser {
             acks: Lanes::default(),
             pops: Lanes::default(),
             popped: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
         }
     }
 

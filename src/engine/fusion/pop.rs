@@ -27,8 +27,9 @@ use uuid::Uuid;
 /// A statement of a POP lane.
 pub(super) enum Job {
     Pop(super::Job<PopPlan, Vec<Vec<Cell>>>),
-    /// A plain ACK of a session whose last POP this lane wrote.
-    Ack(super::AckJob),
+    /// A plain ACK of a session whose last POP this lane wrote, and that
+    /// session (a claim is held for its next POP: `hold.rs`).
+    Ack(super::AckJob, Option<tokio::task::Id>),
 }
 
 /// What POPs must share to be claimed by one call.
@@ -45,6 +46,18 @@ pub(super) struct Key {
 }
 
 impl Key {
+    /// Whether POPs of this key may have claims held for them (`hold.rs`):
+    /// leased ones (never AUTO ACK's, whose cursor moves at the claim)
+    /// whose lease is long beside the hold (a POP's `LEASE` of at least
+    /// 2 s; the queue's `lease_time` is never below a second).
+    pub(super) fn holds(&self) -> bool {
+        !self.auto_ack && self.lease_ms.is_none_or(|ms| ms >= 2_000)
+    }
+
+    pub(super) fn group(&self) -> &str {
+        &self.group
+    }
+
     fn of(plan: &PopPlan, tenant: Uuid) -> Key {
         let a = plan.args();
         Key {
@@ -65,6 +78,8 @@ pub(super) struct Via {
     pub(super) key: Key,
     receipts: ReceiptKey,
     digest: String,
+    /// The lane's POP, for the claims of a write with ACKs and no POP.
+    plan: PopPlan,
 }
 
 /// A POP the fuser can take: one partition, chosen by the hot list.
@@ -82,15 +97,27 @@ impl Fuser {
         tenant: Uuid,
         digest: &str,
     ) -> Result<Vec<Vec<Cell>>, ExecError> {
+        let key = Key::of(plan, tenant);
+        if let Some(rows) = self.take_held(&key).await {
+            // Remembered for its ACK, as a POP written by the lane is.
+            self.popped_via(key, |key| Via {
+                key,
+                receipts: receipts.clone(),
+                digest: digest.to_string(),
+                plan: plan.clone(),
+            });
+            return Ok(rows);
+        }
         let (reply, rx) = oneshot::channel();
         let job = Job::Pop(super::Job {
             statement: plan.clone(),
             reply,
         });
-        let via = self.popped_via(Key::of(plan, tenant), |key| Via {
+        let via = self.popped_via(key, |key| Via {
             key,
             receipts: receipts.clone(),
             digest: digest.to_string(),
+            plan: plan.clone(),
         });
         self.enqueue_pop_lane(via, job);
         outcome(rx).await
@@ -111,27 +138,37 @@ impl Fuser {
         }
     }
 
-    async fn claim_pops(&self, jobs: Vec<Job>, via: &Via) {
+    async fn claim_pops(self: &Arc<Self>, jobs: Vec<Job>, via: &Via) {
         let (receipts, tenant, digest) = (&via.receipts, via.key.tenant, via.digest.as_str());
         // A session that went away before its POP was sent gets nothing
         // claimed for it; an ACK is written whatever became of its session.
         let mut pops = Vec::with_capacity(jobs.len());
         let mut acks = Vec::new();
+        // The acking sessions a claim is held for (`hold.rs`).
+        let mut holders = Vec::new();
+        let hold = via.key.holds();
         for job in jobs {
             match job {
                 Job::Pop(j) if j.reply.is_closed() => {}
                 Job::Pop(j) => pops.push((j.statement, j.reply)),
-                Job::Ack(j) => acks.push(j),
+                Job::Ack(j, session) => {
+                    if let (true, Some(session)) = (hold && !j.reply.is_closed(), session) {
+                        if !holders.contains(&session) {
+                            holders.push(session);
+                        }
+                    }
+                    acks.push(j);
+                }
             }
         }
         let (plans, replies): (Vec<PopPlan>, Vec<_>) = pops.into_iter().unzip();
-        let Some(first) = plans.first() else {
+        let Some(first) = plans.first().or(holders.first().map(|_| &via.plan)) else {
             if !acks.is_empty() {
                 self.write_acks(Batch::of(acks), tenant).await;
             }
             return;
         };
-        let plan = first.for_sessions(plans.len());
+        let plan = first.for_sessions(plans.len() + holders.len());
         let mut conn = match pool::checkout(&self.pool).await {
             Ok(c) => c,
             Err(e) => {
@@ -188,12 +225,27 @@ impl Fuser {
         };
         match together {
             Ok(claimed) if conn.status == crate::protocol::TxStatus::Idle => {
+                // The waiting POPs first, then a claim for each acking
+                // session, held before its ACK is answered.
+                let sessions = replies.len();
+                let mut split = claimed.split(sessions + holders.len());
+                let rest = split.split_off(sessions.min(split.len()));
+                let mut held = Vec::new();
+                let at = std::time::Instant::now();
+                for (session, rows) in holders.into_iter().zip(rest) {
+                    if !rows.is_empty() {
+                        self.hold(session, &via.key, receipts, rows, at).await;
+                        held.push(session);
+                    }
+                }
+                if !held.is_empty() {
+                    self.give_back_later(held, at);
+                }
                 if let Some((batch, status)) = acked {
                     self.released(&batch.receipts);
                     batch.answer(status);
                 }
-                let sessions = replies.len();
-                for (rows, reply) in claimed.split(sessions).into_iter().zip(replies) {
+                for (rows, reply) in split.into_iter().zip(replies) {
                     let _ = reply.send(Ok(rows));
                 }
             }

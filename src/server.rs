@@ -599,6 +599,9 @@ impl Server {
         }
         report.terminated = left.saturating_sub(report.abandoned);
         report.drained = at_start.saturating_sub(left);
+        // Claims held for sessions that are gone (fusion/hold.rs), before
+        // the pool's connections go.
+        self.shared.engine.fuser.give_back_all().await;
         self.shutdown.begin();
         for task in self.background_tasks.drain(..) {
             let _ = task.await;

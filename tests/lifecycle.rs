@@ -275,6 +275,45 @@ async fn nothing_acknowledged_is_lost_across_a_drain_and_restart() {
     assert!(rows(&client, "POP FROM keep LIMIT 10").await.is_empty());
 }
 
+/// A stop gives back the claim held for a session's next POP
+/// (src/engine/fusion/hold.rs) once its sessions are gone: no lease is
+/// left behind to expire (and count a failure) for a message nobody got.
+#[tokio::test]
+async fn a_stop_gives_back_the_claims_held_for_next_pops() {
+    let proxy = Proxy::start("lifecycle_held").await;
+    let direct_cfg = proxy.direct.clone();
+    let client = proxy.connect().await;
+    rows(
+        &client,
+        "PUSH INTO kept VALUES ('{\"n\":1}'), ('{\"n\":2}')",
+    )
+    .await;
+    let got = rows(&client, "POP FROM kept LIMIT 1").await;
+    let receipt = got[0]["receipt"].clone().unwrap();
+    // The ACK's write claims message 2 for this session's next POP.
+    let status = rows(&client, &format!("ACK '{receipt}'")).await;
+    assert_eq!(status[0]["status"].as_deref(), Some("acked"));
+    tokio::time::timeout(HANG, proxy.server.shutdown())
+        .await
+        .unwrap();
+    drop(client);
+    let direct = connect(&direct_cfg).await;
+    let leased: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM queen.log_consumers WHERE lease_token IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(leased, 0, "a lease was left behind by the stop");
+    let proxy = Proxy::start_on(direct_cfg, |_| {}).await;
+    let client = proxy.connect().await;
+    let got = rows(&client, "POP FROM kept LIMIT 1").await;
+    assert_eq!(got.len(), 1, "message 2 is there at once");
+    assert_eq!(got[0]["retry_count"].as_deref(), Some("0"));
+}
+
 // --- reload ------------------------------------------------------------
 
 fn user(name: &str, tenant: u128, passthrough: Passthrough) -> (String, User) {

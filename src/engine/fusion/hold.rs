@@ -101,6 +101,15 @@ impl Fuser {
         }
     }
 
+    /// Gives back every claim still held (the sessions are gone: a stop),
+    /// so that a stop leaves no lease to expire.
+    pub async fn give_back_all(&self) {
+        let all: Vec<Held> = lock(&self.held).drain().map(|(_, h)| h).collect();
+        for held in all {
+            self.give_back(held).await;
+        }
+    }
+
     /// Gives back what `sessions` did not take of the claims held for them
     /// at `at`, once [`HOLD_FOR`] has passed.
     pub(super) fn give_back_later(self: &Arc<Self>, sessions: Vec<task::Id>, at: Instant) {

@@ -97,27 +97,21 @@ impl Fuser {
         tenant: Uuid,
         digest: &str,
     ) -> Result<Vec<Vec<Cell>>, ExecError> {
-        let key = Key::of(plan, tenant);
-        if let Some(rows) = self.take_held(&key).await {
-            // Remembered for its ACK, as a POP written by the lane is.
-            self.popped_via(key, |key| Via {
-                key,
-                receipts: receipts.clone(),
-                digest: digest.to_string(),
-                plan: plan.clone(),
-            });
+        // Remembered for the session's ACK, whether the lane writes this
+        // POP or a claim held for the session answers it.
+        let via = self.popped_via(Key::of(plan, tenant), |key| Via {
+            key,
+            receipts: receipts.clone(),
+            digest: digest.to_string(),
+            plan: plan.clone(),
+        });
+        if let Some(rows) = self.take_held(&via.key).await {
             return Ok(rows);
         }
         let (reply, rx) = oneshot::channel();
         let job = Job::Pop(super::Job {
             statement: plan.clone(),
             reply,
-        });
-        let via = self.popped_via(key, |key| Via {
-            key,
-            receipts: receipts.clone(),
-            digest: digest.to_string(),
-            plan: plan.clone(),
         });
         self.enqueue_pop_lane(via, job);
         outcome(rx).await

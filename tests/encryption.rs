@@ -419,14 +419,7 @@ async fn altered_ciphertext_is_an_error_not_a_crash() {
     assert_eq!(code(&client, "SELECT 1").await, "25P02");
     client.batch_execute("ROLLBACK").await.unwrap();
     // The message is not leased away by the failures.
-    let leased: i64 = direct
-        .query_one(
-            "SELECT count(*) FROM queen.log_consumers WHERE lease_token IS NOT NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let leased = common::sql::leases_held(&direct).await;
     assert_eq!(leased, 0);
     let fresh = proxy.connect().await;
     assert_eq!(rows(&fresh, "SELECT 1 AS one").await.len(), 1);

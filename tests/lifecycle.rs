@@ -298,14 +298,7 @@ async fn a_stop_gives_back_the_claims_held_for_next_pops() {
         .unwrap();
     drop(client);
     let direct = connect(&direct_cfg).await;
-    let leased: i64 = direct
-        .query_one(
-            "SELECT count(*) FROM queen.log_consumers WHERE lease_token IS NOT NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let leased = common::sql::leases_held(&direct).await;
     assert_eq!(leased, 0, "a lease was left behind by the stop");
     let proxy = Proxy::start_on(direct_cfg, |_| {}).await;
     let client = proxy.connect().await;

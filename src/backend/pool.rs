@@ -95,6 +95,20 @@ pub async fn checkout(pool: &Pool) -> Result<PooledConn, BackendError> {
     pool.get().await.map_err(BackendError::from)
 }
 
+/// A connection from `pool` within `wait` (`None`: however long it
+/// takes); past it, the pool's own wait timeout.
+pub async fn checkout_within(
+    pool: &Pool,
+    wait: Option<std::time::Duration>,
+) -> Result<PooledConn, BackendError> {
+    match wait {
+        None => checkout(pool).await,
+        Some(wait) => tokio::time::timeout(wait, checkout(pool))
+            .await
+            .map_err(|_| BackendError::PoolTimeout(managed::TimeoutType::Wait))?,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -56,3 +56,15 @@ async fn tables_reading(client: &Client, count: &str) -> Vec<(String, i64)> {
         .map(|r| (r.get(0), r.get(1)))
         .collect()
 }
+
+/// Consumer rows holding a lease, read straight from the database.
+pub async fn leases_held(direct: &Client) -> i64 {
+    direct
+        .query_one(
+            "SELECT count(*) FROM queen.log_consumers WHERE lease_token IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -40,14 +40,17 @@ pub(super) struct Held {
     at: Instant,
     partition_id: i64,
     lease_token: Uuid,
+    /// The claim's offsets, first to last (one partition's, contiguous).
+    offsets: (i64, i64),
 }
 
 impl Fuser {
     /// Holds `rows` (one partition's claim, made at `at`) for `session`;
-    /// a claim held for it before is given back. Rows without a receipt
-    /// (none are: only leased claims are held) are not held.
-    pub(super) async fn hold(
-        &self,
+    /// a claim held for it before is given back, by a task of its own (not
+    /// in the lane's write). Rows without a receipt (none are: only leased
+    /// claims are held) are not held.
+    pub(super) fn hold(
+        self: &Arc<Self>,
         session: task::Id,
         key: &pop::Key,
         receipts: &ReceiptKey,
@@ -62,16 +65,19 @@ impl Fuser {
         else {
             return;
         };
+        let last = receipt.offset + rows.len() as i64 - 1;
         let held = Held {
             key: key.clone(),
             rows,
             at,
             partition_id: receipt.partition_id,
             lease_token: receipt.lease_token,
+            offsets: (receipt.offset, last),
         };
         let replaced = lock(&self.held).insert(session, held);
         if let Some(old) = replaced {
-            self.give_back(old).await;
+            let fuser = self.clone();
+            tokio::spawn(async move { fuser.give_back(old).await });
         }
     }
 
@@ -138,16 +144,12 @@ impl Fuser {
     /// leaves the lease to expire, as a crash would.
     async fn give_back(&self, held: Held) {
         let group = held.key.group().to_string();
-        let offsets = |i: usize| match held.rows.get(i).and_then(|r| r.get(4)) {
-            Some(Cell::Int8(o)) => *o,
-            _ => 0,
-        };
         let call = Unclaim {
             partition_ids: vec![held.partition_id],
             group: &group,
             lease_tokens: vec![Some(held.lease_token)],
-            from_offsets: vec![offsets(0)],
-            to_offsets: vec![offsets(held.rows.len().saturating_sub(1))],
+            from_offsets: vec![held.offsets.0],
+            to_offsets: vec![held.offsets.1],
             tenant: held.key.tenant,
         };
         for attempt in 0..GIVE_BACK_ATTEMPTS {

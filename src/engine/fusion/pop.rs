@@ -146,7 +146,7 @@ impl Fuser {
                 Job::Pop(j) if j.reply.is_closed() => {}
                 Job::Pop(j) => pops.push((j.statement, j.reply)),
                 Job::Ack(j, session) => {
-                    if let (true, Some(session)) = (hold && !j.reply.is_closed(), session) {
+                    if let Some(session) = session.filter(|_| hold && !j.reply.is_closed()) {
                         if !holders.contains(&session) {
                             holders.push(session);
                         }
@@ -228,7 +228,7 @@ impl Fuser {
                 let at = std::time::Instant::now();
                 for (session, rows) in holders.into_iter().zip(rest) {
                     if !rows.is_empty() {
-                        self.hold(session, &via.key, receipts, rows, at).await;
+                        self.hold(session, &via.key, receipts, rows, at);
                         held.push(session);
                     }
                 }

@@ -5,7 +5,6 @@
 use crate::backend::{pool, BackendConn, BackendError, BackendTarget, Pool, PooledConn};
 use crate::frontend::SessionHandle;
 use crate::protocol::TxStatus;
-use deadpool::managed::TimeoutType;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -76,12 +75,7 @@ impl Lease {
             // Every connection may be held by other sessions' transactions
             // (or by sessions, in session mode): past the bound the
             // statement fails rather than wait for good.
-            let mut conn = match self.wait {
-                None => pool::checkout(pool).await?,
-                Some(wait) => tokio::time::timeout(wait, pool::checkout(pool))
-                    .await
-                    .map_err(|_| BackendError::PoolTimeout(TimeoutType::Wait))??,
-            };
+            let mut conn = pool::checkout_within(pool, self.wait).await?;
             if purpose == For::Client {
                 conn.client_facing = true;
             }

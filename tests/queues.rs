@@ -1091,6 +1091,75 @@ async fn concurrent_single_pushes_keep_offsets_dense_and_unique() {
     assert!(segments <= 300, "{segments} segments for 300 pushes");
 }
 
+/// A push into partitions this queenwire has written to names them by the
+/// ids its earlier pushes were answered with (`log_push_ids_v1`, engine
+/// `queues/placed.rs`). When the queue is no longer as that path needs it
+/// (a size limit set since) or the ids are gone (the queue dropped and
+/// made again), the statement is written by name instead: the limit holds,
+/// and the new queue's partitions start at offset 0 and deliver in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_by_known_partition_ids_follow_the_queue_as_it_changes() {
+    let proxy = Proxy::start("push_ids").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    let push = |queue: &str, partition: &str, n: usize| {
+        format!("PUSH INTO {queue} (partition, payload) VALUES ('{partition}', '{n}')")
+    };
+    for queue in ["kq", "dq"] {
+        client
+            .batch_execute(&format!("CREATE QUEUE {queue}"))
+            .await
+            .unwrap();
+        for n in 0..2 {
+            for partition in ["a", "b"] {
+                let r = rows(&client, &push(queue, partition, n)).await;
+                assert_eq!(col(&r[0], "offset"), n.to_string());
+            }
+        }
+    }
+    // The next pushes go by id: seen as a backend's last statement.
+    let mut by_id = false;
+    for n in 2..50 {
+        let r = rows(&client, &push("kq", "a", n)).await;
+        assert_eq!(col(&r[0], "offset"), n.to_string());
+        let seen: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE query LIKE '%queen.log\\_push\\_ids\\_v1(%' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if seen > 0 {
+            by_id = true;
+            break;
+        }
+    }
+    assert!(by_id, "no push named its partition by id");
+    // A size limit set since: the queue holds more than it allows.
+    client
+        .batch_execute("ALTER QUEUE kq SET (max_queue_size = 2)")
+        .await
+        .unwrap();
+    let refused = client
+        .simple_query(&push("kq", "b", 9))
+        .await
+        .expect_err("a push past the size limit");
+    assert_eq!(refused.code().map(|c| c.code()), Some("54000"), "{refused}");
+    // Ids gone: dq dropped and made again under the same name.
+    client.batch_execute("DROP QUEUE dq").await.unwrap();
+    client.batch_execute("CREATE QUEUE dq").await.unwrap();
+    for n in 0..3 {
+        let r = rows(&client, &push("dq", "a", n)).await;
+        assert_eq!(col(&r[0], "status"), "queued");
+        assert_eq!(col(&r[0], "offset"), n.to_string());
+    }
+    let popped = rows(&client, "POP FROM dq PARTITION 'a' LIMIT 10 AUTO ACK").await;
+    let payloads: Vec<String> = popped.iter().map(|r| col(r, "payload")).collect();
+    assert_eq!(payloads, vec!["0", "1", "2"]);
+}
+
 /// Pushes of many sessions into several queues of a tenant are fused into
 /// one call and one commit (engine `fusion/push.rs`): each session's
 /// statements keep their order per (queue, partition), every queued message

@@ -460,6 +460,141 @@ async fn one_push_call_of_several_queues_places_each_segment() {
     }
 }
 
+/// `log_push_ids_v1`'s call of one queue's segments `(partition name,
+/// partition id, count)`, blobs `blob`: (msg_index, status, offset).
+async fn push_ids(
+    direct: &tokio_postgres::Client,
+    queue: &str,
+    segments: &[(&str, i64, i32)],
+    blob: &[u8],
+) -> Result<Vec<(i32, String, Option<i64>)>, tokio_postgres::Error> {
+    let names: Vec<&str> = segments.iter().map(|s| s.0).collect();
+    let ids: Vec<i64> = segments.iter().map(|s| s.1).collect();
+    let counts: Vec<i32> = segments.iter().map(|s| s.2).collect();
+    let n: i32 = counts.iter().sum();
+    let blobs: Vec<&[u8]> = segments.iter().map(|_| blob).collect();
+    let message_ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
+    let times: Vec<std::time::SystemTime> = segments
+        .iter()
+        .map(|_| std::time::SystemTime::now())
+        .collect();
+    let rows = direct
+        .query(
+            "SELECT msg_index, status, \"offset\" FROM queen.log_push_ids_v1(\
+             p_queue => $1, p_partitions => $2, p_partition_ids => $3, p_counts => $4, \
+             p_blobs => $5, p_txn_hashes => NULL, p_message_ids => $6, \
+             p_min_created_at => $7, p_max_created_at => $7)",
+            &[&queue, &names, &ids, &counts, &blobs, &message_ids, &times],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// A call by partition ids places each segment as `log_push_many_v1`
+/// would (two segments of one partition one after the other); an id that
+/// is not that partition of that queue any more, a queue gone, a size
+/// limit or blobs sealed otherwise than the queue answer one `stale` row
+/// and write nothing; arrays that do not match are refused.
+#[tokio::test]
+async fn a_push_by_partition_ids_places_its_segments_or_writes_nothing() {
+    let proxy = Proxy::start("push_ids_sql").await;
+    let direct = proxy.connect_direct().await;
+    for q in ["ia", "ib"] {
+        direct
+            .execute("SELECT queen.configure_queue_v1($1, '{}'::jsonb)", &[&q])
+            .await
+            .unwrap();
+    }
+    push_many(
+        &direct,
+        &[("ia", "x", 2), ("ia", "y", 1), ("ib", "z", 1)],
+        false,
+    )
+    .await
+    .unwrap();
+    let id = |queue: &'static str, name: &'static str| {
+        let direct = &direct;
+        async move {
+            let row = direct
+                .query_one(
+                    "SELECT p.id FROM queen.log_partitions p JOIN queen.queues q \
+                     ON q.id = p.queue_id WHERE q.name = $1 AND p.name = $2",
+                    &[&queue, &name],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0)
+        }
+    };
+    let (x, y, z) = (
+        id("ia", "x").await,
+        id("ia", "y").await,
+        id("ib", "z").await,
+    );
+    let plain: &[u8] = &[1];
+    let got = push_ids(
+        &direct,
+        "ia",
+        &[("y", y, 2), ("x", x, 1), ("y", y, 1)],
+        plain,
+    )
+    .await
+    .unwrap();
+    let queued = |i: i32, o: i64| (i, "queued".to_string(), Some(o));
+    assert_eq!(got, vec![queued(0, 1), queued(2, 2), queued(3, 3)]);
+    assert_eq!(
+        last_offsets(&direct, "ia").await,
+        vec![("x".to_string(), 2), ("y".to_string(), 3)]
+    );
+    let stale = vec![(0, "stale".to_string(), None)];
+    let before = last_offsets(&direct, "ia").await;
+    // Another queue's partition, a wrong name, an id that never was, a
+    // queue that is not.
+    for (queue, segments) in [
+        ("ia", vec![("x", x, 1), ("z", z, 1)]),
+        ("ia", vec![("x", y, 1)]),
+        ("ia", vec![("x", x, 1), ("w", i64::MAX, 1)]),
+        ("nq", vec![("x", x, 1)]),
+    ] {
+        let got = push_ids(&direct, queue, &segments, plain).await.unwrap();
+        assert_eq!(got, stale, "{queue} {segments:?}");
+    }
+    // Blobs sealed for a plain queue.
+    let got = push_ids(&direct, "ia", &[("x", x, 1)], &[2]).await.unwrap();
+    assert_eq!(got, stale, "sealed blobs");
+    // A size limit: that path does not count the queue's messages.
+    direct
+        .execute(
+            "SELECT queen.configure_queue_v1('ia', '{\"max_queue_size\": 100}'::jsonb, 'alter')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got = push_ids(&direct, "ia", &[("x", x, 1)], plain)
+        .await
+        .unwrap();
+    assert_eq!(got, stale, "size limit");
+    assert_eq!(last_offsets(&direct, "ia").await, before);
+    assert_eq!(
+        last_offsets(&direct, "ib").await,
+        vec![("z".to_string(), 0)]
+    );
+    // Arrays that do not match: more messages than the counts say.
+    let e = direct
+        .query(
+            "SELECT * FROM queen.log_push_ids_v1('ia', ARRAY['x'], ARRAY[$1::BIGINT], ARRAY[1], \
+             ARRAY['\\x01'::BYTEA], NULL, ARRAY[gen_random_uuid(), gen_random_uuid()], \
+             ARRAY[now()], ARRAY[now()])",
+            &[&x],
+        )
+        .await
+        .expect_err("two message ids for a count of one");
+    assert_eq!(e.code().map(|c| c.code()), Some("22023"), "{e}");
+}
+
 /// A partition another transaction creates while a call provisions it:
 /// the call's insert waits for that transaction and, once it commits,
 /// finds the partition and allocates after its messages (or, waiting

@@ -134,7 +134,7 @@ DECLARE
         'ephemeral_peer_publish_v1', 'ephemeral_peer_v1', 'ephemeral_release_v1',
         'stream_active_v1', 'stream_cycle_begin_v1', 'stream_state_load_v1',
         'stream_cycle_save_v1', 'stream_idle_partitions_v1', 'stream_note_error_v1',
-        'stream_extrema_v1', 'log_push_many_v1'];
+        'stream_extrema_v1', 'log_push_many_v1', 'log_push_ids_v1'];
     v_roles BOOLEAN := to_regrole('queen_engine') IS NOT NULL
                        AND to_regrole('queen_client') IS NOT NULL;
     v_fn REGPROCEDURE;

@@ -20,8 +20,10 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 pub use crate::rewrite::calls::queues::{DEFAULT_PARTITION, QUEUE_MODE_GROUP};
+pub use placed::Placed;
 pub use write::{write_fused, write_pushes};
 
+mod placed;
 mod write;
 
 /// Limits applied before any SQL runs.

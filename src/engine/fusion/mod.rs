@@ -33,6 +33,7 @@ pub use pop::fusable as pop_fusable;
 
 use lane::Lanes;
 
+use super::queues::Placed;
 use super::sealing::Sealing;
 use super::wake::Announcer;
 use super::ExecError;
@@ -54,6 +55,8 @@ pub struct Fuser {
     pool: Pool,
     announcer: Announcer,
     sealing: Arc<Sealing>,
+    /// The partition ids fused pushes were answered with.
+    placed: Placed,
     /// Per tenant; and per (tenant, queue) for the queues set aside
     /// (`push.rs`).
     pushes: Lanes<Uuid, push::Job>,
@@ -77,6 +80,7 @@ impl Fuser {
             pool,
             announcer,
             sealing,
+            placed: Placed::default(),
             pushes: Lanes::default(),
             queue_pushes: Lanes::default(),
             aside: Mutex::new(HashSet::new()),

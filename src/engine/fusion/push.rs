@@ -159,7 +159,7 @@ impl Fuser {
             let mut refs: Vec<&mut PreparedPush> = preps.iter_mut().collect();
             let sync = &mut Calls::new(&mut conn, CallEnd::Sync);
             if fused {
-                write_fused(sync, &mut refs, tenant, &self.sealing).await
+                write_fused(sync, &mut refs, tenant, &self.sealing, &self.placed).await
             } else {
                 write_pushes(sync, &mut refs, tenant, &self.sealing).await
             }

@@ -12,11 +12,12 @@ use super::super::frame;
 use super::super::sealing::{KeyRing, Sealing};
 use super::super::values::{now_micros, system_time};
 use super::super::ExecError;
+use super::placed::Placed;
 use super::{PreparedPush, PushResult};
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::push_many::PushMany;
+use crate::rewrite::calls::push_many::{PushIds, PushMany};
 use crate::rewrite::calls::queues::{Push as PushCall, PushRow, PUSH};
 use crate::rewrite::calls::DecodeError;
 use std::collections::HashMap;
@@ -40,20 +41,22 @@ pub async fn write_pushes(
     tenant: Uuid,
     sealing: &Sealing,
 ) -> Result<(), ExecError> {
-    write(conn, batch, tenant, sealing, false).await
+    write(conn, batch, tenant, sealing, None).await
 }
 
 /// [`write_pushes`] for statements of any queues of `tenant`, by
 /// `log_push_many_v1`: one call a round, the queues' segments in name
 /// order. A queue's duplicates or wrong encryption guess cost that queue
-/// another round; the other queues' rows of the round are written.
+/// another round; the other queues' rows of the round are written. A round
+/// of one queue into partitions `placed` knows goes by `log_push_ids_v1`.
 pub async fn write_fused(
     conn: &mut Calls<'_>,
     batch: &mut [&mut PreparedPush],
     tenant: Uuid,
     sealing: &Sealing,
+    placed: &Placed,
 ) -> Result<(), ExecError> {
-    write(conn, batch, tenant, sealing, true).await
+    write(conn, batch, tenant, sealing, Some(placed)).await
 }
 
 /// One segment of a call: rows of one (queue, partition), as (statement,
@@ -70,8 +73,11 @@ async fn write(
     batch: &mut [&mut PreparedPush],
     tenant: Uuid,
     sealing: &Sealing,
-    many: bool,
+    // Fused (several queues, by log_push_many_v1 or log_push_ids_v1): the
+    // partition ids learned.
+    fused: Option<&Placed>,
 ) -> Result<(), ExecError> {
+    let many = fused.is_some();
     // The statements' queues in name (byte) order, and each statement's.
     let mut queues: Vec<String> = batch.iter().map(|p| p.queue.clone()).collect();
     queues.sort_unstable();
@@ -221,14 +227,9 @@ async fn write(
             trace_ids: traces,
             tenant,
         };
-        let rows = if many {
-            conn.run(&PushMany {
-                queues: seg_queues,
-                push,
-            })
-            .await?
-        } else {
-            conn.run(&push).await?
+        let rows = match fused {
+            Some(placed) => run_fused(conn, push, seg_queues, placed, tenant).await?,
+            None => conn.run(&push).await?,
         };
         let outcome = read_round(rows, &counts, &flat, &ids, &queue_of)?;
         for &(q, encrypted) in &outcome.reframe {
@@ -267,6 +268,60 @@ async fn write(
         });
     }
     Ok(())
+}
+
+/// One round of fused statements: by partition ids when it is one queue's
+/// (no trace id) and `placed` knows every partition's id, else, or when
+/// those ids went stale, by `log_push_many_v1`, whose answer teaches
+/// `placed` the ids.
+async fn run_fused<'a>(
+    conn: &mut Calls<'_>,
+    mut push: PushCall<'a>,
+    queues: Vec<&'a str>,
+    placed: &Placed,
+    tenant: Uuid,
+) -> Result<Vec<PushRow>, ExecError> {
+    let one = queues.first().filter(|q| queues.iter().all(|o| o == *q));
+    if let (Some(&queue), None) = (one, &push.trace_ids) {
+        let names = push.partitions.iter().map(String::as_str);
+        if let Some(partition_ids) = placed.ids(tenant, queue, names) {
+            let call = PushIds {
+                partition_ids,
+                push,
+            };
+            let rows = conn.run(&call).await?;
+            if !rows.iter().any(|r| r.status == "stale") {
+                return Ok(rows);
+            }
+            placed.stale(tenant, queue);
+            push = call.push;
+        }
+    }
+    let call = PushMany { queues, push };
+    let rows = conn.run(&call).await?;
+    // A queued row stands for its segment: the segment whose first message
+    // it names.
+    let mut first = 0;
+    let starts: Vec<i32> = call
+        .push
+        .counts
+        .iter()
+        .map(|n| {
+            let at = first;
+            first += n;
+            at
+        })
+        .collect();
+    for row in &rows {
+        if let (Ok(seg), "queued", Some(id)) = (
+            starts.binary_search(&row.msg_index),
+            row.status,
+            row.partition_id,
+        ) {
+            placed.learn(tenant, call.queues[seg], &call.push.partitions[seg], id);
+        }
+    }
+    Ok(rows)
 }
 
 /// What one call answered.

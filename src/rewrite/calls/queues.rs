@@ -88,7 +88,9 @@ pub struct PushRow {
     /// when everything was queued: its messages follow at offset + k).
     pub msg_index: i32,
     /// `queued`, `duplicate` or `retry`; or, alone, `encrypt` / `plain`
-    /// (nothing written: the queue's encryption differs from the blobs').
+    /// (nothing written: the queue's encryption differs from the blobs'),
+    /// or `stale` (`log_push_ids_v1`: nothing written, an id or the queue
+    /// not as the call took them).
     /// A name of the procedure's, not copied per row.
     pub status: &'static str,
     pub offset: Option<i64>,
@@ -107,6 +109,7 @@ impl FromRow for PushRow {
                 "retry" => "retry",
                 "encrypt" => "encrypt",
                 "plain" => "plain",
+                "stale" => "stale",
                 other => {
                     return Err(DecodeError::Value {
                         call: PUSH.name,

@@ -370,6 +370,15 @@ async fn last_offsets(direct: &tokio_postgres::Client, queue: &str) -> Vec<(Stri
         .collect()
 }
 
+/// `n` message ids, and a time for each of `segments` segments.
+fn ids_and_times(n: i32, segments: usize) -> (Vec<uuid::Uuid>, Vec<std::time::SystemTime>) {
+    let ids = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
+    let times = (0..segments)
+        .map(|_| std::time::SystemTime::now())
+        .collect();
+    (ids, times)
+}
+
 /// `log_push_many_v1`'s call of one queue's segments `(queue, partition,
 /// count)`, message ids 1.., optionally with a trace id (which takes the
 /// queue-by-queue path) on every message: (msg_index, status, offset).
@@ -383,11 +392,7 @@ async fn push_many(
     let counts: Vec<i32> = segments.iter().map(|s| s.2).collect();
     let n: i32 = counts.iter().sum();
     let blobs: Vec<Vec<u8>> = segments.iter().map(|_| vec![1u8]).collect();
-    let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
-    let times: Vec<std::time::SystemTime> = segments
-        .iter()
-        .map(|_| std::time::SystemTime::now())
-        .collect();
+    let (ids, times) = ids_and_times(n, segments.len());
     let traces: Option<Vec<&str>> = traced.then(|| (0..n).map(|_| "t").collect());
     let rows = direct
         .query(
@@ -473,11 +478,7 @@ async fn push_ids(
     let counts: Vec<i32> = segments.iter().map(|s| s.2).collect();
     let n: i32 = counts.iter().sum();
     let blobs: Vec<&[u8]> = segments.iter().map(|_| blob).collect();
-    let message_ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
-    let times: Vec<std::time::SystemTime> = segments
-        .iter()
-        .map(|_| std::time::SystemTime::now())
-        .collect();
+    let (message_ids, times) = ids_and_times(n, segments.len());
     let rows = direct
         .query(
             "SELECT msg_index, status, \"offset\" FROM queen.log_push_ids_v1(\

@@ -65,37 +65,40 @@ impl Placed {
             .collect()
     }
 
-    /// Remembers that `partition` of `queue` has id `id`.
-    pub fn learn(&self, tenant: Uuid, queue: &str, partition: &str, id: i64) {
+    /// Remembers the ids of partitions: (queue, partition, id).
+    pub fn learn<'a>(
+        &self,
+        tenant: Uuid,
+        placed: impl IntoIterator<Item = (&'a str, &'a str, i64)>,
+    ) {
         let mut inner = self.lock();
         let inner = &mut *inner;
-        if inner
-            .shunned
-            .get(&tenant)
-            .is_some_and(|s| s.contains_key(queue))
-        {
-            return;
-        }
-        let known = inner
-            .ids
-            .get(&tenant)
-            .and_then(|q| q.get(queue))
-            .and_then(|p| p.get(partition));
-        if known == Some(&id) {
-            return;
-        }
-        if inner.len >= MAX_IDS {
-            inner.ids.clear();
-            inner.len = 0;
-        }
-        let names = inner
-            .ids
-            .entry(tenant)
-            .or_default()
-            .entry(queue.to_string())
-            .or_default();
-        if names.insert(partition.to_string(), id).is_none() {
-            inner.len += 1;
+        let shunned = inner.shunned.get(&tenant);
+        for (queue, partition, id) in placed {
+            if shunned.is_some_and(|s| s.contains_key(queue)) {
+                continue;
+            }
+            let known = inner
+                .ids
+                .get(&tenant)
+                .and_then(|q| q.get(queue))
+                .and_then(|p| p.get(partition));
+            if known == Some(&id) {
+                continue;
+            }
+            if inner.len >= MAX_IDS {
+                inner.ids.clear();
+                inner.len = 0;
+            }
+            let names = inner
+                .ids
+                .entry(tenant)
+                .or_default()
+                .entry(queue.to_string())
+                .or_default();
+            if names.insert(partition.to_string(), id).is_none() {
+                inner.len += 1;
+            }
         }
     }
 
@@ -128,15 +131,14 @@ mod tests {
     fn ids_are_known_only_all_together_and_forgotten_when_stale() {
         let placed = Placed::default();
         let t = Uuid::nil();
-        placed.learn(t, "q", "a", 1);
-        placed.learn(t, "q", "b", 2);
+        placed.learn(t, [("q", "a", 1), ("q", "b", 2)]);
         assert_eq!(placed.ids(t, "q", ["b", "a"]), Some(vec![2, 1]));
         assert_eq!(placed.ids(t, "q", ["a", "c"]), None);
         assert_eq!(placed.ids(t, "other", ["a"]), None);
         placed.stale(t, "q");
         assert_eq!(placed.ids(t, "q", ["a"]), None);
         // Kept off for a while: what is answered meanwhile is not learned.
-        placed.learn(t, "q", "a", 1);
+        placed.learn(t, [("q", "a", 1)]);
         assert_eq!(placed.ids(t, "q", ["a"]), None);
         assert_eq!(placed.lock().len, 0);
     }
@@ -145,11 +147,10 @@ mod tests {
     fn the_cache_starts_again_past_its_bound() {
         let placed = Placed::default();
         let t = Uuid::nil();
-        for i in 0..MAX_IDS as i64 {
-            placed.learn(t, "q", &i.to_string(), i);
-        }
+        let names: Vec<String> = (0..MAX_IDS).map(|i| i.to_string()).collect();
+        placed.learn(t, names.iter().zip(0..).map(|(n, i)| ("q", n.as_str(), i)));
         assert_eq!(placed.lock().len, MAX_IDS);
-        placed.learn(t, "q", "one more", 0);
+        placed.learn(t, [("q", "one more", 0)]);
         assert_eq!(placed.lock().len, 1);
         assert_eq!(placed.ids(t, "q", ["one more"]), Some(vec![0]));
     }

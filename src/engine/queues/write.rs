@@ -312,15 +312,12 @@ async fn run_fused<'a>(
             at
         })
         .collect();
-    for row in &rows {
-        if let (Ok(seg), "queued", Some(id)) = (
-            starts.binary_search(&row.msg_index),
-            row.status,
-            row.partition_id,
-        ) {
-            placed.learn(tenant, call.queues[seg], &call.push.partitions[seg], id);
-        }
-    }
+    let learned = rows.iter().filter_map(|row| {
+        let seg = starts.binary_search(&row.msg_index).ok()?;
+        let id = row.partition_id.filter(|_| row.status == "queued")?;
+        Some((call.queues[seg], call.push.partitions[seg].as_str(), id))
+    });
+    placed.learn(tenant, learned);
     Ok(rows)
 }
 

@@ -266,6 +266,125 @@ async fn ready_for_query_reports_the_transaction_status() {
     assert_eq!(raw.simple("ROLLBACK").await.status, b'I');
 }
 
+/// A plain BEGIN outside a block is answered before PostgreSQL's reply
+/// (`session::simple::begin_ahead`): the client gets PostgreSQL's bytes,
+/// and the block is PostgreSQL's — what follows runs inside it, over
+/// either protocol, plain SQL and dialect statements alike.
+#[tokio::test]
+async fn a_begin_answered_ahead_opens_the_block_postgresql_opens() {
+    let proxy = Proxy::start("begin_ahead").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("CREATE TABLE b (x int)")
+        .await
+        .unwrap();
+    let mut via = Raw::connect(proxy.addr).await;
+    let mut pg = Raw::connect_direct(&proxy.direct).await;
+    for begin in [
+        "BEGIN",
+        "begin work;",
+        "START TRANSACTION",
+        "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    ] {
+        let (a, b) = (via.simple(begin).await, pg.simple(begin).await);
+        assert_eq!(
+            (&a.tags, &a.completions, a.status),
+            (&b.tags, &b.completions, b.status),
+            "{begin}"
+        );
+        assert_eq!(a.status, b'T');
+        // A BEGIN inside the block: PostgreSQL's warning, through.
+        let (a, b) = (via.simple("BEGIN").await, pg.simple("BEGIN").await);
+        assert_eq!((&a.tags, a.status), (&b.tags, b.status), "{begin} twice");
+        assert_eq!(via.simple("INSERT INTO b VALUES (1)").await.status, b'T');
+        assert_eq!(via.simple("ROLLBACK").await.status, b'I');
+        assert_eq!(pg.simple("ROLLBACK").await.status, b'I');
+    }
+    assert_eq!(
+        direct
+            .query_one("SELECT count(*) FROM b", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        0,
+        "rolled-back inserts stayed"
+    );
+
+    // The statement after it is in the block (a SAVEPOINT outside one is
+    // 25P01), and a failed statement fails the block.
+    via.simple("BEGIN").await;
+    let r = via.simple("SAVEPOINT s").await;
+    assert!(r.errors.is_empty(), "not in the block: {:?}", r.errors);
+    let r = via.simple("SELECT 1/0").await;
+    assert_eq!((r.errors[0].code(), r.status), ("22012", b'E'));
+    assert_eq!(via.simple("COMMIT").await.completions, ["ROLLBACK"]);
+
+    // The extended protocol after it, then a dialect statement in the same
+    // block: rolled back with it.
+    via.simple("CREATE QUEUE bq").await;
+    via.simple("BEGIN").await;
+    via.send(&[
+        frontend::build_parse("", "INSERT INTO b VALUES (2)", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        sync(),
+    ])
+    .await;
+    assert_eq!(via.read_until_ready().await.status, b'T');
+    let r = via.simple("PUSH INTO bq VALUES ('{}')").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.status, b'T');
+    assert_eq!(via.simple("ROLLBACK").await.status, b'I');
+    let n: i64 = direct
+        .query_one(
+            "SELECT (SELECT count(*) FROM b) + (SELECT count(*) FROM queen.log_segments s \
+             JOIN queen.log_partitions p ON p.id = s.partition_id \
+             JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'bq')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "a statement of the rolled-back block stayed");
+
+    // A client that sends nothing after its BEGIN has it sent anyway, at
+    // once (within a millisecond): PostgreSQL shows the block open.
+    let mut waits = Raw::connect(proxy.addr).await;
+    assert_eq!(waits.simple("BEGIN").await.status, b'T');
+    until_open_blocks(&direct, 1, "the BEGIN never reached PostgreSQL").await;
+    assert_eq!(waits.simple("SAVEPOINT w").await.status, b'T');
+    assert_eq!(waits.simple("COMMIT").await.status, b'I');
+
+    // A client that leaves right after its BEGIN leaves no transaction
+    // (`via` holds none now either).
+    let mut gone = Raw::connect(proxy.addr).await;
+    assert_eq!(gone.simple("BEGIN").await.status, b'T');
+    drop(gone);
+    until_open_blocks(&direct, 0, "a transaction stayed open").await;
+    assert_eq!(via.simple("SELECT 1").await.status, b'I');
+}
+
+/// Waits (at most 10 s) until PostgreSQL shows `n` sessions idle in a
+/// transaction block.
+async fn until_open_blocks(direct: &tokio_postgres::Client, n: i64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if open == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {open} open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn prepared_statement_survives_moving_between_backend_connections() {
     let proxy = Proxy::start_with("prepared_moves", |c| c.pool_size = 3).await;

@@ -239,6 +239,32 @@ impl Control {
     }
 }
 
+/// The command tag of `sql` when it opens a transaction block with no
+/// options at all (`BEGIN [WORK | TRANSACTION]`, `START TRANSACTION`): on
+/// a connection outside a block such a statement cannot fail, so the
+/// proxy may answer it before PostgreSQL has (`session::simple`). With
+/// options (an isolation level, READ WRITE on a standby, DEFERRABLE) it
+/// can, and it is not this.
+pub fn plain_begin(sql: &str) -> Option<&'static str> {
+    let toks = super::split::Tokens::new(sql).filter(|t| t.kind != TokenKind::Semicolon);
+    let mut words = [""; 3];
+    let mut n = 0;
+    for t in toks {
+        if t.kind != TokenKind::Word || n == words.len() {
+            return None;
+        }
+        words[n] = &sql[t.range];
+        n += 1;
+    }
+    let is = |i: usize, w: &str| words[i].eq_ignore_ascii_case(w);
+    match n {
+        1 if is(0, "BEGIN") => Some("BEGIN"),
+        2 if is(0, "BEGIN") && (is(1, "WORK") || is(1, "TRANSACTION")) => Some("BEGIN"),
+        2 if is(0, "START") && is(1, "TRANSACTION") => Some("START TRANSACTION"),
+        _ => None,
+    }
+}
+
 /// The transaction control `sql` is, if it is one.
 pub fn transaction_control(sql: &str) -> Option<Control> {
     // Lazily: most statements stop at their first word.
@@ -525,6 +551,28 @@ mod tests {
             "LOAD 'auto_explain'",
         ] {
             assert_eq!(session_effect(sql), SessionEffect::Pins, "{sql}");
+        }
+    }
+
+    #[test]
+    fn plain_begins_are_the_optionless_ones() {
+        assert_eq!(plain_begin("BEGIN"), Some("BEGIN"));
+        assert_eq!(plain_begin("begin;"), Some("BEGIN"));
+        assert_eq!(plain_begin("  BEGIN /* c */ WORK ;"), Some("BEGIN"));
+        assert_eq!(plain_begin("Begin Transaction"), Some("BEGIN"));
+        assert_eq!(plain_begin("START TRANSACTION"), Some("START TRANSACTION"));
+        for other in [
+            "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            "BEGIN READ WRITE",
+            "START TRANSACTION READ ONLY",
+            "BEGIN WORK WORK",
+            "START",
+            "BEGIN; SELECT 1",
+            "\"BEGIN\"",
+            "COMMIT",
+            "",
+        ] {
+            assert_eq!(plain_begin(other), None, "{other}");
         }
     }
 

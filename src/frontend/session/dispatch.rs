@@ -62,6 +62,9 @@ pub(super) struct Txn {
     pub(super) pipeline_listens: Vec<PipelineListen>,
     /// The transaction block, followed for the LISTENs it holds back.
     pub(super) block: super::block::Block,
+    /// A BEGIN answered ahead waits in the connection's buffer for the
+    /// client's next message (`simple::begin_ahead`).
+    pub(super) begin_unsent: bool,
 }
 
 /// A LISTEN or UNLISTEN executed in a pipeline and served by the hub.
@@ -242,6 +245,14 @@ impl Session {
         loop {
             let msg = self.next_message().await?;
             self.observed.info.set_state(ClientState::Active);
+            // A BEGIN answered ahead goes with this message (whatever the
+            // message's path, it flushes the connection); only a plain
+            // simple query is forwarded behind it unread (`simple.rs`).
+            self.txn.begin_unsent = false;
+            if !matches!(msg.tag, tag::TERMINATE | tag::QUERY) && self.replies.answered_ahead() {
+                // On a broken connection the pipeline then skips to Sync.
+                self.settle_begin().await?;
+            }
             match msg.tag {
                 tag::TERMINATE => return Ok(()),
                 tag::SYNC => self.sync().await?,

@@ -23,9 +23,16 @@ enum Idle {
     /// From the shared listening connection (`None`: it let go).
     Notified(Option<crate::frontend::listen::Notification>),
     TimedOut,
+    /// A BEGIN answered ahead waited `BEGIN_HELD_FOR` for the client's
+    /// next message.
+    SendBegin,
     /// The next step of the shutdown began.
     Stopping,
 }
+
+/// The longest a BEGIN answered ahead waits in the connection's buffer
+/// for the client's next message to go with (`simple::begin_ahead`).
+const BEGIN_HELD_FOR: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The shutdown as one session watches it.
 pub(super) struct Stopping {
@@ -92,12 +99,21 @@ impl Session {
                         None => std::future::pending().await,
                     }
                 };
+                let begin_unsent = self.txn.begin_unsent;
+                let send_begin = async {
+                    if begin_unsent {
+                        tokio::time::sleep(BEGIN_HELD_FOR).await
+                    } else {
+                        std::future::pending().await
+                    }
+                };
                 let waiting = async {
                     tokio::select! {
                         next = read => Idle::Client(next),
                         msg = unsolicited => Idle::Backend(msg),
                         n = notified => Idle::Notified(n),
                         _ = limit => Idle::TimedOut,
+                        _ = send_begin => Idle::SendBegin,
                     }
                 };
                 // The shutdown first: a statement that is already waiting
@@ -123,6 +139,14 @@ impl Session {
                     self.client.flush().await?;
                 }
                 Idle::Backend(Err(e)) => return Err(self.backend_lost(e).await),
+                Idle::SendBegin => {
+                    self.txn.begin_unsent = false;
+                    // A connection that broke is found by the client's
+                    // next message, which it fails (`relay::settle_begin`).
+                    if let Some(conn) = self.lease.conn_mut() {
+                        let _ = conn.flush().await;
+                    }
+                }
                 Idle::Notified(Some(n)) => {
                     let mut rest = Vec::with_capacity(n.channel.len() + n.payload.len() + 2);
                     rest.extend_from_slice(n.channel.as_bytes());

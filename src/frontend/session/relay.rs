@@ -8,7 +8,7 @@ use super::replies::{Expect, Seen};
 use super::{End, Session};
 use crate::backend::BackendError;
 use crate::frontend::errors::{self, backend_unavailable};
-use crate::protocol::{self, Message};
+use crate::protocol::{self, Message, TxStatus};
 
 impl Session {
     /// Takes a backend connection for `purpose` unless one is held, telling
@@ -65,6 +65,35 @@ impl Session {
                 self.client.flush().await?;
             }
         }
+    }
+
+    /// Reads the replies of a BEGIN answered ahead (`simple::begin_ahead`)
+    /// before a message that does not go behind it unread. Whether the
+    /// session may go on with the message: on a connection that broke
+    /// meanwhile the block is gone, and the message fails with 08006
+    /// (nothing of it was sent), as when a block's connection breaks
+    /// between two statements; ReadyForQuery then says Idle.
+    pub(super) async fn settle_begin(&mut self) -> Result<bool, End> {
+        while self.replies.answered_ahead() {
+            let Some(conn) = self.lease.conn_mut() else {
+                self.replies.lost();
+                return Ok(true);
+            };
+            let received = match conn.flush().await {
+                Ok(()) => conn.recv().await,
+                Err(e) => Err(e),
+            };
+            match received {
+                Ok(msg) => self.on_backend_message(msg).await?,
+                Err(e) => {
+                    self.replies.lost();
+                    self.lease.discard();
+                    self.local_error(backend_unavailable(&e));
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Relays the replies the backend still owes for earlier messages of
@@ -141,6 +170,23 @@ impl Session {
             self.client.send(&msg);
             return Ok(());
         }
+        match seen {
+            Seen::AnsweredReady(TxStatus::InBlock) => {
+                return self.backend_ready(TxStatus::InBlock).await;
+            }
+            Seen::AnsweredReady(_) | Seen::AnsweredFailed => {
+                // The client was told its block began and PostgreSQL did
+                // not begin it: what its statements since did is not what
+                // it believes.
+                if msg.tag == crate::protocol::tags::backend::ERROR_RESPONSE {
+                    self.backend_error(&msg);
+                }
+                self.replies.lost();
+                self.lease.discard();
+                return Err(self.fatal(errors::block_not_begun()).await);
+            }
+            _ => {}
+        }
         if !matches!(seen, Seen::Swallow) {
             self.client.send(&msg);
         }
@@ -167,7 +213,7 @@ impl Session {
                     self.undo(u);
                 }
             }
-            Seen::Ready(_) => {}
+            Seen::Ready(_) | Seen::AnsweredReady(_) | Seen::AnsweredFailed => {}
             Seen::CopyIn => self.copy_in().await?,
         }
         Ok(())

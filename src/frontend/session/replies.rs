@@ -39,6 +39,10 @@ pub enum Expect<U> {
     Sync,
     /// A simple Query: everything up to ReadyForQuery.
     Query,
+    /// A simple Query the proxy has answered already (a `BEGIN` outside a
+    /// block, `session::simple`): its replies up to ReadyForQuery are not
+    /// the client's.
+    Answered,
     /// A reply produced by the proxy, sent when its turn comes.
     Local(Message, Option<U>),
 }
@@ -56,6 +60,12 @@ pub enum Seen<U> {
     ParameterStatus,
     /// Pass it on (ReadyForQuery): the exchange ended in this status.
     Ready(TxStatus),
+    /// The ReadyForQuery of an exchange the proxy answered ahead: not the
+    /// client's; the backend's status now.
+    AnsweredReady(TxStatus),
+    /// An error of an exchange the proxy answered ahead as a success: the
+    /// client was told something PostgreSQL did not do.
+    AnsweredFailed,
     /// Pass it on (ErrorResponse): the backend skips to Sync, so the
     /// replies owed before it will never come; these proxy-global
     /// statements were never created, and these changes of the skipped
@@ -148,8 +158,26 @@ impl<U> Replies<U> {
         }
     }
 
+    /// The next replies are those of an exchange the proxy answered ahead.
+    pub fn answered_ahead(&self) -> bool {
+        matches!(self.pending.front(), Some(Expect::Answered))
+    }
+
     /// One message from the backend.
     pub fn on_backend(&mut self, msg: &Message) -> Seen<U> {
+        if self.answered_ahead() {
+            return match msg.tag {
+                tag::READY_FOR_QUERY => {
+                    self.pending.pop_front();
+                    Seen::AnsweredReady(TxStatus::from_ready_body(&msg.body))
+                }
+                tag::ERROR_RESPONSE => Seen::AnsweredFailed,
+                tag::PARAMETER_STATUS => Seen::ParameterStatus,
+                // What is not a reply still reaches the client.
+                tag::NOTICE_RESPONSE | tag::NOTIFICATION_RESPONSE => Seen::Relay,
+                _ => Seen::Swallow,
+            };
+        }
         match msg.tag {
             tag::ERROR_RESPONSE => {
                 if matches!(self.pending.front(), Some(Expect::Query)) {
@@ -273,6 +301,32 @@ mod tests {
         );
         assert!(!r.owed());
         assert!(!r.skipping());
+    }
+
+    #[test]
+    fn an_exchange_answered_ahead_is_swallowed_up_to_its_ready_for_query() {
+        let mut r = Replies::<&str>::default();
+        r.expect(Expect::Answered);
+        r.expect(Expect::Query);
+        assert!(r.answered_ahead());
+        assert_eq!(r.on_backend(&msg(tag::COMMAND_COMPLETE)), Seen::Swallow);
+        assert_eq!(r.on_backend(&msg(tag::NOTICE_RESPONSE)), Seen::Relay);
+        assert_eq!(
+            r.on_backend(&ready(TxStatus::InBlock)),
+            Seen::AnsweredReady(TxStatus::InBlock)
+        );
+        assert!(!r.answered_ahead());
+        // The next exchange's replies are the client's.
+        let got = run(
+            &mut r,
+            &[msg(tag::COMMAND_COMPLETE), ready(TxStatus::InBlock)],
+        );
+        assert_eq!(got, b"CZ");
+        assert!(!r.owed());
+
+        let mut r = Replies::<&str>::default();
+        r.expect(Expect::Answered);
+        assert_eq!(r.on_backend(&error()), Seen::AnsweredFailed);
     }
 
     #[test]

@@ -25,6 +25,14 @@ impl Session {
         let sql: &str = &text.view;
         let commands = rewrite::classify_script(sql);
         let plain = |c: &Command| matches!(c, Command::Passthrough(_));
+        // A BEGIN answered ahead goes with this message only when it is one
+        // plain statement forwarded as it is; anything else reads it first.
+        if self.replies.answered_ahead()
+            && !forwarded_whole(sql, &commands)
+            && !self.settle_begin().await?
+        {
+            return self.finish_simple_query().await;
+        }
         if self.passthrough == Passthrough::None && commands.iter().any(|(_, c)| plain(c)) {
             self.local_error(canned::passthrough_refused());
             return self.finish_simple_query().await;
@@ -42,6 +50,11 @@ impl Session {
         }
         if let [(range, Command::Passthrough(_))] = commands.as_slice() {
             let statement = &sql[range.clone()];
+            if let Some(tag) = rewrite::passthrough::plain_begin(statement) {
+                if self.may_answer_ahead() {
+                    return self.begin_ahead(msg, statement, tag).await;
+                }
+            }
             if let Some(listening) = rewrite::passthrough::listening(statement) {
                 if !self.lease.held() && self.client_encoding == ClientEncoding::Utf8 {
                     return self.listen_shared(listening, statement).await;
@@ -99,6 +112,44 @@ impl Session {
         } else {
             self.run_script(&text, &commands).await?;
         }
+        self.finish_simple_query().await
+    }
+
+    /// Whether a plain `BEGIN` now may be answered before PostgreSQL
+    /// answers it: outside any block, transaction or pipeline, with
+    /// nothing owed, so it cannot fail.
+    fn may_answer_ahead(&self) -> bool {
+        self.lease.status() == TxStatus::Idle
+            && !self.replies.owed()
+            && !self.replies.skipping()
+            && !self.txn.forwarded_since_sync
+            && !self.txn.executed_since_sync
+    }
+
+    /// A plain `BEGIN` (`tag`: its command tag) outside a block: answered
+    /// at once, with the bytes PostgreSQL would send, and sent to
+    /// PostgreSQL with the client's next statement, in one write, whose
+    /// replies follow its own (swallowed): one exchange with the backend
+    /// fewer a transaction. A client that waits longer than
+    /// `BEGIN_HELD_FOR` before its next message has the BEGIN sent then
+    /// (`idle::next_message`), so the block's start (`now()`) is that much
+    /// later at most, as if the network were that much slower.
+    async fn begin_ahead(&mut self, msg: &Message, statement: &str, tag: &str) -> Result<(), End> {
+        if !self.ensure_backend(For::Client).await {
+            return self.finish_simple_query().await;
+        }
+        self.before_plain(std::iter::once(statement)).await?;
+        let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
+        self.forward(msg, Expect::Answered);
+        if let Some(conn) = self.lease.conn_mut() {
+            conn.unnamed_owner = None;
+            conn.status = TxStatus::InBlock;
+            self.txn.begin_unsent = true;
+        }
+        self.client.send(&protocol::command_complete(tag));
+        self.client
+            .send(&protocol::ready_for_query(TxStatus::InBlock));
+        self.passthrough_done(1, began, errors);
         self.finish_simple_query().await
     }
 
@@ -302,6 +353,20 @@ impl Session {
             self.transaction_ended().await;
         }
     }
+}
+
+/// Whether a simple query is one plain statement the session forwards as
+/// it is (not a LISTEN, a DEALLOCATE or a PREPARE TRANSACTION, which the
+/// proxy may serve or follow itself).
+fn forwarded_whole(sql: &str, commands: &[(Range<usize>, Command)]) -> bool {
+    let [(range, Command::Passthrough(_))] = commands else {
+        return false;
+    };
+    let statement = &sql[range.clone()];
+    rewrite::passthrough::listening(statement).is_none()
+        && rewrite::passthrough::deallocated_name(statement).is_none()
+        && rewrite::passthrough::transaction_control(statement)
+            != Some(rewrite::passthrough::Control::Prepare)
 }
 
 /// `DISCARD ALL`, which also ends every LISTEN.

@@ -1505,8 +1505,9 @@ async fn figures() {
     // Alternating, so warm-up does not favour either.
     for (round, guarded) in [true, false, true, false].into_iter().enumerate() {
         let ddl = if guarded {
-            "CREATE TRIGGER trg_partitions_ephemeral_guard BEFORE INSERT ON queen.log_partitions \
-             FOR EACH ROW EXECUTE FUNCTION queen.ephemeral_guard_partition_v1()"
+            "CREATE TRIGGER trg_partitions_ephemeral_guard AFTER INSERT ON queen.log_partitions \
+             REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT \
+             EXECUTE FUNCTION queen.ephemeral_guard_partitions_v2()"
         } else {
             "DROP TRIGGER trg_partitions_ephemeral_guard ON queen.log_partitions"
         };

@@ -34,7 +34,7 @@ async fn partition_counters_are_attached_once_and_rolled_up() {
         [
             "trg_partitions_created_counter",
             "trg_partitions_deleted_counter",
-            // 030: no partition for an ephemeral queue.
+            // 030: no partition for an ephemeral queue (once a statement).
             "trg_partitions_ephemeral_guard"
         ]
     );
@@ -239,4 +239,71 @@ async fn a_running_queenwire_flushes_its_counters() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// 030's guard: no partition of an ephemeral queue, whatever inserts it,
+/// checked once a statement over the rows it inserted; a database with the
+/// earlier per-row guard has it replaced by the next boot's apply.
+#[tokio::test]
+async fn the_ephemeral_guard_refuses_a_statement_with_any_partition_of_an_ephemeral_queue() {
+    let proxy = Proxy::start("worker_metrics_guard").await;
+    let direct = proxy.connect_direct().await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE eg WITH (class = ephemeral); CREATE QUEUE dg")
+        .await
+        .unwrap();
+    let insert = |names: &str| {
+        format!(
+            "INSERT INTO queen.log_partitions (queue_id, name) \
+             SELECT q.id, 'p' || g FROM queen.queues q, generate_series(1, 3) g \
+             WHERE q.name IN ({names})"
+        )
+    };
+    let partitions = "SELECT count(*) FROM queen.log_partitions p \
+                      JOIN queen.queues q ON q.id = p.queue_id WHERE q.name IN ('eg', 'dg')";
+    let level = "SELECT t.tgtype::int & 1 FROM pg_trigger t \
+                 WHERE t.tgrelid = 'queen.log_partitions'::regclass \
+                   AND t.tgname = 'trg_partitions_ephemeral_guard'";
+    for round in ["fresh", "after replacing the row guard"] {
+        let e = direct
+            .batch_execute(&insert("'dg', 'eg'"))
+            .await
+            .expect_err("a statement with an ephemeral queue's partitions");
+        assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{round}: {e}");
+        let n: i64 = direct.query_one(partitions, &[]).await.unwrap().get(0);
+        assert_eq!(
+            n, 0,
+            "{round}: the durable queue's rows of that statement stayed"
+        );
+        let level: i32 = direct.query_one(level, &[]).await.unwrap().get(0);
+        assert_eq!(level, 0, "{round}: not a statement-level trigger");
+        // What a database had before: the per-row guard.
+        direct
+            .batch_execute(
+                "CREATE FUNCTION queen.ephemeral_guard_partition_v1() RETURNS trigger \
+                 LANGUAGE plpgsql AS $$ BEGIN \
+                   IF EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = NEW.queue_id) \
+                   THEN RAISE EXCEPTION 'ephemeral' USING ERRCODE = '55000'; END IF; \
+                   RETURN NEW; END $$; \
+                 DROP TRIGGER trg_partitions_ephemeral_guard ON queen.log_partitions; \
+                 CREATE TRIGGER trg_partitions_ephemeral_guard BEFORE INSERT ON queen.log_partitions \
+                   FOR EACH ROW EXECUTE FUNCTION queen.ephemeral_guard_partition_v1()",
+            )
+            .await
+            .unwrap();
+        schema::apply(&direct).await.unwrap();
+        let old: i64 = direct
+            .query_one(
+                "SELECT count(*) FROM pg_proc WHERE proname = 'ephemeral_guard_partition_v1'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(old, 0, "the row guard's function stayed");
+    }
+    direct.batch_execute(&insert("'dg'")).await.unwrap();
+    let n: i64 = direct.query_one(partitions, &[]).await.unwrap().get(0);
+    assert_eq!(n, 3);
 }

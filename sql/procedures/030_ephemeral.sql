@@ -342,32 +342,63 @@ $$;
 -- partition of one is refused, so a PUSH that reached the durable path (a
 -- queenwire that has not yet learnt the queue's class, within about a
 -- second of its CREATE QUEUE elsewhere) fails with 55000 instead of storing.
-CREATE OR REPLACE FUNCTION queen.ephemeral_guard_partition_v1()
+-- Once a statement, over the partitions it inserted (AFTER INSERT, with
+-- the transition table the counter trigger of 020 also reads: PostgreSQL
+-- keeps one for both): a fused push creates up to hundreds of partitions in
+-- one statement, and a check per row cost each new partition a trigger call
+-- and a probe (about 6.5 µs; docs/benchmarks.md, nineteenth session).
+CREATE OR REPLACE FUNCTION queen.ephemeral_guard_partitions_v2()
 RETURNS TRIGGER
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = NEW.queue_id) THEN
+    IF EXISTS (SELECT 1 FROM new_rows n
+               JOIN queen.ephemeral_queues e ON e.queue_id = n.queue_id) THEN
         RAISE EXCEPTION 'the queue is ephemeral: its messages are kept in memory by its owning queenwire only; retry the statement'
             USING ERRCODE = '55000';
     END IF;
-    RETURN NEW;
+    RETURN NULL;
 END
 $$;
 
 -- Attached only when absent (as 020: CREATE TRIGGER takes SHARE ROW
--- EXCLUSIVE on the hottest table, so not at every boot). Per row, BEFORE
--- INSERT: partitions are inserted only on a partition's first push, so the
--- check costs one primary-key probe per new partition.
+-- EXCLUSIVE on the hottest table, so not at every boot). A database that
+-- has the earlier per-row guard (BEFORE INSERT FOR EACH ROW, function
+-- ephemeral_guard_partition_v1) has it replaced once: DROP TRIGGER takes
+-- ACCESS EXCLUSIVE, so it waits at most 2 s for the pushes in flight and
+-- otherwise leaves the row guard (which refuses the same partitions) for a
+-- later boot.
+-- Locks: SHARE ROW EXCLUSIVE / ACCESS EXCLUSIVE on queen.log_partitions,
+-- only on the boot that attaches or replaces the trigger.
 DO $$
+DECLARE
+    v_row_level BOOLEAN;
+    v_timeout   TEXT := current_setting('lock_timeout');
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_trigger t
-                   WHERE t.tgrelid = 'queen.log_partitions'::REGCLASS
-                     AND t.tgname = 'trg_partitions_ephemeral_guard') THEN
+    SELECT (t.tgtype & 1) = 1 INTO v_row_level
+    FROM pg_trigger t
+    WHERE t.tgrelid = 'queen.log_partitions'::REGCLASS
+      AND t.tgname = 'trg_partitions_ephemeral_guard';
+    IF v_row_level IS NULL THEN
         CREATE TRIGGER trg_partitions_ephemeral_guard
-            BEFORE INSERT ON queen.log_partitions
-            FOR EACH ROW
-            EXECUTE FUNCTION queen.ephemeral_guard_partition_v1();
+            AFTER INSERT ON queen.log_partitions
+            REFERENCING NEW TABLE AS new_rows
+            FOR EACH STATEMENT
+            EXECUTE FUNCTION queen.ephemeral_guard_partitions_v2();
+    ELSIF v_row_level THEN
+        BEGIN
+            PERFORM set_config('lock_timeout', '2s', true);
+            DROP TRIGGER trg_partitions_ephemeral_guard ON queen.log_partitions;
+            CREATE TRIGGER trg_partitions_ephemeral_guard
+                AFTER INSERT ON queen.log_partitions
+                REFERENCING NEW TABLE AS new_rows
+                FOR EACH STATEMENT
+                EXECUTE FUNCTION queen.ephemeral_guard_partitions_v2();
+            DROP FUNCTION IF EXISTS queen.ephemeral_guard_partition_v1();
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE NOTICE 'queen.log_partitions is busy: its per-row ephemeral guard stays until a later boot';
+        END;
+        PERFORM set_config('lock_timeout', v_timeout, true);
     END IF;
 END
 $$;

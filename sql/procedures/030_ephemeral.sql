@@ -379,26 +379,24 @@ BEGIN
     FROM pg_trigger t
     WHERE t.tgrelid = 'queen.log_partitions'::REGCLASS
       AND t.tgname = 'trg_partitions_ephemeral_guard';
+    IF v_row_level THEN
+        BEGIN
+            PERFORM set_config('lock_timeout', '2s', true);
+            DROP TRIGGER trg_partitions_ephemeral_guard ON queen.log_partitions;
+            DROP FUNCTION IF EXISTS queen.ephemeral_guard_partition_v1();
+            v_row_level := NULL;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE NOTICE 'queen.log_partitions is busy: its per-row ephemeral guard stays until a later boot';
+        END;
+        PERFORM set_config('lock_timeout', v_timeout, true);
+    END IF;
+    -- Absent, or the row guard just dropped (its ACCESS EXCLUSIVE is held).
     IF v_row_level IS NULL THEN
         CREATE TRIGGER trg_partitions_ephemeral_guard
             AFTER INSERT ON queen.log_partitions
             REFERENCING NEW TABLE AS new_rows
             FOR EACH STATEMENT
             EXECUTE FUNCTION queen.ephemeral_guard_partitions_v2();
-    ELSIF v_row_level THEN
-        BEGIN
-            PERFORM set_config('lock_timeout', '2s', true);
-            DROP TRIGGER trg_partitions_ephemeral_guard ON queen.log_partitions;
-            CREATE TRIGGER trg_partitions_ephemeral_guard
-                AFTER INSERT ON queen.log_partitions
-                REFERENCING NEW TABLE AS new_rows
-                FOR EACH STATEMENT
-                EXECUTE FUNCTION queen.ephemeral_guard_partitions_v2();
-            DROP FUNCTION IF EXISTS queen.ephemeral_guard_partition_v1();
-        EXCEPTION WHEN lock_not_available THEN
-            RAISE NOTICE 'queen.log_partitions is busy: its per-row ephemeral guard stays until a later boot';
-        END;
-        PERFORM set_config('lock_timeout', v_timeout, true);
     END IF;
 END
 $$;

@@ -77,13 +77,11 @@ pub fn lost_backend(e: &BackendError) -> SqlError {
 /// this is a broken backend): the statements sent since ran outside the
 /// block the client believes in, so their outcome is not what it expects.
 pub fn block_not_begun() -> SqlError {
-    let mut err = SqlError::error(
+    SqlError::error(
         SqlState::TRANSACTION_RESOLUTION_UNKNOWN,
         "the backend did not begin the transaction block whose BEGIN was answered: \
          the statements sent since may have been committed one by one",
-    );
-    err.severity = "FATAL";
-    err
+    )
 }
 
 /// What a failed dialect statement tells the client; `None`: the session's

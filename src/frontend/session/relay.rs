@@ -39,6 +39,20 @@ impl Session {
         }
     }
 
+    /// The held connection's next message, after sending what is buffered
+    /// for it; `None` without a connection (the replies owed will not
+    /// come).
+    async fn next_reply(&mut self) -> Option<Result<Message, BackendError>> {
+        let Some(conn) = self.lease.conn_mut() else {
+            self.replies.lost();
+            return None;
+        };
+        Some(match conn.flush().await {
+            Ok(()) => conn.recv().await,
+            Err(e) => Err(e),
+        })
+    }
+
     /// Relays backend replies until every expected one has arrived.
     pub(super) async fn drain(&mut self) -> Result<(), End> {
         loop {
@@ -48,17 +62,10 @@ impl Session {
             if !self.replies.owed() {
                 return Ok(());
             }
-            let Some(conn) = self.lease.conn_mut() else {
-                self.replies.lost();
-                return Ok(());
-            };
-            let received = match conn.flush().await {
-                Ok(()) => conn.recv().await,
-                Err(e) => Err(e),
-            };
-            let msg = match received {
-                Ok(m) => m,
-                Err(e) => return Err(self.backend_lost(e).await),
+            let msg = match self.next_reply().await {
+                None => return Ok(()),
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Err(self.backend_lost(e).await),
             };
             self.on_backend_message(msg).await?;
             if self.client.buffered() > CLIENT_FLUSH_THRESHOLD {
@@ -75,17 +82,10 @@ impl Session {
     /// between two statements; ReadyForQuery then says Idle.
     pub(super) async fn settle_begin(&mut self) -> Result<bool, End> {
         while self.replies.answered_ahead() {
-            let Some(conn) = self.lease.conn_mut() else {
-                self.replies.lost();
-                return Ok(true);
-            };
-            let received = match conn.flush().await {
-                Ok(()) => conn.recv().await,
-                Err(e) => Err(e),
-            };
-            match received {
-                Ok(msg) => self.on_backend_message(msg).await?,
-                Err(e) => {
+            match self.next_reply().await {
+                None => return Ok(true),
+                Some(Ok(msg)) => self.on_backend_message(msg).await?,
+                Some(Err(e)) => {
                     self.replies.lost();
                     self.lease.discard();
                     self.local_error(backend_unavailable(&e));
@@ -178,7 +178,7 @@ impl Session {
                 // The client was told its block began and PostgreSQL did
                 // not begin it: what its statements since did is not what
                 // it believes.
-                if msg.tag == crate::protocol::tags::backend::ERROR_RESPONSE {
+                if let Seen::AnsweredFailed = seen {
                     self.backend_error(&msg);
                 }
                 self.replies.lost();

@@ -566,6 +566,26 @@ async fn a_push_by_partition_ids_places_its_segments_or_writes_nothing() {
     // Blobs sealed for a plain queue.
     let got = push_ids(&direct, "ia", &[("x", x, 1)], &[2]).await.unwrap();
     assert_eq!(got, stale, "sealed blobs");
+    // A segment whose times are reversed, alone in its call and beside
+    // another (the one-segment path and the set-based one).
+    for (names, ids) in [(vec!["x"], vec![x]), (vec!["x", "y"], vec![x, y])] {
+        let n = names.len() as i32;
+        let rows = direct
+            .query(
+                "SELECT msg_index, status, \"offset\" FROM queen.log_push_ids_v1('ia', $1, $2, \
+                 array_fill(1, ARRAY[$3::INT]), array_fill('\\x01'::BYTEA, ARRAY[$3::INT]), NULL, \
+                 ARRAY(SELECT gen_random_uuid() FROM generate_series(1, $3::INT)), \
+                 array_fill(now(), ARRAY[$3::INT]), array_fill(now() - interval '1 second', ARRAY[$3::INT]))",
+                &[&names, &ids, &n],
+            )
+            .await
+            .unwrap();
+        let got: Vec<(i32, String, Option<i64>)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        assert_eq!(got, stale, "reversed times, {n} segment(s)");
+    }
     // A size limit: that path does not count the queue's messages.
     direct
         .execute(

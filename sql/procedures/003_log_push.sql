@@ -1153,7 +1153,13 @@ BEGIN
         INSERT INTO queen.log_txns (partition_id, base_offset, created_at, txn_hashes, message_ids)
         VALUES (p_partition_ids[1], v_prior + 1, v_now,
                 CASE WHEN v_any_hash THEN p_txn_hashes END, p_message_ids);
-        RETURN QUERY SELECT 0, 'queued'::TEXT, v_prior + 1, p_message_ids[1], p_partition_ids[1];
+        -- The row by assignment: no statement to run for it.
+        msg_index := 0;
+        status := 'queued';
+        "offset" := v_prior + 1;
+        message_id := p_message_ids[1];
+        partition_id := p_partition_ids[1];
+        RETURN NEXT;
         RETURN;
     END IF;
     IF NOT (p_partition_ids[1] = ALL (p_partition_ids)) THEN

@@ -40,11 +40,27 @@ async fn ack_all(client: &Client, receipts: &[String]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_producers_and_consumers_lose_nothing_duplicate_nothing_and_keep_order() {
+    ledgered_consumers("ordering", 4, 20).await;
+}
+
+/// The same ledger with eight consumers of 100 messages a POP: such POPs
+/// are split by session over two lanes of their queue and group, so two
+/// of their writes are in flight at once (engine/fusion/pop.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_of_many_messages_in_two_lanes_lose_nothing_duplicate_nothing_and_keep_order() {
+    ledgered_consumers("ordering_split", 8, 100).await;
+}
+
+/// Two producers push 5,000 messages over 50 partitions while
+/// `consumer_count` consumers POP up to `limit` messages (waiting) and ACK
+/// them: every message is acknowledged exactly once, each consumer sees a
+/// partition's offsets increase, and no two consumers ever hold one
+/// partition at once.
+async fn ledgered_consumers(name: &str, consumer_count: usize, limit: usize) {
     const PRODUCERS: usize = 2;
     const PER_PRODUCER: usize = 2_500;
     const PARTITIONS: usize = 50;
-    const CONSUMERS: usize = 4;
-    let proxy = Proxy::start_with("ordering", |c| c.pool_size = 8).await;
+    let proxy = Proxy::start_with(name, |c| c.pool_size = 8).await;
     let admin = proxy.connect().await;
     admin.batch_execute("CREATE QUEUE work").await.unwrap();
 
@@ -84,7 +100,7 @@ async fn concurrent_producers_and_consumers_lose_nothing_duplicate_nothing_and_k
     let consumed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let total = PRODUCERS * PER_PRODUCER;
     let mut consumers = Vec::new();
-    for c in 0..CONSUMERS {
+    for c in 0..consumer_count {
         let cfg = proxy.client_config();
         let holds = holds.clone();
         let consumed = consumed.clone();
@@ -94,7 +110,11 @@ async fn concurrent_producers_and_consumers_lose_nothing_duplicate_nothing_and_k
             let deadline = Instant::now() + Duration::from_secs(240);
             while consumed.load(std::sync::atomic::Ordering::SeqCst) < total {
                 assert!(Instant::now() < deadline, "consumers did not finish");
-                let popped = rows(&client, "POP FROM work LIMIT 20 WAIT '500ms'").await;
+                let popped = rows(
+                    &client,
+                    &format!("POP FROM work LIMIT {limit} WAIT '500ms'"),
+                )
+                .await;
                 let got_at = Instant::now();
                 if popped.is_empty() {
                     continue;

@@ -11,7 +11,8 @@
 //!   go in one `log_ack_v1` call;
 //! - POP (`pop.rs`): per (tenant, queue, group, options), POPs of one
 //!   partition each go in one `log_pop_v2` call that claims a partition
-//!   for each of them.
+//!   for each of them (POPs of 16 messages or more: two lanes, split by
+//!   session, so two such calls may be in flight).
 //!
 //! A lone statement is written at once (it leads its own write), so fusion
 //! costs it nothing; statements queue only behind a write already in

@@ -4,7 +4,9 @@
 //! the hot list, one commit: up to k partitions for k sessions, at most n
 //! messages of each, and each session gets one partition's messages — what
 //! its own POP would have claimed. Per (partition, group) one lease at a
-//! time still holds: a partition's messages all go to one session.
+//! time still holds: a partition's messages all go to one session. POPs of
+//! 16 messages or more have two such lanes, each session always in the
+//! same one (`SPLIT_FROM`), so two of their writes may be in flight.
 //!
 //! A session's plain ACK that follows its fused POP comes to the same lane
 //! (`ack.rs`): a write acknowledges the ACKs waiting, then claims for the
@@ -43,7 +45,20 @@ pub(super) struct Key {
     auto_ack: bool,
     subscribe: &'static str,
     subscribe_at: Option<String>,
+    /// Which of the key's lanes: POPs of many messages split their
+    /// sessions over two (`SPLIT_FROM`).
+    shard: u8,
 }
+
+/// POPs of at least this many messages go to one of two lanes by session,
+/// so two of their writes may be in flight: such a write is milliseconds
+/// of PostgreSQL's CPU (a hundred-receipt ACK, a hundred-message claim),
+/// and with one in flight a core waited while the other worked (popack100
+/// at C=8: 85,321-94,301 msg/s with one lane, 116,791-125,656 with two,
+/// the same CPU a message; four lanes were no better). POPs of fewer
+/// messages keep one lane: their writes are mostly fixed cost and commit,
+/// which two lanes would pay twice for half the batch.
+const SPLIT_FROM: i32 = 16;
 
 impl Key {
     /// Whether POPs of this key may have claims held for them (`hold.rs`):
@@ -69,8 +84,23 @@ impl Key {
             auto_ack: a.auto_ack,
             subscribe: a.subscribe,
             subscribe_at: a.subscribe_at.clone(),
+            shard: if a.limit >= SPLIT_FROM {
+                session_shard()
+            } else {
+                0
+            },
         }
     }
+}
+
+/// The calling session's lane of two, fixed for the session (its task).
+fn session_shard() -> u8 {
+    use std::hash::{Hash, Hasher};
+    tokio::task::try_id().map_or(0, |id| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut h);
+        (h.finish() % 2) as u8
+    })
 }
 
 /// A POP lane and what its writer needs besides its statements.

@@ -1091,6 +1091,12 @@ DECLARE
     v_sealed   BOOLEAN;
     v_prior    BIGINT;
 BEGIN
+    -- The messages the counts say (one segment: no query for the sum).
+    IF v_segments = 1 THEN
+        v_n := p_counts[1];
+    ELSE
+        v_n := (SELECT sum(c) FROM unnest(p_counts) AS c);
+    END IF;
     IF v_segments = 0
        OR cardinality(p_partitions) IS DISTINCT FROM v_segments
        OR cardinality(p_counts) IS DISTINCT FROM v_segments
@@ -1100,17 +1106,8 @@ BEGIN
        OR array_position(p_partition_ids, NULL) IS NOT NULL
        OR array_position(p_counts, NULL) IS NOT NULL
        OR array_position(p_message_ids, NULL) IS NOT NULL
+       OR cardinality(p_message_ids) IS DISTINCT FROM v_n
        OR (p_txn_hashes IS NOT NULL AND cardinality(p_txn_hashes) IS DISTINCT FROM cardinality(p_message_ids)) THEN
-        RAISE EXCEPTION 'log_push_ids_v1: partitions, ids, counts, blobs and times must be parallel arrays of at least one non-null entry, with a message id per message'
-            USING ERRCODE = '22023';
-    END IF;
-    -- A message id per message (one segment: no query for the sum).
-    IF v_segments = 1 THEN
-        v_n := p_counts[1];
-    ELSE
-        v_n := (SELECT sum(c) FROM unnest(p_counts) AS c);
-    END IF;
-    IF cardinality(p_message_ids) IS DISTINCT FROM v_n THEN
         RAISE EXCEPTION 'log_push_ids_v1: partitions, ids, counts, blobs and times must be parallel arrays of at least one non-null entry, with a message id per message'
             USING ERRCODE = '22023';
     END IF;

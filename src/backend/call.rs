@@ -279,9 +279,49 @@ pub async fn query<C: Call>(
 }
 
 /// Runs a call whose rows nobody reads on a background task's client.
+/// The statement is parsed, described and closed again each time: for a
+/// call run once in a while; a frequent one is [`prepare`]d.
 pub async fn execute<C: Call<Row = ()>>(
     client: &tokio_postgres::Client,
     call: &C,
 ) -> Result<u64, tokio_postgres::Error> {
     client.execute(C::SPEC.sql, &call.params()).await
+}
+
+/// A call's statement prepared once on a background task's client, for a
+/// call that client runs often (by text, each run costs PostgreSQL a parse
+/// and two more messages: 0.18 ms against 0.01 ms for the NOTIFY of
+/// `engine::wake`, measured).
+pub struct Prepared {
+    spec: &'static CallSpec,
+    statement: tokio_postgres::Statement,
+}
+
+/// Prepares `C`'s statement on `client` (its parameter types as the spec
+/// says).
+pub async fn prepare<C: Call>(
+    client: &tokio_postgres::Client,
+) -> Result<Prepared, tokio_postgres::Error> {
+    let statement = client.prepare_typed(C::SPEC.sql, C::SPEC.params).await?;
+    Ok(Prepared {
+        spec: C::SPEC,
+        statement,
+    })
+}
+
+impl Prepared {
+    /// Runs `call` (of the spec prepared) on the client it was prepared
+    /// on; rows nobody reads.
+    pub async fn execute<C: Call<Row = ()>>(
+        &self,
+        client: &tokio_postgres::Client,
+        call: &C,
+    ) -> Result<u64, tokio_postgres::Error> {
+        debug_assert_eq!(
+            self.spec.name,
+            C::SPEC.name,
+            "a call run on another's statement"
+        );
+        client.execute(&self.statement, &call.params()).await
+    }
 }

@@ -30,7 +30,7 @@
 //! wake-up, as before.
 
 use super::hotlist::Hotlist;
-use crate::backend::call::execute;
+use crate::backend::call::prepare;
 use crate::backend::health::Health;
 use crate::rewrite::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
 use crate::shutdown::ShutdownSignal;
@@ -331,6 +331,14 @@ async fn relay(
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             continue;
         }
+        let notify_pushed = match prepare::<NotifyPushed>(&client).await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                health.lost(&e);
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         health.ok();
         let mut prune = tokio::time::interval(std::time::Duration::from_secs(60));
         let mut last_sent: Option<tokio::time::Instant> = None;
@@ -356,7 +364,7 @@ async fn relay(
                     }
                     let notify = NotifyPushed { channel: CHANNEL, payloads: &keys };
                     last_sent = Some(tokio::time::Instant::now());
-                    if let Err(e) = execute(&client, &notify).await {
+                    if let Err(e) = notify_pushed.execute(&client, &notify).await {
                         health.lost(&e);
                         break;
                     }

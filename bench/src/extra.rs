@@ -17,6 +17,10 @@ pub const POP_SCALE_PARTITIONS: &[usize] = &[10, 1_000, 10_000, 100_000];
 const POP_SCALE_MESSAGES: u64 = 20_000;
 /// Clients that provision partitions.
 const PROVISIONERS: usize = 8;
+/// Clients of the provisioning that gives each statement's row a new
+/// partition with more clients than the goals' eight: how the rate of one
+/// message a statement grows with the clients the fused writes can take.
+const MANY_PROVISIONERS: usize = 32;
 /// Partitions made by the batched provisioning, and rows (each a new
 /// partition) per statement.
 const BATCH_PROVISIONED: usize = 100_000;
@@ -35,6 +39,10 @@ pub struct Extras {
     /// The same with `PROVISION_BATCH` new partitions per statement:
     /// (partitions, rows per statement, partitions per second).
     pub provisioning_batch: Option<(usize, usize, f64)>,
+    /// One message a statement into a new partition from
+    /// `MANY_PROVISIONERS` clients: (clients, partitions, partitions per
+    /// second).
+    pub provisioning_many: Option<(usize, usize, f64)>,
     /// (system, transactions per second) per round.
     pub tpcb: Vec<(&'static str, f64)>,
     /// queenwire's RSS with the idle clients open, and before (MB).
@@ -55,7 +63,7 @@ impl Bench {
                 .simple_query(&format!("CREATE QUEUE {queue}"))
                 .await?;
             eprintln!("bench: pop_scale: provisioning {n} partitions");
-            let slice = self.provision(&queue, n, 1).await;
+            let slice = self.provision(&queue, n, 1, PROVISIONERS).await;
             if let Some(e) = slice.error {
                 return Err(format!("provisioning {n} partitions: {e}").into());
             }
@@ -131,17 +139,18 @@ impl Bench {
             // Dropping 100,000 partitions is slow and not what is measured:
             // the queue stays (the data directory goes at the end).
         }
-        self.provision_batched().await
+        self.provision_batched().await?;
+        self.provision_many().await
     }
 
-    /// `PROVISIONERS` clients make `n` new partitions of `queue`, `batch`
-    /// rows (each a new partition) per statement.
-    async fn provision(&self, queue: &str, n: usize, batch: usize) -> Slice {
-        let ops = (0..PROVISIONERS)
+    /// `clients` clients make `n` new partitions of `queue`, `batch` rows
+    /// (each a new partition) per statement.
+    async fn provision(&self, queue: &str, n: usize, batch: usize, clients: usize) -> Slice {
+        let ops = (0..clients)
             .map(|w| Op::QwProvision {
                 queue: queue.to_string(),
                 first: w,
-                step: PROVISIONERS,
+                step: clients,
                 batch,
             })
             .collect();
@@ -172,7 +181,7 @@ impl Bench {
             "bench: provisioning {BATCH_PROVISIONED} partitions, {PROVISION_BATCH} per statement"
         );
         let slice = self
-            .provision(&queue, BATCH_PROVISIONED, PROVISION_BATCH)
+            .provision(&queue, BATCH_PROVISIONED, PROVISION_BATCH, PROVISIONERS)
             .await;
         if let Some(e) = slice.error {
             return Err(
@@ -184,6 +193,35 @@ impl Bench {
             slice.rate()
         );
         self.extras.provisioning_batch = Some((slice.msgs as usize, PROVISION_BATCH, slice.rate()));
+        Ok(())
+    }
+
+    /// One message a statement into a new partition, as `pop_scale` makes
+    /// its partitions, from `MANY_PROVISIONERS` clients into a fresh queue
+    /// (as many new partitions as the batched provisioning makes).
+    async fn provision_many(&mut self) -> Result<(), BoxError> {
+        let queue = self.next_name("provision");
+        self.qw_admin
+            .simple_query(&format!("CREATE QUEUE {queue}"))
+            .await?;
+        eprintln!(
+            "bench: provisioning {BATCH_PROVISIONED} partitions, one a statement, {MANY_PROVISIONERS} clients"
+        );
+        let slice = self
+            .provision(&queue, BATCH_PROVISIONED, 1, MANY_PROVISIONERS)
+            .await;
+        if let Some(e) = slice.error {
+            return Err(format!(
+                "provisioning {BATCH_PROVISIONED} partitions from {MANY_PROVISIONERS} clients: {e}"
+            )
+            .into());
+        }
+        eprintln!(
+            "bench: {BATCH_PROVISIONED} partitions, one a statement, {MANY_PROVISIONERS} clients, at {:.0} partitions/s",
+            slice.rate()
+        );
+        self.extras.provisioning_many =
+            Some((MANY_PROVISIONERS, slice.msgs as usize, slice.rate()));
         Ok(())
     }
 

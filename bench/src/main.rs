@@ -1436,6 +1436,12 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
                 .provisioning_batch
                 .map_or("n/a".into(), |(_, _, r)| format!("{r:.0}")),
         ),
+        (
+            "provision_c32_partitions_per_s",
+            extras
+                .provisioning_many
+                .map_or("n/a".into(), |(_, _, r)| format!("{r:.0}")),
+        ),
         // Like for like: queenwire's Unix socket against PostgreSQL's;
         // through queenwire's TCP port against the same Unix socket too.
         ("tpcb_vs_direct", tpcb_ratio(extras, "queenwire unix")),
@@ -1551,6 +1557,10 @@ fn print_extras(extras: &extra::Extras) {
     }
     if let Some((n, batch, rate)) = extras.provisioning_batch {
         println!("Provisioning {n} partitions with {batch} rows per statement, each row a new partition (`PUSH INTO q (partition, payload) VALUES …`, 8 clients): {rate:.0} partitions/s");
+        println!();
+    }
+    if let Some((clients, n, rate)) = extras.provisioning_many {
+        println!("Provisioning {n} partitions with one message per statement into a new partition, {clients} clients: {rate:.0} partitions/s");
         println!();
     }
     if !extras.tpcb.is_empty() {

@@ -1747,6 +1747,105 @@ async fn an_ack_across_partitions_answers_each_receipt_as_if_alone() {
     }
 }
 
+/// One ACK of whole batches of several partitions: a batch acknowledged
+/// entire (in any order, a receipt repeated) is settled with the others in
+/// one statement (log_ack_v1's set-based path); a batch with a gap, one
+/// partly acked before, one whose lease expired and one named with an
+/// earlier lease's receipt each answer as they would alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_of_whole_batches_across_partitions_answers_each_receipt_as_if_alone() {
+    let proxy = Proxy::start("ack_batches").await;
+    let client = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    for p in ["f", "g", "h", "i", "j", "k", "m"] {
+        rows(
+            &client,
+            &format!("PUSH INTO batches PARTITION {p} VALUES ('1'), ('2'), ('3'), ('4')"),
+        )
+        .await;
+    }
+    let pop = |sql: String| {
+        let client = &client;
+        async move {
+            rows(client, &sql)
+                .await
+                .iter()
+                .map(|r| col(r, "receipt"))
+                .collect::<Vec<String>>()
+        }
+    };
+    let f = pop("POP FROM batches PARTITION f LIMIT 3".into()).await;
+    let g = pop("POP FROM batches PARTITION g LIMIT 3".into()).await;
+    let h = pop("POP FROM batches PARTITION h LIMIT 3".into()).await;
+    let i = pop("POP FROM batches PARTITION i LIMIT 2 LEASE 1".into()).await;
+    let m_old = pop("POP FROM batches PARTITION m LIMIT 2 LEASE 1".into()).await;
+    let j_old = pop("POP FROM batches PARTITION j".into()).await;
+    assert_eq!(ack_all(&client, &j_old).await, ["acked"]);
+    let j = pop("POP FROM batches PARTITION j LIMIT 2".into()).await;
+    let k = pop("POP FROM batches PARTITION k LIMIT 2".into()).await;
+    assert_eq!(ack_all(&client, &h[1..2]).await, ["acked"]);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // The same two offsets of m again, under a new lease.
+    let m = pop("POP FROM batches PARTITION m LIMIT 2".into()).await;
+    // f whole, reversed, its middle twice; g without its middle; h's rest
+    // after its middle; i's lease expired; j's batch with the receipt of
+    // j's earlier lease; k whole, in order; m's first with the expired
+    // lease's receipt of its second (its offsets would make the batch).
+    let all: Vec<String> = [
+        &f[2], &g[0], &f[1], &h[0], &i[0], &j_old[0], &f[1], &g[2], &k[0], &j[0], &f[0], &h[2],
+        &i[1], &j[1], &k[1], &m[0], &m_old[1],
+    ]
+    .iter()
+    .map(|r| r.to_string())
+    .collect();
+    let mut want = vec!["acked"; all.len()];
+    want[4] = "stale";
+    want[12] = "stale";
+    want[16] = "stale";
+    assert_eq!(ack_all(&client, &all).await, want);
+    let state = |p: &'static str| {
+        let direct = &direct;
+        async move {
+            let row = direct
+                .query_one(
+                    "SELECT c.cursor_offset, c.batch_acked, c.lease_token IS NOT NULL \
+                     FROM queen.log_consumers c \
+                     JOIN queen.log_partitions p ON p.id = c.partition_id \
+                     JOIN queen.queues q ON q.id = p.queue_id \
+                     WHERE q.name = 'batches' AND p.name = $1",
+                    &[&p],
+                )
+                .await
+                .unwrap();
+            let acked: Option<Vec<i64>> = row.get(1);
+            (row.get::<_, i64>(0), acked, row.get::<_, bool>(2))
+        }
+    };
+    assert_eq!(state("f").await, (2, None, false));
+    assert_eq!(state("g").await, (0, Some(vec![2]), true));
+    assert_eq!(state("h").await, (2, None, false));
+    assert_eq!(state("i").await, (-1, None, true));
+    assert_eq!(state("j").await, (2, None, false));
+    assert_eq!(state("k").await, (1, None, false));
+    assert_eq!(state("m").await, (0, None, true));
+    // The whole of f and k again (a retry after a lost reply): acked from
+    // the history, nothing moves.
+    let again: Vec<String> = f.iter().chain(k.iter()).cloned().collect();
+    assert_eq!(ack_all(&client, &again).await, ["acked"; 5]);
+    assert_eq!(state("f").await, (2, None, false));
+    assert_eq!(state("k").await, (1, None, false));
+    // g's lease holds its partition until its middle is acked.
+    let held = rows(&client, "POP FROM batches PARTITION g AUTO ACK").await;
+    assert!(held.is_empty(), "g is leased: {held:?}");
+    assert_eq!(ack_all(&client, &g[1..2]).await, ["acked"]);
+    assert_eq!(state("g").await, (2, None, false));
+    for (p, want) in [("f", "3"), ("g", "3"), ("h", "3"), ("j", "3"), ("k", "2")] {
+        let next = rows(&client, &format!("POP FROM batches PARTITION {p} AUTO ACK")).await;
+        assert_eq!(next.len(), 1, "partition {p}");
+        assert_eq!(col(&next[0], "offset"), want, "partition {p}");
+    }
+}
+
 /// Pushes `n` messages into `pieces` and pops them in one batch: their
 /// receipts, in offset order.
 async fn push_then_pop(client: &Client, n: usize) -> Vec<String> {

@@ -164,7 +164,6 @@ DECLARE
     v_h_tokens  UUID[];
     v_h_to      BIGINT[];
     v_cur       REFCURSOR;
-    v_keys      INTEGER;
     v_mine      BIGINT[];
     v_done      INTEGER[] := '{}';
 BEGIN
@@ -202,15 +201,18 @@ BEGIN
                                 LIMIT 1) q1
             WHERE p1.id = p_partition_ids[1];
     ELSE
-        -- Each receipt's partition, then its queue, by their keys (LATERAL
+        -- Each partition named, then its queue, by their keys (LATERAL
         -- ... LIMIT 1, here and below): as joins, the generic plan went
         -- from the tenant's queues to every partition of the queue by
         -- queue_id (measured: 0.68 ms, 6,236 index entries, of a 0.9 ms
         -- ACK at 1,000 partitions), or scanned the tenant's queues per
-        -- receipt.
+        -- receipt. Once per partition, not per receipt: the fused ACK of
+        -- sessions that each acknowledge a batch of a hundred names a few
+        -- partitions in hundreds of receipts (measured: see
+        -- docs/benchmarks.md, "What the twenty-first session changed").
         PERFORM pg_advisory_xact_lock_shared(k.key)
         FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(x.qid) AS key
-              FROM unnest(p_partition_ids) AS i(pid)
+              FROM (SELECT DISTINCT u.pid FROM unnest(p_partition_ids) AS u(pid)) AS i
               CROSS JOIN LATERAL (
                   SELECT q.id AS qid
                   FROM queen.log_partitions p
@@ -221,18 +223,19 @@ BEGIN
                   LIMIT 1) x
               ORDER BY 1) k;
         IF NOT v_failed THEN
-            -- Receipts of as many (partition, group) pairs as receipts, the
-            -- fused ACK of sessions that pop one partition each: every
-            -- consumer row of the tenant's locked first, in (partition,
-            -- group) order as the loop below locks them; then, in one
-            -- UPDATE, each receipt that ends its lease's batch exactly as
-            -- the loop would end it (its own live lease, its offset the
-            -- next after the cursor and the batch's last, nothing of the
-            -- batch acked before nor the lease in the history). What is
-            -- left goes through the loop. (Measured: see docs/benchmarks.md,
-            -- "What the fourteenth session changed".)
-            SELECT count(*)::INTEGER, array_agg(l.pid) FILTER (WHERE l.pid IS NOT NULL)
-            INTO v_keys, v_mine
+            -- Receipts of several (partition, group) pairs, the fused ACK
+            -- of sessions that pop one partition each: every consumer row
+            -- of the tenant's locked first, in (partition, group) order as
+            -- the loop below locks them; then, in one UPDATE, the receipts
+            -- of each pair that end its lease's batch exactly as the loop
+            -- would end it (its own live lease, all of the batch from the
+            -- offset after the cursor to its last, nothing of it acked
+            -- before nor the lease in the history). What is left goes
+            -- through the loop. (Measured: see docs/benchmarks.md, "What
+            -- the fourteenth session changed" for one receipt a pair, "What
+            -- the twenty-first session changed" for batches.)
+            SELECT array_agg(l.pid) FILTER (WHERE l.pid IS NOT NULL)
+            INTO v_mine
             FROM (SELECT DISTINCT i.pid, i.grp::TEXT COLLATE "C" AS grp
                   FROM unnest(p_partition_ids, p_groups) AS i(pid, grp)
                   ORDER BY 1, 2) k
@@ -248,27 +251,42 @@ BEGIN
                               WHERE p1.id = k.pid)
                 LIMIT 1
                 FOR UPDATE) l ON true;
-            IF v_keys = v_n AND v_mine IS NOT NULL THEN
-                WITH u AS (
+            IF v_mine IS NOT NULL THEN
+                -- Per key, its receipts end its lease's batch exactly when
+                -- they carry one token, the live lease's, and their offsets
+                -- are every offset from the one after the cursor to the
+                -- batch's last (a receipt named twice counts once, acked
+                -- twice), within the batch, nothing of it acked before.
+                WITH r AS (
+                    SELECT i.pid, i.grp::TEXT COLLATE "C" AS grp,
+                           (array_agg(i.tok))[1] AS tok, count(DISTINCT i.tok) AS tokens,
+                           min(i.off) AS lo, max(i.off) AS hi, count(DISTINCT i.off) AS offsets,
+                           array_agg(i.ord::INTEGER) AS ords,
+                           bool_and(i.off IS NOT NULL AND i.tok IS NOT NULL) AS whole
+                    FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
+                         WITH ORDINALITY AS i(pid, off, grp, tok, ord)
+                    GROUP BY 1, 2
+                ), u AS (
                     UPDATE queen.log_consumers c
-                    SET cursor_offset = r.off, retry_count = 0, lease_token = NULL,
+                    SET cursor_offset = r.hi, retry_count = 0, lease_token = NULL,
                         lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
                         batch_acked = NULL,
                         acked_lease_tokens = c.lease_token || c.acked_lease_tokens[1:31],
-                        acked_lease_to = r.off || c.acked_lease_to[1:31]
-                    FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
-                         WITH ORDINALITY AS r(pid, off, grp, tok, ord)
+                        acked_lease_to = r.hi || c.acked_lease_to[1:31]
+                    FROM r
                     -- The ANY: an index probe of the ids whatever the
                     -- statistics (docs/internals/storage.md).
                     WHERE c.partition_id = ANY (v_mine)
                       AND c.partition_id = r.pid AND c.consumer_group = r.grp
-                      AND c.lease_token = r.tok AND c.lease_expires_at > v_now
+                      AND r.whole AND r.tokens = 1 AND c.lease_token = r.tok AND c.lease_expires_at > v_now
                       AND c.batch_acked IS NULL
-                      AND r.off = c.cursor_offset + 1 AND r.off = c.batch_to
+                      AND r.lo = c.cursor_offset + 1 AND r.lo >= c.batch_from AND r.hi = c.batch_to
+                      AND r.offsets = r.hi - r.lo + 1
                       AND array_position(c.acked_lease_tokens, c.lease_token) IS NULL
-                    RETURNING r.ord::INTEGER AS ord
+                    RETURNING r.ords
                 )
-                SELECT COALESCE(array_agg(u.ord), '{}') INTO v_done FROM u;
+                SELECT COALESCE(array_agg(o.ord), '{}') INTO v_done
+                FROM u CROSS JOIN LATERAL unnest(u.ords) AS o(ord);
                 IF cardinality(v_done) = v_n THEN
                     RETURN QUERY SELECT (g - 1)::INTEGER, 'acked'::TEXT FROM generate_series(1, v_n) g;
                     RETURN;

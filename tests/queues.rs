@@ -1688,21 +1688,12 @@ async fn an_ack_across_partitions_answers_each_receipt_as_if_alone() {
         )
         .await;
     }
-    let pop = |sql: String| {
-        let client = &client;
-        async move {
-            rows(client, &sql)
-                .await
-                .iter()
-                .map(|r| col(r, "receipt"))
-                .collect::<Vec<String>>()
-        }
-    };
-    let a = pop("POP FROM across PARTITION a".into()).await;
-    let b = pop("POP FROM across PARTITION b LIMIT 2".into()).await;
-    let c = pop("POP FROM across PARTITION c LEASE 1".into()).await;
-    let d = pop("POP FROM across PARTITION d".into()).await;
-    let e = pop("POP FROM across PARTITION e".into()).await;
+    let pop = |sql: &'static str| receipts(&client, sql);
+    let a = pop("POP FROM across PARTITION a").await;
+    let b = pop("POP FROM across PARTITION b LIMIT 2").await;
+    let c = pop("POP FROM across PARTITION c LEASE 1").await;
+    let d = pop("POP FROM across PARTITION d").await;
+    let e = pop("POP FROM across PARTITION e").await;
     assert_eq!(ack_all(&client, &d).await, ["acked"]);
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     // a and e end their batches; b's second of two leaves its first
@@ -1712,24 +1703,7 @@ async fn an_ack_across_partitions_answers_each_receipt_as_if_alone() {
         ack_all(&client, &all).await,
         ["acked", "acked", "stale", "acked", "acked"]
     );
-    let state = |p: &'static str| {
-        let direct = &direct;
-        async move {
-            let row = direct
-                .query_one(
-                    "SELECT c.cursor_offset, c.batch_acked, c.lease_token IS NOT NULL \
-                     FROM queen.log_consumers c \
-                     JOIN queen.log_partitions p ON p.id = c.partition_id \
-                     JOIN queen.queues q ON q.id = p.queue_id \
-                     WHERE q.name = 'across' AND p.name = $1",
-                    &[&p],
-                )
-                .await
-                .unwrap();
-            let acked: Option<Vec<i64>> = row.get(1);
-            (row.get::<_, i64>(0), acked, row.get::<_, bool>(2))
-        }
-    };
+    let state = |p: &'static str| consumer_state(&direct, "across", p);
     assert_eq!(state("a").await, (0, None, false));
     assert_eq!(state("b").await, (-1, Some(vec![1]), true));
     assert_eq!(state("c").await, (-1, None, true));
@@ -1764,29 +1738,20 @@ async fn an_ack_of_whole_batches_across_partitions_answers_each_receipt_as_if_al
         )
         .await;
     }
-    let pop = |sql: String| {
-        let client = &client;
-        async move {
-            rows(client, &sql)
-                .await
-                .iter()
-                .map(|r| col(r, "receipt"))
-                .collect::<Vec<String>>()
-        }
-    };
-    let f = pop("POP FROM batches PARTITION f LIMIT 3".into()).await;
-    let g = pop("POP FROM batches PARTITION g LIMIT 3".into()).await;
-    let h = pop("POP FROM batches PARTITION h LIMIT 3".into()).await;
-    let i = pop("POP FROM batches PARTITION i LIMIT 2 LEASE 1".into()).await;
-    let m_old = pop("POP FROM batches PARTITION m LIMIT 2 LEASE 1".into()).await;
-    let j_old = pop("POP FROM batches PARTITION j".into()).await;
+    let pop = |sql: &'static str| receipts(&client, sql);
+    let f = pop("POP FROM batches PARTITION f LIMIT 3").await;
+    let g = pop("POP FROM batches PARTITION g LIMIT 3").await;
+    let h = pop("POP FROM batches PARTITION h LIMIT 3").await;
+    let i = pop("POP FROM batches PARTITION i LIMIT 2 LEASE 1").await;
+    let m_old = pop("POP FROM batches PARTITION m LIMIT 2 LEASE 1").await;
+    let j_old = pop("POP FROM batches PARTITION j").await;
     assert_eq!(ack_all(&client, &j_old).await, ["acked"]);
-    let j = pop("POP FROM batches PARTITION j LIMIT 2".into()).await;
-    let k = pop("POP FROM batches PARTITION k LIMIT 2".into()).await;
+    let j = pop("POP FROM batches PARTITION j LIMIT 2").await;
+    let k = pop("POP FROM batches PARTITION k LIMIT 2").await;
     assert_eq!(ack_all(&client, &h[1..2]).await, ["acked"]);
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     // The same two offsets of m again, under a new lease.
-    let m = pop("POP FROM batches PARTITION m LIMIT 2".into()).await;
+    let m = pop("POP FROM batches PARTITION m LIMIT 2").await;
     // f whole, reversed, its middle twice; g without its middle; h's rest
     // after its middle; i's lease expired; j's batch with the receipt of
     // j's earlier lease; k whole, in order; m's first with the expired
@@ -1803,24 +1768,7 @@ async fn an_ack_of_whole_batches_across_partitions_answers_each_receipt_as_if_al
     want[12] = "stale";
     want[16] = "stale";
     assert_eq!(ack_all(&client, &all).await, want);
-    let state = |p: &'static str| {
-        let direct = &direct;
-        async move {
-            let row = direct
-                .query_one(
-                    "SELECT c.cursor_offset, c.batch_acked, c.lease_token IS NOT NULL \
-                     FROM queen.log_consumers c \
-                     JOIN queen.log_partitions p ON p.id = c.partition_id \
-                     JOIN queen.queues q ON q.id = p.queue_id \
-                     WHERE q.name = 'batches' AND p.name = $1",
-                    &[&p],
-                )
-                .await
-                .unwrap();
-            let acked: Option<Vec<i64>> = row.get(1);
-            (row.get::<_, i64>(0), acked, row.get::<_, bool>(2))
-        }
-    };
+    let state = |p: &'static str| consumer_state(&direct, "batches", p);
     assert_eq!(state("f").await, (2, None, false));
     assert_eq!(state("g").await, (0, Some(vec![2]), true));
     assert_eq!(state("h").await, (2, None, false));
@@ -1844,6 +1792,36 @@ async fn an_ack_of_whole_batches_across_partitions_answers_each_receipt_as_if_al
         assert_eq!(next.len(), 1, "partition {p}");
         assert_eq!(col(&next[0], "offset"), want, "partition {p}");
     }
+}
+
+/// The receipts of a POP's rows.
+async fn receipts(client: &Client, sql: &str) -> Vec<String> {
+    rows(client, sql)
+        .await
+        .iter()
+        .map(|r| col(r, "receipt"))
+        .collect()
+}
+
+/// The default group's cursor, acked offsets beyond it and whether a lease
+/// is held, for a partition of `queue`.
+async fn consumer_state(
+    direct: &Client,
+    queue: &str,
+    partition: &str,
+) -> (i64, Option<Vec<i64>>, bool) {
+    let row = direct
+        .query_one(
+            "SELECT c.cursor_offset, c.batch_acked, c.lease_token IS NOT NULL \
+             FROM queen.log_consumers c \
+             JOIN queen.log_partitions p ON p.id = c.partition_id \
+             JOIN queen.queues q ON q.id = p.queue_id \
+             WHERE q.name = $1 AND p.name = $2",
+            &[&queue, &partition],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
 }
 
 /// Pushes `n` messages into `pieces` and pops them in one batch: their

@@ -164,6 +164,7 @@ DECLARE
     v_h_tokens  UUID[];
     v_h_to      BIGINT[];
     v_cur       REFCURSOR;
+    v_keys      INTEGER;
     v_mine      BIGINT[];
     v_done      INTEGER[] := '{}';
 BEGIN
@@ -234,8 +235,8 @@ BEGIN
             -- through the loop. (Measured: see docs/benchmarks.md, "What
             -- the fourteenth session changed" for one receipt a pair, "What
             -- the twenty-first session changed" for batches.)
-            SELECT array_agg(l.pid) FILTER (WHERE l.pid IS NOT NULL)
-            INTO v_mine
+            SELECT count(*)::INTEGER, array_agg(l.pid) FILTER (WHERE l.pid IS NOT NULL)
+            INTO v_keys, v_mine
             FROM (SELECT DISTINCT i.pid, i.grp::TEXT COLLATE "C" AS grp
                   FROM unnest(p_partition_ids, p_groups) AS i(pid, grp)
                   ORDER BY 1, 2) k
@@ -251,12 +252,35 @@ BEGIN
                               WHERE p1.id = k.pid)
                 LIMIT 1
                 FOR UPDATE) l ON true;
-            IF v_mine IS NOT NULL THEN
-                -- Per key, its receipts end its lease's batch exactly when
+            IF v_mine IS NOT NULL AND v_keys = v_n THEN
+                -- One receipt a pair (popack1's fused ACK): no grouping.
+                WITH u AS (
+                    UPDATE queen.log_consumers c
+                    SET cursor_offset = r.off, retry_count = 0, lease_token = NULL,
+                        lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
+                        batch_acked = NULL,
+                        acked_lease_tokens = c.lease_token || c.acked_lease_tokens[1:31],
+                        acked_lease_to = r.off || c.acked_lease_to[1:31]
+                    FROM unnest(p_partition_ids, p_offsets, p_groups, p_lease_tokens)
+                         WITH ORDINALITY AS r(pid, off, grp, tok, ord)
+                    -- The ANY: an index probe of the ids whatever the
+                    -- statistics (docs/internals/storage.md).
+                    WHERE c.partition_id = ANY (v_mine)
+                      AND c.partition_id = r.pid AND c.consumer_group = r.grp
+                      AND c.lease_token = r.tok AND c.lease_expires_at > v_now
+                      AND c.batch_acked IS NULL
+                      AND r.off = c.cursor_offset + 1 AND r.off = c.batch_to
+                      AND array_position(c.acked_lease_tokens, c.lease_token) IS NULL
+                    RETURNING r.ord::INTEGER AS ord
+                )
+                SELECT COALESCE(array_agg(u.ord), '{}') INTO v_done FROM u;
+            ELSIF v_mine IS NOT NULL THEN
+                -- Per pair, its receipts end its lease's batch exactly when
                 -- they carry one token, the live lease's, and their offsets
                 -- are every offset from the one after the cursor to the
                 -- batch's last (a receipt named twice counts once, acked
-                -- twice), within the batch, nothing of it acked before.
+                -- twice), within the batch, nothing of it acked before:
+                -- the statement above over the pair's receipts grouped.
                 WITH r AS (
                     SELECT i.pid, i.grp::TEXT COLLATE "C" AS grp,
                            (array_agg(i.tok))[1] AS tok, count(DISTINCT i.tok) AS tokens,
@@ -269,17 +293,14 @@ BEGIN
                 ), u AS (
                     UPDATE queen.log_consumers c
                     SET cursor_offset = r.hi, retry_count = 0, lease_token = NULL,
-                        lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
-                        batch_acked = NULL,
+                        lease_expires_at = NULL, batch_from = NULL, batch_to = NULL, batch_acked = NULL,
                         acked_lease_tokens = c.lease_token || c.acked_lease_tokens[1:31],
                         acked_lease_to = r.hi || c.acked_lease_to[1:31]
                     FROM r
-                    -- The ANY: an index probe of the ids whatever the
-                    -- statistics (docs/internals/storage.md).
                     WHERE c.partition_id = ANY (v_mine)
                       AND c.partition_id = r.pid AND c.consumer_group = r.grp
-                      AND r.whole AND r.tokens = 1 AND c.lease_token = r.tok AND c.lease_expires_at > v_now
-                      AND c.batch_acked IS NULL
+                      AND r.whole AND r.tokens = 1 AND c.lease_token = r.tok
+                      AND c.lease_expires_at > v_now AND c.batch_acked IS NULL
                       AND r.lo = c.cursor_offset + 1 AND r.lo >= c.batch_from AND r.hi = c.batch_to
                       AND r.offsets = r.hi - r.lo + 1
                       AND array_position(c.acked_lease_tokens, c.lease_token) IS NULL
@@ -287,14 +308,14 @@ BEGIN
                 )
                 SELECT COALESCE(array_agg(o.ord), '{}') INTO v_done
                 FROM u CROSS JOIN LATERAL unnest(u.ords) AS o(ord);
-                IF cardinality(v_done) = v_n THEN
-                    RETURN QUERY SELECT (g - 1)::INTEGER, 'acked'::TEXT FROM generate_series(1, v_n) g;
-                    RETURN;
-                END IF;
-                FOR v_i IN 1 .. cardinality(v_done) LOOP
-                    v_status[v_done[v_i]] := 'acked';
-                END LOOP;
             END IF;
+            IF cardinality(v_done) = v_n THEN
+                RETURN QUERY SELECT (g - 1)::INTEGER, 'acked'::TEXT FROM generate_series(1, v_n) g;
+                RETURN;
+            END IF;
+            FOR v_i IN 1 .. cardinality(v_done) LOOP
+                v_status[v_done[v_i]] := 'acked';
+            END LOOP;
         END IF;
         -- One iteration per (partition, group) of the tenant's, receipts
         -- grouped once, in (partition_id, consumer_group) order; each

@@ -275,6 +275,10 @@ fn decode_claimed(
         (to - first + 1) as usize,
         &plan.keys,
     )?;
+    // The queue's and the partition's names once for the claim's rows,
+    // shared by them rather than copied into each.
+    let queue: Arc<str> = Arc::from(plan.queue.as_str());
+    let partition: Arc<str> = Arc::from(row.partition_name.as_str());
     for (i, f) in frames.into_iter().enumerate() {
         let offset = first + i as i64;
         let receipt = row
@@ -283,8 +287,8 @@ fn decode_claimed(
         out.push(vec![
             Cell::opt_text(receipt),
             Cell::Uuid(f.message_id),
-            Cell::Text(plan.queue.clone()),
-            Cell::Text(row.partition_name.clone()),
+            Cell::Shared(queue.clone()),
+            Cell::Shared(partition.clone()),
             Cell::Int8(offset),
             Cell::Jsonb(f.payload),
             Cell::opt_text(f.transaction_id),

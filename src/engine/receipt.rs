@@ -138,8 +138,10 @@ impl ReceiptKey {
     }
 }
 
-/// The partition a receipt names, read without checking its tag: only for
-/// counting, on a receipt that POP just made or ACK just accepted.
+/// The partition a receipt names, read without checking its tag: only as
+/// a hint (counting, on a receipt that POP just made or ACK just accepted;
+/// telling an ephemeral queue's receipt apart, where the path it picks
+/// checks the tag).
 pub fn partition_of(text: &str) -> Option<i64> {
     // 12 base64 characters are the version byte and the partition id.
     let head = URL_SAFE_NO_PAD.decode(text.trim().get(..12)?).ok()?;

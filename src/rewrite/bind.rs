@@ -56,9 +56,14 @@ impl Params<'_> {
     }
 
     pub fn text(&self, v: &Value<String>, what: &str) -> Result<String, SqlError> {
+        self.text_ref(v, what).map(str::to_string)
+    }
+
+    /// [`Params::text`], borrowed.
+    pub fn text_ref<'s>(&'s self, v: &'s Value<String>, what: &str) -> Result<&'s str, SqlError> {
         match v {
-            Value::Literal(s) => Ok(s.clone()),
-            Value::Param(n) => Ok(self.required(*n, what)?.to_string()),
+            Value::Literal(s) => Ok(s),
+            Value::Param(n) => self.required(*n, what),
         }
     }
 

@@ -51,6 +51,13 @@ fn text(row: &[Cell], at: usize) -> Option<&str> {
     row.get(at).and_then(Cell::as_text)
 }
 
+/// The part of a receipt's text that names its partition (the version
+/// byte and the partition id: 12 base64 characters), to tell runs of one
+/// partition's receipts apart without decoding each.
+fn partition_head(receipt: &str) -> Option<&str> {
+    receipt.trim().get(..12)
+}
+
 /// The counters of consecutive rows' queue, looked up once per run of rows
 /// naming the same queue (past the cap, the `other` bucket is looked up
 /// again for each row).
@@ -94,19 +101,30 @@ pub fn count_rows(m: &Metrics, stmt: &Statement, tenant: Uuid, rows: &[Vec<Cell>
                 if pop.auto_ack {
                     QueueCounters::add(&c.acked, 1);
                 }
-                if let Some(partition) = text(row, 0).and_then(partition_of) {
-                    if learned != Some(partition) {
+                let receipt = text(row, 0);
+                let head = receipt.and_then(partition_head);
+                if head.is_none() || head != learned {
+                    if let Some(partition) = receipt.and_then(partition_of) {
                         m.queues.learn_partition(partition, &c);
-                        learned = Some(partition);
                     }
+                    learned = head;
                 }
             }
         }
         // receipt, status
         Statement::Ack(_) => {
+            // A partition's receipts come in runs: its counters are looked
+            // up once a run, not once a receipt.
+            let mut run: Option<(Option<&str>, Arc<QueueCounters>)> = None;
             for row in rows {
                 let Some(status) = text(row, 1) else { continue };
-                let c = m.queues.of_partition(text(row, 0).and_then(partition_of));
+                let receipt = text(row, 0);
+                let head = receipt.and_then(partition_head);
+                if !matches!(&run, Some((h, _)) if head.is_some() && *h == head) {
+                    let c = m.queues.of_partition(receipt.and_then(partition_of));
+                    run = Some((head, c));
+                }
+                let Some((_, c)) = &run else { continue };
                 match status {
                     "acked" => QueueCounters::add(&c.acked, 1),
                     "retry" => QueueCounters::add(&c.failed, 1),
@@ -119,5 +137,65 @@ pub fn count_rows(m: &Metrics, stmt: &Statement, tenant: Uuid, rows: &[Vec<Cell>
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::receipt::{Receipt, ReceiptKey};
+    use crate::rewrite::dialect::parse;
+    use std::sync::atomic::Ordering;
+
+    fn statement(sql: &str) -> Statement {
+        match parse(sql) {
+            Some(Ok(s)) => s,
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+
+    fn receipt(key: &ReceiptKey, partition_id: i64, offset: i64) -> Cell {
+        Cell::Text(key.encode(&Receipt {
+            partition_id,
+            offset,
+            lease_token: Uuid::nil(),
+            group: "__QUEUE_MODE__".into(),
+        }))
+    }
+
+    /// Receipts of two queues' partitions interleaved in one ACK count
+    /// each in its own queue, run by run.
+    #[test]
+    fn an_ack_counts_each_receipt_in_its_partitions_queue() {
+        let m = Metrics::new(100, true);
+        let key = ReceiptKey::new(b"secret".to_vec());
+        let tenant = Uuid::nil();
+        let popped = |queue: &str, partition: i64| {
+            vec![
+                receipt(&key, partition, 0),
+                Cell::Null,
+                Cell::Text(queue.into()),
+            ]
+        };
+        count_rows(
+            &m,
+            &statement("POP FROM a"),
+            tenant,
+            &[popped("a", 1), popped("a", 1)],
+        );
+        count_rows(&m, &statement("POP FROM b"), tenant, &[popped("b", 2)]);
+        let acked = |partition: i64, offset: i64| {
+            vec![receipt(&key, partition, offset), Cell::Text("acked".into())]
+        };
+        let rows = [
+            acked(1, 0),
+            acked(1, 1),
+            acked(2, 0),
+            acked(1, 2),
+            acked(2, 1),
+        ];
+        count_rows(&m, &statement("ACK 'x'"), tenant, &rows);
+        let acked_of = |queue: &str| m.queues.get(tenant, queue).acked.load(Ordering::Relaxed);
+        assert_eq!((acked_of("a"), acked_of("b")), (3, 2));
     }
 }

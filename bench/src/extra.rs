@@ -173,26 +173,11 @@ impl Bench {
     /// statement `PROVISION_BATCH` rows into as many new partitions
     /// (`PUSH INTO q (partition, payload) VALUES …`), into a fresh queue.
     async fn provision_batched(&mut self) -> Result<(), BoxError> {
-        let queue = self.next_name("provision");
-        self.qw_admin
-            .simple_query(&format!("CREATE QUEUE {queue}"))
+        let label = format!("{PROVISION_BATCH} per statement");
+        let (made, rate) = self
+            .provision_fresh(&label, PROVISION_BATCH, PROVISIONERS)
             .await?;
-        eprintln!(
-            "bench: provisioning {BATCH_PROVISIONED} partitions, {PROVISION_BATCH} per statement"
-        );
-        let slice = self
-            .provision(&queue, BATCH_PROVISIONED, PROVISION_BATCH, PROVISIONERS)
-            .await;
-        if let Some(e) = slice.error {
-            return Err(
-                format!("provisioning {BATCH_PROVISIONED} partitions in batches: {e}").into(),
-            );
-        }
-        eprintln!(
-            "bench: {BATCH_PROVISIONED} partitions, {PROVISION_BATCH} per statement, at {:.0} partitions/s",
-            slice.rate()
-        );
-        self.extras.provisioning_batch = Some((slice.msgs as usize, PROVISION_BATCH, slice.rate()));
+        self.extras.provisioning_batch = Some((made, PROVISION_BATCH, rate));
         Ok(())
     }
 
@@ -200,29 +185,39 @@ impl Bench {
     /// its partitions, from `MANY_PROVISIONERS` clients into a fresh queue
     /// (as many new partitions as the batched provisioning makes).
     async fn provision_many(&mut self) -> Result<(), BoxError> {
+        let label = format!("one a statement, {MANY_PROVISIONERS} clients");
+        let (made, rate) = self.provision_fresh(&label, 1, MANY_PROVISIONERS).await?;
+        self.extras.provisioning_many = Some((MANY_PROVISIONERS, made, rate));
+        Ok(())
+    }
+
+    /// `BATCH_PROVISIONED` new partitions of a fresh queue, `per_statement`
+    /// a statement from `clients` clients: the partitions made and their
+    /// rate.
+    async fn provision_fresh(
+        &mut self,
+        label: &str,
+        per_statement: usize,
+        clients: usize,
+    ) -> Result<(usize, f64), BoxError> {
         let queue = self.next_name("provision");
         self.qw_admin
             .simple_query(&format!("CREATE QUEUE {queue}"))
             .await?;
-        eprintln!(
-            "bench: provisioning {BATCH_PROVISIONED} partitions, one a statement, {MANY_PROVISIONERS} clients"
-        );
+        eprintln!("bench: provisioning {BATCH_PROVISIONED} partitions, {label}");
         let slice = self
-            .provision(&queue, BATCH_PROVISIONED, 1, MANY_PROVISIONERS)
+            .provision(&queue, BATCH_PROVISIONED, per_statement, clients)
             .await;
         if let Some(e) = slice.error {
-            return Err(format!(
-                "provisioning {BATCH_PROVISIONED} partitions from {MANY_PROVISIONERS} clients: {e}"
-            )
-            .into());
+            return Err(
+                format!("provisioning {BATCH_PROVISIONED} partitions, {label}: {e}").into(),
+            );
         }
         eprintln!(
-            "bench: {BATCH_PROVISIONED} partitions, one a statement, {MANY_PROVISIONERS} clients, at {:.0} partitions/s",
+            "bench: {BATCH_PROVISIONED} partitions, {label}, at {:.0} partitions/s",
             slice.rate()
         );
-        self.extras.provisioning_many =
-            Some((MANY_PROVISIONERS, slice.msgs as usize, slice.rate()));
-        Ok(())
+        Ok((slice.msgs as usize, slice.rate()))
     }
 
     /// pgbench's built-in TPC-B script, 8 clients, scale 10, alternating

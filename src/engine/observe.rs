@@ -3,7 +3,7 @@
 //! failed or dead-lettered, read off its result rows (the rows name the
 //! queue, or carry the receipts whose partitions POP handed out).
 
-use super::receipt::partition_of;
+use super::receipt::{partition_head, partition_of};
 use super::values::Cell;
 use crate::metrics::queues::QueueCounters;
 use crate::metrics::{Kind, Metrics};
@@ -49,13 +49,6 @@ pub fn kind(stmt: &Statement) -> Kind {
 
 fn text(row: &[Cell], at: usize) -> Option<&str> {
     row.get(at).and_then(Cell::as_text)
-}
-
-/// The part of a receipt's text that names its partition (the version
-/// byte and the partition id: 12 base64 characters), to tell runs of one
-/// partition's receipts apart without decoding each.
-fn partition_head(receipt: &str) -> Option<&str> {
-    receipt.trim().get(..12)
 }
 
 /// The counters of consecutive rows' queue, looked up once per run of rows

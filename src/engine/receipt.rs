@@ -138,13 +138,19 @@ impl ReceiptKey {
     }
 }
 
+/// The part of a receipt's text that names its partition: 12 base64
+/// characters, the version byte and the partition id. Receipts of one
+/// partition share it, so runs of them are told apart without decoding.
+pub fn partition_head(text: &str) -> Option<&str> {
+    text.trim().get(..12)
+}
+
 /// The partition a receipt names, read without checking its tag: only as
 /// a hint (counting, on a receipt that POP just made or ACK just accepted;
 /// telling an ephemeral queue's receipt apart, where the path it picks
 /// checks the tag).
 pub fn partition_of(text: &str) -> Option<i64> {
-    // 12 base64 characters are the version byte and the partition id.
-    let head = URL_SAFE_NO_PAD.decode(text.trim().get(..12)?).ok()?;
+    let head = URL_SAFE_NO_PAD.decode(partition_head(text)?).ok()?;
     if head.first() != Some(&VERSION) {
         return None;
     }

@@ -580,7 +580,8 @@ async fn background_work_never_runs_on_a_client_s_connection() {
     // connection: still nothing of queenwire's is left under a name there,
     // and a client statement prepared before (named, and the unnamed one)
     // still runs after.
-    use queenwire::rewrite::calls::queues::{ACK, POP, PUSH};
+    use queenwire::rewrite::calls::acks::{ACK, ACK_RUNS};
+    use queenwire::rewrite::calls::queues::{POP, PUSH};
     let own = client.prepare("SELECT $1::int4 + 1").await.unwrap();
     client
         .batch_execute(&format!(
@@ -602,7 +603,7 @@ async fn background_work_never_runs_on_a_client_s_connection() {
     let left: Vec<String> = rows
         .iter()
         .map(|r| r.get::<_, String>(0))
-        .filter(|n| [PUSH.name, POP.name, ACK.name].contains(&n.as_str()))
+        .filter(|n| [PUSH.name, POP.name, ACK.name, ACK_RUNS.name].contains(&n.as_str()))
         .collect();
     assert_eq!(left, vec![PUSH.name.to_string()], "only the client's own");
     let got: i32 = client.query_one(&own, &[&1i32]).await.unwrap().get(0);

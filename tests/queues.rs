@@ -1671,6 +1671,34 @@ async fn a_batch_acked_in_pieces_moves_the_cursor_over_its_acked_prefix_only() {
     assert!(rows(&client, "POP FROM pieces").await.is_empty());
 }
 
+/// A batch's receipts in one ACK make one run of offsets (log_ack_v2);
+/// when the run is not its live lease's whole batch, each offset answers
+/// on its own: after the lease expired, a retry of the whole batch is
+/// acked where the lease acknowledged it and stale beyond, a repeat
+/// included, and the messages beyond come again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_receipts_answers_each_offset_as_if_alone() {
+    let proxy = Proxy::start("ack_runs").await;
+    let client = proxy.connect().await;
+    rows(
+        &client,
+        "PUSH INTO runs VALUES ('0'), ('1'), ('2'), ('3'), ('4')",
+    )
+    .await;
+    let batch = receipts(&client, "POP FROM runs LIMIT 4 LEASE 1").await;
+    assert_eq!(batch.len(), 4);
+    assert_eq!(ack_all(&client, &batch[0..2]).await, ["acked"; 2]);
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let retry: Vec<String> = [3, 0, 1, 2, 1].iter().map(|&i| batch[i].clone()).collect();
+    assert_eq!(
+        ack_all(&client, &retry).await,
+        ["stale", "acked", "acked", "stale", "acked"]
+    );
+    let next = rows(&client, "POP FROM runs LIMIT 3 AUTO ACK").await;
+    let offsets: Vec<String> = next.iter().map(|r| col(r, "offset")).collect();
+    assert_eq!(offsets, ["2", "3", "4"]);
+}
+
 /// One ACK of receipts of several partitions, each its own (partition,
 /// group): the receipts that end their lease's batch are settled together
 /// (log_ack_v1's set-based path), the others one by one; each answers as

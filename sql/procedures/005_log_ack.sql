@@ -489,6 +489,154 @@ BEGIN
 END
 $$;
 
+-- Acknowledges runs of receipts: run i stands for the receipts of every
+-- offset p_from[i] .. p_to[i] of (p_partition_ids[i], p_groups[i],
+-- p_lease_tokens[i]), a plain ACK (never FAILED); idx is the 0-based run.
+-- Each offset answers as log_ack_v1 would answer its receipt (statuses
+-- acked and stale). queenwire sends the receipts of a multi-receipt ACK as
+-- runs: a batch of a hundred acknowledged entire is one run, so the call
+-- costs per (partition, group), not per receipt (log_ack_v1 costs about
+-- 2 us a receipt; see docs/benchmarks.md, "What the twenty-third session
+-- changed").
+-- A (partition, group) named by one run that is exactly its live lease's
+-- unacked batch (the run's token the lease's, from the offset after the
+-- cursor to the batch's last, nothing of it acked before nor the lease in
+-- the history) is settled with the other such pairs in one UPDATE and
+-- answers one row (idx, NULL, 'acked') for the whole run. The other runs
+-- are expanded into their receipts and go through log_ack_v1 in this call,
+-- one row (idx, offset, status) each. An offset without a row is stale.
+-- Locks: those of log_ack_v1, in its order: advisory queue keys SHARED,
+-- ascending; then every named (partition, group)'s log_consumers row,
+-- ascending, FOR UPDATE, all before anything is written; log_ack_v1 then
+-- takes them again (it holds them already), nothing new.
+CREATE OR REPLACE FUNCTION queen.log_ack_v2(
+    p_partition_ids BIGINT[],
+    p_groups        TEXT[],
+    p_lease_tokens  UUID[],
+    p_from          BIGINT[],
+    p_to            BIGINT[],
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (idx INTEGER, message_offset BIGINT, status TEXT)
+LANGUAGE plpgsql
+-- As log_ack_v1: every statement reads by primary key whatever the array
+-- sizes, so the generic plan is the custom one, without planning a call.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n     INTEGER := COALESCE(cardinality(p_partition_ids), 0);
+    v_now   TIMESTAMPTZ := clock_timestamp();
+    v_mine  BIGINT[];
+    v_done  INTEGER[] := '{}';
+    v_run   INTEGER[];
+    v_pid   BIGINT[];
+    v_grp   TEXT[];
+    v_tok   UUID[];
+    v_off   BIGINT[];
+BEGIN
+    IF session_user <> current_user THEN
+        PERFORM queen.tenant_guard_v1(p_tenant);
+    END IF;
+    IF cardinality(p_groups) IS DISTINCT FROM v_n
+       OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n
+       OR cardinality(p_from) IS DISTINCT FROM v_n
+       OR cardinality(p_to) IS DISTINCT FROM v_n THEN
+        RAISE EXCEPTION 'log_ack_v2: partition ids, groups, lease tokens, firsts and lasts must be parallel arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    -- A run stands for as many receipts as it has offsets: no more than an
+    -- ACK could name.
+    IF EXISTS (SELECT 1 FROM unnest(p_from, p_to) AS r(lo, hi)
+               WHERE r.hi < r.lo OR r.hi - r.lo >= 1000000) THEN
+        RAISE EXCEPTION 'log_ack_v2: a run must be 1 to 1000000 offsets, first to last'
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- The queue keys, once per distinct partition (log_ack_v1's statement).
+    PERFORM pg_advisory_xact_lock_shared(k.key)
+    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(x.qid) AS key
+          FROM (SELECT DISTINCT u.pid FROM unnest(p_partition_ids) AS u(pid)) AS i
+          CROSS JOIN LATERAL (
+              SELECT q.id AS qid
+              FROM queen.log_partitions p
+              CROSS JOIN LATERAL (SELECT q0.id FROM queen.queues q0
+                                  WHERE q0.id = p.queue_id AND q0.tenant_id = p_tenant
+                                  LIMIT 1) q
+              WHERE p.id = i.pid
+              LIMIT 1) x
+          ORDER BY 1) k;
+    -- Every consumer row of the tenant's named, in (partition, group)
+    -- order, before anything is written.
+    SELECT array_agg(l.pid) FILTER (WHERE l.pid IS NOT NULL)
+    INTO v_mine
+    FROM (SELECT DISTINCT i.pid, i.grp::TEXT COLLATE "C" AS grp
+          FROM unnest(p_partition_ids, p_groups) AS i(pid, grp)
+          ORDER BY 1, 2) k
+    LEFT JOIN LATERAL (
+        SELECT c1.partition_id AS pid
+        FROM queen.log_consumers c1
+        WHERE c1.partition_id = k.pid AND c1.consumer_group = k.grp
+          AND EXISTS (SELECT 1 FROM queen.log_partitions p1
+                      CROSS JOIN LATERAL (SELECT 1 FROM queen.queues q1
+                                          WHERE q1.id = p1.queue_id
+                                            AND q1.tenant_id = p_tenant
+                                          LIMIT 1) q1
+                      WHERE p1.id = k.pid)
+        LIMIT 1
+        FOR UPDATE) l ON true;
+    IF v_mine IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- The pairs named by one run that ends its live lease's batch exactly.
+    WITH r AS (
+        SELECT i.pid, i.grp::TEXT COLLATE "C" AS grp, count(*) AS runs,
+               min(i.ord)::INTEGER AS ord, (array_agg(i.tok))[1] AS tok,
+               min(i.lo) AS lo, max(i.hi) AS hi
+        FROM unnest(p_partition_ids, p_groups, p_lease_tokens, p_from, p_to)
+             WITH ORDINALITY AS i(pid, grp, tok, lo, hi, ord)
+        GROUP BY 1, 2
+    ), u AS (
+        UPDATE queen.log_consumers c
+        SET cursor_offset = r.hi, retry_count = 0, lease_token = NULL,
+            lease_expires_at = NULL, batch_from = NULL, batch_to = NULL, batch_acked = NULL,
+            acked_lease_tokens = c.lease_token || c.acked_lease_tokens[1:31],
+            acked_lease_to = r.hi || c.acked_lease_to[1:31]
+        FROM r
+        WHERE c.partition_id = ANY (v_mine)
+          AND c.partition_id = r.pid AND c.consumer_group = r.grp
+          AND r.runs = 1 AND c.lease_token = r.tok
+          AND c.lease_expires_at > v_now AND c.batch_acked IS NULL
+          AND r.lo = c.cursor_offset + 1 AND r.lo >= c.batch_from AND r.hi = c.batch_to
+          AND array_position(c.acked_lease_tokens, c.lease_token) IS NULL
+        RETURNING r.ord
+    )
+    SELECT COALESCE(array_agg(u.ord), '{}') INTO v_done FROM u;
+    RETURN QUERY SELECT (d - 1)::INTEGER, NULL::BIGINT, 'acked'::TEXT FROM unnest(v_done) AS d;
+    IF cardinality(v_done) = v_n THEN
+        RETURN;
+    END IF;
+
+    -- The other runs, receipt by receipt.
+    SELECT array_agg(x.ord ORDER BY x.ord, x.off), array_agg(x.pid ORDER BY x.ord, x.off),
+           array_agg(x.grp ORDER BY x.ord, x.off), array_agg(x.tok ORDER BY x.ord, x.off),
+           array_agg(x.off ORDER BY x.ord, x.off)
+    INTO v_run, v_pid, v_grp, v_tok, v_off
+    FROM (SELECT i.ord::INTEGER AS ord, i.pid, i.grp, i.tok, generate_series(i.lo, i.hi) AS off
+          FROM unnest(p_partition_ids, p_groups, p_lease_tokens, p_from, p_to)
+               WITH ORDINALITY AS i(pid, grp, tok, lo, hi, ord)
+          WHERE i.ord::INTEGER <> ALL (v_done)) x;
+    RETURN QUERY
+    SELECT v_run[a.idx + 1] - 1, v_off[a.idx + 1], a.status
+    FROM queen.log_ack_v1(v_pid, v_off, v_grp, v_tok, false, NULL, p_tenant) AS a
+    WHERE a.status <> 'stale';
+END
+$$;
+
 -- Extends leases: (p_partition_ids[i], p_groups[i], p_lease_tokens[i]); idx
 -- is the 0-based position. A held lease becomes max(current expiry, now +
 -- p_extend_ms), default the queue's lease_time; lease_expires_at NULL means

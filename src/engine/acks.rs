@@ -9,7 +9,7 @@ use super::ExecError;
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::queues::{Ack as AckCall, Renew as RenewCall};
+use crate::rewrite::calls::acks::{Ack as AckCall, AckRunRow, AckRuns, Renew as RenewCall};
 use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
 use crate::rewrite::dialect::Value;
 use std::time::SystemTime;
@@ -79,8 +79,10 @@ pub fn ack_rows(texts: Vec<String>, status: Vec<String>) -> Vec<Vec<Cell>> {
         .collect()
 }
 
-/// One `log_ack_v1` call: the status of each receipt, in order (`stale`
-/// for one the procedure did not answer).
+/// The status of each receipt, in order (`stale` for one the procedure did
+/// not answer), from one call: a plain ACK whose receipts make fewer runs
+/// than receipts (a batch acknowledged entire is one) goes to `log_ack_v2`
+/// as runs, any other to `log_ack_v1` receipt by receipt.
 pub async fn ack_receipts(
     conn: &mut Calls<'_>,
     receipts: &[Receipt],
@@ -88,6 +90,15 @@ pub async fn ack_receipts(
     reason: Option<String>,
     tenant: Uuid,
 ) -> Result<Vec<String>, ExecError> {
+    let mut status = vec![String::from("stale"); receipts.len()];
+    if !failed {
+        if let Some(runs) = Runs::of(receipts, tenant) {
+            for row in conn.run(&runs.call).await? {
+                runs.answer(receipts, &row, &mut status);
+            }
+            return Ok(status);
+        }
+    }
     let rows = conn
         .run(&AckCall {
             partition_ids: receipts.iter().map(|r| r.partition_id).collect(),
@@ -99,7 +110,6 @@ pub async fn ack_receipts(
             tenant,
         })
         .await?;
-    let mut status = vec![String::from("stale"); receipts.len()];
     for row in rows {
         if let Some(slot) = usize::try_from(row.idx)
             .ok()
@@ -109,6 +119,85 @@ pub async fn ack_receipts(
         }
     }
     Ok(status)
+}
+
+/// A plain ACK's receipts as runs: the receipts of one (partition, group,
+/// lease token) whose offsets follow each other (a repeat stays in its run).
+struct Runs<'a> {
+    call: AckRuns<'a>,
+    /// The receipts' positions, by (partition, group, token, offset): run
+    /// `r` is `order[starts[r]..starts[r + 1]]`.
+    order: Vec<usize>,
+    starts: Vec<usize>,
+}
+
+impl<'a> Runs<'a> {
+    /// `None` when the receipts make as many runs as there are receipts.
+    fn of(receipts: &'a [Receipt], tenant: Uuid) -> Option<Runs<'a>> {
+        let key = |r: &'a Receipt| (r.partition_id, r.group.as_str(), r.lease_token, r.offset);
+        let mut order: Vec<usize> = (0..receipts.len()).collect();
+        order.sort_unstable_by_key(|&i| key(&receipts[i]));
+        let mut call = AckRuns {
+            partition_ids: Vec::new(),
+            groups: Vec::new(),
+            lease_tokens: Vec::new(),
+            from: Vec::new(),
+            to: Vec::new(),
+            tenant,
+        };
+        let mut starts = Vec::new();
+        for (at, &i) in order.iter().enumerate() {
+            let r = &receipts[i];
+            let follows = at > 0 && {
+                let last = &receipts[order[at - 1]];
+                (last.partition_id, last.group.as_str(), last.lease_token)
+                    == (r.partition_id, r.group.as_str(), r.lease_token)
+                    && (last.offset == r.offset || last.offset.checked_add(1) == Some(r.offset))
+            };
+            if follows {
+                if let Some(to) = call.to.last_mut() {
+                    *to = r.offset;
+                }
+            } else {
+                starts.push(at);
+                call.partition_ids.push(r.partition_id);
+                call.groups.push(r.group.as_str());
+                call.lease_tokens.push(r.lease_token);
+                call.from.push(r.offset);
+                call.to.push(r.offset);
+            }
+        }
+        if starts.len() == receipts.len() {
+            return None;
+        }
+        starts.push(order.len());
+        Some(Runs {
+            call,
+            order,
+            starts,
+        })
+    }
+
+    /// One row of `log_ack_v2`: the status of its run's receipts, or of
+    /// those of one offset of it.
+    fn answer(&self, receipts: &[Receipt], row: &AckRunRow, status: &mut [String]) {
+        let Some(run) = usize::try_from(row.idx)
+            .ok()
+            .filter(|&r| r + 1 < self.starts.len())
+        else {
+            return;
+        };
+        let mut members = &self.order[self.starts[run]..self.starts[run + 1]];
+        if let Some(offset) = row.message_offset {
+            // A run's receipts are in offset order.
+            let first = members.partition_point(|&i| receipts[i].offset < offset);
+            let end = members.partition_point(|&i| receipts[i].offset <= offset);
+            members = &members[first..end];
+        }
+        for &i in members {
+            status[i].clone_from(&row.status);
+        }
+    }
 }
 
 pub async fn renew(
@@ -151,4 +240,69 @@ pub async fn renew(
         .zip(expiry)
         .map(|(t, e)| vec![Cell::Text(t), Cell::timestamp(e)])
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt(partition_id: i64, offset: i64, group: &str, token: u128) -> Receipt {
+        Receipt {
+            partition_id,
+            offset,
+            lease_token: Uuid::from_u128(token),
+            group: group.to_string(),
+        }
+    }
+
+    #[test]
+    fn receipts_make_runs_of_following_offsets_per_lease() {
+        let receipts = [
+            receipt(7, 12, "g", 1),
+            receipt(3, 0, "g", 2),
+            receipt(7, 10, "g", 1),
+            receipt(7, 11, "g", 1),
+            receipt(7, 11, "g", 1),
+            receipt(7, 14, "g", 1),
+            receipt(7, 13, "h", 1),
+            receipt(7, 15, "g", 9),
+        ];
+        let runs = Runs::of(&receipts, Uuid::nil()).expect("fewer runs than receipts");
+        let call = &runs.call;
+        assert_eq!(call.partition_ids, [3, 7, 7, 7, 7]);
+        assert_eq!(call.groups, ["g", "g", "g", "g", "h"]);
+        assert_eq!(call.from, [0, 10, 14, 15, 13]);
+        assert_eq!(call.to, [0, 12, 14, 15, 13]);
+        assert_eq!(call.lease_tokens[3], Uuid::from_u128(9));
+        // The run 10..=12 settled whole, its offset 11 (twice) alone
+        // again, the others unanswered (stale).
+        let mut status = vec![String::from("stale"); receipts.len()];
+        let row = |idx, message_offset, status: &str| AckRunRow {
+            idx,
+            message_offset,
+            status: status.to_string(),
+        };
+        runs.answer(&receipts, &row(1, Some(11), "x"), &mut status);
+        assert_eq!(status[3..5], ["x", "x"]);
+        runs.answer(&receipts, &row(1, None, "acked"), &mut status);
+        runs.answer(&receipts, &row(0, Some(5), "acked"), &mut status);
+        runs.answer(&receipts, &row(9, None, "acked"), &mut status);
+        runs.answer(&receipts, &row(-1, None, "acked"), &mut status);
+        let want = [
+            "acked", "stale", "acked", "acked", "acked", "stale", "stale", "stale",
+        ];
+        assert_eq!(status, want);
+    }
+
+    #[test]
+    fn receipts_of_distinct_offsets_or_leases_make_no_runs() {
+        let receipts = [
+            receipt(1, 0, "g", 1),
+            receipt(1, 2, "g", 1),
+            receipt(1, 1, "g", 2),
+            receipt(2, 1, "g", 1),
+        ];
+        assert!(Runs::of(&receipts, Uuid::nil()).is_none());
+        assert!(Runs::of(&[], Uuid::nil()).is_none());
+    }
 }

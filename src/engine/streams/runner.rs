@@ -34,7 +34,8 @@ use crate::engine::sealing::Sealing;
 use crate::engine::wake::{queue_key, Announcer};
 use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState, TxStatus};
-use crate::rewrite::calls::queues::{Ack, Pop, PopArgs};
+use crate::rewrite::calls::acks::Ack;
+use crate::rewrite::calls::queues::{Pop, PopArgs};
 use crate::rewrite::calls::stream_cycle::{
     Active, ActiveRow, CycleBegin, CycleSave, IdlePartitions, NoteError, StateLoad,
 };

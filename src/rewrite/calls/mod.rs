@@ -34,6 +34,7 @@
 //! | `/metrics` gauges and `/ready`                 | [`metrics`]     |
 //! | transaction control, `queen.raise_v1`          | [`transaction`] |
 
+pub mod acks;
 pub mod admin;
 pub mod ephemeral;
 pub mod groups;
@@ -107,8 +108,9 @@ pub const ALL: &[&CallSpec] = &[
     &queues::POP_CANDIDATES,
     &queues::HOTLIST_SEED,
     &namespace::NAMESPACE_QUEUES,
-    &queues::ACK,
-    &queues::RENEW,
+    &acks::ACK,
+    &acks::ACK_RUNS,
+    &acks::RENEW,
     &queues::UNCLAIM,
     &admin::CONFIGURE,
     &admin::DELETE_QUEUE,

@@ -1,8 +1,8 @@
-//! PUSH, POP, ACK, RENEW: `log_push_v1`, `log_pop_v2` (and its
-//! whole-queue form `log_pop_v1`), `log_ack_v1`, `log_renew_v1`, and the
-//! hot list's seed `log_hotlist_seed_v1`. The engine adds what needs its
-//! state: the frames and their compression (PUSH), the receipts' HMAC (POP,
-//! ACK, RENEW), the hot list's candidates (POP).
+//! PUSH, POP: `log_push_v1`, `log_pop_v2` (and its whole-queue form
+//! `log_pop_v1`), `log_unclaim_v1`, and the hot list's seed
+//! `log_hotlist_seed_v1`; ACK and RENEW are in `acks.rs`. The engine adds
+//! what needs its state: the frames and their compression (PUSH), the
+//! receipts' HMAC (POP), the hot list's candidates (POP).
 
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
 use crate::protocol::SqlError;
@@ -444,118 +444,6 @@ impl FromRow for HotlistSeedRow {
     }
 }
 
-pub const ACK: CallSpec = CallSpec {
-    name: "qw_ack_v1",
-    sql: "SELECT idx, status FROM queen.log_ack_v1(p_partition_ids => $1, p_offsets => $2, p_groups => $3, p_lease_tokens => $4, p_failed => $5, p_reason => $6, p_tenant => $7)",
-    params: &[
-        Type::INT8_ARRAY,
-        Type::INT8_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::UUID_ARRAY,
-        Type::BOOL,
-        Type::TEXT,
-        Type::UUID,
-    ],
-    columns: &[column("idx", Type::INT4), column("status", Type::TEXT)],
-};
-
-/// Acknowledges messages, parallel arrays by receipt.
-pub struct Ack<'a> {
-    pub partition_ids: Vec<i64>,
-    pub offsets: Vec<i64>,
-    pub groups: Vec<&'a str>,
-    pub lease_tokens: Vec<Uuid>,
-    pub failed: bool,
-    pub reason: Option<String>,
-    pub tenant: Uuid,
-}
-
-impl Call for Ack<'_> {
-    const SPEC: &'static CallSpec = &ACK;
-    type Row = AckRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.partition_ids,
-            &self.offsets,
-            &self.groups,
-            &self.lease_tokens,
-            &self.failed,
-            &self.reason,
-            &self.tenant,
-        ]
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct AckRow {
-    /// Index of the receipt in the call's arrays.
-    pub idx: i32,
-    pub status: String,
-}
-
-impl FromRow for AckRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(AckRow {
-            idx: row.get("idx")?,
-            status: row.get("status")?,
-        })
-    }
-}
-
-pub const RENEW: CallSpec = CallSpec {
-    name: "qw_renew_v1",
-    sql: "SELECT idx, lease_expires_at FROM queen.log_renew_v1(p_partition_ids => $1, p_groups => $2, p_lease_tokens => $3, p_extend_ms => $4, p_tenant => $5)",
-    params: &[
-        Type::INT8_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::UUID_ARRAY,
-        Type::INT8,
-        Type::UUID,
-    ],
-    columns: &[
-        column("idx", Type::INT4),
-        column("lease_expires_at", Type::TIMESTAMPTZ),
-    ],
-};
-
-pub struct Renew<'a> {
-    pub partition_ids: Vec<i64>,
-    pub groups: Vec<&'a str>,
-    pub lease_tokens: Vec<Uuid>,
-    /// `None`: each queue's own lease time.
-    pub extend_ms: Option<i64>,
-    pub tenant: Uuid,
-}
-
-impl Call for Renew<'_> {
-    const SPEC: &'static CallSpec = &RENEW;
-    type Row = RenewRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.partition_ids,
-            &self.groups,
-            &self.lease_tokens,
-            &self.extend_ms,
-            &self.tenant,
-        ]
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct RenewRow {
-    pub idx: i32,
-    pub lease_expires_at: Option<SystemTime>,
-}
-
-impl FromRow for RenewRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(RenewRow {
-            idx: row.get("idx")?,
-            lease_expires_at: row.get("lease_expires_at")?,
-        })
-    }
-}
-
 /// Gives back one POP's claims that could not be decoded (a segment
 /// sealed with a key this queenwire lacks): the messages stay.
 pub const UNCLAIM: CallSpec = CallSpec {
@@ -610,6 +498,7 @@ impl FromRow for UnclaimRow {
 
 #[cfg(test)]
 mod tests {
+    use super::super::acks::{AckRow, ACK};
     use super::super::RawRow;
     use super::*;
     use crate::rewrite::dialect::{self, Statement};

@@ -90,6 +90,14 @@ impl<K, J> Default for Lanes<K, J> {
 }
 
 impl<K: Hash + Eq, J> Lanes<K, J> {
+    /// Lanes whose writes wait up to `linger` for their sessions.
+    pub(super) fn with_linger(linger: Duration) -> Self {
+        Lanes {
+            lanes: Mutex::new(HashMap::new()),
+            linger,
+        }
+    }
+
     /// Queues `job` in the lane of `key`; the lane is returned when no
     /// write of it is in flight, and the caller then leads the writes.
     pub(super) fn enqueue(&self, key: K, job: J) -> Option<Arc<Lane<J>>> {

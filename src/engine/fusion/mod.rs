@@ -86,7 +86,7 @@ impl Fuser {
             queue_pushes: Lanes::default(),
             aside: Mutex::new(HashSet::new()),
             acks: Lanes::default(),
-            pops: Lanes::default(),
+            pops: Lanes::with_linger(pop::LINGER),
             popped: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
         }

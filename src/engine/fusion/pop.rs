@@ -60,6 +60,17 @@ pub(super) struct Key {
 /// which two lanes would pay twice for half the batch.
 const SPLIT_FROM: i32 = 16;
 
+/// How long a POP lane's write waits for the sessions it answered (the
+/// push and ACK lanes wait 500 µs, `lane.rs`). A consumer's turnaround
+/// between two writes of its lane is its POP's rows or its ACK's answer,
+/// then its next statement, on cores PostgreSQL keeps busy. Measured
+/// 2026-12-04, popack1 at 1,000 partitions, C=8, alternating 7 s slices:
+/// 1.5 ms read higher rates than 500 µs in 5 of 6 pairs (+7 % to +39 %)
+/// and less PostgreSQL CPU a message (170-273 µs against 179-338: more
+/// statements a commit); popack100 and autoack1 unchanged within the VM's
+/// swings (docs/benchmarks.md).
+pub(super) const LINGER: std::time::Duration = std::time::Duration::from_micros(1500);
+
 impl Key {
     /// Whether POPs of this key may have claims held for them (`hold.rs`):
     /// leased ones (never AUTO ACK's, whose cursor moves at the claim)

@@ -556,7 +556,10 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    -- The queue keys, once per distinct partition (log_ack_v1's statement).
+    -- The queue keys, once per distinct partition, and the consumer rows
+    -- below: log_ack_v1's two statements, written again rather than shared
+    -- (a helper function would add a call to every ACK, the fixed part this
+    -- function exists to keep small).
     PERFORM pg_advisory_xact_lock_shared(k.key)
     FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(x.qid) AS key
           FROM (SELECT DISTINCT u.pid FROM unnest(p_partition_ids) AS u(pid)) AS i

@@ -838,6 +838,26 @@ async fn an_ack_reads_by_key_however_many_partitions_its_queue_has() {
             }
         }
     }
+    // A run that ends before it starts, on a live lease: refused, nothing
+    // acked.
+    direct.batch_execute(&lease_wide(1)).await.unwrap();
+    let reversed = "SELECT count(*) FROM queen.log_ack_v2(ARRAY(SELECT partition_id FROM leased), \
+               ARRAY(SELECT 'g'::text FROM leased), ARRAY(SELECT lease_token FROM leased), \
+               ARRAY(SELECT to_offset + 1 FROM leased), ARRAY(SELECT to_offset FROM leased))";
+    let err = direct.query_one(reversed, &[]).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+    );
+    let message = err.as_db_error().map(|e| e.message().to_string());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("a run must be")),
+        "{message:?}"
+    );
+    let (got, _) = counted_reads(&direct, ack_runs).await;
+    assert_eq!(got, 1, "the lease is still there to ack");
 }
 
 /// The same for POP, by candidates (the hot list's) and over the whole

@@ -548,14 +548,6 @@ BEGIN
     IF v_n = 0 THEN
         RETURN;
     END IF;
-    -- A run stands for as many receipts as it has offsets: no more than an
-    -- ACK could name.
-    IF EXISTS (SELECT 1 FROM unnest(p_from, p_to) AS r(lo, hi)
-               WHERE r.hi < r.lo OR r.hi - r.lo >= 1000000) THEN
-        RAISE EXCEPTION 'log_ack_v2: a run must be 1 to 1000000 offsets, first to last'
-            USING ERRCODE = '22023';
-    END IF;
-
     -- The queue keys, once per distinct partition, and the consumer rows
     -- below: log_ack_v1's two statements, written again rather than shared
     -- (a helper function would add a call to every ACK, the fixed part this
@@ -624,7 +616,16 @@ BEGIN
         RETURN;
     END IF;
 
-    -- The other runs, receipt by receipt.
+    -- The other runs, receipt by receipt. A run stands for as many
+    -- receipts as it has offsets: no more than an ACK could name. (Checked
+    -- here only: a run the UPDATE settled is its lease's batch, first to
+    -- last, so every malformed run comes this way.)
+    IF EXISTS (SELECT 1 FROM unnest(p_from, p_to) WITH ORDINALITY AS r(lo, hi, ord)
+               WHERE r.ord::INTEGER <> ALL (v_done)
+                 AND (r.hi < r.lo OR r.hi - r.lo >= 1000000)) THEN
+        RAISE EXCEPTION 'log_ack_v2: a run must be 1 to 1000000 offsets, first to last'
+            USING ERRCODE = '22023';
+    END IF;
     SELECT array_agg(x.ord ORDER BY x.ord, x.off), array_agg(x.pid ORDER BY x.ord, x.off),
            array_agg(x.grp ORDER BY x.ord, x.off), array_agg(x.tok ORDER BY x.ord, x.off),
            array_agg(x.off ORDER BY x.ord, x.off)

@@ -82,14 +82,11 @@ pub(super) struct Lanes<K, J> {
 
 impl<K, J> Default for Lanes<K, J> {
     fn default() -> Self {
-        Lanes {
-            lanes: Mutex::new(HashMap::new()),
-            linger: LINGER,
-        }
+        Lanes::with_linger(LINGER)
     }
 }
 
-impl<K: Hash + Eq, J> Lanes<K, J> {
+impl<K, J> Lanes<K, J> {
     /// Lanes whose writes wait up to `linger` for their sessions.
     pub(super) fn with_linger(linger: Duration) -> Self {
         Lanes {
@@ -97,7 +94,9 @@ impl<K: Hash + Eq, J> Lanes<K, J> {
             linger,
         }
     }
+}
 
+impl<K: Hash + Eq, J> Lanes<K, J> {
     /// Queues `job` in the lane of `key`; the lane is returned when no
     /// write of it is in flight, and the caller then leads the writes.
     pub(super) fn enqueue(&self, key: K, job: J) -> Option<Arc<Lane<J>>> {

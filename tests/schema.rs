@@ -856,6 +856,13 @@ async fn an_ack_reads_by_key_however_many_partitions_its_queue_has() {
             .is_some_and(|m| m.contains("a run must be")),
         "{message:?}"
     );
+    // A run without a last offset answers nothing (stale), no error.
+    let unbounded =
+        "SELECT count(*) FROM queen.log_ack_v2(ARRAY(SELECT partition_id FROM leased), \
+               ARRAY(SELECT 'g'::text FROM leased), ARRAY(SELECT lease_token FROM leased), \
+               ARRAY(SELECT from_offset FROM leased), ARRAY[NULL::bigint])";
+    let rows: i64 = direct.query_one(unbounded, &[]).await.unwrap().get(0);
+    assert_eq!(rows, 0);
     let (got, _) = counted_reads(&direct, ack_runs).await;
     assert_eq!(got, 1, "the lease is still there to ack");
 }

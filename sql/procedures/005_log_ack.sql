@@ -634,6 +634,9 @@ BEGIN
           FROM unnest(p_partition_ids, p_groups, p_lease_tokens, p_from, p_to)
                WITH ORDINALITY AS i(pid, grp, tok, lo, hi, ord)
           WHERE i.ord::INTEGER <> ALL (v_done)) x;
+    IF v_off IS NULL THEN
+        RETURN;  -- runs without offsets (a NULL first or last): stale
+    END IF;
     RETURN QUERY
     SELECT v_run[a.idx + 1] - 1, v_off[a.idx + 1], a.status
     FROM queen.log_ack_v1(v_pid, v_off, v_grp, v_tok, false, NULL, p_tenant) AS a

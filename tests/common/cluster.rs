@@ -1,16 +1,20 @@
 //! The PostgreSQL the integration tests run against: one embedded cluster per
-//! test binary, started on first use and stopped when the binary exits.
+//! test binary, started on first use, stopped and removed when the binary
+//! exits.
 //!
-//! Its directory is fixed per test binary (under the system temp dir, named
-//! after the binary, the uid and a hash of the binary's path), so a run that
-//! was killed leaves a cluster that the next run recovers through
-//! [`EmbeddedPostgres::start`] rather than a new directory each time. The
-//! hash keeps two target directories that run the same test binary at once
-//! from sharing, and so stopping, each other's cluster.
+//! Its directory is fixed per test (under the system temp dir, named after
+//! the test without cargo's build hash, the uid and a hash of the target
+//! directory), so a run that was killed leaves one cluster that the next run,
+//! rebuilt or not, recovers through [`EmbeddedPostgres::start`] rather than a
+//! new directory each time. The hash keeps two target directories that run
+//! the same test at once from sharing, and so stopping, each other's cluster.
+//! A cluster that stopped at exit is removed: a test cluster holds hundreds
+//! of megabytes, and a machine that runs CI on clean clones again and again
+//! must not keep one per build.
 //!
 //! Tests get a database of their own from [`fresh_database`]. Databases from
-//! earlier runs are dropped when the cluster starts, so the directory does
-//! not grow run after run.
+//! earlier runs are dropped when the cluster starts, so a recovered directory
+//! does not grow run after run.
 
 // Every test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
@@ -38,6 +42,7 @@ const MAX_DATABASE_PREFIX_CHARS: usize = 24;
 const EXIT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 static CLUSTER: OnceLock<EmbeddedPostgres> = OnceLock::new();
+static CLUSTER_DIR: OnceLock<PathBuf> = OnceLock::new();
 static DATABASE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// One embedded cluster per test binary, started on first use in a fixed
@@ -46,8 +51,8 @@ static DATABASE_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// recovered).
 pub fn cluster() -> &'static EmbeddedPostgres {
     CLUSTER.get_or_init(|| {
-        let dir = cluster_dir();
-        let cluster = EmbeddedPostgres::start(&dir).unwrap_or_else(|error| {
+        let dir = CLUSTER_DIR.get_or_init(cluster_dir);
+        let cluster = EmbeddedPostgres::start(dir).unwrap_or_else(|error| {
             panic!("could not start the test cluster in {}: {error}", dir.display())
         });
         drop_databases_of_earlier_runs(&cluster);
@@ -89,15 +94,13 @@ fn cluster_dir() -> PathBuf {
         .unwrap_or_else(|error| panic!("could not find the test binary's path: {error}"));
     let name: String = binary
         .file_stem()
-        .map(|stem| {
-            stem.to_string_lossy()
-                .chars()
-                .take(MAX_BINARY_NAME_CHARS)
-                .collect()
-        })
-        .unwrap_or_else(|| String::from("tests"));
+        .map(|stem| test_name(&stem.to_string_lossy()))
+        .unwrap_or_else(|| String::from("tests"))
+        .chars()
+        .take(MAX_BINARY_NAME_CHARS)
+        .collect();
     let mut hasher = DefaultHasher::new();
-    binary.hash(&mut hasher);
+    binary.parent().hash(&mut hasher);
     let path_hash = hasher.finish() as u32;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
@@ -109,6 +112,19 @@ fn cluster_dir() -> PathBuf {
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))
         .unwrap_or_else(|error| panic!("could not open up {}: {error}", dir.display()));
     dir
+}
+
+/// A test binary's stem without the `-<16 hex digits>` cargo appends to it,
+/// which changes with every build.
+fn test_name(stem: &str) -> String {
+    match stem.rsplit_once('-') {
+        Some((name, hash))
+            if hash.len() == 16 && hash.bytes().all(|byte| byte.is_ascii_hexdigit()) =>
+        {
+            name.to_string()
+        }
+        _ => stem.to_string(),
+    }
 }
 
 /// Every database in this directory's cluster carrying the test prefix was
@@ -141,8 +157,10 @@ fn drop_databases_of_earlier_runs(cluster: &EmbeddedPostgres) {
 }
 
 /// Fast shutdown by pid, as `EmbeddedPostgres::stop` would, without the
-/// `&mut` a static cannot give. The postmaster is this process's child, so
-/// reaping it is how we see it exit.
+/// `&mut` a static cannot give, then the directory's removal. The postmaster
+/// is this process's child, so reaping it is how we see it exit; one that has
+/// not exited by the deadline keeps its directory, which the next run
+/// recovers.
 extern "C" fn stop_cluster_at_exit() {
     let Some(cluster) = CLUSTER.get() else {
         return;
@@ -158,10 +176,26 @@ extern "C" fn stop_cluster_at_exit() {
         // SAFETY: status is a valid place for waitpid to write to.
         let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         // The pid when reaped, -1 when it is no longer our child to wait for.
+        if reaped == pid {
+            remove_cluster_dir();
+            return;
+        }
         if reaped != 0 {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn remove_cluster_dir() {
+    let Some(dir) = CLUSTER_DIR.get() else {
+        return;
+    };
+    if let Err(error) = fs::remove_dir_all(dir) {
+        eprintln!(
+            "could not remove the test cluster in {}: {error}",
+            dir.display()
+        );
     }
 }
 

@@ -217,7 +217,8 @@ BEGIN
 
     -- The queue and the group's metadata row in one statement (each
     -- statement costs its executor start-up, whatever it reads).
-    SELECT q.*, m.subscription_at AS sub_at, (m.queue_id IS NOT NULL) AS has_group INTO v_queue
+    SELECT q.*, m.subscription_at AS sub_at, (m.queue_id IS NOT NULL) AS has_group,
+           m.ordered AS group_ordered INTO v_queue
     FROM queen.queues q
     LEFT JOIN queen.consumer_groups_metadata m
            ON m.queue_id = q.id AND m.consumer_group = v_group
@@ -228,7 +229,8 @@ BEGIN
         END IF;
         INSERT INTO queen.queues (tenant_id, name) VALUES (p_tenant, p_queue)
         ON CONFLICT (tenant_id, name) DO NOTHING;
-        SELECT q.*, m.subscription_at AS sub_at, (m.queue_id IS NOT NULL) AS has_group INTO v_queue
+        SELECT q.*, m.subscription_at AS sub_at, (m.queue_id IS NOT NULL) AS has_group,
+           m.ordered AS group_ordered INTO v_queue
         FROM queen.queues q
         LEFT JOIN queen.consumer_groups_metadata m
                ON m.queue_id = q.id AND m.consumer_group = v_group
@@ -245,11 +247,19 @@ BEGIN
     -- The group: its subscription is fixed by the first pop that sees it.
     -- A pop losing the first-sight race returns nothing rather than wait.
     v_sub_at := v_queue.sub_at;
-    IF NOT v_queue.has_group THEN
-        IF NOT pg_try_advisory_xact_lock(-1 - (hashtext(v_queue.id::TEXT) & 2147483647),
+    IF NOT v_queue.has_group
+       AND NOT pg_try_advisory_xact_lock(-1 - (hashtext(v_queue.id::TEXT) & 2147483647),
                                          hashtext(v_group)) THEN
+        -- Another transaction is registering the group. An ordered
+        -- group's POP returns nothing this time; a shared one (the queue's default type, 032) is
+        -- served at once, from the subscription this POP asks for, so a
+        -- worker's first POP inside a transaction block holds back no
+        -- other worker.
+        IF v_queue.ordered THEN
             RETURN;
         END IF;
+        v_sub_at := CASE v_mode WHEN 'now' THEN v_now WHEN 'timestamp' THEN p_subscribe_at END;
+    ELSIF NOT v_queue.has_group THEN
         PERFORM 1 FROM queen.queues q WHERE q.id = v_queue.id FOR KEY SHARE SKIP LOCKED;
         IF NOT FOUND THEN
             RETURN;
@@ -269,6 +279,15 @@ BEGIN
 
     v_lease := make_interval(secs => COALESCE(p_lease_ms, v_queue.lease_time::BIGINT * 1000) / 1000.0);
     v_ready_until := v_now - make_interval(secs => v_queue.delayed_processing);
+
+    -- A shared group (032): each message leased on its own.
+    IF NOT COALESCE(v_queue.group_ordered, v_queue.ordered) THEN
+        RETURN QUERY
+        SELECT * FROM queen.log_pop_shared_v1(v_queue.id, p_partition, v_group, p_limit,
+                                              p_max_partitions, v_lease, v_sub_at, p_auto_ack,
+                                              p_tenant, p_candidates, p_partition_limit);
+        RETURN;
+    END IF;
 
     -- Two queries, one opened: a FOR over their UNION ALL started both
     -- plans on every call (executor start-up was 21 % of PostgreSQL's CPU
@@ -592,7 +611,7 @@ AS $$
     FROM queen.log_pop_v2(p_queue, p_partition, p_group, p_limit, p_max_partitions,
                           p_lease_ms, p_subscribe, p_subscribe_at, p_auto_ack,
                           p_tenant, NULL) AS v
-    WHERE v.state = 'claimed';
+    WHERE v.state IN ('claimed', 'shared');
 $$;
 
 -- log_hotlist_seed_v1: the partitions a broker's hot list for (queue, group)

@@ -27,9 +27,9 @@ DECLARE
         "dedup_window": 0, "delayed_processing": 0, "window_buffer": 0,
         "retention_seconds": 0, "completed_retention_seconds": 0,
         "max_wait_time_seconds": 0, "max_queue_size": 0, "priority": -2147483648,
-        "min_pop_wait_time": 0}';
+        "min_pop_wait_time": 0, "max_in_flight": 1}';
     v_bools   CONSTANT TEXT[] := ARRAY['dead_letter_queue', 'dlq_after_max_retries',
-        'retention_enabled', 'encryption_enabled'];
+        'retention_enabled', 'encryption_enabled', 'ordered'];
     v_texts   CONSTANT TEXT[] := ARRAY['namespace', 'task'];
     v_known   TEXT;
     v_options JSONB := COALESCE(p_options, '{}');
@@ -39,6 +39,8 @@ DECLARE
     v_num     NUMERIC;
     v_text    TEXT;
     v_id      UUID;
+    v_ordered BOOLEAN;
+    v_group   TEXT;
 BEGIN
     PERFORM queen.tenant_guard_v1(p_tenant);
     IF p_queue IS NULL OR p_mode IS NULL
@@ -113,18 +115,40 @@ BEGIN
         END IF;
     END IF;
 
+    -- A new default type (`ordered`) converts every group of the queue
+    -- that has none of its own (032: refused while one has anything in
+    -- flight). An ephemeral queue's groups are ordered only.
+    IF v_norm ? 'ordered' THEN
+        IF NOT (v_norm ->> 'ordered')::BOOLEAN
+           AND EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = v_id) THEN
+            RAISE EXCEPTION 'queue "%" is ephemeral: its groups are ordered only', p_queue
+                USING ERRCODE = '0A000';
+        END IF;
+        SELECT q.ordered INTO v_ordered FROM queen.queues q WHERE q.id = v_id;
+        IF v_ordered IS DISTINCT FROM (v_norm ->> 'ordered')::BOOLEAN THEN
+            FOR v_group IN
+                SELECT m.consumer_group FROM queen.consumer_groups_metadata m
+                WHERE m.queue_id = v_id AND m.ordered IS NULL
+                ORDER BY m.consumer_group
+            LOOP
+                PERFORM queen.log_group_convert_v1(v_id, v_group, (v_norm ->> 'ordered')::BOOLEAN);
+            END LOOP;
+        END IF;
+    END IF;
+
     -- jsonb_populate_record over the current row replaces exactly the keys
     -- present in v_norm and keeps every other column as it is.
     UPDATE queen.queues q
     SET (lease_time, retry_limit, retry_delay, dedup_window, dead_letter_queue,
          dlq_after_max_retries, delayed_processing, window_buffer, retention_seconds,
          completed_retention_seconds, retention_enabled, max_wait_time_seconds,
-         max_queue_size, priority, namespace, task, encryption_enabled, min_pop_wait_time)
+         max_queue_size, priority, namespace, task, encryption_enabled, min_pop_wait_time,
+         ordered, max_in_flight)
         = (SELECT r.lease_time, r.retry_limit, r.retry_delay, r.dedup_window, r.dead_letter_queue,
                   r.dlq_after_max_retries, r.delayed_processing, r.window_buffer, r.retention_seconds,
                   r.completed_retention_seconds, r.retention_enabled, r.max_wait_time_seconds,
                   r.max_queue_size, r.priority, r.namespace, r.task, r.encryption_enabled,
-                  r.min_pop_wait_time
+                  r.min_pop_wait_time, r.ordered, r.max_in_flight
            FROM jsonb_populate_record(q, v_norm) r),
         updated_at = now()
     WHERE q.id = v_id;

@@ -108,7 +108,8 @@ DECLARE
     v_client TEXT[] := ARRAY[
         'log_push_v1', 'log_pop_v1', 'log_pop_v2', 'log_hotlist_seed_v1',
         'log_ack_v1', 'log_ack_v2', 'log_renew_v1', 'log_unclaim_v1',
-        'log_namespace_queues_v2',
+        'log_namespace_queues_v2', 'log_ack_shared_v1', 'log_renew_shared_v1',
+        'log_unclaim_shared_v1', 'log_group_set_type_v1', 'consumer_groups_v2',
         'ephemeral_configure_v1', 'ephemeral_queues_v1', 'ephemeral_commit_mark_v1',
         'log_seek_group_v1', 'log_drop_group_v1', 'get_dlq_messages_v1',
         'log_show_queues_v1', 'log_show_partitions_v1', 'log_show_groups_v1',

@@ -9,7 +9,9 @@ use super::ExecError;
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::acks::{Ack as AckCall, AckRunRow, AckRuns, Renew as RenewCall};
+use crate::rewrite::calls::acks::{
+    Ack as AckCall, AckRunRow, AckRuns, AckShared, Renew as RenewCall, RenewRow, RenewShared,
+};
 use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
 use crate::rewrite::dialect::Value;
 use std::time::SystemTime;
@@ -80,10 +82,50 @@ pub fn ack_rows(texts: Vec<String>, status: Vec<String>) -> Vec<Vec<Cell>> {
 }
 
 /// The status of each receipt, in order (`stale` for one the procedure did
-/// not answer), from one call: a plain ACK whose receipts make fewer runs
-/// than receipts (a batch acknowledged entire is one) goes to `log_ack_v2`
-/// as runs, any other to `log_ack_v1` receipt by receipt.
+/// not answer). A shared group's receipts go to `log_ack_shared_v1`, each
+/// message alone; an ordered group's as [`ack_ordered`] says. One call for
+/// each model the receipts name.
 pub async fn ack_receipts(
+    conn: &mut Calls<'_>,
+    receipts: &[Receipt],
+    failed: bool,
+    reason: Option<String>,
+    tenant: Uuid,
+) -> Result<Vec<String>, ExecError> {
+    if !receipts.iter().any(|r| r.shared) {
+        return ack_ordered(conn, receipts, failed, reason, tenant).await;
+    }
+    let (shared, ordered): (Vec<usize>, Vec<usize>) =
+        (0..receipts.len()).partition(|&i| receipts[i].shared);
+    let mut status = vec![String::from("stale"); receipts.len()];
+    let call = AckShared(AckCall {
+        partition_ids: shared.iter().map(|&i| receipts[i].partition_id).collect(),
+        offsets: shared.iter().map(|&i| receipts[i].offset).collect(),
+        groups: shared.iter().map(|&i| receipts[i].group.as_str()).collect(),
+        lease_tokens: shared.iter().map(|&i| receipts[i].lease_token).collect(),
+        failed,
+        reason: reason.clone(),
+        tenant,
+    });
+    for row in conn.run(&call).await? {
+        if let Some(&i) = usize::try_from(row.idx).ok().and_then(|k| shared.get(k)) {
+            status[i] = row.status;
+        }
+    }
+    if !ordered.is_empty() {
+        let of_ordered: Vec<Receipt> = ordered.iter().map(|&i| receipts[i].clone()).collect();
+        let answers = ack_ordered(conn, &of_ordered, failed, reason, tenant).await?;
+        for (i, answer) in ordered.into_iter().zip(answers) {
+            status[i] = answer;
+        }
+    }
+    Ok(status)
+}
+
+/// An ordered group's receipts, from one call: a plain ACK whose receipts
+/// make fewer runs than receipts (a batch acknowledged entire is one) goes
+/// to `log_ack_v2` as runs, any other to `log_ack_v1` receipt by receipt.
+async fn ack_ordered(
     conn: &mut Calls<'_>,
     receipts: &[Receipt],
     failed: bool,
@@ -214,32 +256,56 @@ pub async fn renew(
         .map(|d| params.duration(d, "RENEW FOR"))
         .transpose()?
         .map(|d| d.as_millis().min(i64::MAX as u128) as i64);
-    let partition_ids: Vec<i64> = receipts.iter().map(|r| r.partition_id).collect();
-    let groups: Vec<&str> = receipts.iter().map(|r| r.group.as_str()).collect();
-    let tokens: Vec<Uuid> = receipts.iter().map(|r| r.lease_token).collect();
-    let rows = conn
-        .run(&RenewCall {
-            partition_ids,
-            groups,
-            lease_tokens: tokens,
-            extend_ms,
-            tenant,
-        })
-        .await?;
+    let (shared, ordered): (Vec<usize>, Vec<usize>) =
+        (0..receipts.len()).partition(|&i| receipts[i].shared);
     let mut expiry: Vec<Option<SystemTime>> = vec![None; texts.len()];
-    for row in rows {
-        if let Some(slot) = usize::try_from(row.idx)
-            .ok()
-            .and_then(|i| expiry.get_mut(i))
-        {
-            *slot = row.lease_expires_at;
-        }
+    if !ordered.is_empty() {
+        let rows = conn
+            .run(&RenewCall {
+                partition_ids: ordered.iter().map(|&i| receipts[i].partition_id).collect(),
+                groups: ordered
+                    .iter()
+                    .map(|&i| receipts[i].group.as_str())
+                    .collect(),
+                lease_tokens: ordered.iter().map(|&i| receipts[i].lease_token).collect(),
+                extend_ms,
+                tenant,
+            })
+            .await?;
+        answer_renew(rows, &ordered, &mut expiry);
+    }
+    if !shared.is_empty() {
+        let rows = conn
+            .run(&RenewShared {
+                partition_ids: shared.iter().map(|&i| receipts[i].partition_id).collect(),
+                offsets: shared.iter().map(|&i| receipts[i].offset).collect(),
+                groups: shared.iter().map(|&i| receipts[i].group.as_str()).collect(),
+                lease_tokens: shared.iter().map(|&i| receipts[i].lease_token).collect(),
+                extend_ms,
+                tenant,
+            })
+            .await?;
+        answer_renew(rows, &shared, &mut expiry);
     }
     Ok(texts
         .into_iter()
         .zip(expiry)
         .map(|(t, e)| vec![Cell::Text(t), Cell::timestamp(e)])
         .collect())
+}
+
+/// Each row's expiry into the slot of the receipt it answers (`positions`:
+/// the receipts of the call, in its order).
+fn answer_renew(rows: Vec<RenewRow>, positions: &[usize], expiry: &mut [Option<SystemTime>]) {
+    for row in rows {
+        if let Some(slot) = usize::try_from(row.idx)
+            .ok()
+            .and_then(|k| positions.get(k))
+            .and_then(|&i| expiry.get_mut(i))
+        {
+            *slot = row.lease_expires_at;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -252,6 +318,7 @@ mod tests {
             offset,
             lease_token: Uuid::from_u128(token),
             group: group.to_string(),
+            shared: false,
         }
     }
 

@@ -48,6 +48,7 @@ use crate::backend::BackendError;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
 use crate::rewrite::calls::admin::{self, ConfigureMode};
+use crate::rewrite::dialect::groups::GroupChange;
 use crate::rewrite::dialect::Statement;
 use queues::Limits;
 use receipt::ReceiptKey;
@@ -211,10 +212,23 @@ impl Engine {
                 Vec::new()
             }
             Statement::AlterGroup(a) => {
-                let call = crate::rewrite::calls::groups::Subscribe::new(a, &params, tenant)?;
-                conn.run(&call).await?;
+                let (queue, group) = match &a.change {
+                    GroupChange::Subscribe(from) => {
+                        let call = crate::rewrite::calls::groups::Subscribe::new(
+                            &a.queue, &a.group, from, &params, tenant,
+                        )?;
+                        conn.run(&call).await?;
+                        (call.queue, call.group)
+                    }
+                    GroupChange::Ordered(ordered) => {
+                        let call =
+                            admin::group_set_type(&a.queue, &a.group, ordered, &params, tenant)?;
+                        conn.run(&call).await?;
+                        (call.queue, call.group)
+                    }
+                };
                 let hot = &self.announcer.waiters.hot;
-                hot.repaired(tenant, &call.queue, &call.group);
+                hot.repaired(tenant, &queue, &group);
                 Vec::new()
             }
             Statement::DropGroup(d) => {

@@ -153,6 +153,7 @@ mod tests {
             offset,
             lease_token: Uuid::nil(),
             group: "__QUEUE_MODE__".into(),
+            shared: false,
         }))
     }
 

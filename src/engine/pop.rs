@@ -12,7 +12,9 @@ use super::ExecError;
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::queues::{pop_args, PopArgs, PopCandidates, PopRow, Unclaim};
+use crate::rewrite::calls::queues::{
+    pop_args, PopArgs, PopCandidates, PopRow, Unclaim, UnclaimShared,
+};
 use crate::rewrite::dialect::pop::Pop;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -174,7 +176,9 @@ pub async fn pop_call(
     let mut out = Claimed::default();
     let mut judged = Vec::with_capacity(rows.len());
     let mut claimed = Vec::new();
-    // The partition the last entry of `out.per_partition` counts.
+    // The claim the last entry of `out.per_partition` counts: a partition
+    // and its lease (a shared group's partition may be claimed once for
+    // each session of a fused POP, each claim with a token of its own).
     let mut counted = None;
     let mut failure = None;
     for judgement in rows {
@@ -189,11 +193,12 @@ pub async fn pop_call(
                 failure = decode_claimed(&row, plan, key, &mut out.rows).err();
                 let added = out.rows.len() - before;
                 // A partition's segments come one after the other.
+                let claim = (row.partition_id, row.lease_token);
                 match out.per_partition.last_mut() {
-                    Some(n) if counted == Some(row.partition_id) => *n += added,
+                    Some(n) if counted == Some(claim) => *n += added,
                     _ if added > 0 => {
                         out.per_partition.push(added);
-                        counted = Some(row.partition_id);
+                        counted = Some(claim);
                     }
                     _ => {}
                 }
@@ -234,6 +239,22 @@ async fn give_back(
     if !matches!(error, SegmentFrameError::Sealed(_)) {
         return refusal.into();
     }
+    let shared: Vec<&PopRow> = claimed.iter().filter(|r| r.shared).collect();
+    if !shared.is_empty() {
+        let call = UnclaimShared {
+            partition_ids: shared.iter().map(|r| r.partition_id).collect(),
+            group: &plan.args.group,
+            lease_tokens: shared.iter().filter_map(|r| r.lease_token).collect(),
+            tenant,
+        };
+        if let Err(e) = conn.run(&call).await {
+            return e.into();
+        }
+        if shared.len() == claimed.len() {
+            return refusal.into();
+        }
+    }
+    let claimed: Vec<&PopRow> = claimed.iter().filter(|r| !r.shared).collect();
     let call = Unclaim {
         partition_ids: claimed.iter().map(|r| r.partition_id).collect(),
         group: &plan.args.group,
@@ -281,9 +302,19 @@ fn decode_claimed(
     let partition: Arc<str> = Arc::from(row.partition_name.as_str());
     for (i, f) in frames.into_iter().enumerate() {
         let offset = first + i as i64;
+        // A shared claim has a token with AUTO ACK too; nothing to ACK.
         let receipt = row
             .lease_token
-            .map(|token| key.encode_parts(row.partition_id, offset, token, &plan.args.group));
+            .filter(|_| !plan.args.auto_ack)
+            .map(|token| {
+                key.encode_parts(
+                    row.partition_id,
+                    offset,
+                    token,
+                    &plan.args.group,
+                    row.shared,
+                )
+            });
         out.push(vec![
             Cell::opt_text(receipt),
             Cell::Uuid(f.message_id),

@@ -397,6 +397,7 @@ pub async fn show_groups(
                 int8(r.time_lag_seconds),
                 Cell::timestamp(r.last_claimed_at),
                 Cell::opt_text(r.state),
+                Cell::opt_text(r.group_type),
             ]
         })
         .collect())

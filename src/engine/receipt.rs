@@ -7,9 +7,13 @@
 //! forged one is refused before it reaches PostgreSQL.
 //!
 //! ```text
-//! receipt := base64url-nopad( version:u8 (= 1) partition_id:i64 offset:i64
+//! receipt := base64url-nopad( version:u8 partition_id:i64 offset:i64
 //!                             lease_token:[u8;16] group:utf8 tag:[u8;16] )
 //! ```
+//! The version byte also says which consumer model leased the message:
+//! 1 an ordered group (the lease is the partition's), 2 a shared group
+//! (the lease is the message's own), so ACK and RENEW call the procedures
+//! of that model without asking the database which one the group is.
 //! Tenancy is not in the receipt: the ack procedures only act on partitions
 //! of the caller's tenant, so another tenant's receipt is `stale`.
 
@@ -19,6 +23,8 @@ use hmac::{KeyInit, Mac};
 use sha2::Sha256;
 
 const VERSION: u8 = 1;
+/// The version byte of a shared group's receipt.
+const SHARED_VERSION: u8 = 2;
 const TAG_LEN: usize = 16;
 const FIXED_LEN: usize = 1 + 8 + 8 + 16;
 /// Longest receipt text accepted (a group name is at most 255 bytes).
@@ -33,6 +39,8 @@ pub struct Receipt {
     pub offset: i64,
     pub lease_token: uuid::Uuid,
     pub group: String,
+    /// Leased by a shared group (per message), not an ordered one.
+    pub shared: bool,
 }
 
 /// The receipt secret, keyed into HMAC-SHA256 once: each tag clones the
@@ -66,7 +74,7 @@ impl ReceiptKey {
     }
 
     pub fn encode(&self, r: &Receipt) -> String {
-        self.encode_parts(r.partition_id, r.offset, r.lease_token, &r.group)
+        self.encode_parts(r.partition_id, r.offset, r.lease_token, &r.group, r.shared)
     }
 
     /// [`Self::encode`] of a receipt's parts, the group borrowed (POP makes
@@ -77,6 +85,7 @@ impl ReceiptKey {
         offset: i64,
         lease_token: uuid::Uuid,
         group: &str,
+        shared: bool,
     ) -> String {
         let group = group.as_bytes();
         let end = FIXED_LEN + group.len();
@@ -90,7 +99,7 @@ impl ReceiptKey {
             heap.resize(end + TAG_LEN, 0);
             &mut heap
         };
-        buf[0] = VERSION;
+        buf[0] = if shared { SHARED_VERSION } else { VERSION };
         buf[1..9].copy_from_slice(&partition_id.to_be_bytes());
         buf[9..17].copy_from_slice(&offset.to_be_bytes());
         buf[17..FIXED_LEN].copy_from_slice(lease_token.as_bytes());
@@ -107,7 +116,7 @@ impl ReceiptKey {
         let data = URL_SAFE_NO_PAD
             .decode(text.trim())
             .map_err(|_| InvalidReceipt)?;
-        if data.len() < FIXED_LEN + TAG_LEN || data[0] != VERSION {
+        if data.len() < FIXED_LEN + TAG_LEN || (data[0] != VERSION && data[0] != SHARED_VERSION) {
             return Err(InvalidReceipt);
         }
         let (signed, tag) = data.split_at(data.len() - TAG_LEN);
@@ -134,6 +143,7 @@ impl ReceiptKey {
             offset: i64_at(9),
             lease_token: uuid::Uuid::from_bytes(token),
             group: group.to_string(),
+            shared: data[0] == SHARED_VERSION,
         })
     }
 }
@@ -151,7 +161,7 @@ pub fn partition_head(text: &str) -> Option<&str> {
 /// checks the tag).
 pub fn partition_of(text: &str) -> Option<i64> {
     let head = URL_SAFE_NO_PAD.decode(partition_head(text)?).ok()?;
-    if head.first() != Some(&VERSION) {
+    if !matches!(head.first(), Some(&(VERSION | SHARED_VERSION))) {
         return None;
     }
     Some(i64::from_be_bytes(head.get(1..9)?.try_into().ok()?))
@@ -167,6 +177,7 @@ mod tests {
             offset: 7,
             lease_token: uuid::Uuid::now_v7(),
             group: "billing".into(),
+            shared: false,
         }
     }
 
@@ -202,6 +213,19 @@ mod tests {
                 assert_eq!(key.decode(&text), Ok(r), "group of {len}");
             }
         }
+    }
+
+    #[test]
+    fn a_shared_receipt_says_so_and_is_signed_as_one() {
+        let key = ReceiptKey::new(b"secret".to_vec());
+        let shared = Receipt {
+            shared: true,
+            ..sample()
+        };
+        let text = key.encode(&shared);
+        assert_eq!(key.decode(&text), Ok(shared));
+        assert_eq!(partition_of(&text), Some(42));
+        assert_ne!(text, key.encode(&sample()));
     }
 
     #[test]

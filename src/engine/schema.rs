@@ -51,6 +51,7 @@ pub const PROCEDURE_FILES: &[(&str, &str)] = &[
     procedure!("029_maintenance_leases.sql"),
     procedure!("030_ephemeral.sql"),
     procedure!("031_tenant_purge.sql"),
+    procedure!("032_log_shared.sql"),
     procedure!("034_privileges.sql"),
 ];
 

@@ -395,9 +395,10 @@ impl Engine {
         let rows = delivered
             .into_iter()
             .map(|d| {
-                let receipt = d
-                    .lease
-                    .map(|(token, _)| self.receipts.encode_parts(-ref_, d.seq, token, &spec.group));
+                let receipt = d.lease.map(|(token, _)| {
+                    self.receipts
+                        .encode_parts(-ref_, d.seq, token, &spec.group, false)
+                });
                 vec![
                     Cell::opt_text(receipt),
                     Cell::Uuid(d.msg.id),

@@ -19,7 +19,7 @@ use crate::backend::pool;
 use crate::backend::BackendError;
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::values::Cell;
-use crate::rewrite::calls::queues::Unclaim;
+use crate::rewrite::calls::queues::{Unclaim, UnclaimShared};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task;
@@ -40,8 +40,11 @@ pub(super) struct Held {
     at: Instant,
     partition_id: i64,
     lease_token: Uuid,
-    /// The claim's offsets, first to last (one partition's, contiguous).
+    /// The claim's offsets, first to last (one partition's, contiguous for
+    /// an ordered group).
     offsets: (i64, i64),
+    /// A shared group's claim: given back by its token alone.
+    shared: bool,
 }
 
 impl Fuser {
@@ -73,6 +76,7 @@ impl Fuser {
             partition_id: receipt.partition_id,
             lease_token: receipt.lease_token,
             offsets: (receipt.offset, last),
+            shared: receipt.shared,
         };
         let replaced = lock(&self.held).insert(session, held);
         if let Some(old) = replaced {
@@ -152,6 +156,12 @@ impl Fuser {
             to_offsets: vec![held.offsets.1],
             tenant: held.key.tenant,
         };
+        let shared = UnclaimShared {
+            partition_ids: vec![held.partition_id],
+            group: &group,
+            lease_tokens: vec![held.lease_token],
+            tenant: held.key.tenant,
+        };
         for attempt in 0..GIVE_BACK_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(HOLD_FOR).await;
@@ -159,7 +169,12 @@ impl Fuser {
             let Ok(mut conn) = pool::checkout(&self.pool).await else {
                 continue;
             };
-            let result = Calls::new(&mut conn, CallEnd::Sync).run(&call).await;
+            let calls = &mut Calls::new(&mut conn, CallEnd::Sync);
+            let result = if held.shared {
+                calls.run(&shared).await.map(drop)
+            } else {
+                calls.run(&call).await.map(drop)
+            };
             pool::release(conn);
             match result {
                 Ok(_) => {

@@ -81,6 +81,9 @@ pub enum Maintenance {
 pub enum Judgement {
     /// Claimed; with a lease until this instant (`None`: AUTO ACK).
     Claimed(Option<SystemTime>),
+    /// Claimed for a shared group: other messages of it may be claimable
+    /// at once by another POP, so it stays in the rotation.
+    Shared,
     /// Claimed up to the partition's last offset (follows its `Claimed`).
     Drained,
     Empty,
@@ -96,6 +99,7 @@ impl Judgement {
     pub fn from_state(state: &str, retry_at: Option<SystemTime>) -> Judgement {
         match state {
             "claimed" => Judgement::Claimed(retry_at),
+            "shared" => Judgement::Shared,
             "drained" => Judgement::Drained,
             "empty" => Judgement::Empty,
             "locked" => Judgement::Locked,

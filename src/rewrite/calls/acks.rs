@@ -1,6 +1,7 @@
 //! ACK and RENEW: `log_ack_v1` (receipt by receipt, and every FAILED),
 //! `log_ack_v2` (a plain ACK's receipts as runs of offsets) and
-//! `log_renew_v1`. The engine checks the receipts' HMAC and builds the runs
+//! `log_renew_v1`; for a shared group's receipts (each message leased on
+//! its own), `log_ack_shared_v1` and `log_renew_shared_v1`. The engine checks the receipts' HMAC and builds the runs
 //! (`engine/acks.rs`).
 
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
@@ -180,5 +181,62 @@ impl FromRow for RenewRow {
             idx: row.get("idx")?,
             lease_expires_at: row.get("lease_expires_at")?,
         })
+    }
+}
+
+pub const ACK_SHARED: CallSpec = CallSpec {
+    name: "qw_ack_shared_v1",
+    sql: "SELECT idx, status FROM queen.log_ack_shared_v1(p_partition_ids => $1, p_offsets => $2, p_groups => $3, p_lease_tokens => $4, p_failed => $5, p_reason => $6, p_tenant => $7)",
+    params: ACK.params,
+    columns: ACK.columns,
+};
+
+/// [`Ack`] of a shared group's receipts: each message alone.
+pub struct AckShared<'a>(pub Ack<'a>);
+
+impl Call for AckShared<'_> {
+    const SPEC: &'static CallSpec = &ACK_SHARED;
+    type Row = AckRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.0.params()
+    }
+}
+
+pub const RENEW_SHARED: CallSpec = CallSpec {
+    name: "qw_renew_shared_v1",
+    sql: "SELECT idx, lease_expires_at FROM queen.log_renew_shared_v1(p_partition_ids => $1, p_offsets => $2, p_groups => $3, p_lease_tokens => $4, p_extend_ms => $5, p_tenant => $6)",
+    params: &[
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::UUID_ARRAY,
+        Type::INT8,
+        Type::UUID,
+    ],
+    columns: RENEW.columns,
+};
+
+/// RENEW of a shared group's receipts: each message's own lease.
+pub struct RenewShared<'a> {
+    pub partition_ids: Vec<i64>,
+    pub offsets: Vec<i64>,
+    pub groups: Vec<&'a str>,
+    pub lease_tokens: Vec<Uuid>,
+    pub extend_ms: Option<i64>,
+    pub tenant: Uuid,
+}
+
+impl Call for RenewShared<'_> {
+    const SPEC: &'static CallSpec = &RENEW_SHARED;
+    type Row = RenewRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.partition_ids,
+            &self.offsets,
+            &self.groups,
+            &self.lease_tokens,
+            &self.extend_ms,
+            &self.tenant,
+        ]
     }
 }

@@ -237,6 +237,60 @@ pub fn drop_group(
     })
 }
 
+pub const GROUP_SET_TYPE: CallSpec = CallSpec {
+    name: "qw_group_set_type_v1",
+    sql: "SELECT queen.log_group_set_type_v1(p_queue => $1, p_group => $2, p_ordered => $3, p_tenant => $4) AS outcome",
+    params: &[Type::TEXT, Type::TEXT, Type::BOOL, Type::UUID],
+    columns: &[column("outcome", Type::TEXT)],
+};
+
+/// ALTER GROUP … SET (ordered = …): one group's own type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSetType {
+    pub queue: String,
+    pub group: String,
+    pub ordered: bool,
+    pub tenant: Uuid,
+}
+
+impl Call for GroupSetType {
+    const SPEC: &'static CallSpec = &GROUP_SET_TYPE;
+    type Row = ();
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.queue, &self.group, &self.ordered, &self.tenant]
+    }
+}
+
+pub fn group_set_type(
+    queue: &Value<String>,
+    group: &Value<String>,
+    ordered: &Value<OptionValue>,
+    params: &Params<'_>,
+    tenant: Uuid,
+) -> Result<GroupSetType, SqlError> {
+    let value = match ordered {
+        Value::Literal(v) => v.clone(),
+        Value::Param(n) => {
+            let text = params.text(&Value::Param(*n), "ordered")?;
+            QueueOption::Ordered
+                .parse_value(&text)
+                .map_err(parse_error)?
+        }
+    };
+    let OptionValue::Boolean(ordered) = value else {
+        return Err(SqlError::error(
+            crate::protocol::SqlState::INVALID_PARAMETER_VALUE,
+            "ordered needs a boolean (true/false/on/off)",
+        ));
+    };
+    Ok(GroupSetType {
+        queue: params.name(queue, "queue")?,
+        group: params.name(group, "group")?,
+        ordered,
+        tenant,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,8 @@
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::Params;
-use crate::rewrite::dialect::groups::AlterGroup;
 use crate::rewrite::dialect::pop::SubscribeFrom;
+use crate::rewrite::dialect::Value;
 use std::time::SystemTime;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
@@ -99,18 +99,20 @@ pub struct Subscribe {
 
 impl Subscribe {
     pub fn new(
-        stmt: &AlterGroup,
+        queue: &Value<String>,
+        group: &Value<String>,
+        from: &SubscribeFrom,
         params: &Params<'_>,
         tenant: Uuid,
     ) -> Result<Subscribe, SqlError> {
-        let (mode, at) = match &stmt.subscribe_from {
+        let (mode, at) = match from {
             SubscribeFrom::Beginning => ("beginning", None),
             SubscribeFrom::Now => ("now", None),
             SubscribeFrom::Timestamp(ts) => ("timestamp", Some(params.text(ts, "SUBSCRIBE FROM")?)),
         };
         Ok(Subscribe {
-            queue: params.name(&stmt.queue, "queue")?,
-            group: params.name(&stmt.group, "group")?,
+            queue: params.name(queue, "queue")?,
+            group: params.name(group, "group")?,
             mode,
             at,
             tenant,

@@ -251,6 +251,9 @@ pub struct PopRow {
     pub base_offset: i64,
     /// The segment (frames, see `engine/frame.rs`).
     pub blob: Bytes,
+    /// Claimed for a shared group: each message is leased on its own, and
+    /// the token is the claim's (also with AUTO ACK).
+    pub shared: bool,
 }
 
 impl FromRow for PopRow {
@@ -265,6 +268,7 @@ impl FromRow for PopRow {
             to_offset: row.get("to_offset")?,
             base_offset: row.get("base_offset")?,
             blob: row.bytes("blob")?,
+            shared: false,
         })
     }
 }
@@ -341,8 +345,8 @@ impl Call for PopCandidates<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PopJudged {
     pub partition_id: i64,
-    /// `claimed`, `drained`, `empty`, `leased`, `blocked`, `window`, `delayed`,
-    /// `locked`.
+    /// `claimed`, `shared` (claimed for a shared group), `drained`, `empty`,
+    /// `leased`, `blocked`, `window`, `delayed`, `locked`.
     pub state: String,
     /// Pending but not before this (database clock), for the waiting states.
     pub retry_at: Option<SystemTime>,
@@ -353,7 +357,8 @@ impl FromRow for PopJudged {
     fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
         let state: String = row.get("state")?;
         let partition_id = row.get("partition_id")?;
-        let claimed = if state == "claimed" {
+        let shared = state == "shared";
+        let claimed = if shared || state == "claimed" {
             Some(PopRow {
                 partition_id,
                 partition_name: row.get("partition_name")?,
@@ -364,6 +369,7 @@ impl FromRow for PopJudged {
                 to_offset: row.get("to_offset")?,
                 base_offset: row.get("base_offset")?,
                 blob: row.bytes("blob")?,
+                shared,
             })
         } else {
             None
@@ -479,6 +485,35 @@ impl Call for Unclaim<'_> {
             &self.lease_tokens,
             &self.from_offsets,
             &self.to_offsets,
+            &self.tenant,
+        ]
+    }
+}
+
+/// Gives back a shared group's claims (`log_unclaim_shared_v1`): the
+/// messages each (partition, token) still leases are available again.
+pub const UNCLAIM_SHARED: CallSpec = CallSpec {
+    name: "qw_unclaim_shared_v1",
+    sql: "SELECT queen.log_unclaim_shared_v1(p_partition_ids => $1, p_group => $2, p_lease_tokens => $3, p_tenant => $4) AS released",
+    params: &[Type::INT8_ARRAY, Type::TEXT, Type::UUID_ARRAY, Type::UUID],
+    columns: &[column("released", Type::INT4)],
+};
+
+pub struct UnclaimShared<'a> {
+    pub partition_ids: Vec<i64>,
+    pub group: &'a str,
+    pub lease_tokens: Vec<Uuid>,
+    pub tenant: Uuid,
+}
+
+impl Call for UnclaimShared<'_> {
+    const SPEC: &'static CallSpec = &UNCLAIM_SHARED;
+    type Row = UnclaimRow;
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.partition_ids,
+            &self.group,
+            &self.lease_tokens,
             &self.tenant,
         ]
     }

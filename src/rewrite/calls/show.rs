@@ -103,8 +103,8 @@ impl FromRow for PartitionRow {
 }
 
 pub const GROUPS: CallSpec = CallSpec {
-    name: "qw_consumer_groups_v1",
-    sql: "SELECT queue, consumer_group, partitions, lag, oldest_pending_at, leased_partitions, time_lag_seconds, last_claimed_at, state FROM queen.consumer_groups_v1(p_queue => $1, p_tenant => $2)",
+    name: "qw_consumer_groups_v2",
+    sql: "SELECT queue, consumer_group, partitions, lag, oldest_pending_at, leased_partitions, time_lag_seconds, last_claimed_at, state, group_type FROM queen.consumer_groups_v2(p_queue => $1, p_tenant => $2)",
     params: &[Type::TEXT, Type::UUID],
     columns: &[
         column("queue", Type::TEXT),
@@ -116,6 +116,7 @@ pub const GROUPS: CallSpec = CallSpec {
         column("time_lag_seconds", Type::INT8),
         column("last_claimed_at", Type::TIMESTAMPTZ),
         column("state", Type::TEXT),
+        column("group_type", Type::TEXT),
     ],
 };
 
@@ -145,6 +146,8 @@ pub struct GroupRow {
     pub last_claimed_at: Option<SystemTime>,
     /// `Stable`, `Lagging` or `Dead` (014_consumer_groups).
     pub state: Option<String>,
+    /// `ordered` or `shared` (032_log_shared).
+    pub group_type: Option<String>,
 }
 
 impl FromRow for GroupRow {
@@ -159,6 +162,7 @@ impl FromRow for GroupRow {
             time_lag_seconds: row.get("time_lag_seconds")?,
             last_claimed_at: row.get("last_claimed_at")?,
             state: row.get("state")?,
+            group_type: row.get("group_type")?,
         })
     }
 }

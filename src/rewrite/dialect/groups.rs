@@ -1,6 +1,7 @@
 //! Consumer-group detail: `SHOW GROUP grp ON queue` and
 //! `SHOW LAGGING PARTITIONS ON queue [GROUP grp] [OVER duration]`, and the
-//! subscription update `ALTER GROUP grp ON queue SUBSCRIBE FROM …`.
+//! group changes `ALTER GROUP grp ON queue SUBSCRIBE FROM …` and
+//! `ALTER GROUP grp ON queue SET (ordered = true | false)`.
 //! (`SHOW GROUPS` is in `show.rs`.)
 //!
 //! Neither SHOW is PostgreSQL: `GROUP` is a reserved word there, and its
@@ -11,6 +12,8 @@
 //! (`mod.rs` decides on the first four words).
 
 use super::cursor::{Cursor, Result};
+use super::error::{ParseError, SqlState};
+use super::options::{self, OptionValue, QueueOption, QueueSetting};
 use super::pop::{parse_subscribe_from, SubscribeFrom};
 use super::value::{Name, ParamTypes, Value};
 use super::{oid, Column};
@@ -119,7 +122,17 @@ impl GroupDetail {
 pub struct AlterGroup {
     pub group: Name,
     pub queue: Name,
-    pub subscribe_from: SubscribeFrom,
+    pub change: GroupChange,
+}
+
+/// What `ALTER GROUP g ON q` changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupChange {
+    /// `SUBSCRIBE FROM …`: where the group's cursors start.
+    Subscribe(SubscribeFrom),
+    /// `SET (ordered = …)`: the group's own type (a boolean literal or a
+    /// parameter read as one).
+    Ordered(Value<OptionValue>),
 }
 
 impl AlterGroup {
@@ -129,21 +142,46 @@ impl AlterGroup {
         let group = cursor.name("group")?;
         cursor.expect_keyword("ON")?;
         let queue = cursor.name("queue")?;
-        cursor.expect_keyword("SUBSCRIBE")?;
-        cursor.expect_keyword("FROM")?;
-        let subscribe_from = parse_subscribe_from(cursor)?;
+        let change = if cursor.eat_keyword("SET") {
+            let at = cursor.position(cursor.peek());
+            let mut settings = options::parse_settings(cursor)?;
+            match (settings.pop(), settings.is_empty()) {
+                (
+                    Some(QueueSetting {
+                        option: QueueOption::Ordered,
+                        value,
+                    }),
+                    true,
+                ) => GroupChange::Ordered(value),
+                _ => {
+                    return Err(ParseError::new(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        "ALTER GROUP … SET takes one option: ordered = true | false",
+                    )
+                    .at(at))
+                }
+            }
+        } else {
+            cursor.expect_keyword("SUBSCRIBE")?;
+            cursor.expect_keyword("FROM")?;
+            GroupChange::Subscribe(parse_subscribe_from(cursor)?)
+        };
         Ok(AlterGroup {
             group,
             queue,
-            subscribe_from,
+            change,
         })
     }
 
     pub(crate) fn describe_params(&self, params: &mut ParamTypes) {
         params.note(&self.group, oid::TEXT);
         params.note(&self.queue, oid::TEXT);
-        if let SubscribeFrom::Timestamp(timestamp) = &self.subscribe_from {
-            params.note(timestamp, oid::TIMESTAMPTZ);
+        match &self.change {
+            GroupChange::Subscribe(SubscribeFrom::Timestamp(timestamp)) => {
+                params.note(timestamp, oid::TIMESTAMPTZ)
+            }
+            GroupChange::Ordered(value) => params.note(value, oid::BOOL),
+            GroupChange::Subscribe(_) => {}
         }
     }
 }
@@ -206,7 +244,7 @@ mod tests {
             Statement::AlterGroup(AlterGroup {
                 group: lit("billing"),
                 queue: lit("orders"),
-                subscribe_from: SubscribeFrom::Now,
+                change: GroupChange::Subscribe(SubscribeFrom::Now),
             })
         );
         assert!(statement.columns().is_empty());
@@ -214,7 +252,10 @@ mod tests {
         let Statement::AlterGroup(a) = ok("alter group g on q subscribe from timestamp $1") else {
             panic!()
         };
-        assert_eq!(a.subscribe_from, SubscribeFrom::Timestamp(Value::Param(1)));
+        assert_eq!(
+            a.change,
+            GroupChange::Subscribe(SubscribeFrom::Timestamp(Value::Param(1)))
+        );
         assert_eq!(
             ok("ALTER GROUP $1 ON $2 SUBSCRIBE FROM $3").param_types(),
             vec![oid::TEXT, oid::TEXT, oid::TIMESTAMPTZ]
@@ -222,6 +263,24 @@ mod tests {
         ok("ALTER GROUP g ON q SUBSCRIBE FROM '2026-01-01 00:00:00+00'");
         ok("ALTER GROUP g ON q SUBSCRIBE FROM BEGINNING");
         assert_eq!(error("ALTER GROUP g ON q").0, "42601");
+        let Statement::AlterGroup(a) = ok("ALTER GROUP workers ON jobs SET (ordered = false)")
+        else {
+            panic!()
+        };
+        assert_eq!(
+            a.change,
+            GroupChange::Ordered(Value::Literal(OptionValue::Boolean(false)))
+        );
+        assert_eq!(
+            ok("ALTER GROUP g ON q SET (ordered = $1)").param_types(),
+            vec![oid::TEXT, oid::TEXT, oid::BOOL]
+        );
+        assert_eq!(error("ALTER GROUP g ON q SET (lease_time = 5)").0, "22023");
+        assert_eq!(error("ALTER GROUP g ON q SET (ordered = 7)").0, "22023");
+        assert_eq!(
+            error("ALTER GROUP g ON q SET (ordered = on, ordered = off)").0,
+            "22023"
+        );
         assert_eq!(error("ALTER GROUP g ON q SUBSCRIBE FROM later").0, "42601");
         assert_eq!(
             error("ALTER GROUP g ON q SUBSCRIBE FROM NOW LIMIT 1").0,

@@ -31,6 +31,11 @@ pub enum QueueOption {
     Task,
     EncryptionEnabled,
     MinPopWaitTime,
+    /// The type of the queue's groups: ordered (one lease per partition)
+    /// or, when false, shared (one lease per message).
+    Ordered,
+    /// A shared group's cap of leased-but-unfinished messages per partition.
+    MaxInFlight,
     /// `ephemeral` or `durable` (030_ephemeral checks the word).
     Class,
     MaxLength,
@@ -67,7 +72,7 @@ pub struct QueueSetting {
 }
 
 impl QueueOption {
-    pub const ALL: [QueueOption; 23] = [
+    pub const ALL: [QueueOption; 25] = [
         QueueOption::LeaseTime,
         QueueOption::RetryLimit,
         QueueOption::RetryDelay,
@@ -86,6 +91,8 @@ impl QueueOption {
         QueueOption::Task,
         QueueOption::EncryptionEnabled,
         QueueOption::MinPopWaitTime,
+        QueueOption::Ordered,
+        QueueOption::MaxInFlight,
         QueueOption::Class,
         QueueOption::MaxLength,
         QueueOption::MaxBytes,
@@ -127,6 +134,8 @@ impl QueueOption {
             QueueOption::Task => "task",
             QueueOption::EncryptionEnabled => "encryption_enabled",
             QueueOption::MinPopWaitTime => "min_pop_wait_time",
+            QueueOption::Ordered => "ordered",
+            QueueOption::MaxInFlight => "max_in_flight",
             QueueOption::Class => "class",
             QueueOption::MaxLength => "max_length",
             QueueOption::MaxBytes => "max_bytes",
@@ -151,11 +160,13 @@ impl QueueOption {
             | QueueOption::MaxQueueSize
             | QueueOption::Priority
             | QueueOption::MaxLength
-            | QueueOption::MaxBytes => OptionKind::Integer,
+            | QueueOption::MaxBytes
+            | QueueOption::MaxInFlight => OptionKind::Integer,
             QueueOption::DeadLetterQueue
             | QueueOption::DlqAfterMaxRetries
             | QueueOption::RetentionEnabled
-            | QueueOption::EncryptionEnabled => OptionKind::Boolean,
+            | QueueOption::EncryptionEnabled
+            | QueueOption::Ordered => OptionKind::Boolean,
             QueueOption::Namespace
             | QueueOption::Task
             | QueueOption::Class

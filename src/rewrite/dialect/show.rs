@@ -35,6 +35,8 @@ pub const GROUPS_COLUMNS: &[Column] = &[
     Column::new("time_lag_seconds", oid::INT8),
     Column::new("last_claimed_at", oid::TIMESTAMPTZ),
     Column::new("state", oid::TEXT),
+    // `ordered` or `shared`.
+    Column::new("type", oid::TEXT),
 ];
 
 pub const DLQ_COLUMNS: &[Column] = &[

@@ -1,0 +1,968 @@
+-- 032_log_shared: shared consumer groups, per-message leases on the log.
+--
+-- A group is *ordered* (the seed's model: one lease per (partition, group),
+-- 004/005) or *shared*: each message is leased on its own, so any number of
+-- consumers hold messages of one partition at once and a failing message
+-- holds back only itself. A queue's `ordered` option is the type of every
+-- group of it that does not set its own (consumer_groups_metadata.ordered,
+-- ALTER GROUP ... SET (ordered = ...)).
+--
+-- State per (partition, shared group), bounded as Kafka's share partitions
+-- are (KIP-932):
+--   * log_consumers.cursor_offset, the start: every offset at or below it
+--     is finished (acked or dead-lettered). Retention reads it as it reads
+--     an ordered group's cursor, so it deletes nothing unfinished;
+--   * log_shared_records, one row per message above the start that was
+--     ever delivered: leased (token, expiry), available again (failed and
+--     waiting for retry_delay, or given back), acked or dead. Offsets above
+--     the highest row were never delivered. At most the queue's
+--     max_in_flight offsets lie between the start and the highest row: when
+--     that window is full, POP serves other partitions.
+--   * The start moves over the finished prefix (log_shared_compact_v1, by
+--     POP and ACK, never waiting for the consumer row). Finished rows stay
+--     below it for about ten seconds more (purge_below / purge_at): an ACK
+--     repeated after its reply was lost finds its row and answers acked
+--     again, and a POP whose snapshot predates a row can never create it a
+--     second time (its insert meets the row and does nothing).
+--
+-- Acquiring never waits on a lock, in or out of a transaction block: a
+-- message delivered before is taken FOR UPDATE SKIP LOCKED; a message never
+-- delivered is claimed by inserting its row under a transaction-scoped
+-- advisory try-lock on (partition, group, offset), so a POP whose snapshot
+-- cannot see another transaction's uncommitted claim skips that offset
+-- instead of waiting on the row's unique index. A worker that runs
+-- BEGIN; POP; ...; ACK; COMMIT holds only its own messages' rows.
+--
+-- state: 0 leased, 1 available, 2 acked, 3 dead (dead-lettered or skipped).
+
+ALTER TABLE queen.queues ADD COLUMN IF NOT EXISTS ordered BOOLEAN NOT NULL DEFAULT true;
+-- Chosen without measurement: large enough that a few hundred workers on
+-- one partition never meet it, small enough that a POP's scan of a
+-- partition's window stays short.
+ALTER TABLE queen.queues ADD COLUMN IF NOT EXISTS max_in_flight INTEGER NOT NULL DEFAULT 1000;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conname = 'queues_max_in_flight_check'
+                     AND conrelid = 'queen.queues'::regclass) THEN
+        ALTER TABLE queen.queues ADD CONSTRAINT queues_max_in_flight_check CHECK (max_in_flight >= 1);
+    END IF;
+END
+$$;
+-- NULL: the queue's `ordered`.
+ALTER TABLE queen.consumer_groups_metadata ADD COLUMN IF NOT EXISTS ordered BOOLEAN;
+-- A shared group's purge mark: rows at or below purge_below were finished
+-- at purge_at; they are deleted once that is ten seconds old.
+ALTER TABLE queen.log_consumers ADD COLUMN IF NOT EXISTS purge_below BIGINT;
+ALTER TABLE queen.log_consumers ADD COLUMN IF NOT EXISTS purge_at TIMESTAMPTZ;
+
+-- No foreign key to log_consumers: its check would lock the consumer row
+-- for every message a POP claims. Rows go with their consumer row through
+-- the trigger below (DROP GROUP, DROP QUEUE, partition cleanup, purge).
+CREATE TABLE IF NOT EXISTS queen.log_shared_records (
+    partition_id     BIGINT NOT NULL,
+    consumer_group   TEXT COLLATE "C" NOT NULL,
+    message_offset   BIGINT NOT NULL,
+    state            SMALLINT NOT NULL CHECK (state BETWEEN 0 AND 3),
+    -- The lease that holds the message (state 0), or the last one that
+    -- settled it (states 1-3), so a settlement repeated with the same
+    -- receipt answers as the first did.
+    lease_token      UUID,
+    lease_expires_at TIMESTAMPTZ,
+    -- Failures so far (FAILED and expired leases).
+    retry_count      INTEGER NOT NULL DEFAULT 0,
+    -- State 1: not delivered before this (retry_delay); NULL: at once.
+    available_at     TIMESTAMPTZ,
+    PRIMARY KEY (partition_id, consumer_group, message_offset)
+) WITH (fillfactor = 80);
+
+CREATE OR REPLACE FUNCTION queen.log_shared_records_gone_v1() RETURNS TRIGGER
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM queen.log_shared_records r
+    USING gone g
+    WHERE r.partition_id = g.partition_id AND r.consumer_group = g.consumer_group;
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS log_consumers_shared_gone ON queen.log_consumers;
+CREATE TRIGGER log_consumers_shared_gone
+    AFTER DELETE ON queen.log_consumers
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION queen.log_shared_records_gone_v1();
+
+-- Moves a shared group's start over the finished prefix of one partition,
+-- and purges rows finished more than ten seconds ago. Skips (returns the
+-- start it saw) when another transaction holds the consumer row: whoever
+-- holds it moves the start, or the next POP or ACK does.
+-- Locks: the log_consumers row, FOR NO KEY UPDATE SKIP LOCKED; then
+-- log_shared_records rows below the start (delete).
+CREATE OR REPLACE FUNCTION queen.log_shared_compact_v1(
+    p_partition_id BIGINT,
+    p_group        TEXT
+) RETURNS BIGINT
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now    TIMESTAMPTZ := clock_timestamp();
+    v_c      RECORD;
+    v_start  BIGINT;
+BEGIN
+    SELECT c.cursor_offset, c.purge_below, c.purge_at INTO v_c
+    FROM queen.log_consumers c
+    WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- The first unfinished offset above the start, else the highest row.
+    SELECT COALESCE(
+               (SELECT r.message_offset - 1 FROM queen.log_shared_records r
+                WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+                  AND r.message_offset > v_c.cursor_offset AND r.state < 2
+                ORDER BY r.message_offset LIMIT 1),
+               (SELECT r.message_offset FROM queen.log_shared_records r
+                WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+                ORDER BY r.message_offset DESC LIMIT 1),
+               v_c.cursor_offset)
+    INTO v_start;
+    v_start := GREATEST(v_start, v_c.cursor_offset);
+    IF v_c.purge_at IS NULL OR v_c.purge_at <= v_now - interval '10 seconds' THEN
+        IF v_c.purge_below IS NOT NULL THEN
+            DELETE FROM queen.log_shared_records r
+            WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+              AND r.message_offset <= v_c.purge_below;
+        END IF;
+        UPDATE queen.log_consumers c
+        SET cursor_offset = v_start, purge_below = v_start, purge_at = v_now,
+            last_claimed_at = v_now
+        WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
+    ELSIF v_start > v_c.cursor_offset THEN
+        UPDATE queen.log_consumers c
+        SET cursor_offset = v_start, last_claimed_at = v_now
+        WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
+    END IF;
+    RETURN v_start;
+END
+$$;
+
+-- Dead-letters (or, without a DLQ, counts) one shared message that
+-- exhausted retry_limit; the caller set its row's state to 3.
+CREATE OR REPLACE FUNCTION queen.log_shared_give_up_v1(
+    p_partition_id BIGINT,
+    p_group        TEXT,
+    p_offset       BIGINT,
+    p_reason       TEXT,
+    p_retry_count  INTEGER,
+    p_store_dlq    BOOLEAN,
+    p_tenant       UUID
+) RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_store_dlq THEN
+        PERFORM queen.log_dead_letter_v1(p_partition_id, p_group, p_offset, p_reason,
+                                         p_retry_count, p_tenant);
+    ELSE
+        UPDATE queen.log_consumers c SET failed_count = c.failed_count + 1
+        WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
+    END IF;
+END
+$$;
+
+-- log_pop_shared_v1: log_pop_v2 for a shared group (log_pop_v2 calls it
+-- once it has the queue and the group's first sight; its arguments are
+-- log_pop_v2's, resolved). Rows as log_pop_v2's, with state 'shared' for
+-- what was claimed: one row per run of consecutive offsets of one segment
+-- with one retry count; lease_token is the claim's (also with AUTO ACK, so
+-- the engine can tell claims apart; it issues no receipts then).
+-- p_max_partitions counts claims: a fused POP's sessions may each claim
+-- from the same partition (at most p_partition_limit messages a claim).
+-- Judged candidates: 'empty', 'window', 'delayed', 'locked', and 'leased'
+-- (nothing available now; retry_at: the earliest lease expiry or retry).
+-- Locks: per candidate partition, on first sight exactly as log_pop_v2;
+-- then log_shared_records rows FOR UPDATE SKIP LOCKED (redeliveries) and
+-- advisory try-locks per new offset; log_consumers through
+-- log_shared_compact_v1 (SKIP LOCKED); leaf log_dlq.
+CREATE OR REPLACE FUNCTION queen.log_pop_shared_v1(
+    p_queue_id        UUID,
+    p_partition       TEXT,
+    p_group           TEXT,
+    p_limit           INTEGER,
+    p_max_partitions  INTEGER,
+    p_lease           INTERVAL,
+    p_sub_at          TIMESTAMPTZ,
+    p_auto_ack        BOOLEAN,
+    p_tenant          UUID,
+    p_candidates      BIGINT[],
+    p_partition_limit INTEGER
+) RETURNS TABLE (
+    partition_id     BIGINT,
+    partition_name   TEXT,
+    state            TEXT,
+    retry_at         TIMESTAMPTZ,
+    lease_token      UUID,
+    lease_expires_at TIMESTAMPTZ,
+    retry_count      INTEGER,
+    from_offset      BIGINT,
+    to_offset        BIGINT,
+    base_offset      BIGINT,
+    blob             BYTEA
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now        TIMESTAMPTZ := clock_timestamp();
+    v_q          RECORD;
+    v_budget     BIGINT := p_limit;
+    v_claims     INTEGER := 0;
+    v_part       BIGINT;
+    v_cand       RECORD;
+    v_cur        REFCURSOR;
+    v_cursor     BIGINT;
+    v_group_held BOOLEAN;
+    v_token      UUID;
+    v_expires    TIMESTAMPTZ;
+    v_top        BIGINT;
+    v_ready_last BIGINT;
+    v_until      TIMESTAMPTZ;
+    v_lock_text  TEXT;
+    v_offs       BIGINT[];
+    v_retries    INTEGER[];
+    v_dead       BIGINT[];
+    v_dead_n     INTEGER[];
+    v_got        INTEGER;
+    v_here       BIGINT;
+    v_head       SMALLINT;
+    v_i          INTEGER;
+    v_run_from   BIGINT;
+    v_run_retry  INTEGER;
+    o_pid        BIGINT[] := '{}';
+    o_pname      TEXT[] := '{}';
+    o_state      TEXT[] := '{}';
+    o_until      TIMESTAMPTZ[] := '{}';
+    o_token      UUID[] := '{}';
+    o_expires    TIMESTAMPTZ[] := '{}';
+    o_retry      INTEGER[] := '{}';
+    o_from       BIGINT[] := '{}';
+    o_to         BIGINT[] := '{}';
+BEGIN
+    SELECT q.retry_limit, q.delayed_processing, q.window_buffer, q.max_in_flight,
+           (q.dead_letter_queue AND q.dlq_after_max_retries) AS store_dlq
+    INTO v_q FROM queen.queues q WHERE q.id = p_queue_id;
+
+    IF p_candidates IS NULL THEN
+        OPEN v_cur FOR
+            SELECT p.id, p.name, (c.partition_id IS NOT NULL) AS has_row, c.cursor_offset,
+                   'ready'::TEXT AS st, NULL::TIMESTAMPTZ AS st_until, p.last_offset
+            FROM queen.log_partitions p
+            LEFT JOIN queen.log_consumers c
+                   ON c.partition_id = p.id AND c.consumer_group = p_group
+            WHERE p.queue_id = p_queue_id
+              AND p.last_write_at IS NOT NULL
+              AND (v_q.window_buffer = 0
+                   OR p.last_write_at <= v_now - make_interval(secs => v_q.window_buffer))
+              AND (p_partition IS NULL OR p.name = p_partition)
+              AND (c.partition_id IS NULL OR c.cursor_offset < p.last_offset)
+            ORDER BY c.last_claimed_at NULLS FIRST, p.id;
+    ELSE
+        OPEN v_cur FOR
+        SELECT u.* FROM (
+            SELECT k.id, p.name, (c.partition_id IS NOT NULL) AS has_row, c.cursor_offset,
+                   CASE
+                       WHEN p.id IS NULL OR p.last_write_at IS NULL
+                            OR (p_partition IS NOT NULL AND p.name <> p_partition) THEN 'empty'
+                       WHEN c.partition_id IS NOT NULL AND c.cursor_offset >= p.last_offset THEN 'empty'
+                       WHEN v_q.window_buffer > 0
+                            AND p.last_write_at > v_now - make_interval(secs => v_q.window_buffer)
+                            THEN 'window'
+                       ELSE 'ready'
+                   END AS st,
+                   CASE WHEN v_q.window_buffer > 0 AND p.last_write_at IS NOT NULL
+                        THEN p.last_write_at + make_interval(secs => v_q.window_buffer)
+                   END AS st_until,
+                   p.last_offset
+            FROM (SELECT DISTINCT u.id FROM unnest(p_candidates) AS u(id) WHERE u.id IS NOT NULL) AS k
+            LEFT JOIN LATERAL (
+                SELECT p1.id, p1.name, p1.last_write_at, p1.last_offset
+                FROM queen.log_partitions p1
+                WHERE p1.id = k.id AND p1.queue_id = p_queue_id
+                LIMIT 1) AS p ON true
+            LEFT JOIN LATERAL (
+                SELECT c1.partition_id, c1.cursor_offset, c1.last_claimed_at
+                FROM queen.log_consumers c1
+                WHERE c1.partition_id = p.id AND c1.consumer_group = p_group
+                LIMIT 1) AS c ON true
+        ) AS u
+        ORDER BY u.st = 'ready', u.id;
+    END IF;
+    LOOP
+        FETCH v_cur INTO v_cand;
+        EXIT WHEN NOT FOUND;
+        IF v_cand.st <> 'ready' THEN
+            o_pid := o_pid || v_cand.id;
+            o_pname := o_pname || v_cand.name::TEXT;
+            o_state := o_state || v_cand.st;
+            o_until := o_until || v_cand.st_until;
+            o_token := o_token || NULL::UUID;
+            o_expires := o_expires || NULL::TIMESTAMPTZ;
+            o_retry := o_retry || NULL::INTEGER;
+            o_from := o_from || NULL::BIGINT;
+            o_to := o_to || NULL::BIGINT;
+            CONTINUE;
+        END IF;
+        EXIT WHEN v_claims >= p_max_partitions OR v_budget <= 0;
+
+        v_cursor := v_cand.cursor_offset;
+        IF NOT v_cand.has_row THEN
+            -- First sight of this partition by the group, as in log_pop_v2.
+            IF v_group_held IS NULL THEN
+                PERFORM 1 FROM queen.consumer_groups_metadata m
+                WHERE m.queue_id = p_queue_id AND m.consumer_group = p_group
+                FOR KEY SHARE SKIP LOCKED;
+                v_group_held := FOUND;
+            END IF;
+            IF v_group_held
+               AND pg_try_advisory_xact_lock((v_cand.id % 2147483648)::INTEGER, hashtext(p_group)) THEN
+                PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_cand.id FOR KEY SHARE SKIP LOCKED;
+                IF FOUND THEN
+                    INSERT INTO queen.log_consumers (partition_id, consumer_group, cursor_offset)
+                    VALUES (v_cand.id, p_group,
+                            CASE WHEN p_sub_at IS NULL THEN -1
+                                 ELSE COALESCE(queen.log_cursor_at_v1(v_cand.id, p_sub_at, p_tenant), -1) END)
+                    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+                END IF;
+            END IF;
+            SELECT c.cursor_offset INTO v_cursor FROM queen.log_consumers c
+            WHERE c.partition_id = v_cand.id AND c.consumer_group = p_group;
+            IF NOT FOUND THEN
+                -- Another transaction is creating the row (a worker's
+                -- first POP inside a transaction block): claim from the
+                -- subscription's start without it rather than wait. Its
+                -- creator has not moved the start (compaction purges only
+                -- what was finished ten seconds before), and the messages
+                -- it claimed meanwhile are under its advisory try-locks.
+                v_cursor := CASE WHEN p_sub_at IS NULL THEN -1
+                                 ELSE COALESCE(queen.log_cursor_at_v1(v_cand.id, p_sub_at, p_tenant), -1) END;
+            END IF;
+        END IF;
+
+        -- The finished head goes first: it frees the window.
+        SELECT r.state INTO v_head FROM queen.log_shared_records r
+        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+          AND r.message_offset = v_cursor + 1;
+        IF v_head >= 2 THEN
+            v_cursor := GREATEST(v_cursor,
+                                 COALESCE(queen.log_shared_compact_v1(v_cand.id, p_group), v_cursor));
+        END IF;
+
+        -- Never delivered offsets may be claimed up to the last message
+        -- old enough for delayed_processing (segment granularity, as 004).
+        v_ready_last := v_cand.last_offset;
+        IF v_q.delayed_processing > 0 THEN
+            SELECT s.base_offset - 1, s.max_created_at + make_interval(secs => v_q.delayed_processing)
+            INTO v_ready_last, v_until
+            FROM queen.log_segments s
+            WHERE s.partition_id = v_cand.id AND s.base_offset + s.message_count - 1 > v_cursor
+              AND s.max_created_at > v_now - make_interval(secs => v_q.delayed_processing)
+            ORDER BY s.base_offset LIMIT 1;
+            IF NOT FOUND THEN
+                v_ready_last := v_cand.last_offset;
+                v_until := NULL;
+            END IF;
+        END IF;
+        v_top := LEAST(v_ready_last, v_cursor + v_q.max_in_flight);
+        v_here := 0;
+        v_lock_text := p_group || ':' || v_cand.id;
+
+        -- Claims on this partition: one, or, for a fused POP, one for each
+        -- session while each fills its share.
+        LOOP
+            EXIT WHEN v_claims >= p_max_partitions OR v_budget <= 0;
+            v_part := LEAST(v_budget, COALESCE(p_partition_limit, v_budget));
+            v_token := gen_random_uuid();
+            v_expires := CASE WHEN p_auto_ack THEN NULL ELSE v_now + p_lease END;
+
+            -- Messages delivered before and due again (failed past their
+            -- retry delay, given back, or whose lease expired), oldest first.
+            -- An expired lease counts as a failure; past retry_limit the
+            -- message is given up instead of delivered.
+            WITH due AS (
+                SELECT r.message_offset, r.state AS was
+                FROM queen.log_shared_records r
+                WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                  AND r.message_offset > v_cursor
+                  AND ((r.state = 1 AND (r.available_at IS NULL OR r.available_at <= v_now))
+                       OR (r.state = 0 AND r.lease_expires_at <= v_now))
+                ORDER BY r.message_offset
+                LIMIT v_part
+                FOR UPDATE SKIP LOCKED
+            ), upd AS (
+                UPDATE queen.log_shared_records r
+                SET retry_count = r.retry_count + (d.was = 0)::INTEGER,
+                    state = CASE WHEN d.was = 0 AND r.retry_count + 1 > v_q.retry_limit THEN 3
+                                 WHEN p_auto_ack THEN 2 ELSE 0 END,
+                    lease_token = v_token, lease_expires_at = v_expires, available_at = NULL
+                FROM due d
+                WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                  AND r.message_offset = d.message_offset
+                RETURNING r.message_offset, r.retry_count, r.state
+            )
+            SELECT array_agg(u.message_offset ORDER BY u.message_offset) FILTER (WHERE u.state <> 3),
+                   array_agg(u.retry_count ORDER BY u.message_offset) FILTER (WHERE u.state <> 3),
+                   array_agg(u.message_offset ORDER BY u.message_offset) FILTER (WHERE u.state = 3),
+                   array_agg(u.retry_count ORDER BY u.message_offset) FILTER (WHERE u.state = 3)
+            INTO v_offs, v_retries, v_dead, v_dead_n
+            FROM upd u;
+            IF v_dead IS NOT NULL THEN
+                FOR v_i IN 1 .. cardinality(v_dead) LOOP
+                    PERFORM queen.log_shared_give_up_v1(v_cand.id, p_group, v_dead[v_i],
+                                                        'lease expired', v_dead_n[v_i],
+                                                        v_q.store_dlq, p_tenant);
+                END LOOP;
+            END IF;
+            v_offs := COALESCE(v_offs, '{}');
+            v_retries := COALESCE(v_retries, '{}');
+            v_got := cardinality(v_offs);
+
+            -- Offsets never delivered: above the start and without a row
+            -- this snapshot sees (beyond the highest row, or a gap a
+            -- rolled-back claim left), each under its advisory try-lock, so
+            -- an uncommitted claim of another transaction is skipped, not
+            -- waited for. The start is read again here, in the snapshot
+            -- that judges the rows.
+            IF v_got < v_part THEN
+                WITH ins AS (
+                    INSERT INTO queen.log_shared_records AS r
+                        (partition_id, consumer_group, message_offset, state, lease_token,
+                         lease_expires_at, retry_count)
+                    SELECT v_cand.id, p_group, o.o, CASE WHEN p_auto_ack THEN 2 ELSE 0 END,
+                           v_token, v_expires, 0
+                    FROM generate_series(
+                             GREATEST(
+                                 (SELECT c.cursor_offset FROM queen.log_consumers c
+                                  WHERE c.partition_id = v_cand.id AND c.consumer_group = p_group),
+                                 v_cursor) + 1,
+                             v_top) AS o(o)
+                    WHERE CASE WHEN EXISTS (SELECT 1 FROM queen.log_shared_records r2
+                                            WHERE r2.partition_id = v_cand.id
+                                              AND r2.consumer_group = p_group
+                                              AND r2.message_offset = o.o)
+                               THEN false
+                               ELSE pg_try_advisory_xact_lock(hashtextextended(v_lock_text, o.o))
+                          END
+                    LIMIT v_part - v_got
+                    ON CONFLICT DO NOTHING
+                    RETURNING r.message_offset
+                )
+                SELECT v_offs || COALESCE(array_agg(i.message_offset ORDER BY i.message_offset), '{}'),
+                       v_retries || array_fill(0, ARRAY[count(*)::INTEGER])
+                INTO v_offs, v_retries
+                FROM ins i;
+                IF cardinality(v_offs) > v_got AND v_got > 0 THEN
+                    -- Redeliveries and new offsets together, oldest first.
+                    SELECT array_agg(u.o ORDER BY u.o), array_agg(u.r ORDER BY u.o)
+                    INTO v_offs, v_retries
+                    FROM unnest(v_offs, v_retries) AS u(o, r);
+                END IF;
+                v_got := cardinality(v_offs);
+            END IF;
+            EXIT WHEN v_got = 0;
+
+            -- Runs of consecutive offsets with one retry count.
+            v_run_from := v_offs[1];
+            v_run_retry := v_retries[1];
+            FOR v_i IN 2 .. v_got + 1 LOOP
+                IF v_i > v_got OR v_offs[v_i] <> v_offs[v_i - 1] + 1
+                   OR v_retries[v_i] <> v_run_retry THEN
+                    o_pid := o_pid || v_cand.id;
+                    o_pname := o_pname || v_cand.name::TEXT;
+                    o_state := o_state || 'shared'::TEXT;
+                    o_until := o_until || NULL::TIMESTAMPTZ;
+                    o_token := o_token || v_token;
+                    o_expires := o_expires || v_expires;
+                    o_retry := o_retry || v_run_retry;
+                    o_from := o_from || v_run_from;
+                    o_to := o_to || v_offs[v_i - 1];
+                    IF v_i <= v_got THEN
+                        v_run_from := v_offs[v_i];
+                        v_run_retry := v_retries[v_i];
+                    END IF;
+                END IF;
+            END LOOP;
+            v_claims := v_claims + 1;
+            v_budget := v_budget - v_got;
+            v_here := v_here + v_got;
+            -- A claim that did not fill its share found all there was.
+            EXIT WHEN p_partition_limit IS NULL OR v_got < v_part;
+        END LOOP;
+
+        IF v_here = 0 THEN
+            -- Nothing claimable here now: when it may be.
+            SELECT min(CASE WHEN r.state = 0 THEN r.lease_expires_at ELSE r.available_at END)
+            INTO v_until
+            FROM queen.log_shared_records r
+            WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+              AND r.message_offset > v_cursor AND r.state < 2;
+            o_pid := o_pid || v_cand.id;
+            o_pname := o_pname || v_cand.name::TEXT;
+            o_state := o_state || CASE WHEN v_until IS NOT NULL THEN 'leased'
+                                       WHEN v_ready_last < v_cand.last_offset THEN 'delayed'
+                                       ELSE 'locked' END;
+            o_until := o_until || COALESCE(v_until,
+                                           (SELECT s.max_created_at + make_interval(secs => v_q.delayed_processing)
+                                            FROM queen.log_segments s
+                                            WHERE s.partition_id = v_cand.id
+                                              AND s.base_offset = v_ready_last + 1));
+            o_token := o_token || NULL::UUID;
+            o_expires := o_expires || NULL::TIMESTAMPTZ;
+            o_retry := o_retry || NULL::INTEGER;
+            o_from := o_from || NULL::BIGINT;
+            o_to := o_to || NULL::BIGINT;
+        END IF;
+    END LOOP;
+    CLOSE v_cur;
+
+    -- Judged rows first (their arrays are shorter: pad), then each run with
+    -- the segments it overlaps.
+    RETURN QUERY
+    SELECT x.pid, x.pname, x.st, x.until, x.tok, x.exp, x.retry,
+           GREATEST(x.f, s.base_offset), LEAST(x.t, s.base_offset + s.message_count - 1),
+           s.base_offset, s.blob
+    FROM unnest(o_pid, o_pname, o_state, o_until, o_token, o_expires, o_retry, o_from, o_to)
+         WITH ORDINALITY AS x(pid, pname, st, until, tok, exp, retry, f, t, ord)
+    LEFT JOIN LATERAL (
+        SELECT s1.base_offset, s1.message_count, s1.blob
+        FROM queen.log_segments s1
+        WHERE x.st = 'shared' AND s1.partition_id = x.pid
+          AND s1.base_offset >= COALESCE(
+                  (SELECT max(s2.base_offset) FROM queen.log_segments s2
+                   WHERE s2.partition_id = x.pid AND s2.base_offset <= x.f),
+                  x.f)
+          AND s1.base_offset <= x.t
+        ORDER BY s1.base_offset
+        LIMIT (x.t - x.f + 1)) s ON true
+    WHERE x.st <> 'shared' OR s.blob IS NOT NULL
+    ORDER BY x.ord, s.base_offset;
+END
+$$;
+
+-- ACK and ACK ... FAILED of shared receipts: (p_partition_ids[i],
+-- p_offsets[i], p_groups[i], p_lease_tokens[i]); idx is the 0-based
+-- position. Each message alone:
+--   acked          its own live lease: finished; repeated with the same
+--                  receipt, acked again and nothing changes;
+--   retry          (p_failed) available again after the queue's
+--                  retry_delay, retry_count + 1; the messages behind it
+--                  keep flowing;
+--   dead_lettered  (p_failed) past retry_limit: snapshot in log_dlq (or,
+--                  without a DLQ, skipped and counted);
+--   stale          the lease is gone (expired, the message delivered again,
+--                  another token, not the tenant's): nothing changed.
+-- A FAILED repeated with the same receipt answers as the first did.
+-- Locks: advisory queue keys SHARED, ascending; log_shared_records rows
+-- named, (partition_id, consumer_group, message_offset) ascending, FOR
+-- UPDATE; leaf log_dlq; then log_consumers through log_shared_compact_v1
+-- (SKIP LOCKED).
+CREATE OR REPLACE FUNCTION queen.log_ack_shared_v1(
+    p_partition_ids BIGINT[],
+    p_offsets       BIGINT[],
+    p_groups        TEXT[],
+    p_lease_tokens  UUID[],
+    p_failed        BOOLEAN DEFAULT false,
+    p_reason        TEXT DEFAULT NULL,
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (idx INTEGER, status TEXT)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n      INTEGER := COALESCE(cardinality(p_partition_ids), 0);
+    v_failed BOOLEAN := COALESCE(p_failed, false);
+    v_now    TIMESTAMPTZ := clock_timestamp();
+    v_status TEXT[];
+    v_r      RECORD;
+    v_pair   RECORD;
+BEGIN
+    IF session_user <> current_user THEN
+        PERFORM queen.tenant_guard_v1(p_tenant);
+    END IF;
+    IF cardinality(p_offsets) IS DISTINCT FROM v_n
+       OR cardinality(p_groups) IS DISTINCT FROM v_n
+       OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n THEN
+        RAISE EXCEPTION 'log_ack_shared_v1: partition ids, offsets, groups and lease tokens must be parallel arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_status := array_fill('stale'::TEXT, ARRAY[v_n]);
+
+    PERFORM pg_advisory_xact_lock_shared(k.key)
+    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(x.qid) AS key
+          FROM (SELECT DISTINCT u.pid FROM unnest(p_partition_ids) AS u(pid)) AS i
+          CROSS JOIN LATERAL (
+              SELECT q.id AS qid FROM queen.log_partitions p
+              JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
+              WHERE p.id = i.pid LIMIT 1) x
+          ORDER BY 1) k;
+
+    FOR v_r IN
+        SELECT r.partition_id, r.consumer_group, r.message_offset, r.state, r.lease_token,
+               r.lease_expires_at, r.retry_count, i.positions,
+               q.retry_limit, q.retry_delay,
+               (q.dead_letter_queue AND q.dlq_after_max_retries) AS store_dlq
+        FROM (SELECT u.pid, u.grp::TEXT COLLATE "C" AS grp, u.off, u.tok,
+                     array_agg((u.ord - 1)::INTEGER) AS positions
+              FROM unnest(p_partition_ids, p_groups, p_offsets, p_lease_tokens)
+                   WITH ORDINALITY AS u(pid, grp, off, tok, ord)
+              GROUP BY 1, 2, 3, 4) i
+        JOIN queen.log_shared_records r
+          ON r.partition_id = i.pid AND r.consumer_group = i.grp
+         AND r.message_offset = i.off AND r.lease_token = i.tok
+        JOIN queen.log_partitions p ON p.id = r.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
+        ORDER BY r.partition_id, r.consumer_group, r.message_offset
+        FOR UPDATE OF r
+    LOOP
+        IF v_r.state = 0 AND v_r.lease_expires_at > v_now THEN
+            IF NOT v_failed THEN
+                UPDATE queen.log_shared_records r SET state = 2
+                WHERE r.partition_id = v_r.partition_id AND r.consumer_group = v_r.consumer_group
+                  AND r.message_offset = v_r.message_offset;
+                v_status := queen.log_shared_answer_v1(v_status, v_r.positions, 'acked');
+            ELSIF v_r.retry_count + 1 > v_r.retry_limit THEN
+                UPDATE queen.log_shared_records r
+                SET state = 3, retry_count = r.retry_count + 1, lease_expires_at = NULL
+                WHERE r.partition_id = v_r.partition_id AND r.consumer_group = v_r.consumer_group
+                  AND r.message_offset = v_r.message_offset;
+                PERFORM queen.log_shared_give_up_v1(v_r.partition_id, v_r.consumer_group,
+                                                    v_r.message_offset,
+                                                    COALESCE(p_reason, 'failed'),
+                                                    v_r.retry_count + 1, v_r.store_dlq, p_tenant);
+                v_status := queen.log_shared_answer_v1(v_status, v_r.positions, 'dead_lettered');
+            ELSE
+                UPDATE queen.log_shared_records r
+                SET state = 1, retry_count = r.retry_count + 1, lease_expires_at = NULL,
+                    available_at = v_now + make_interval(secs => v_r.retry_delay / 1000.0)
+                WHERE r.partition_id = v_r.partition_id AND r.consumer_group = v_r.consumer_group
+                  AND r.message_offset = v_r.message_offset;
+                v_status := queen.log_shared_answer_v1(v_status, v_r.positions, 'retry');
+            END IF;
+        ELSIF v_r.state = 2 AND v_r.lease_expires_at IS NOT NULL AND NOT v_failed THEN
+            -- Acknowledged by this very lease before (an AUTO ACK claim has
+            -- no expiry and issued no receipt).
+            v_status := queen.log_shared_answer_v1(v_status, v_r.positions, 'acked');
+        ELSIF v_failed AND v_r.state = 1 AND v_r.lease_expires_at IS NULL
+              AND v_r.available_at IS NOT NULL THEN
+            v_status := queen.log_shared_answer_v1(v_status, v_r.positions, 'retry');
+        ELSIF v_failed AND v_r.state = 3 AND v_r.lease_expires_at IS NULL THEN
+            v_status := queen.log_shared_answer_v1(v_status, v_r.positions, 'dead_lettered');
+        END IF;
+    END LOOP;
+
+    -- The start moves over what was finished (never waiting for it).
+    FOR v_pair IN
+        SELECT DISTINCT u.pid, u.grp::TEXT COLLATE "C" AS grp
+        FROM unnest(p_partition_ids, p_groups, v_status) AS u(pid, grp, st)
+        WHERE u.st IN ('acked', 'dead_lettered')
+        ORDER BY 1, 2
+    LOOP
+        PERFORM queen.log_shared_compact_v1(v_pair.pid, v_pair.grp);
+    END LOOP;
+
+    RETURN QUERY SELECT (u.ord - 1)::INTEGER, u.st FROM unnest(v_status) WITH ORDINALITY AS u(st, ord);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION queen.log_shared_answer_v1(
+    p_status TEXT[], p_positions INTEGER[], p_answer TEXT
+) RETURNS TEXT[]
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_i INTEGER;
+BEGIN
+    FOREACH v_i IN ARRAY p_positions LOOP
+        p_status[v_i + 1] := p_answer;
+    END LOOP;
+    RETURN p_status;
+END
+$$;
+
+-- RENEW of shared receipts: each message's lease becomes max(current
+-- expiry, now + p_extend_ms), default the queue's lease_time; NULL when the
+-- lease is lost (expired, settled, another token, not the tenant's).
+-- Locks: advisory queue keys SHARED, ascending; log_shared_records rows
+-- named, in key order, FOR UPDATE.
+CREATE OR REPLACE FUNCTION queen.log_renew_shared_v1(
+    p_partition_ids BIGINT[],
+    p_offsets       BIGINT[],
+    p_groups        TEXT[],
+    p_lease_tokens  UUID[],
+    p_extend_ms     BIGINT DEFAULT NULL,
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (idx INTEGER, lease_expires_at TIMESTAMPTZ)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_n   INTEGER := COALESCE(cardinality(p_partition_ids), 0);
+    v_now TIMESTAMPTZ := clock_timestamp();
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF cardinality(p_offsets) IS DISTINCT FROM v_n
+       OR cardinality(p_groups) IS DISTINCT FROM v_n
+       OR cardinality(p_lease_tokens) IS DISTINCT FROM v_n THEN
+        RAISE EXCEPTION 'log_renew_shared_v1: partition ids, offsets, groups and lease tokens must be parallel arrays'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_extend_ms <= 0 THEN
+        RAISE EXCEPTION 'log_renew_shared_v1: the extension must be positive' USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(k.key)
+    FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(q.id) AS key
+          FROM queen.log_partitions p
+          JOIN queen.queues q ON q.id = p.queue_id
+          WHERE p.id = ANY (p_partition_ids) AND q.tenant_id = p_tenant
+          ORDER BY 1) k;
+    RETURN QUERY
+    WITH named AS (
+        SELECT i.pid, i.grp::TEXT COLLATE "C" AS grp, i.off, i.tok, i.ord
+        FROM unnest(p_partition_ids, p_groups, p_offsets, p_lease_tokens)
+             WITH ORDINALITY AS i(pid, grp, off, tok, ord)
+    ), held AS (
+        SELECT r.partition_id, r.consumer_group, r.message_offset, r.lease_token,
+               GREATEST(r.lease_expires_at,
+                        v_now + make_interval(secs => COALESCE(p_extend_ms, q.lease_time::BIGINT * 1000) / 1000.0))
+                   AS new_expiry
+        FROM queen.log_shared_records r
+        JOIN queen.log_partitions p ON p.id = r.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
+        WHERE (r.partition_id, r.consumer_group, r.message_offset, r.lease_token) IN
+              (SELECT n.pid, n.grp, n.off, n.tok FROM named n)
+          AND r.state = 0 AND r.lease_expires_at > v_now
+        ORDER BY r.partition_id, r.consumer_group, r.message_offset
+        FOR UPDATE OF r
+    ), upd AS (
+        UPDATE queen.log_shared_records r SET lease_expires_at = h.new_expiry
+        FROM held h
+        WHERE r.partition_id = h.partition_id AND r.consumer_group = h.consumer_group
+          AND r.message_offset = h.message_offset
+        RETURNING r.partition_id, r.consumer_group, r.message_offset, r.lease_token, r.lease_expires_at
+    )
+    SELECT (n.ord - 1)::INTEGER, u.lease_expires_at
+    FROM named n
+    LEFT JOIN upd u ON u.partition_id = n.pid AND u.consumer_group = n.grp
+                   AND u.message_offset = n.off AND u.lease_token = n.tok
+    ORDER BY n.ord;
+END
+$$;
+
+-- Gives back a shared claim the engine cannot hand out (a held claim its
+-- session did not take, a sealed segment it cannot open): the messages of
+-- each (partition, group, token) still leased by it are available again at
+-- once, no failure counted. Returns the messages given back.
+-- Locks: log_shared_records rows of the claims, in key order.
+CREATE OR REPLACE FUNCTION queen.log_unclaim_shared_v1(
+    p_partition_ids BIGINT[],
+    p_group         TEXT,
+    p_lease_tokens  UUID[],
+    p_tenant        UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS INTEGER
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_n INTEGER;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    WITH claim AS (
+        SELECT DISTINCT c.pid, c.tok
+        FROM unnest(p_partition_ids, p_lease_tokens) AS c(pid, tok)
+    ), locked AS (
+        SELECT r.partition_id, r.message_offset
+        FROM queen.log_shared_records r
+        JOIN claim cl ON cl.pid = r.partition_id AND cl.tok = r.lease_token
+        JOIN queen.log_partitions p ON p.id = r.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
+        WHERE r.consumer_group = p_group AND r.state IN (0, 2)
+        ORDER BY r.partition_id, r.message_offset
+        FOR UPDATE OF r
+    )
+    UPDATE queen.log_shared_records r
+    SET state = 1, lease_token = NULL, lease_expires_at = NULL, available_at = NULL
+    FROM locked l
+    WHERE r.partition_id = l.partition_id AND r.consumer_group = p_group
+      AND r.message_offset = l.message_offset;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- Changes one group's type on one queue (p_ordered true: ordered, false:
+-- shared). Allowed when the group has nothing in flight; otherwise 55000
+-- naming what is: an ordered group's live leases, or a shared group's
+-- messages leased or awaiting redelivery (after its start moved over the
+-- finished prefix). What the other type then starts from:
+--   ordered -> shared: the start is the cursor (expired, unsettled leases
+--     are dropped with no failure counted: their messages come again);
+--   shared -> ordered: the cursor is the start; the finished rows go.
+-- The caller holds the queue row.
+-- Locks: log_consumers rows of the group, partition order, FOR UPDATE;
+-- log_shared_records rows of the group (delete).
+CREATE OR REPLACE FUNCTION queen.log_group_convert_v1(
+    p_queue_id UUID,
+    p_group    TEXT,
+    p_ordered  BOOLEAN
+) RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now   TIMESTAMPTZ := clock_timestamp();
+    v_name  TEXT;
+    v_count BIGINT;
+    v_pid   BIGINT;
+BEGIN
+    SELECT q.name INTO v_name FROM queen.queues q WHERE q.id = p_queue_id;
+    PERFORM 1 FROM queen.log_consumers c
+    JOIN queen.log_partitions p ON p.id = c.partition_id
+    WHERE p.queue_id = p_queue_id AND c.consumer_group = p_group
+    ORDER BY c.partition_id
+    FOR UPDATE OF c;
+    IF p_ordered THEN
+        -- Shared -> ordered: settle the finished prefixes first.
+        FOR v_pid IN
+            SELECT c.partition_id FROM queen.log_consumers c
+            JOIN queen.log_partitions p ON p.id = c.partition_id
+            WHERE p.queue_id = p_queue_id AND c.consumer_group = p_group
+            ORDER BY c.partition_id
+        LOOP
+            PERFORM queen.log_shared_compact_v1(v_pid, p_group);
+        END LOOP;
+        SELECT count(*) INTO v_count
+        FROM queen.log_shared_records r
+        JOIN queen.log_consumers c
+          ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
+        JOIN queen.log_partitions p ON p.id = c.partition_id
+        WHERE p.queue_id = p_queue_id AND r.consumer_group = p_group
+          AND r.message_offset > c.cursor_offset;
+        IF v_count > 0 THEN
+            RAISE EXCEPTION 'group "%" on queue "%" has % message(s) leased or awaiting redelivery; its type can change once they are acknowledged or dead-lettered',
+                p_group, v_name, v_count USING ERRCODE = '55000';
+        END IF;
+        DELETE FROM queen.log_shared_records r
+        USING queen.log_partitions p
+        WHERE p.queue_id = p_queue_id AND r.partition_id = p.id AND r.consumer_group = p_group;
+        UPDATE queen.log_consumers c SET purge_below = NULL, purge_at = NULL
+        FROM queen.log_partitions p
+        WHERE p.queue_id = p_queue_id AND c.partition_id = p.id AND c.consumer_group = p_group;
+    ELSE
+        SELECT count(*) INTO v_count
+        FROM queen.log_consumers c
+        JOIN queen.log_partitions p ON p.id = c.partition_id
+        WHERE p.queue_id = p_queue_id AND c.consumer_group = p_group
+          AND c.lease_token IS NOT NULL AND c.lease_expires_at > v_now;
+        IF v_count > 0 THEN
+            RAISE EXCEPTION 'group "%" on queue "%" holds % lease(s); its type can change once they are acknowledged or expire',
+                p_group, v_name, v_count USING ERRCODE = '55000';
+        END IF;
+        UPDATE queen.log_consumers c
+        SET lease_token = NULL, lease_expires_at = NULL, batch_from = NULL, batch_to = NULL,
+            batch_acked = NULL, blocked_until = NULL, retry_count = 0
+        FROM queen.log_partitions p
+        WHERE p.queue_id = p_queue_id AND c.partition_id = p.id AND c.consumer_group = p_group;
+    END IF;
+END
+$$;
+
+-- ALTER GROUP g ON q SET (ordered = ...): sets one group's own type (the
+-- queue's `ordered` stays the default of the others). The group is
+-- registered when the queue has not seen it yet (subscribed from the
+-- beginning, as a first POP without SUBSCRIBE FROM would). A missing queue
+-- is 42704; a shared group on an ephemeral queue is 0A000.
+-- Locks: the queue row FOR NO KEY UPDATE; the group's metadata row; then
+-- as log_group_convert_v1.
+CREATE OR REPLACE FUNCTION queen.log_group_set_type_v1(
+    p_queue   TEXT,
+    p_group   TEXT,
+    p_ordered BOOLEAN,
+    p_tenant  UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TEXT
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_q   RECORD;
+    v_was BOOLEAN;
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF p_queue IS NULL OR p_group IS NULL OR p_ordered IS NULL THEN
+        RAISE EXCEPTION 'log_group_set_type_v1: needs a queue, a group and a type'
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT q.id, q.ordered INTO v_q FROM queen.queues q
+    WHERE q.tenant_id = p_tenant AND q.name = p_queue
+    FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue "%" does not exist', p_queue USING ERRCODE = '42704';
+    END IF;
+    IF NOT p_ordered AND EXISTS (SELECT 1 FROM queen.ephemeral_queues e WHERE e.queue_id = v_q.id) THEN
+        RAISE EXCEPTION 'queue "%" is ephemeral: its groups are ordered only', p_queue
+            USING ERRCODE = '0A000';
+    END IF;
+    INSERT INTO queen.consumer_groups_metadata (queue_id, consumer_group, subscription_mode)
+    VALUES (v_q.id, p_group, 'beginning')
+    ON CONFLICT (queue_id, consumer_group) DO NOTHING;
+    SELECT COALESCE(m.ordered, v_q.ordered) INTO v_was
+    FROM queen.consumer_groups_metadata m
+    WHERE m.queue_id = v_q.id AND m.consumer_group = p_group
+    FOR UPDATE;
+    IF v_was IS DISTINCT FROM p_ordered THEN
+        PERFORM queen.log_group_convert_v1(v_q.id, p_group, p_ordered);
+    END IF;
+    UPDATE queen.consumer_groups_metadata m SET ordered = p_ordered
+    WHERE m.queue_id = v_q.id AND m.consumer_group = p_group;
+    RETURN 'altered';
+END
+$$;
+
+-- SHOW GROUPS: consumer_groups_v1's rows with each group's type appended
+-- ('ordered' | 'shared'). A shared group's lag counts its available and
+-- in-flight messages (everything above its start).
+-- Errors: 42704 unknown queue (when named). Takes no locks.
+CREATE OR REPLACE FUNCTION queen.consumer_groups_v2(
+    p_queue  TEXT DEFAULT NULL,
+    p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    queue             TEXT,
+    consumer_group    TEXT,
+    partitions        BIGINT,
+    lag               BIGINT,
+    oldest_pending_at TIMESTAMPTZ,
+    leased_partitions BIGINT,
+    time_lag_seconds  BIGINT,
+    last_claimed_at   TIMESTAMPTZ,
+    state             TEXT,
+    group_type        TEXT
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT g.queue, g.consumer_group, g.partitions, g.lag, g.oldest_pending_at,
+           g.leased_partitions, g.time_lag_seconds, g.last_claimed_at, g.state,
+           CASE WHEN COALESCE(m.ordered, q.ordered) THEN 'ordered' ELSE 'shared' END
+    FROM queen.consumer_groups_v1(p_queue, p_tenant) g
+    JOIN queen.queues q ON q.tenant_id = p_tenant AND q.name = g.queue
+    JOIN queen.consumer_groups_metadata m
+      ON m.queue_id = q.id AND m.consumer_group = g.consumer_group
+    ORDER BY g.queue, g.consumer_group
+$$;

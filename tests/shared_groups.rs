@@ -1,0 +1,686 @@
+//! Shared consumer groups end to end: each message leased on its own, so
+//! several consumers work one partition at once and a failing message holds
+//! back only itself. The ledgers run the real binary (killed with SIGKILL
+//! mid-run, and two processes on one database) and check, from what every
+//! consumer saw: every message acknowledged exactly once or dead-lettered
+//! per its failures, none lost, no message held by two consumers at once,
+//! and the retry counts.
+
+mod common;
+
+use common::proxy::{connect, Proxy};
+use common::sql::rows;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+type Row = HashMap<String, Option<String>>;
+
+fn col(row: &Row, name: &str) -> String {
+    row.get(name).cloned().flatten().unwrap_or_default()
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+async fn sql_error(client: &Client, sql: &str) -> String {
+    let err = client.simple_query(sql).await.expect_err(sql);
+    err.as_db_error()
+        .map(|e| e.code().code().to_string())
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+}
+
+/// The payload number of a POP row (`{"n": 17}`).
+fn number(row: &Row) -> u64 {
+    let payload = col(row, "payload");
+    payload
+        .trim_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap_or_else(|_| panic!("payload {payload}"))
+}
+
+async fn push_numbers(
+    client: &Client,
+    queue: &str,
+    partition: &str,
+    numbers: std::ops::Range<u64>,
+) {
+    let all: Vec<u64> = numbers.collect();
+    for chunk in all.chunks(500) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|n| format!("('{{\"n\": {n}}}')"))
+            .collect();
+        rows(
+            client,
+            &format!(
+                "PUSH INTO {queue} PARTITION {} VALUES {}",
+                quote(partition),
+                values.join(", ")
+            ),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_message_does_not_hold_back_the_messages_behind_it_in_a_shared_group_and_does_in_an_ordered_one(
+) {
+    let proxy = Proxy::start("shared_hol").await;
+    let client = proxy.connect().await;
+    for (queue, ordered) in [("hol_shared", false), ("hol_ordered", true)] {
+        client
+            .batch_execute(&format!(
+                "CREATE QUEUE {queue} WITH (ordered = {ordered}, retry_delay = '30s')"
+            ))
+            .await
+            .unwrap();
+        push_numbers(&client, queue, "Default", 0..3).await;
+        let first = rows(&client, &format!("POP FROM {queue}")).await;
+        assert_eq!(number(&first[0]), 0);
+        let failed = rows(
+            &client,
+            &format!(
+                "ACK {} FAILED REASON 'boom'",
+                quote(&col(&first[0], "receipt"))
+            ),
+        )
+        .await;
+        assert_eq!(col(&failed[0], "status"), "retry");
+        let next = rows(&client, &format!("POP FROM {queue} LIMIT 10")).await;
+        let got: Vec<u64> = next.iter().map(number).collect();
+        if ordered {
+            // The partition waits out retry_delay for the failed message.
+            assert!(got.is_empty(), "{queue}: {got:?}");
+        } else {
+            assert_eq!(got, [1, 2], "{queue}");
+        }
+    }
+    let groups = rows(&client, "SHOW GROUPS").await;
+    let types: BTreeMap<String, String> = groups
+        .iter()
+        .map(|r| (col(r, "queue"), col(r, "type")))
+        .collect();
+    assert_eq!(types["hol_shared"], "shared");
+    assert_eq!(types["hol_ordered"], "ordered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_of_one_shared_partition_hold_distinct_messages_at_once() {
+    let proxy = Proxy::start("shared_parallel").await;
+    let admin = proxy.connect().await;
+    admin
+        .batch_execute("CREATE QUEUE par WITH (ordered = false)")
+        .await
+        .unwrap();
+    push_numbers(&admin, "par", "Default", 0..8).await;
+    let mut clients = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let c = proxy.connect().await;
+        let r = rows(&c, "POP FROM par LIMIT 2").await;
+        assert_eq!(r.len(), 2);
+        held.extend(r.iter().map(number));
+        clients.push((c, r));
+    }
+    held.sort_unstable();
+    assert_eq!(held, (0..8).collect::<Vec<u64>>());
+    // Nothing left to a fifth consumer while the four hold them.
+    assert!(rows(&admin, "POP FROM par").await.is_empty());
+    // RENEW and ACK act on one message alone.
+    let (c0, r0) = &clients[0];
+    let renewed = rows(
+        c0,
+        &format!("RENEW {} FOR '5m'", quote(&col(&r0[0], "receipt"))),
+    )
+    .await;
+    assert!(!col(&renewed[0], "lease_expires_at").is_empty());
+    let acked = rows(c0, &format!("ACK {}", quote(&col(&r0[0], "receipt")))).await;
+    assert_eq!(col(&acked[0], "status"), "acked");
+    // Repeated with the same receipt: acked again, nothing changes.
+    let again = rows(c0, &format!("ACK {}", quote(&col(&r0[0], "receipt")))).await;
+    assert_eq!(col(&again[0], "status"), "acked");
+    // The type cannot change while messages are in flight.
+    assert_eq!(
+        sql_error(&admin, "ALTER QUEUE par SET (ordered = true)").await,
+        "55000"
+    );
+    for (c, r) in &clients {
+        let receipts: Vec<String> = r.iter().map(|x| quote(&col(x, "receipt"))).collect();
+        rows(c, &format!("ACK {}", receipts.join(", "))).await;
+    }
+    admin
+        .batch_execute("ALTER QUEUE par SET (ordered = true)")
+        .await
+        .unwrap();
+    push_numbers(&admin, "par", "Default", 8..10).await;
+    let after = rows(&admin, "POP FROM par LIMIT 10").await;
+    assert_eq!(after.iter().map(number).collect::<Vec<_>>(), [8, 9]);
+    let groups = rows(&admin, "SHOW GROUPS ON par").await;
+    assert_eq!(col(&groups[0], "type"), "ordered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_queue_feeds_an_ordered_group_and_a_shared_group_at_once() {
+    let proxy = Proxy::start("shared_mixed").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE mixed; ALTER GROUP workers ON mixed SET (ordered = false)")
+        .await
+        .unwrap();
+    push_numbers(&client, "mixed", "Default", 0..4).await;
+    let a = rows(&client, "POP FROM mixed GROUP workers LIMIT 1").await;
+    let b = rows(&client, "POP FROM mixed GROUP workers LIMIT 1").await;
+    assert_eq!((number(&a[0]), number(&b[0])), (0, 1));
+    // The ordered audit group leases the whole partition and sees all four.
+    let audit = rows(&client, "POP FROM mixed GROUP audit LIMIT 10").await;
+    assert_eq!(audit.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert!(rows(&client, "POP FROM mixed GROUP audit").await.is_empty());
+    let groups = rows(&client, "SHOW GROUPS ON mixed").await;
+    let types: BTreeMap<String, String> = groups
+        .iter()
+        .map(|r| (col(r, "group"), col(r, "type")))
+        .collect();
+    assert_eq!(types["workers"], "shared");
+    assert_eq!(types["audit"], "ordered");
+    // PostgreSQL's own ALTER GROUP (roles) still reaches PostgreSQL.
+    let err = sql_error(&client, "ALTER GROUP no_such_role ADD USER nobody").await;
+    assert_eq!(err, "42704");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_ack_in_a_transaction_block_holds_only_its_own_message() {
+    let proxy = Proxy::start("shared_block").await;
+    let admin = proxy.connect().await;
+    admin
+        .batch_execute("CREATE QUEUE blk WITH (ordered = false)")
+        .await
+        .unwrap();
+    push_numbers(&admin, "blk", "Default", 0..3).await;
+    let worker = proxy.connect().await;
+    worker.batch_execute("BEGIN").await.unwrap();
+    let mine = rows(&worker, "POP FROM blk").await;
+    assert_eq!(number(&mine[0]), 0);
+    // Another worker is served at once, never waiting for the open block.
+    let other = proxy.connect().await;
+    let started = Instant::now();
+    let theirs = rows(&other, "POP FROM blk").await;
+    assert_eq!(number(&theirs[0]), 1);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    rows(
+        &worker,
+        &format!("ACK {}", quote(&col(&mine[0], "receipt"))),
+    )
+    .await;
+    worker.batch_execute("ROLLBACK").await.unwrap();
+    // Rolled back: the POP and the ACK never happened, message 0 is there.
+    let again = rows(&admin, "POP FROM blk LIMIT 5").await;
+    assert_eq!(again.iter().map(number).collect::<Vec<_>>(), [0, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_queue_refuses_shared_groups() {
+    let proxy = Proxy::start("shared_ephemeral").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE eph WITH (class = 'ephemeral')")
+        .await
+        .unwrap();
+    assert_eq!(
+        sql_error(&client, "ALTER QUEUE eph SET (ordered = false)").await,
+        "0A000"
+    );
+    assert_eq!(
+        sql_error(&client, "ALTER GROUP g ON eph SET (ordered = false)").await,
+        "0A000"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The ledger through the real binary.
+
+const MESSAGES: u64 = 20_000;
+const CONSUMERS: usize = 16;
+/// retry_limit 3: a message failed every time is delivered 4 times.
+const RETRY_LIMIT: i64 = 3;
+
+/// Failed on every delivery: dead-lettered after RETRY_LIMIT + 1.
+fn always_fails(n: u64) -> bool {
+    n % 997 == 5
+}
+/// Failed on its first delivery only.
+fn fails_once(n: u64) -> bool {
+    n % 53 == 7
+}
+/// Its first lease is left to expire.
+fn abandoned_once(n: u64) -> bool {
+    n % 331 == 11
+}
+
+/// One delivery as its consumer saw it.
+#[derive(Debug, Clone)]
+struct Delivery {
+    start: SystemTime,
+    end: SystemTime,
+    retry_count: i64,
+}
+
+#[derive(Default)]
+struct Ledger {
+    deliveries: Mutex<HashMap<u64, Vec<Delivery>>>,
+    /// The receipts answered `acked`, per message.
+    acked: Mutex<HashMap<u64, HashSet<String>>>,
+    dead: Mutex<HashSet<u64>>,
+    /// Failures each message is known to have had (FAILED answered retry
+    /// or dead_lettered, leases left to expire).
+    failures: Mutex<HashMap<u64, i64>>,
+    finished: AtomicUsize,
+    lost_replies: AtomicUsize,
+}
+
+struct Binary {
+    backend: String,
+    port: u16,
+    log: std::path::PathBuf,
+    child: Option<Child>,
+}
+
+impl Binary {
+    fn start(direct: &tokio_postgres::Config, dir: &std::path::Path, name: &str) -> Binary {
+        let socket_dir = match &direct.get_hosts()[0] {
+            tokio_postgres::config::Host::Unix(dir) => dir.clone(),
+            other => panic!("{other:?}"),
+        };
+        let backend = format!(
+            "host={} port={} user={} dbname={}",
+            socket_dir.display(),
+            direct.get_ports()[0],
+            direct.get_user().unwrap(),
+            direct.get_dbname().unwrap()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut b = Binary {
+            backend,
+            port,
+            log: dir.join(format!("{name}.log")),
+            child: None,
+        };
+        b.spawn();
+        b
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_queenwire"))
+                .args([
+                    "--backend",
+                    &self.backend,
+                    "--listen",
+                    &format!("127.0.0.1:{}", self.port),
+                    "--pool-size",
+                    "8",
+                ])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    fn kill_9_and_restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        self.spawn();
+    }
+
+    fn config(&self) -> tokio_postgres::Config {
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host("127.0.0.1")
+            .port(self.port)
+            .user("ledger")
+            .dbname("ledger");
+        cfg
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn connect_retrying(cfg: &tokio_postgres::Config) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match cfg.connect(tokio_postgres::NoTls).await {
+            Ok((client, conn)) => {
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                return client;
+            }
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cannot reach queenwire: {e}"),
+        }
+    }
+}
+
+async fn query(client: &Client, sql: &str) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let messages = client.simple_query(sql).await?;
+    Ok(messages
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(
+                r.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.name().to_string(), r.get(i).map(str::to_string)))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect())
+}
+
+fn parse_time(text: &str) -> SystemTime {
+    // `2026-12-06 07:05:35.007081+00` (or `-05:30`): PostgreSQL's ISO output.
+    let (date, rest) = text.split_once(' ').expect("a timestamp");
+    let sign_at = rest.rfind(['+', '-']).expect("a UTC offset");
+    let (time, offset) = rest.split_at(sign_at);
+    let mut o = offset[1..].split(':').map(|x| x.parse::<i64>().unwrap());
+    let offset_secs = (o.next().unwrap() * 3600 + o.next().unwrap_or(0) * 60)
+        * if offset.starts_with('-') { -1 } else { 1 };
+    let mut d = date.split('-').map(|x| x.parse::<i64>().unwrap());
+    let (y, m, day) = (d.next().unwrap(), d.next().unwrap(), d.next().unwrap());
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|x| x.parse::<i64>().unwrap());
+    let (h, mi, s) = (t.next().unwrap(), t.next().unwrap(), t.next().unwrap());
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let micros: i64 = format!("{frac:0<6}")[..6].parse().unwrap();
+    SystemTime::UNIX_EPOCH
+        + Duration::from_secs((days * 86_400 + h * 3600 + mi * 60 + s - offset_secs) as u64)
+        + Duration::from_micros(micros as u64)
+}
+
+/// A consumer: POP LIMIT 1, a little work, ACK (or FAILED, or nothing),
+/// reconnecting and retrying its ACK across a killed queenwire.
+async fn consumer(
+    id: usize,
+    cfg: tokio_postgres::Config,
+    ledger: Arc<Ledger>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (id as u64 + 1);
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut client = connect_retrying(&cfg).await;
+    while !stop.load(Ordering::SeqCst) {
+        let popped = match query(&client, "POP FROM ledger LIMIT 1 WAIT '300ms' LEASE '2s'").await {
+            Ok(r) => r,
+            Err(_) => {
+                ledger.lost_replies.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                client = connect_retrying(&cfg).await;
+                continue;
+            }
+        };
+        let Some(row) = popped.first() else { continue };
+        let start = SystemTime::now();
+        let n = number(row);
+        let retry_count: i64 = col(row, "retry_count").parse().unwrap();
+        let expires = parse_time(&col(row, "lease_expires_at"));
+        let receipt = col(row, "receipt");
+        let fail = always_fails(n) || (fails_once(n) && retry_count == 0);
+        if abandoned_once(n) && retry_count == 0 && !always_fails(n) && !fails_once(n) {
+            ledger
+                .deliveries
+                .lock()
+                .unwrap()
+                .entry(n)
+                .or_default()
+                .push(Delivery {
+                    start,
+                    end: expires,
+                    retry_count,
+                });
+            *ledger.failures.lock().unwrap().entry(n).or_default() += 1;
+            continue;
+        }
+        tokio::time::sleep(Duration::from_micros(next() % 2_000)).await;
+        let sql = if fail {
+            format!("ACK {} FAILED REASON 'ledger'", quote(&receipt))
+        } else {
+            format!("ACK {}", quote(&receipt))
+        };
+        let sent = SystemTime::now();
+        let status = loop {
+            match query(&client, &sql).await {
+                Ok(r) => break col(&r[0], "status"),
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    client = connect_retrying(&cfg).await;
+                }
+            }
+        };
+        let end = if status == "stale" {
+            sent.min(expires)
+        } else {
+            sent
+        };
+        ledger
+            .deliveries
+            .lock()
+            .unwrap()
+            .entry(n)
+            .or_default()
+            .push(Delivery {
+                start,
+                end,
+                retry_count,
+            });
+        match status.as_str() {
+            "acked" => {
+                let mut acked = ledger.acked.lock().unwrap();
+                let receipts = acked.entry(n).or_default();
+                if receipts.is_empty() {
+                    ledger.finished.fetch_add(1, Ordering::SeqCst);
+                }
+                receipts.insert(receipt);
+            }
+            "retry" => *ledger.failures.lock().unwrap().entry(n).or_default() += 1,
+            "dead_lettered" => {
+                *ledger.failures.lock().unwrap().entry(n).or_default() += 1;
+                if ledger.dead.lock().unwrap().insert(n) {
+                    ledger.finished.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            "stale" => {}
+            other => panic!("ACK answered {other}"),
+        }
+    }
+}
+
+/// Runs the ledger over `processes` queenwire binaries on one database,
+/// killing the first with SIGKILL `kills` times mid-run, then checks it.
+async fn shared_ledger(name: &str, processes: usize, kills: usize) {
+    let direct = common::cluster::fresh_database(name);
+    let dir = tempfile::tempdir().unwrap();
+    let binaries: Vec<Arc<Mutex<Binary>>> = (0..processes)
+        .map(|i| {
+            Arc::new(Mutex::new(Binary::start(
+                &direct,
+                dir.path(),
+                &format!("qw{i}"),
+            )))
+        })
+        .collect();
+    let configs: Vec<tokio_postgres::Config> = binaries
+        .iter()
+        .map(|b| b.lock().unwrap().config())
+        .collect();
+    let admin = connect_retrying(&configs[0]).await;
+    admin
+        .batch_execute(&format!(
+            "CREATE QUEUE ledger WITH (ordered = false, retry_delay = '50ms', retry_limit = {RETRY_LIMIT})"
+        ))
+        .await
+        .unwrap();
+    push_numbers(&admin, "ledger", "Default", 0..MESSAGES).await;
+    drop(admin);
+
+    let ledger = Arc::new(Ledger::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for id in 0..CONSUMERS {
+        let cfg = configs[id % processes].clone();
+        tasks.push(tokio::spawn(consumer(
+            id,
+            cfg,
+            ledger.clone(),
+            stop.clone(),
+        )));
+    }
+    let started = Instant::now();
+    let mut killed = 0;
+    let deadline = Duration::from_secs(600);
+    while ledger.finished.load(Ordering::SeqCst) < MESSAGES as usize {
+        assert!(
+            started.elapsed() < deadline,
+            "{name}: {} of {MESSAGES} finished after {deadline:?}",
+            ledger.finished.load(Ordering::SeqCst)
+        );
+        let done = ledger.finished.load(Ordering::SeqCst) as u64;
+        if killed < kills && done >= MESSAGES * (killed as u64 + 1) / (kills as u64 + 1) {
+            binaries[0].lock().unwrap().kill_9_and_restart();
+            killed += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+
+    // Every message finished exactly once: acked by one receipt, or
+    // dead-lettered, never both.
+    let acked = ledger.acked.lock().unwrap().clone();
+    let dead = ledger.dead.lock().unwrap().clone();
+    for n in 0..MESSAGES {
+        let receipts = acked.get(&n).map_or(0, HashSet::len);
+        if always_fails(n) {
+            assert!(
+                dead.contains(&n) && receipts == 0,
+                "{name}: {n} not dead-lettered"
+            );
+        } else {
+            assert_eq!(
+                receipts, 1,
+                "{name}: message {n} acked by {receipts} receipts"
+            );
+            assert!(!dead.contains(&n), "{name}: {n} dead-lettered");
+        }
+    }
+    // No message held by two consumers at once.
+    let deliveries = ledger.deliveries.lock().unwrap().clone();
+    for (n, list) in deliveries.iter() {
+        let mut list = list.clone();
+        list.sort_by_key(|d| d.start);
+        for pair in list.windows(2) {
+            assert!(
+                pair[1].start >= pair[0].end,
+                "{name}: message {n} held twice at once: {pair:?}"
+            );
+        }
+    }
+    // Retry counts: every delivery counts at least the failures seen before
+    // it; without a kill (no reply lost) exactly those.
+    let failures = ledger.failures.lock().unwrap().clone();
+    let lost = ledger.lost_replies.load(Ordering::SeqCst);
+    for (n, list) in deliveries.iter() {
+        let mut list = list.clone();
+        list.sort_by_key(|d| d.start);
+        for (i, d) in list.iter().enumerate() {
+            if kills == 0 && lost == 0 {
+                assert_eq!(d.retry_count, i as i64, "{name}: message {n}, delivery {i}");
+            } else {
+                assert!(
+                    d.retry_count >= i as i64,
+                    "{name}: message {n}, delivery {i}"
+                );
+            }
+        }
+        if always_fails(*n) {
+            assert_eq!(failures[n], RETRY_LIMIT + 1, "{name}: {n}");
+        }
+    }
+    // The DLQ holds exactly the messages failed every time, each once.
+    let direct_client = connect(&direct).await;
+    let dlq = direct_client
+        .query_one(
+            "SELECT count(*), count(DISTINCT message_offset), min(retry_count), max(retry_count) FROM queen.log_dlq",
+            &[],
+        )
+        .await
+        .unwrap();
+    let expected_dead = (0..MESSAGES).filter(|&n| always_fails(n)).count() as i64;
+    assert_eq!(dlq.get::<_, i64>(0), expected_dead, "{name}: DLQ rows");
+    assert_eq!(dlq.get::<_, i64>(1), expected_dead, "{name}: DLQ messages");
+    if kills == 0 {
+        assert_eq!(dlq.get::<_, Option<i32>>(2), Some(RETRY_LIMIT as i32 + 1));
+    }
+    // The start moved over everything: nothing is left unfinished.
+    let left = direct_client
+        .query_one(
+            "SELECT count(*) FROM queen.log_shared_records r JOIN queen.log_consumers c USING (partition_id, consumer_group) WHERE r.message_offset > c.cursor_offset AND r.state < 2",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(left.get::<_, i64>(0), 0, "{name}: unfinished rows left");
+    eprintln!(
+        "{name}: {MESSAGES} messages, {CONSUMERS} consumers over {processes} queenwire(s), {kills} kill(s), {lost} lost POP replies, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_consumers_of_one_shared_partition_finish_every_message_once_across_kill_9() {
+    shared_ledger("shared_ledger_kill", 1, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_queenwire_processes_share_one_shared_group_and_finish_every_message_once() {
+    shared_ledger("shared_ledger_two", 2, 0).await;
+}

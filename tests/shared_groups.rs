@@ -240,6 +240,62 @@ async fn an_ephemeral_queue_refuses_shared_groups() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_of_a_shared_partition_is_max_in_flight_wide() {
+    let proxy = Proxy::start("shared_window").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE win WITH (ordered = false, max_in_flight = 2)")
+        .await
+        .unwrap();
+    push_numbers(&client, "win", "Default", 0..5).await;
+    let first = rows(&client, "POP FROM win LIMIT 10").await;
+    assert_eq!(first.iter().map(number).collect::<Vec<_>>(), [0, 1]);
+    assert!(rows(&client, "POP FROM win").await.is_empty());
+    // Finishing the second does not free the window: the first still holds
+    // the start.
+    rows(&client, &format!("ACK {}", quote(&col(&first[1], "receipt")))).await;
+    assert!(rows(&client, "POP FROM win").await.is_empty());
+    rows(&client, &format!("ACK {}", quote(&col(&first[0], "receipt")))).await;
+    let next = rows(&client, "POP FROM win LIMIT 10").await;
+    assert_eq!(next.iter().map(number).collect::<Vec<_>>(), [2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seek_and_drop_group_start_a_shared_group_afresh() {
+    let proxy = Proxy::start("shared_seek").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE sk WITH (ordered = false)")
+        .await
+        .unwrap();
+    push_numbers(&client, "sk", "Default", 0..4).await;
+    let held = rows(&client, "POP FROM sk GROUP g LIMIT 2").await;
+    rows(&client, &format!("ACK {}", quote(&col(&held[1], "receipt")))).await;
+    client
+        .batch_execute("SEEK GROUP g ON sk TO BEGINNING")
+        .await
+        .unwrap();
+    // The lease went with the move: its receipt is stale.
+    let stale = rows(&client, &format!("ACK {}", quote(&col(&held[0], "receipt")))).await;
+    assert_eq!(col(&stale[0], "status"), "stale");
+    let all = rows(&client, "POP FROM sk GROUP g LIMIT 10").await;
+    assert_eq!(all.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    client.batch_execute("DROP GROUP g ON sk").await.unwrap();
+    let direct = connect(&proxy.direct).await;
+    let left: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM queen.log_shared_records WHERE consumer_group = 'g'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    let again = rows(&client, "POP FROM sk GROUP g LIMIT 10").await;
+    assert_eq!(again.len(), 4);
+}
+
 // ---------------------------------------------------------------------------
 // The ledger through the real binary.
 

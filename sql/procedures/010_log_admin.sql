@@ -55,7 +55,8 @@ $$;
 --      DROP GROUP in flight, after which the group is unknown: 42704);
 --   3. log_partitions: FOR KEY SHARE, id ascending (the consumer-row
 --      inserts' foreign key; does not conflict with pushes);
---   4. log_consumers: upsert per partition, id ascending, FOR UPDATE;
+--   4. log_consumers: upsert per partition, id ascending, FOR UPDATE; then
+--      that partition's log_shared_records rows of the group (delete);
 --   5. leaf hotlist_repairs.
 CREATE OR REPLACE FUNCTION queen.log_seek_group_v1(
     p_queue     TEXT,
@@ -129,7 +130,11 @@ BEGIN
         ON CONFLICT (partition_id, consumer_group) DO UPDATE
         SET cursor_offset = EXCLUDED.cursor_offset, retry_count = 0, lease_token = NULL,
             lease_expires_at = NULL, batch_from = NULL, batch_to = NULL, batch_acked = NULL,
-            blocked_until = NULL;
+            blocked_until = NULL, purge_below = NULL, purge_at = NULL;
+        -- A shared group (032) starts afresh from the new position: its
+        -- messages' leases, retries and out-of-order acknowledgements go.
+        DELETE FROM queen.log_shared_records r
+        WHERE r.partition_id = v_pid AND r.consumer_group = p_group;
     END LOOP;
 
     PERFORM queen.log_hotlist_repair_v1(p_queue, p_group, p_partition, 'seek', p_tenant);

@@ -254,9 +254,17 @@ async fn the_window_of_a_shared_partition_is_max_in_flight_wide() {
     assert!(rows(&client, "POP FROM win").await.is_empty());
     // Finishing the second does not free the window: the first still holds
     // the start.
-    rows(&client, &format!("ACK {}", quote(&col(&first[1], "receipt")))).await;
+    rows(
+        &client,
+        &format!("ACK {}", quote(&col(&first[1], "receipt"))),
+    )
+    .await;
     assert!(rows(&client, "POP FROM win").await.is_empty());
-    rows(&client, &format!("ACK {}", quote(&col(&first[0], "receipt")))).await;
+    rows(
+        &client,
+        &format!("ACK {}", quote(&col(&first[0], "receipt"))),
+    )
+    .await;
     let next = rows(&client, "POP FROM win LIMIT 10").await;
     assert_eq!(next.iter().map(number).collect::<Vec<_>>(), [2, 3]);
 }
@@ -271,13 +279,21 @@ async fn seek_and_drop_group_start_a_shared_group_afresh() {
         .unwrap();
     push_numbers(&client, "sk", "Default", 0..4).await;
     let held = rows(&client, "POP FROM sk GROUP g LIMIT 2").await;
-    rows(&client, &format!("ACK {}", quote(&col(&held[1], "receipt")))).await;
+    rows(
+        &client,
+        &format!("ACK {}", quote(&col(&held[1], "receipt"))),
+    )
+    .await;
     client
         .batch_execute("SEEK GROUP g ON sk TO BEGINNING")
         .await
         .unwrap();
     // The lease went with the move: its receipt is stale.
-    let stale = rows(&client, &format!("ACK {}", quote(&col(&held[0], "receipt")))).await;
+    let stale = rows(
+        &client,
+        &format!("ACK {}", quote(&col(&held[0], "receipt"))),
+    )
+    .await;
     assert_eq!(col(&stale[0], "status"), "stale");
     let all = rows(&client, "POP FROM sk GROUP g LIMIT 10").await;
     assert_eq!(all.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
@@ -294,6 +310,59 @@ async fn seek_and_drop_group_start_a_shared_group_afresh() {
     assert_eq!(left, 0);
     let again = rows(&client, "POP FROM sk GROUP g LIMIT 10").await;
     assert_eq!(again.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_pop_gets_a_failed_message_back_once_its_retry_delay_passed() {
+    let proxy = Proxy::start("shared_wait").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE wt WITH (ordered = false, retry_delay = '300ms')")
+        .await
+        .unwrap();
+    push_numbers(&client, "wt", "Default", 0..1).await;
+    let first = rows(&client, "POP FROM wt").await;
+    rows(
+        &client,
+        &format!("ACK {} FAILED", quote(&col(&first[0], "receipt"))),
+    )
+    .await;
+    let started = Instant::now();
+    let again = rows(&client, "POP FROM wt WAIT '10s'").await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(number(&again[0]), 0);
+    assert_eq!(col(&again[0], "retry_count"), "1");
+    // Generous: the retry delay is 0.3 s; the bound catches a wait that
+    // only the timeout ends.
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_pop_serves_shared_queues_of_its_namespace() {
+    let proxy = Proxy::start("shared_namespace").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE QUEUE ns_a WITH (ordered = false, namespace = 'work'); \
+             CREATE QUEUE ns_b WITH (ordered = false, namespace = 'work')",
+        )
+        .await
+        .unwrap();
+    push_numbers(&client, "ns_a", "Default", 0..2).await;
+    push_numbers(&client, "ns_b", "Default", 10..12).await;
+    let mut seen = Vec::new();
+    let other = proxy.connect().await;
+    for c in [&client, &other, &client, &other] {
+        let r = rows(c, "POP FROM NAMESPACE work").await;
+        assert_eq!(r.len(), 1);
+        seen.push(number(&r[0]));
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 10, 11]);
 }
 
 // ---------------------------------------------------------------------------

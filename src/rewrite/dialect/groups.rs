@@ -272,14 +272,14 @@ mod tests {
             GroupChange::Ordered(Value::Literal(OptionValue::Boolean(false)))
         );
         assert_eq!(
-            ok("ALTER GROUP g ON q SET (ordered = $1)").param_types(),
+            ok("ALTER GROUP $1 ON $2 SET (ordered = $3)").param_types(),
             vec![oid::TEXT, oid::TEXT, oid::BOOL]
         );
         assert_eq!(error("ALTER GROUP g ON q SET (lease_time = 5)").0, "22023");
         assert_eq!(error("ALTER GROUP g ON q SET (ordered = 7)").0, "22023");
         assert_eq!(
             error("ALTER GROUP g ON q SET (ordered = on, ordered = off)").0,
-            "22023"
+            "42601"
         );
         assert_eq!(error("ALTER GROUP g ON q SUBSCRIBE FROM later").0, "42601");
         assert_eq!(

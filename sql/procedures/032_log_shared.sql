@@ -76,6 +76,16 @@ CREATE TABLE IF NOT EXISTS queen.log_shared_records (
     PRIMARY KEY (partition_id, consumer_group, message_offset)
 ) WITH (fillfactor = 80);
 
+-- What a POP looks for besides new offsets, without reading the whole
+-- window: leases that may have expired (state 0, by expiry) and messages
+-- available again (state 1, by when).
+CREATE INDEX IF NOT EXISTS idx_log_shared_records_leased
+    ON queen.log_shared_records (partition_id, consumer_group, lease_expires_at)
+    WHERE state = 0;
+CREATE INDEX IF NOT EXISTS idx_log_shared_records_available
+    ON queen.log_shared_records (partition_id, consumer_group, available_at)
+    WHERE state = 1;
+
 CREATE OR REPLACE FUNCTION queen.log_shared_records_gone_v1() RETURNS TRIGGER
 LANGUAGE plpgsql
 AS $$
@@ -118,17 +128,20 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    -- The first unfinished offset above the start, else the highest row.
-    SELECT COALESCE(
-               (SELECT r.message_offset - 1 FROM queen.log_shared_records r
-                WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
-                  AND r.message_offset > v_c.cursor_offset AND r.state < 2
-                ORDER BY r.message_offset LIMIT 1),
-               (SELECT r.message_offset FROM queen.log_shared_records r
-                WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
-                ORDER BY r.message_offset DESC LIMIT 1),
-               v_c.cursor_offset)
-    INTO v_start;
+    -- The finished prefix above the start, up to 256 rows a call: it
+    -- ends before the first unfinished row or the first offset without a
+    -- row (never delivered, or a claim rolled back: it must still come).
+    SELECT COALESCE(min(x.o) FILTER (WHERE x.state < 2 OR x.o <> v_c.cursor_offset + x.rn) - 1,
+                    max(x.o))
+    INTO v_start
+    FROM (SELECT r.message_offset AS o, r.state,
+                 row_number() OVER (ORDER BY r.message_offset) AS rn
+          FROM queen.log_shared_records r
+          WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+            AND r.message_offset > v_c.cursor_offset
+          ORDER BY r.message_offset
+          LIMIT 256) x;
+    v_start := COALESCE(v_start, v_c.cursor_offset);
     v_start := GREATEST(v_start, v_c.cursor_offset);
     IF v_c.purge_at IS NULL OR v_c.purge_at <= v_now - interval '10 seconds' THEN
         IF v_c.purge_below IS NOT NULL THEN
@@ -240,6 +253,8 @@ DECLARE
     v_got        INTEGER;
     v_here       BIGINT;
     v_head       SMALLINT;
+    v_hw         BIGINT;
+    v_gap_to     BIGINT;
     v_i          INTEGER;
     v_run_from   BIGINT;
     v_run_retry  INTEGER;
@@ -361,6 +376,15 @@ BEGIN
             v_cursor := GREATEST(v_cursor,
                                  COALESCE(queen.log_shared_compact_v1(v_cand.id, p_group), v_cursor));
         END IF;
+        -- The highest row: offsets above it were never delivered.
+        SELECT max(r.message_offset) INTO v_hw FROM queen.log_shared_records r
+        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group;
+        v_hw := GREATEST(v_hw, v_cursor);
+        -- Without a row at the head and rows above it: a claim rolled back
+        -- (or still uncommitted) left a gap there, looked at first, up to
+        -- 32 offsets (gaps further up are reached as the start moves).
+        v_gap_to := CASE WHEN v_head IS NULL AND v_hw > v_cursor
+                         THEN LEAST(v_hw, v_cursor + 32) END;
 
         -- Never delivered offsets may be claimed up to the last message
         -- old enough for delayed_processing (segment granularity, as 004).
@@ -394,15 +418,31 @@ BEGIN
             -- An expired lease counts as a failure; past retry_limit the
             -- message is given up instead of delivered.
             WITH due AS (
-                SELECT r.message_offset, r.state AS was
-                FROM queen.log_shared_records r
-                WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-                  AND r.message_offset > v_cursor
-                  AND ((r.state = 1 AND (r.available_at IS NULL OR r.available_at <= v_now))
+                SELECT d.message_offset, d.was
+                FROM (
+                    (SELECT r.message_offset, r.state AS was
+                     FROM queen.log_shared_records r
+                     WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                       AND r.state = 1 AND r.available_at <= v_now
+                     ORDER BY r.available_at
+                     LIMIT v_part)
+                    UNION ALL
+                    (SELECT r.message_offset, r.state AS was
+                     FROM queen.log_shared_records r
+                     WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                       AND r.state = 0 AND r.lease_expires_at <= v_now
+                     ORDER BY r.lease_expires_at
+                     LIMIT v_part)
+                ) d
+                JOIN queen.log_shared_records r
+                  ON r.partition_id = v_cand.id AND r.consumer_group = p_group
+                 AND r.message_offset = d.message_offset
+                WHERE r.message_offset > v_cursor
+                  AND ((r.state = 1 AND r.available_at <= v_now)
                        OR (r.state = 0 AND r.lease_expires_at <= v_now))
-                ORDER BY r.message_offset
+                ORDER BY d.message_offset
                 LIMIT v_part
-                FOR UPDATE SKIP LOCKED
+                FOR UPDATE OF r SKIP LOCKED
             ), upd AS (
                 UPDATE queen.log_shared_records r
                 SET retry_count = r.retry_count + (d.was = 0)::INTEGER,
@@ -444,19 +484,23 @@ BEGIN
                          lease_expires_at, retry_count)
                     SELECT v_cand.id, p_group, o.o, CASE WHEN p_auto_ack THEN 2 ELSE 0 END,
                            v_token, v_expires, 0
-                    FROM generate_series(
-                             GREATEST(
-                                 (SELECT c.cursor_offset FROM queen.log_consumers c
-                                  WHERE c.partition_id = v_cand.id AND c.consumer_group = p_group),
-                                 v_cursor) + 1,
-                             v_top) AS o(o)
-                    WHERE CASE WHEN EXISTS (SELECT 1 FROM queen.log_shared_records r2
+                    FROM (SELECT g.o FROM generate_series(v_cursor + 1, v_gap_to) AS g(o)
+                          WHERE NOT EXISTS (SELECT 1 FROM queen.log_shared_records r2
                                             WHERE r2.partition_id = v_cand.id
                                               AND r2.consumer_group = p_group
-                                              AND r2.message_offset = o.o)
-                               THEN false
-                               ELSE pg_try_advisory_xact_lock(hashtextextended(v_lock_text, o.o))
-                          END
+                                              AND r2.message_offset = g.o)
+                          UNION ALL
+                          SELECT n.o FROM generate_series(
+                              GREATEST(v_hw,
+                                       (SELECT max(r3.message_offset) FROM queen.log_shared_records r3
+                                        WHERE r3.partition_id = v_cand.id
+                                          AND r3.consumer_group = p_group),
+                                       (SELECT c.cursor_offset FROM queen.log_consumers c
+                                        WHERE c.partition_id = v_cand.id
+                                          AND c.consumer_group = p_group)) + 1,
+                              v_top) AS n(o)) AS o(o)
+                    WHERE o.o <= v_top
+                      AND pg_try_advisory_xact_lock(hashtextextended(v_lock_text, o.o))
                     LIMIT v_part - v_got
                     ON CONFLICT DO NOTHING
                     RETURNING r.message_offset
@@ -505,11 +549,16 @@ BEGIN
 
         IF v_here = 0 THEN
             -- Nothing claimable here now: when it may be.
-            SELECT min(CASE WHEN r.state = 0 THEN r.lease_expires_at ELSE r.available_at END)
-            INTO v_until
-            FROM queen.log_shared_records r
-            WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-              AND r.message_offset > v_cursor AND r.state < 2;
+            SELECT LEAST(
+                       (SELECT r.lease_expires_at FROM queen.log_shared_records r
+                        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                          AND r.state = 0
+                        ORDER BY r.lease_expires_at LIMIT 1),
+                       (SELECT r.available_at FROM queen.log_shared_records r
+                        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                          AND r.state = 1
+                        ORDER BY r.available_at LIMIT 1))
+            INTO v_until;
             o_pid := o_pid || v_cand.id;
             o_pname := o_pname || v_cand.name::TEXT;
             o_state := o_state || CASE WHEN v_until IS NOT NULL THEN 'leased'
@@ -801,7 +850,7 @@ BEGIN
         FOR UPDATE OF r
     )
     UPDATE queen.log_shared_records r
-    SET state = 1, lease_token = NULL, lease_expires_at = NULL, available_at = NULL
+    SET state = 1, lease_token = NULL, lease_expires_at = NULL, available_at = clock_timestamp()
     FROM locked l
     WHERE r.partition_id = l.partition_id AND r.consumer_group = p_group
       AND r.message_offset = l.message_offset;

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # What an ACK of one lease's batch costs PostgreSQL, receipt by receipt
 # (queen.log_ack_v1) against one run of offsets (queen.log_ack_v2), as the
-# number of messages in the batch grows (docs/benchmarks.md, "What the
-# twenty-third session changed").
+# number of messages in the batch grows.
 #
 #   bench/ack_cost.sh [QUEENWIRE_BINARY]
 #

@@ -196,9 +196,8 @@ fn parse_apply_schema(value: &str) -> Result<bool, std::convert::Infallible> {
 /// many small buffers a message (rows, receipts, decoded frames) beside a
 /// few large ones a call, and glibc's allocator spent a fifth of
 /// queenwire's CPU in popack100 on them (`_int_malloc`, `_int_free`,
-/// `malloc_consolidate`, `unlink_chunk`). Measured (docs/benchmarks.md,
-/// "What the twenty-second session changed"): queenwire's CPU a message
-/// about 15 % lower against PostgreSQL's in the same run; mimalloc and
+/// `malloc_consolidate`, `unlink_chunk`). Measured: queenwire's CPU a
+/// message about 15 % lower against PostgreSQL's in the same run; mimalloc and
 /// glibc's tunables showed no difference.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

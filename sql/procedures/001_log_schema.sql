@@ -272,7 +272,7 @@ BEGIN
     END IF;
     -- Random UUIDs do not compress: without this, pglz tries (and fails)
     -- on every fused segment's id array over the 2 kB TOAST threshold
-    -- (measured: 4.8 % of PostgreSQL's CPU on push100, docs/benchmarks.md).
+    -- (measured: 4.8 % of PostgreSQL's CPU on push100).
     IF EXISTS (SELECT 1 FROM pg_attribute
                WHERE attrelid = 'queen.log_txns'::regclass
                  AND attname = 'message_ids' AND attstorage <> 'e') THEN

@@ -643,10 +643,10 @@ BEGIN
     -- stamped exactly, since its POP holds a partition until that long
     -- after its last write.
     --
-    -- Measured 2026-12-02 against the previous shape (one statement whose
-    -- CTEs joined the input to the UPDATE by hash joins, after separate
-    -- statements for the guard, each check, the queue, its key, the
-    -- partition count and the lock): see docs/benchmarks.md.
+    -- Measured 2026-12-02 against one statement whose CTEs joined the
+    -- input to the UPDATE by hash joins, after separate statements for the
+    -- guard, each check, the queue, its key, the partition count and the
+    -- lock: this shape is cheaper.
     IF NOT v_allocated THEN
         -- Each partition's messages: a sum over the segments per name is
         -- the cheapest for a few partitions and quadratic for many (one
@@ -695,8 +695,7 @@ BEGIN
         -- one partition): its two rows by one plain statement and its
         -- answer by one series, without the numbering statement below
         -- (its window sums and unnests were 0.17-0.26 ms of a lone
-        -- one-message call of about 1 ms under auto_explain; see
-        -- docs/benchmarks.md). The partition is v_pids[1], its prior
+        -- one-message call of about 1 ms under auto_explain). The partition is v_pids[1], its prior
         -- last offset v_priors[1], the messages all of the arrays.
         WITH segs AS (
             INSERT INTO queen.log_segments

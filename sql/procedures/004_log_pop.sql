@@ -148,7 +148,7 @@ LANGUAGE plpgsql
 -- planned again on every call (0.2 ms and 0.13 ms per POP LIMIT 1 at 1,000
 -- partitions); every statement here is written so that its plan does not
 -- depend on the values (candidates probed by id, LIMITs on every range
--- read). Measured 2026-12-01: see docs/benchmarks.md.
+-- read). Measured 2026-12-01.
 SET plan_cache_mode = force_generic_plan
 -- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off

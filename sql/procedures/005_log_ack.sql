@@ -138,7 +138,7 @@ LANGUAGE plpgsql
 -- by primary key whatever the array sizes (the receipt query probes each
 -- (partition, group) laterally), so the generic plan is the custom one.
 -- Measured 2026-12-01 (pgbench, POP LIMIT 1 + ACK, 1,000 partitions, C=8,
--- pg_stat_statements): see docs/benchmarks.md.
+-- pg_stat_statements).
 SET plan_cache_mode = force_generic_plan
 -- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
@@ -209,8 +209,7 @@ BEGIN
         -- ACK at 1,000 partitions), or scanned the tenant's queues per
         -- receipt. Once per partition, not per receipt: the fused ACK of
         -- sessions that each acknowledge a batch of a hundred names a few
-        -- partitions in hundreds of receipts (measured: see
-        -- docs/benchmarks.md, "What the twenty-first session changed").
+        -- partitions in hundreds of receipts.
         PERFORM pg_advisory_xact_lock_shared(k.key)
         FROM (SELECT DISTINCT queen.log_queue_lock_key_v1(x.qid) AS key
               FROM (SELECT DISTINCT u.pid FROM unnest(p_partition_ids) AS u(pid)) AS i
@@ -232,9 +231,8 @@ BEGIN
             -- would end it (its own live lease, all of the batch from the
             -- offset after the cursor to its last, nothing of it acked
             -- before nor the lease in the history). What is left goes
-            -- through the loop. (Measured: see docs/benchmarks.md, "What
-            -- the fourteenth session changed" for one receipt a pair, "What
-            -- the twenty-first session changed" for batches.)
+            -- through the loop: one statement for what would otherwise be a
+            -- round of the loop per pair.
             SELECT count(*)::INTEGER, array_agg(l.pid) FILTER (WHERE l.pid IS NOT NULL)
             INTO v_keys, v_mine
             FROM (SELECT DISTINCT i.pid, i.grp::TEXT COLLATE "C" AS grp
@@ -496,8 +494,7 @@ $$;
 -- acked and stale). queenwire sends the receipts of a multi-receipt ACK as
 -- runs: a batch of a hundred acknowledged entire is one run, so the call
 -- costs per (partition, group), not per receipt (log_ack_v1 costs about
--- 2 us a receipt; see docs/benchmarks.md, "What the twenty-third session
--- changed").
+-- 2 us a receipt; bench/ack_cost.sh measures both).
 -- A (partition, group) named by one run that is exactly its live lease's
 -- unacked batch (the run's token the lease's, from the offset after the
 -- cursor to the batch's last, nothing of it acked before nor the lease in

@@ -346,7 +346,7 @@ $$;
 -- the transition table the counter trigger of 020 also reads: PostgreSQL
 -- keeps one for both): a fused push creates up to hundreds of partitions in
 -- one statement, and a check per row cost each new partition a trigger call
--- and a probe (about 6.5 µs; docs/benchmarks.md, nineteenth session).
+-- and a probe (about 6.5 µs each, measured).
 CREATE OR REPLACE FUNCTION queen.ephemeral_guard_partitions_v2()
 RETURNS TRIGGER
 LANGUAGE plpgsql

@@ -16,8 +16,7 @@
 //!
 //! `the_checker_sees_a_lost_effect` proves the checker can fail: a consumer
 //! that drops one acknowledged message (as a client told `stale` for an ACK
-//! that had in fact committed would undo it, the bug of issue #17) makes it
-//! report lost = 1.
+//! that had in fact committed would undo it) makes it report lost = 1.
 
 mod client;
 #[path = "../common/mod.rs"]

@@ -68,7 +68,7 @@ const SPLIT_FROM: i32 = 16;
 /// 1.5 ms read higher rates than 500 µs in 5 of 6 pairs (+7 % to +39 %)
 /// and less PostgreSQL CPU a message (170-273 µs against 179-338: more
 /// statements a commit); popack100 and autoack1 unchanged within the VM's
-/// swings (docs/benchmarks.md).
+/// swings.
 pub(super) const LINGER: std::time::Duration = std::time::Duration::from_micros(1500);
 
 impl Key {

@@ -37,11 +37,14 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
   --quick        C=8 only, 3 rounds of 1 s (under 3 minutes)
   --rounds N     rounds per cell, interleaved across systems (default 5; quick 3)
   --secs S       seconds per slice (default 1.5; quick 1)
-  --concurrency  client connections per cell (default 1,8,32; quick 8)
+  --concurrency  client connections per cell (default 1,8,32; quick 8; the
+                 jobs cells have their own: 8 or 64 workers)
   --pool-size N  queenwire's backend pool (default 16, queenwire's default)
   --only         workloads: push1,push100,push1_100p,push100_100p,push1_text,
                  push100_text,push1_nq,popack1,popack100,autoack1,autoack100,
-                 e2e,fanout,select1,pop_scale,tpcb,idle1000,stream
+                 popack1_1p_shared,popack100_1p_shared,jobs8_20ms,
+                 jobs8_20ms_tx,jobs64_0ms,e2e,fanout,select1,pop_scale,tpcb,
+                 idle1000,stream
   --systems      run only these systems (queenwire, pgmq, INSERT, direct;
                  a prefix: queenwire covers queenwire 1000p), e.g. to profile
   --prefill-cap  most messages queued before one consume slice (default 400000)
@@ -61,6 +64,11 @@ const WORKLOADS: &[&str] = &[
     "popack100",
     "autoack1",
     "autoack100",
+    "popack1_1p_shared",
+    "popack100_1p_shared",
+    "jobs8_20ms",
+    "jobs8_20ms_tx",
+    "jobs64_0ms",
     "e2e",
     "fanout",
     "select1",
@@ -87,6 +95,40 @@ enum PushShape {
 }
 /// Partitions of the many-partition consume queue.
 const MANY_PARTITIONS: usize = 1000;
+/// The job-queue cells: workers, each looping POP one job, `work_ms` of
+/// sleep (the job), ACK it; in a transaction block it commits when `tx`.
+struct JobCell {
+    name: &'static str,
+    workers: usize,
+    work_ms: u64,
+    tx: bool,
+}
+const JOB_CELLS: &[JobCell] = &[
+    JobCell {
+        name: "jobs8_20ms",
+        workers: 8,
+        work_ms: 20,
+        tx: false,
+    },
+    JobCell {
+        name: "jobs8_20ms_tx",
+        workers: 8,
+        work_ms: 20,
+        tx: true,
+    },
+    JobCell {
+        name: "jobs64_0ms",
+        workers: 64,
+        work_ms: 0,
+        tx: false,
+    },
+];
+/// Slices of job cells whose jobs take time last at least this long (at
+/// 20 ms a job, 8 workers do at most 400 jobs/s: 2 s is 100 jobs a
+/// worker).
+const JOB_MIN_SECS: f64 = 2.0;
+/// How long a queenwire job worker's POP waits for a job.
+const JOB_WAIT: &str = "200ms";
 /// End-to-end workload: offered rate, producers, consumers, partitions.
 const E2E_RATE: u64 = 200;
 const E2E_PRODUCERS: usize = 4;
@@ -523,10 +565,11 @@ impl Bench {
                 round + 1
             ),
             None => eprintln!(
-                "bench: {workload:<10} C={c:<2} round {} {system:<16} {rate:>9.0} msg/s  ({} msgs in {:.2} s) [{:.0} s]",
+                "bench: {workload:<10} C={c:<2} round {} {system:<16} {rate:>9.0} msg/s  ({} msgs in {:.2} s, {} empty answers) [{:.0} s]",
                 round + 1,
                 slice.msgs,
                 slice.elapsed.as_secs_f64(),
+                slice.empty,
                 self.started.elapsed().as_secs_f64()
             ),
         }
@@ -557,22 +600,47 @@ impl Bench {
                 }
             }
         }
-        if ["popack1", "popack100", "autoack1", "autoack100"]
-            .iter()
-            .any(|w| self.wants(w))
+        if [
+            "popack1",
+            "popack100",
+            "autoack1",
+            "autoack100",
+            "popack1_1p_shared",
+            "popack100_1p_shared",
+        ]
+        .iter()
+        .any(|w| self.wants(w))
         {
             self.setup_consume_queues().await?;
-            for (w, limit, auto) in [
-                ("popack1", 1, false),
-                ("popack100", 100, false),
-                ("autoack1", 1, true),
-                ("autoack100", 100, true),
+            let both: &[(&str, &str)] = &[
+                ("queenwire 1p", "qw:cons_p1"),
+                ("queenwire 1000p", "qw:cons_p1000"),
+                ("pgmq", "pgmq:cons"),
+            ];
+            // The one-partition queue with a shared group: its consumers
+            // take messages of the one partition side by side.
+            let shared: &[(&str, &str)] = &[
+                ("queenwire 1p shared", "qw:cons_p1s"),
+                ("pgmq", "pgmq:cons"),
+            ];
+            for (w, limit, auto, systems) in [
+                ("popack1", 1, false, both),
+                ("popack100", 100, false, both),
+                ("autoack1", 1, true, both),
+                ("autoack100", 100, true, both),
+                ("popack1_1p_shared", 1, false, shared),
+                ("popack100_1p_shared", 100, false, shared),
             ] {
                 if self.wants(w) {
                     for &c in &concurrency {
-                        self.consume_workload(w, limit, auto, c).await?;
+                        self.consume_workload(w, limit, auto, c, systems).await?;
                     }
                 }
+            }
+        }
+        for job in JOB_CELLS {
+            if self.wants(job.name) {
+                self.jobs_workload(job).await?;
             }
         }
         if self.wants("e2e") {
@@ -794,29 +862,25 @@ impl Bench {
         self.qw_admin
             .simple_query("CREATE QUEUE cons_p1000")
             .await?;
+        self.qw_admin
+            .simple_query("CREATE QUEUE cons_p1s WITH (ordered = false)")
+            .await?;
         self.pg_admin
             .execute("SELECT pgmq.create('cons')", &[])
             .await?;
-        for k in ["qw:cons_p1", "qw:cons_p1000", "pgmq:cons"] {
+        for k in ["qw:cons_p1", "qw:cons_p1000", "qw:cons_p1s", "pgmq:cons"] {
             self.levels.insert(k.into(), 0);
         }
         Ok(())
     }
 
     /// Pushes `n` (rounded up to 100s) more messages into a consume queue,
-    /// 100 per statement (one segment per statement for queenwire).
+    /// 100 per statement (one segment per statement for queenwire). `key`
+    /// is `qw:<queue>` (partition Default unless named below), `pgmq:<queue>`
+    /// or `fan:<queue>`.
     async fn prefill(&mut self, key: &str, n: u64) -> Result<(), BoxError> {
-        let (cfg, op) = match key {
-            "qw:cons_p1" => (
-                self.proxy_cfg.clone(),
-                Op::QwPush {
-                    queue: "cons_p1".into(),
-                    batch: 100,
-                    partitions: None,
-                    random: false,
-                },
-            ),
-            "qw:cons_p1000" => (
+        let (cfg, op) = match key.split_once(':') {
+            Some(("qw", "cons_p1000")) => (
                 self.proxy_cfg.clone(),
                 Op::QwPush {
                     queue: "cons_p1000".into(),
@@ -825,17 +889,23 @@ impl Bench {
                     random: false,
                 },
             ),
-            "pgmq:cons" => (
+            Some(("qw", queue)) => (
+                self.proxy_cfg.clone(),
+                Op::QwPush {
+                    queue: queue.into(),
+                    batch: 100,
+                    partitions: None,
+                    random: false,
+                },
+            ),
+            Some(("pgmq", queue)) => (
                 self.direct_cfg.clone(),
                 Op::PgmqSend {
-                    queue: "cons".into(),
+                    queue: queue.into(),
                     batch: 100,
                 },
             ),
-            other => {
-                let (cfg, op) = self.prefill_other(other)?;
-                (cfg, op)
-            }
+            _ => self.prefill_other(key)?,
         };
         let slice = run_slice(
             SliceSpec {
@@ -886,14 +956,11 @@ impl Bench {
         limit: usize,
         auto_ack: bool,
         c: usize,
+        systems: &[(&str, &str)],
     ) -> Result<(), BoxError> {
         let secs = self.args.secs;
         for round in 0..self.args.rounds {
-            for (system, key) in [
-                ("queenwire 1p", "qw:cons_p1"),
-                ("queenwire 1000p", "qw:cons_p1000"),
-                ("pgmq", "pgmq:cons"),
-            ] {
+            for &(system, key) in systems {
                 if !self.runs(system) {
                     continue;
                 }
@@ -951,6 +1018,147 @@ impl Bench {
                     self.cell(w, system, c).note = note;
                 }
                 self.record(w, system, c, round, slice);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- job queue ---------------------------------------------------------
+
+    /// `job.workers` workers on one queue without partition keys, each
+    /// looping: take one job, work `job.work_ms` (a sleep), acknowledge it
+    /// (in a transaction block it commits when `job.tx`). queenwire with a
+    /// shared group (`ordered = false`), with the default ordered group, and
+    /// pgmq; rounds interleaved. Each queue is prefilled with about twice
+    /// the jobs its slice takes.
+    async fn jobs_workload(&mut self, job: &JobCell) -> Result<(), BoxError> {
+        let (w, c, tx) = (job.name, job.workers, job.tx);
+        let work = Duration::from_millis(job.work_ms);
+        let secs = if job.work_ms > 0 {
+            self.args.secs.max(JOB_MIN_SECS)
+        } else {
+            self.args.secs
+        };
+        let systems = [
+            ("queenwire", format!("qw:{w}_shared")),
+            ("queenwire ordered", format!("qw:{w}_ordered")),
+            ("pgmq", format!("pgmq:{w}")),
+        ];
+        for (system, key) in &systems {
+            if !self.runs(system) {
+                continue;
+            }
+            let (kind, queue) = key.split_once(':').ok_or("job queue key")?;
+            match (kind, *system) {
+                ("pgmq", _) => {
+                    self.pg_admin
+                        .execute("SELECT pgmq.create($1)", &[&queue])
+                        .await?;
+                }
+                (_, "queenwire") => {
+                    self.qw_admin
+                        .simple_query(&format!("CREATE QUEUE {queue} WITH (ordered = false)"))
+                        .await?;
+                }
+                _ => {
+                    self.qw_admin
+                        .simple_query(&format!("CREATE QUEUE {queue}"))
+                        .await?;
+                }
+            }
+            self.levels.insert(key.clone(), 0);
+        }
+        let in_tx = if tx { " in BEGIN … COMMIT" } else { "" };
+        // At most one job per worker per `work`.
+        let ceiling = if job.work_ms > 0 {
+            c as f64 * 1000.0 / job.work_ms as f64
+        } else {
+            6_000.0
+        };
+        for round in 0..self.args.rounds {
+            for (system, key) in &systems {
+                let system = *system;
+                if !self.runs(system) {
+                    continue;
+                }
+                let want = ((self.estimate(w, system, c, ceiling) * secs * 2.0) as u64)
+                    .clamp(2_000, self.args.prefill_cap);
+                let level = self.levels[key];
+                if level < want {
+                    self.prefill(key, want - level).await?;
+                }
+                let level = self.levels[key];
+                let queue = key.split_once(':').map_or("", |(_, q)| q).to_string();
+                let (cfg, op, note) = if system == "pgmq" {
+                    (
+                        self.direct_cfg.clone(),
+                        Op::PgmqJob { queue, work, tx },
+                        format!(
+                            "pgmq.read(q, 30, 1), {} ms sleep, pgmq.delete(q, id){in_tx}; an empty read sleeps {} ms",
+                            job.work_ms,
+                            ops::PGMQ_JOB_IDLE.as_millis()
+                        ),
+                    )
+                } else {
+                    let kind = if system == "queenwire" {
+                        "WITH (ordered = false)"
+                    } else {
+                        "ordered (the default)"
+                    };
+                    (
+                        self.proxy_cfg.clone(),
+                        Op::QwJob {
+                            queue,
+                            wait: JOB_WAIT,
+                            work,
+                            tx,
+                        },
+                        format!(
+                            "POP … LIMIT 1 WAIT '{JOB_WAIT}', {} ms sleep, ACK $1{in_tx}; queue {kind}, no partition key",
+                            job.work_ms
+                        ),
+                    )
+                };
+                let slice = run_slice(
+                    SliceSpec {
+                        cfg: &cfg,
+                        ops: vec![op; c],
+                        duration: duration(secs),
+                        budget: Some(level),
+                        warmup: false,
+                        label: format!("{w} C={c} {system}"),
+                    },
+                    &self.payloads,
+                    self.probes,
+                )
+                .await;
+                self.levels
+                    .insert(key.clone(), level.saturating_sub(slice.msgs));
+                let drained = slice.error.is_none() && slice.msgs >= level;
+                let cell = self.cell(w, system, c);
+                if drained || !cell.note.contains("drained") {
+                    cell.note = if drained {
+                        format!("{note}; drained: prefill too small")
+                    } else {
+                        note
+                    };
+                }
+                self.record(w, system, c, round, slice);
+            }
+        }
+        for (system, key) in &systems {
+            if self.levels.remove(key).is_none() {
+                continue;
+            }
+            let queue = key.split_once(':').map_or("", |(_, q)| q);
+            if *system == "pgmq" {
+                self.pg_admin
+                    .execute("SELECT pgmq.drop_queue($1)", &[&queue])
+                    .await?;
+            } else {
+                self.qw_admin
+                    .simple_query(&format!("DROP QUEUE {queue}"))
+                    .await?;
             }
         }
         Ok(())
@@ -1275,6 +1483,13 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
         });
         let uses_proxy = cell.system.starts_with("queenwire");
         let mut note = cell.note.clone();
+        if let (Some(p), Some(job)) = (parallelism(cell), job_cell(&cell.workload)) {
+            note.push_str(&format!(
+                "; parallelism {p:.1} (jobs/s × {:.3} s, at most {})",
+                job.work_ms as f64 / 1000.0,
+                job.workers
+            ));
+        }
         if !errors.is_empty() {
             if !note.is_empty() {
                 note.push_str("; ");
@@ -1307,6 +1522,7 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
     println!();
     println!("spread: (max − min) / 2 / median over the rounds. CPU: /proc times of the cluster's processes, the queenwire process and this load generator over the timed part, per message moved (per request for select1).");
     println!();
+    print_jobs(cells);
 
     print_extras(extras);
 
@@ -1325,6 +1541,13 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
         _ => "n/a".into(),
+    };
+    let job_parallelism = |w: &str, s: &str| {
+        cells
+            .iter()
+            .find(|x| x.workload == w && x.system == s)
+            .and_then(parallelism)
+            .map_or("n/a".into(), |p| format!("{p:.1}"))
     };
     let e2e = |s: &str, p: f64| {
         cells
@@ -1373,6 +1596,61 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
         (
             "popack1_vs_pgmq",
             ratio(rate("popack1", "queenwire 1000p"), rate("popack1", "pgmq")),
+        ),
+        (
+            "popack1_1p_shared_vs_pgmq",
+            ratio(
+                rate("popack1_1p_shared", "queenwire 1p shared"),
+                rate("popack1_1p_shared", "pgmq"),
+            ),
+        ),
+        (
+            "popack100_1p_shared_vs_pgmq",
+            ratio(
+                rate("popack100_1p_shared", "queenwire 1p shared"),
+                rate("popack100_1p_shared", "pgmq"),
+            ),
+        ),
+        (
+            "jobs8_20ms_vs_pgmq",
+            ratio(
+                rate_at("jobs8_20ms", "queenwire", 8),
+                rate_at("jobs8_20ms", "pgmq", 8),
+            ),
+        ),
+        (
+            "jobs8_20ms_parallelism",
+            job_parallelism("jobs8_20ms", "queenwire"),
+        ),
+        (
+            "jobs8_20ms_ordered_parallelism",
+            job_parallelism("jobs8_20ms", "queenwire ordered"),
+        ),
+        (
+            "jobs8_20ms_pgmq_parallelism",
+            job_parallelism("jobs8_20ms", "pgmq"),
+        ),
+        (
+            "jobs8_20ms_tx_vs_pgmq",
+            ratio(
+                rate_at("jobs8_20ms_tx", "queenwire", 8),
+                rate_at("jobs8_20ms_tx", "pgmq", 8),
+            ),
+        ),
+        (
+            "jobs8_20ms_tx_parallelism",
+            job_parallelism("jobs8_20ms_tx", "queenwire"),
+        ),
+        (
+            "jobs8_20ms_tx_pgmq_parallelism",
+            job_parallelism("jobs8_20ms_tx", "pgmq"),
+        ),
+        (
+            "jobs64_0ms_vs_pgmq",
+            ratio(
+                rate_at("jobs64_0ms", "queenwire", 64),
+                rate_at("jobs64_0ms", "pgmq", 64),
+            ),
         ),
         (
             "autoack100_vs_pgmq_pop",
@@ -1506,6 +1784,53 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
     println!("ratios (C={c}): see above; the line below is the machine-readable summary.");
     println!();
     println!("ratios: {}", line.join(" "));
+}
+
+fn job_cell(workload: &str) -> Option<&'static JobCell> {
+    JOB_CELLS.iter().find(|j| j.name == workload)
+}
+
+/// How many workers of a job cell were busy on average: its median jobs/s
+/// × the work of one job (None for cells without work).
+fn parallelism(cell: &Cell) -> Option<f64> {
+    let job = job_cell(&cell.workload).filter(|j| j.work_ms > 0)?;
+    Some(cell.median_rate()? * job.work_ms as f64 / 1000.0)
+}
+
+/// The job cells: jobs/s per system, median and min–max over the rounds,
+/// and the parallelism.
+fn print_jobs(cells: &[Cell]) {
+    let jobs: Vec<&Cell> = cells
+        .iter()
+        .filter(|c| job_cell(&c.workload).is_some())
+        .collect();
+    if jobs.is_empty() {
+        return;
+    }
+    println!("Job queue: workers on one queue without partition keys, each taking one job, working (a sleep), acknowledging it; jobs/s, median (min–max) over the rounds, and parallelism = jobs/s × the work of one job (how many workers were busy on average):");
+    println!();
+    println!("| cell | system | workers | jobs/s | min–max | parallelism |");
+    println!("|---|---|---:|---:|---:|---:|");
+    for cell in jobs {
+        let rates = cell.rates();
+        let (lo, hi) = rates
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), &r| (l.min(r), h.max(r)));
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            cell.workload,
+            cell.system,
+            cell.c,
+            cell.median_rate().map_or("error".into(), fmt_rate),
+            if rates.is_empty() {
+                "–".into()
+            } else {
+                format!("{}–{}", fmt_rate(lo), fmt_rate(hi))
+            },
+            parallelism(cell).map_or("–".into(), |p| format!("{p:.1}"))
+        );
+    }
+    println!();
 }
 
 /// POP latency at the fewest partitions ÷ at the most (1.0: flat).

@@ -14,12 +14,20 @@ use queenwire::engine::DEFAULT_TENANT;
 use queenwire::rewrite::calls::queues::PUSH;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, Row, Statement};
+use tokio_postgres::{Client, Config, GenericClient, Row, Statement};
 use uuid::Uuid;
 
 /// pgmq's visibility timeout for read (seconds): longer than any slice.
 const PGMQ_VT: i32 = 120;
+/// pgmq's visibility timeout for a job worker's read (seconds), as a job
+/// worker would set it: longer than any job.
+const PGMQ_JOB_VT: i32 = 30;
+/// A pgmq job worker whose read returned nothing sleeps this long before
+/// reading again (pgmq has no blocking read but `read_with_poll`; a plain
+/// worker loop polls).
+pub const PGMQ_JOB_IDLE: Duration = Duration::from_millis(10);
 
 #[derive(Clone, Debug)]
 pub enum Op {
@@ -79,6 +87,22 @@ pub enum Op {
     PgmqReadPoll { queue: String, limit: usize },
     /// `pgmq.pop(q, n)`.
     PgmqPop { queue: String, limit: usize },
+    /// One turn of a job worker: `POP FROM q LIMIT 1 WAIT '…'`, `work` of
+    /// sleep (the job), `ACK $1`; all inside `BEGIN … COMMIT` when `tx`.
+    QwJob {
+        queue: String,
+        wait: &'static str,
+        work: Duration,
+        tx: bool,
+    },
+    /// pgmq's job worker: `pgmq.read(q, 30, 1)`, `work` of sleep,
+    /// `pgmq.delete(q, id)`; inside `BEGIN … COMMIT` when `tx`. When read
+    /// returns nothing it sleeps `PGMQ_JOB_IDLE`.
+    PgmqJob {
+        queue: String,
+        work: Duration,
+        tx: bool,
+    },
     /// `SELECT 1`.
     Select1,
 }
@@ -249,6 +273,29 @@ impl Worker {
                 stmts.push(
                     client
                         .prepare_typed("SELECT * FROM pgmq.pop($1, $2)", &[Type::TEXT, Type::INT4])
+                        .await?,
+                );
+            }
+            Op::QwJob { queue, wait, .. } => {
+                stmts.push(
+                    client
+                        .prepare(&format!("POP FROM {queue} LIMIT 1 WAIT '{wait}'"))
+                        .await?,
+                );
+                stmts.push(client.prepare("ACK $1").await?);
+            }
+            Op::PgmqJob { .. } => {
+                stmts.push(
+                    client
+                        .prepare_typed(
+                            "SELECT * FROM pgmq.read($1, $2, $3)",
+                            &[Type::TEXT, Type::INT4, Type::INT4],
+                        )
+                        .await?,
+                );
+                stmts.push(
+                    client
+                        .prepare_typed("SELECT pgmq.delete($1, $2)", &[Type::TEXT, Type::INT8])
                         .await?,
                 );
             }
@@ -515,6 +562,32 @@ impl Worker {
                 consume_payloads(&rows, "message", seqs)?;
                 Ok(rows.len() as u64)
             }
+            Op::QwJob { work, tx, .. } => {
+                let (pop, ack) = (self.stmts[0].clone(), self.stmts[1].clone());
+                if tx {
+                    let t = self.client.transaction().await?;
+                    let n = qw_job(&t, &pop, &ack, work, seqs).await?;
+                    t.commit().await?;
+                    Ok(n)
+                } else {
+                    qw_job(&self.client, &pop, &ack, work, seqs).await
+                }
+            }
+            Op::PgmqJob { queue, work, tx } => {
+                let (read, delete) = (self.stmts[0].clone(), self.stmts[1].clone());
+                let n = if tx {
+                    let t = self.client.transaction().await?;
+                    let n = pgmq_job(&t, &read, &delete, &queue, work, seqs).await?;
+                    t.commit().await?;
+                    n
+                } else {
+                    pgmq_job(&self.client, &read, &delete, &queue, work, seqs).await?
+                };
+                if n == 0 {
+                    tokio::time::sleep(PGMQ_JOB_IDLE).await;
+                }
+                Ok(n)
+            }
             Op::Select1 => {
                 let stmt = self.stmts[0].clone();
                 let rows = self.client.query(&stmt, &[]).await?;
@@ -548,6 +621,59 @@ impl Worker {
         let stmt = self.client.prepare(&format!("ACK {list}")).await?;
         self.acks.insert(n, stmt.clone());
         Ok(stmt)
+    }
+}
+
+/// A queenwire job: POP one, work, ACK it (on a session or in its block).
+async fn qw_job<C: GenericClient + Sync>(
+    c: &C,
+    pop: &Statement,
+    ack: &Statement,
+    work: Duration,
+    seqs: Option<&mut Vec<u64>>,
+) -> Result<u64, BoxError> {
+    let rows = c.query(pop, &[]).await?;
+    let Some(row) = rows.first() else {
+        return Ok(0);
+    };
+    check_count("POP … LIMIT 1", rows.len() as u64, 1)?;
+    consume_payloads(&rows, "payload", seqs)?;
+    let receipt: &str = row.try_get("receipt")?;
+    if !work.is_zero() {
+        tokio::time::sleep(work).await;
+    }
+    let acked = c.query(ack, &[&receipt]).await?;
+    match acked.first().map(|r| r.try_get::<_, &str>(1)) {
+        Some(Ok("acked")) => Ok(1),
+        Some(Ok(status)) => Err(format!("ACK: {status}").into()),
+        _ => Err("ACK: no status".into()),
+    }
+}
+
+/// A pgmq job: read one, work, delete it (on a session or in its block).
+async fn pgmq_job<C: GenericClient + Sync>(
+    c: &C,
+    read: &Statement,
+    delete: &Statement,
+    queue: &str,
+    work: Duration,
+    seqs: Option<&mut Vec<u64>>,
+) -> Result<u64, BoxError> {
+    let rows = c.query(read, &[&queue, &PGMQ_JOB_VT, &1i32]).await?;
+    let Some(row) = rows.first() else {
+        return Ok(0);
+    };
+    check_count("pgmq read 1", rows.len() as u64, 1)?;
+    consume_payloads(&rows, "message", seqs)?;
+    let id: i64 = row.try_get("msg_id")?;
+    if !work.is_zero() {
+        tokio::time::sleep(work).await;
+    }
+    let deleted: bool = c.query_one(delete, &[&queue, &id]).await?.try_get(0)?;
+    if deleted {
+        Ok(1)
+    } else {
+        Err(format!("pgmq delete: message {id} was not there").into())
     }
 }
 

@@ -147,6 +147,9 @@ pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Pr
             let mut lat = Vec::new();
             let (mut ops, mut empty) = (0u64, 0u64);
             let mut error = None;
+            // When this connection last finished a request that moved
+            // messages.
+            let mut busy_until = start;
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let t0 = Instant::now();
                 match tokio::time::timeout(OP_TIMEOUT, w.run_once(None)).await {
@@ -159,6 +162,7 @@ pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Pr
                             lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
                         }
                         ops += 1;
+                        busy_until = Instant::now();
                         let total = done.fetch_add(n, Ordering::Relaxed) + n;
                         if budget.is_some_and(|b| total >= b) {
                             stop.store(true, Ordering::Relaxed);
@@ -174,19 +178,21 @@ pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Pr
                     }
                 }
             }
-            (lat, ops, empty, Instant::now(), error, w)
+            (lat, ops, empty, Instant::now(), busy_until, error, w)
         });
     }
     let mut slice = Slice::default();
     let mut end = start;
+    let mut busy_until = start;
     let mut finished = Vec::new();
     while let Some(r) = running.join_next().await {
         match r {
-            Ok((lat, ops, empty, t, error, w)) => {
+            Ok((lat, ops, empty, t, busy, error, w)) => {
                 slice.lat_us.extend(lat);
                 slice.ops += ops;
                 slice.empty += empty;
                 end = end.max(t);
+                busy_until = busy_until.max(busy);
                 if slice.error.is_none() {
                     slice.error = error;
                 }
@@ -196,7 +202,10 @@ pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Pr
         }
     }
     slice.cpu = probes.sample() - cpu0;
-    slice.elapsed = end - start;
+    // A request begun before the deadline that moved nothing (a POP that
+    // waits, say) and ended after it is idle time, not part of the slice;
+    // work finished after the deadline is.
+    slice.elapsed = end.min(deadline.max(busy_until)) - start;
     slice.msgs = done.load(Ordering::Relaxed);
     drop(finished);
     slice

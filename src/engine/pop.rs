@@ -245,6 +245,8 @@ async fn give_back(
             partition_ids: shared.iter().map(|r| r.partition_id).collect(),
             group: &plan.args.group,
             lease_tokens: shared.iter().filter_map(|r| r.lease_token).collect(),
+            from_offsets: shared.iter().map(|r| r.from_offset).collect(),
+            to_offsets: shared.iter().map(|r| r.to_offset).collect(),
             tenant,
         };
         if let Err(e) = conn.run(&call).await {

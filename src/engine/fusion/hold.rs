@@ -68,14 +68,23 @@ impl Fuser {
         else {
             return;
         };
-        let last = receipt.offset + rows.len() as i64 - 1;
+        // A shared group's claim need not be contiguous: its lowest and
+        // highest offsets (the rows' fifth column).
+        let offsets = rows.iter().filter_map(|row| match row.get(4) {
+            Some(Cell::Int8(offset)) => Some(*offset),
+            _ => None,
+        });
+        let first = offsets.clone().min().unwrap_or(receipt.offset);
+        let last = offsets
+            .max()
+            .unwrap_or(receipt.offset + rows.len() as i64 - 1);
         let held = Held {
             key: key.clone(),
             rows,
             at,
             partition_id: receipt.partition_id,
             lease_token: receipt.lease_token,
-            offsets: (receipt.offset, last),
+            offsets: (first, last),
             shared: receipt.shared,
         };
         let replaced = lock(&self.held).insert(session, held);
@@ -160,6 +169,8 @@ impl Fuser {
             partition_ids: vec![held.partition_id],
             group: &group,
             lease_tokens: vec![held.lease_token],
+            from_offsets: vec![held.offsets.0],
+            to_offsets: vec![held.offsets.1],
             tenant: held.key.tenant,
         };
         for attempt in 0..GIVE_BACK_ATTEMPTS {

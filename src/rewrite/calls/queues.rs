@@ -494,8 +494,15 @@ impl Call for Unclaim<'_> {
 /// messages each (partition, token) still leases are available again.
 pub const UNCLAIM_SHARED: CallSpec = CallSpec {
     name: "qw_unclaim_shared_v1",
-    sql: "SELECT queen.log_unclaim_shared_v1(p_partition_ids => $1, p_group => $2, p_lease_tokens => $3, p_tenant => $4) AS released",
-    params: &[Type::INT8_ARRAY, Type::TEXT, Type::UUID_ARRAY, Type::UUID],
+    sql: "SELECT queen.log_unclaim_shared_v1(p_partition_ids => $1, p_group => $2, p_lease_tokens => $3, p_from_offsets => $4, p_to_offsets => $5, p_tenant => $6) AS released",
+    params: &[
+        Type::INT8_ARRAY,
+        Type::TEXT,
+        Type::UUID_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::UUID,
+    ],
     columns: &[column("released", Type::INT4)],
 };
 
@@ -503,6 +510,9 @@ pub struct UnclaimShared<'a> {
     pub partition_ids: Vec<i64>,
     pub group: &'a str,
     pub lease_tokens: Vec<Uuid>,
+    /// Each claim's lowest and highest offset (its messages lie between).
+    pub from_offsets: Vec<i64>,
+    pub to_offsets: Vec<i64>,
     pub tenant: Uuid,
 }
 
@@ -514,6 +524,8 @@ impl Call for UnclaimShared<'_> {
             &self.partition_ids,
             &self.group,
             &self.lease_tokens,
+            &self.from_offsets,
+            &self.to_offsets,
             &self.tenant,
         ]
     }

@@ -207,10 +207,11 @@ $$;
 
 -- log_pop_shared_v1: log_pop_v2 for a shared group (log_pop_v2 calls it
 -- once it has the queue and the group's first sight; its arguments are
--- log_pop_v2's, resolved). Rows as log_pop_v2's, with state 'shared' for
--- what was claimed: one row per run of consecutive offsets of one segment
--- with one retry count; lease_token is the claim's (also with AUTO ACK, so
--- the engine can tell claims apart; it issues no receipts then).
+-- log_pop_v2's, resolved). Rows as log_pop_v2's, with state 'shared' or
+-- 'shared+' for what was claimed: one row per run of consecutive offsets
+-- of one segment with one retry count; a claim's first row is 'shared',
+-- its others 'shared+'. lease_token is the call's (also with AUTO ACK; the
+-- engine issues no receipts then).
 -- p_max_partitions counts claims: a fused POP's sessions may each claim
 -- from the same partition (at most p_partition_limit messages a claim).
 -- Judged candidates: 'empty', 'window', 'delayed', 'locked', and 'leased'
@@ -283,6 +284,8 @@ DECLARE
     v_i          INTEGER;
     v_run_from   BIGINT;
     v_run_retry  INTEGER;
+    v_run_first  INTEGER;
+    v_want       BIGINT;
     o_pid        BIGINT[] := '{}';
     o_pname      TEXT[] := '{}';
     o_state      TEXT[] := '{}';
@@ -401,11 +404,12 @@ BEGIN
         SELECT max(r.message_offset) INTO v_hw FROM queen.log_shared_records r
         WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group;
         v_hw := GREATEST(v_hw, v_cursor);
-        -- A finished head is moved over once the window holds 64 rows, or
-        -- when everything written was delivered (the last rows of a
-        -- drained partition): the move writes the consumer row, so not for
-        -- every message.
-        IF v_head >= 2 AND (v_hw - v_cursor >= 64 OR v_hw >= v_cand.last_offset) THEN
+        -- A finished head is moved over once the window holds 64 rows (or
+        -- is full), or when everything written was delivered (the last
+        -- rows of a drained partition): the move writes the consumer row,
+        -- so not for every message.
+        IF v_head >= 2 AND (v_hw - v_cursor >= LEAST(64, v_q.max_in_flight)
+                            OR v_hw >= v_cand.last_offset) THEN
             v_cursor := GREATEST(v_cursor,
                                  COALESCE(queen.log_shared_compact_v1(v_cand.id, p_group), v_cursor));
         END IF;
@@ -435,10 +439,16 @@ BEGIN
         v_lock_text := p_group || ':' || v_cand.id;
 
         -- Claims on this partition: one, or, for a fused POP, one for each
-        -- session while each fills its share.
+        -- session still without one, at most p_partition_limit messages
+        -- each: taken together (one statement for the redeliveries, one
+        -- for the new offsets, one token), then cut into claims in offset
+        -- order. A claim's first row says 'shared', its other rows
+        -- 'shared+', so the engine tells the claims apart.
         LOOP
             EXIT WHEN v_claims >= p_max_partitions OR v_budget <= 0;
             v_part := LEAST(v_budget, COALESCE(p_partition_limit, v_budget));
+            v_want := CASE WHEN p_partition_limit IS NULL THEN v_part
+                           ELSE LEAST(v_budget, v_part * (p_max_partitions - v_claims)) END;
             v_token := gen_random_uuid();
             v_expires := CASE WHEN p_auto_ack THEN NULL ELSE v_now + p_lease END;
 
@@ -457,18 +467,18 @@ BEGIN
                      WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
                        AND r.state = 1 AND r.available_at <= v_now
                      ORDER BY r.available_at
-                     LIMIT v_part)
+                     LIMIT v_want)
                     UNION ALL
                     (SELECT r.message_offset
                      FROM queen.log_shared_records r
                      WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
                        AND r.state = 0 AND r.lease_expires_at <= v_now
                      ORDER BY r.lease_expires_at
-                     LIMIT v_part)
+                     LIMIT v_want)
                 ) d
                 WHERE d.message_offset > v_cursor
                 ORDER BY d.message_offset
-                LIMIT v_part
+                LIMIT v_want
             ), due AS (
                 SELECT l.tid
                 FROM cand c
@@ -513,7 +523,7 @@ BEGIN
             -- an uncommitted claim of another transaction is skipped, not
             -- waited for. The start is read again here, in the snapshot
             -- that judges the rows.
-            IF v_got < v_part THEN
+            IF v_got < v_want THEN
                 WITH ins AS (
                     INSERT INTO queen.log_shared_records AS r
                         (partition_id, consumer_group, message_offset, state, lease_token,
@@ -542,7 +552,7 @@ BEGIN
                          ) AS o(o)
                     WHERE o.o <= v_top
                       AND pg_try_advisory_xact_lock(hashtextextended(v_lock_text, o.o))
-                    LIMIT v_part - v_got
+                    LIMIT v_want - v_got
                     ON CONFLICT DO NOTHING
                     RETURNING r.message_offset
                 )
@@ -560,15 +570,18 @@ BEGIN
             END IF;
             EXIT WHEN v_got = 0;
 
-            -- Runs of consecutive offsets with one retry count.
+            -- Runs of consecutive offsets with one retry count, never across
+            -- two claims (every v_part offsets).
             v_run_from := v_offs[1];
             v_run_retry := v_retries[1];
+            v_run_first := 1;
             FOR v_i IN 2 .. v_got + 1 LOOP
                 IF v_i > v_got OR v_offs[v_i] <> v_offs[v_i - 1] + 1
-                   OR v_retries[v_i] <> v_run_retry THEN
+                   OR v_retries[v_i] <> v_run_retry OR (v_i - 1) % v_part = 0 THEN
                     o_pid := o_pid || v_cand.id;
                     o_pname := o_pname || v_cand.name::TEXT;
-                    o_state := o_state || 'shared'::TEXT;
+                    o_state := o_state || CASE WHEN (v_run_first - 1) % v_part = 0
+                                               THEN 'shared' ELSE 'shared+' END;
                     o_until := o_until || NULL::TIMESTAMPTZ;
                     o_token := o_token || v_token;
                     o_expires := o_expires || v_expires;
@@ -578,14 +591,14 @@ BEGIN
                     IF v_i <= v_got THEN
                         v_run_from := v_offs[v_i];
                         v_run_retry := v_retries[v_i];
+                        v_run_first := v_i;
                     END IF;
                 END IF;
             END LOOP;
-            v_claims := v_claims + 1;
+            v_claims := v_claims + (v_got + v_part - 1) / v_part;
             v_budget := v_budget - v_got;
             v_here := v_here + v_got;
-            -- A claim that did not fill its share found all there was.
-            EXIT WHEN p_partition_limit IS NULL OR v_got < v_part;
+            EXIT;
         END LOOP;
 
         IF v_here = 0 THEN
@@ -627,7 +640,10 @@ BEGIN
     -- Judged rows first (their arrays are shorter: pad), then each run with
     -- the segments it overlaps.
     RETURN QUERY
-    SELECT x.pid, x.pname, x.st, x.until, x.tok, x.exp, x.retry,
+    SELECT x.pid, x.pname,
+           -- A run over two segments starts its claim once.
+           CASE WHEN x.st = 'shared' AND s.base_offset > x.f THEN 'shared+' ELSE x.st END,
+           x.until, x.tok, x.exp, x.retry,
            GREATEST(x.f, s.base_offset), LEAST(x.t, s.base_offset + s.message_count - 1),
            s.base_offset, s.blob
     FROM unnest(o_pid, o_pname, o_state, o_until, o_token, o_expires, o_retry, o_from, o_to)
@@ -635,7 +651,7 @@ BEGIN
     LEFT JOIN LATERAL (
         SELECT s1.base_offset, s1.message_count, s1.blob
         FROM queen.log_segments s1
-        WHERE x.st = 'shared' AND s1.partition_id = x.pid
+        WHERE x.st IN ('shared', 'shared+') AND s1.partition_id = x.pid
           AND s1.base_offset >= COALESCE(
                   (SELECT max(s2.base_offset) FROM queen.log_segments s2
                    WHERE s2.partition_id = x.pid AND s2.base_offset <= x.f),
@@ -643,7 +659,7 @@ BEGIN
           AND s1.base_offset <= x.t
         ORDER BY s1.base_offset
         LIMIT (x.t - x.f + 1)) s ON true
-    WHERE x.st <> 'shared' OR s.blob IS NOT NULL
+    WHERE x.st NOT IN ('shared', 'shared+') OR s.blob IS NOT NULL
     ORDER BY x.ord, s.base_offset;
 END
 $$;

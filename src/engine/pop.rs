@@ -177,8 +177,9 @@ pub async fn pop_call(
     let mut judged = Vec::with_capacity(rows.len());
     let mut claimed = Vec::new();
     // The claim the last entry of `out.per_partition` counts: a partition
-    // and its lease (a shared group's partition may be claimed once for
-    // each session of a fused POP, each claim with a token of its own).
+    // and its lease. A shared group's partition may be claimed once for
+    // each session of a fused POP, under one token: each of those claims
+    // starts with a row `shared` (its further rows are `shared+`).
     let mut counted = None;
     let mut failure = None;
     for judgement in rows {
@@ -186,6 +187,7 @@ pub async fn pop_call(
             Some(row) => row.lease_expires_at,
             None => judgement.retry_at,
         };
+        let starts = judgement.state == "shared";
         judged.push((judgement.partition_id, judgement.state, at));
         if let Some(row) = judgement.claimed {
             if failure.is_none() {
@@ -195,7 +197,7 @@ pub async fn pop_call(
                 // A partition's segments come one after the other.
                 let claim = (row.partition_id, row.lease_token);
                 match out.per_partition.last_mut() {
-                    Some(n) if counted == Some(claim) => *n += added,
+                    Some(n) if counted == Some(claim) && !starts => *n += added,
                     _ if added > 0 => {
                         out.per_partition.push(added);
                         counted = Some(claim);

@@ -99,7 +99,7 @@ impl Judgement {
     pub fn from_state(state: &str, retry_at: Option<SystemTime>) -> Judgement {
         match state {
             "claimed" => Judgement::Claimed(retry_at),
-            "shared" => Judgement::Shared,
+            "shared" | "shared+" => Judgement::Shared,
             "drained" => Judgement::Drained,
             "empty" => Judgement::Empty,
             "locked" => Judgement::Locked,

@@ -345,8 +345,9 @@ impl Call for PopCandidates<'_> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PopJudged {
     pub partition_id: i64,
-    /// `claimed`, `shared` (claimed for a shared group), `drained`, `empty`,
-    /// `leased`, `blocked`, `window`, `delayed`, `locked`.
+    /// `claimed`, `shared` / `shared+` (the first / a further row of a
+    /// shared group's claim), `drained`, `empty`, `leased`, `blocked`,
+    /// `window`, `delayed`, `locked`.
     pub state: String,
     /// Pending but not before this (database clock), for the waiting states.
     pub retry_at: Option<SystemTime>,
@@ -357,7 +358,8 @@ impl FromRow for PopJudged {
     fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
         let state: String = row.get("state")?;
         let partition_id = row.get("partition_id")?;
-        let shared = state == "shared";
+        // A shared group's claim: its first row `shared`, the others `shared+`.
+        let shared = state == "shared" || state == "shared+";
         let claimed = if shared || state == "claimed" {
             Some(PopRow {
                 partition_id,

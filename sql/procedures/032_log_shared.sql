@@ -122,6 +122,12 @@ CREATE OR REPLACE FUNCTION queen.log_shared_compact_v1(
 ) RETURNS BIGINT
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+-- Index reads only: a generic plan made while the table was small scanned
+-- it whole, on every call, as it grew (POPs slowed by half within seconds).
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
     v_now    TIMESTAMPTZ := clock_timestamp();
@@ -130,8 +136,9 @@ DECLARE
 BEGIN
     IF p_min_rows > 0 THEN
         SELECT c.cursor_offset, p.last_offset,
-               (SELECT max(r.message_offset) FROM queen.log_shared_records r
-                WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group) AS hw
+               (SELECT r.message_offset FROM queen.log_shared_records r
+                WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+                ORDER BY r.message_offset DESC LIMIT 1) AS hw
         INTO v_c
         FROM queen.log_consumers c
         JOIN queen.log_partitions p ON p.id = c.partition_id
@@ -401,8 +408,12 @@ BEGIN
         SELECT r.state INTO v_head FROM queen.log_shared_records r
         WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
           AND r.message_offset = v_cursor + 1;
-        SELECT max(r.message_offset) INTO v_hw FROM queen.log_shared_records r
-        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group;
+        -- ORDER BY ... LIMIT 1, not max(): a generic plan made while the
+        -- table was small aggregated every row of the (partition, group)
+        -- for it, on every call, as the table grew.
+        SELECT r.message_offset INTO v_hw FROM queen.log_shared_records r
+        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+        ORDER BY r.message_offset DESC LIMIT 1;
         v_hw := GREATEST(v_hw, v_cursor);
         -- A finished head is moved over once the window holds 64 rows (or
         -- is full), or when everything written was delivered (the last
@@ -542,10 +553,11 @@ BEGIN
                           -- LIMIT.
                           SELECT generate_series(b.lo, v_top) AS o
                           FROM (SELECT GREATEST(v_hw,
-                                                (SELECT max(r3.message_offset)
+                                                (SELECT r3.message_offset
                                                  FROM queen.log_shared_records r3
                                                  WHERE r3.partition_id = v_cand.id
-                                                   AND r3.consumer_group = p_group),
+                                                   AND r3.consumer_group = p_group
+                                                 ORDER BY r3.message_offset DESC LIMIT 1),
                                                 (SELECT c.cursor_offset FROM queen.log_consumers c
                                                  WHERE c.partition_id = v_cand.id
                                                    AND c.consumer_group = p_group)) + 1 AS lo) b
@@ -653,8 +665,9 @@ BEGIN
         FROM queen.log_segments s1
         WHERE x.st IN ('shared', 'shared+') AND s1.partition_id = x.pid
           AND s1.base_offset >= COALESCE(
-                  (SELECT max(s2.base_offset) FROM queen.log_segments s2
-                   WHERE s2.partition_id = x.pid AND s2.base_offset <= x.f),
+                  (SELECT s2.base_offset FROM queen.log_segments s2
+                   WHERE s2.partition_id = x.pid AND s2.base_offset <= x.f
+                   ORDER BY s2.base_offset DESC LIMIT 1),
                   x.f)
           AND s1.base_offset <= x.t
         ORDER BY s1.base_offset

@@ -8,10 +8,10 @@
 
 mod common;
 
+use common::binary::Queenwire;
 use common::proxy::{connect, Proxy};
 use common::sql::rows;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -407,91 +407,6 @@ struct Ledger {
     lost_replies: AtomicUsize,
 }
 
-struct Binary {
-    backend: String,
-    port: u16,
-    log: std::path::PathBuf,
-    child: Option<Child>,
-}
-
-impl Binary {
-    fn start(direct: &tokio_postgres::Config, dir: &std::path::Path, name: &str) -> Binary {
-        let socket_dir = match &direct.get_hosts()[0] {
-            tokio_postgres::config::Host::Unix(dir) => dir.clone(),
-            other => panic!("{other:?}"),
-        };
-        let backend = format!(
-            "host={} port={} user={} dbname={}",
-            socket_dir.display(),
-            direct.get_ports()[0],
-            direct.get_user().unwrap(),
-            direct.get_dbname().unwrap()
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut b = Binary {
-            backend,
-            port,
-            log: dir.join(format!("{name}.log")),
-            child: None,
-        };
-        b.spawn();
-        b
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        self.child = Some(
-            Command::new(env!("CARGO_BIN_EXE_queenwire"))
-                .args([
-                    "--backend",
-                    &self.backend,
-                    "--listen",
-                    &format!("127.0.0.1:{}", self.port),
-                    "--pool-size",
-                    "8",
-                ])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        );
-    }
-
-    fn kill_9_and_restart(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
-        self.spawn();
-    }
-
-    fn config(&self) -> tokio_postgres::Config {
-        let mut cfg = tokio_postgres::Config::new();
-        cfg.host("127.0.0.1")
-            .port(self.port)
-            .user("ledger")
-            .dbname("ledger");
-        cfg
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 async fn connect_retrying(cfg: &tokio_postgres::Config) -> Client {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -662,18 +577,16 @@ async fn consumer(
 async fn shared_ledger(name: &str, processes: usize, kills: usize) {
     let direct = common::cluster::fresh_database(name);
     let dir = tempfile::tempdir().unwrap();
-    let binaries: Vec<Arc<Mutex<Binary>>> = (0..processes)
+    let binaries: Vec<Arc<Mutex<Queenwire>>> = (0..processes)
         .map(|i| {
-            Arc::new(Mutex::new(Binary::start(
-                &direct,
-                dir.path(),
-                &format!("qw{i}"),
-            )))
+            let name = format!("qw{i}");
+            let qw = Queenwire::start(&direct, dir.path(), &name, &["--pool-size", "8"]);
+            Arc::new(Mutex::new(qw))
         })
         .collect();
     let configs: Vec<tokio_postgres::Config> = binaries
         .iter()
-        .map(|b| b.lock().unwrap().config())
+        .map(|b| b.lock().unwrap().client_config("ledger"))
         .collect();
     let admin = connect_retrying(&configs[0]).await;
     admin

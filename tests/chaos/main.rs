@@ -25,8 +25,9 @@ mod ledger;
 mod processes;
 
 use client::{col, quote, Conn, Failure, FAILED, NOT_SENT, UNKNOWN};
+use common::binary::Queenwire;
 use ledger::{check, Acked, Fault, Ledgers, Report};
-use processes::{Cluster, Queenwire};
+use processes::Cluster;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -234,8 +235,13 @@ async fn run(name: &str, run: Duration, chaos: bool, fault: Fault) -> Report {
         )
         .await
         .unwrap();
-    let qw = Arc::new(Mutex::new(Queenwire::start(&cluster, &dir)));
-    let cfg = qw.lock().unwrap().client_config();
+    let qw = Arc::new(Mutex::new(Queenwire::start(
+        &cluster.config(),
+        &dir,
+        "queenwire",
+        &[],
+    )));
+    let cfg = qw.lock().unwrap().client_config("chaos");
     // Up, schema applied, queue created.
     let mut admin = Conn::new(cfg.clone());
     let mut attempts = 0;

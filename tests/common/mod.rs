@@ -2,6 +2,7 @@
 //! database per test, queenwire started in-process on it, and clients.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod cluster;
 pub mod cut;
 pub mod proxy;

@@ -34,6 +34,12 @@ async fn sql_error(client: &Client, sql: &str) -> String {
         .unwrap_or_else(|| panic!("{sql}: {err}"))
 }
 
+/// ACK of one POP row's receipt (`suffix`: `""`, `" FAILED"`, …): its status.
+async fn ack(client: &Client, row: &Row, suffix: &str) -> String {
+    let sql = format!("ACK {}{suffix}", quote(&col(row, "receipt")));
+    col(&rows(client, &sql).await[0], "status")
+}
+
 /// The payload number of a POP row (`{"n": 17}`).
 fn number(row: &Row) -> u64 {
     let payload = col(row, "payload");
@@ -82,15 +88,8 @@ async fn a_failed_message_does_not_hold_back_the_messages_behind_it_in_a_shared_
         push_numbers(&client, queue, "Default", 0..3).await;
         let first = rows(&client, &format!("POP FROM {queue}")).await;
         assert_eq!(number(&first[0]), 0);
-        let failed = rows(
-            &client,
-            &format!(
-                "ACK {} FAILED REASON 'boom'",
-                quote(&col(&first[0], "receipt"))
-            ),
-        )
-        .await;
-        assert_eq!(col(&failed[0], "status"), "retry");
+        let failed = ack(&client, &first[0], " FAILED REASON 'boom'").await;
+        assert_eq!(failed, "retry");
         let next = rows(&client, &format!("POP FROM {queue} LIMIT 10")).await;
         let got: Vec<u64> = next.iter().map(number).collect();
         if ordered {
@@ -139,11 +138,11 @@ async fn consumers_of_one_shared_partition_hold_distinct_messages_at_once() {
     )
     .await;
     assert!(!col(&renewed[0], "lease_expires_at").is_empty());
-    let acked = rows(c0, &format!("ACK {}", quote(&col(&r0[0], "receipt")))).await;
-    assert_eq!(col(&acked[0], "status"), "acked");
+    let acked = ack(c0, &r0[0], "").await;
+    assert_eq!(acked, "acked");
     // Repeated with the same receipt: acked again, nothing changes.
-    let again = rows(c0, &format!("ACK {}", quote(&col(&r0[0], "receipt")))).await;
-    assert_eq!(col(&again[0], "status"), "acked");
+    let again = ack(c0, &r0[0], "").await;
+    assert_eq!(again, "acked");
     // The type cannot change while messages are in flight.
     assert_eq!(
         sql_error(&admin, "ALTER QUEUE par SET (ordered = true)").await,
@@ -211,11 +210,7 @@ async fn a_pop_ack_in_a_transaction_block_holds_only_its_own_message() {
     let theirs = rows(&other, "POP FROM blk").await;
     assert_eq!(number(&theirs[0]), 1);
     assert!(started.elapsed() < Duration::from_secs(5));
-    rows(
-        &worker,
-        &format!("ACK {}", quote(&col(&mine[0], "receipt"))),
-    )
-    .await;
+    ack(&worker, &mine[0], "").await;
     worker.batch_execute("ROLLBACK").await.unwrap();
     // Rolled back: the POP and the ACK never happened, message 0 is there.
     let again = rows(&admin, "POP FROM blk LIMIT 5").await;
@@ -254,17 +249,9 @@ async fn the_window_of_a_shared_partition_is_max_in_flight_wide() {
     assert!(rows(&client, "POP FROM win").await.is_empty());
     // Finishing the second does not free the window: the first still holds
     // the start.
-    rows(
-        &client,
-        &format!("ACK {}", quote(&col(&first[1], "receipt"))),
-    )
-    .await;
+    ack(&client, &first[1], "").await;
     assert!(rows(&client, "POP FROM win").await.is_empty());
-    rows(
-        &client,
-        &format!("ACK {}", quote(&col(&first[0], "receipt"))),
-    )
-    .await;
+    ack(&client, &first[0], "").await;
     let next = rows(&client, "POP FROM win LIMIT 10").await;
     assert_eq!(next.iter().map(number).collect::<Vec<_>>(), [2, 3]);
 }
@@ -279,22 +266,14 @@ async fn seek_and_drop_group_start_a_shared_group_afresh() {
         .unwrap();
     push_numbers(&client, "sk", "Default", 0..4).await;
     let held = rows(&client, "POP FROM sk GROUP g LIMIT 2").await;
-    rows(
-        &client,
-        &format!("ACK {}", quote(&col(&held[1], "receipt"))),
-    )
-    .await;
+    ack(&client, &held[1], "").await;
     client
         .batch_execute("SEEK GROUP g ON sk TO BEGINNING")
         .await
         .unwrap();
     // The lease went with the move: its receipt is stale.
-    let stale = rows(
-        &client,
-        &format!("ACK {}", quote(&col(&held[0], "receipt"))),
-    )
-    .await;
-    assert_eq!(col(&stale[0], "status"), "stale");
+    let stale = ack(&client, &held[0], "").await;
+    assert_eq!(stale, "stale");
     let all = rows(&client, "POP FROM sk GROUP g LIMIT 10").await;
     assert_eq!(all.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
     client.batch_execute("DROP GROUP g ON sk").await.unwrap();
@@ -322,11 +301,7 @@ async fn a_waiting_pop_gets_a_failed_message_back_once_its_retry_delay_passed() 
         .unwrap();
     push_numbers(&client, "wt", "Default", 0..1).await;
     let first = rows(&client, "POP FROM wt").await;
-    rows(
-        &client,
-        &format!("ACK {} FAILED", quote(&col(&first[0], "receipt"))),
-    )
-    .await;
+    ack(&client, &first[0], " FAILED").await;
     let started = Instant::now();
     let again = rows(&client, "POP FROM wt WAIT '10s'").await;
     assert_eq!(again.len(), 1);

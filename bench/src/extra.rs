@@ -4,10 +4,10 @@
 //! directly, and queenwire's memory with 1,000 idle clients.
 
 use crate::ops::Op;
+use crate::pgbench::{find_pgbench, parse_tps, TPCB_SCALE};
 use crate::runner::{percentile, run_slice, Slice, SliceSpec};
 use crate::setup::{self, BoxError};
 use crate::{duration, Bench};
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -25,8 +25,6 @@ const MANY_PROVISIONERS: usize = 32;
 /// partition) per statement.
 const BATCH_PROVISIONED: usize = 100_000;
 const PROVISION_BATCH: usize = 100;
-/// pgbench's scale factor for TPC-B (1,000,000 accounts).
-const TPCB_SCALE: u32 = 10;
 /// Idle client connections held open for the memory figure.
 pub const IDLE_CLIENTS: usize = 1_000;
 
@@ -243,15 +241,9 @@ impl Bench {
     }
 
     /// pgbench's built-in TPC-B script, 8 clients, scale 10, alternating
-    /// direct (Unix socket), through queenwire's Unix socket and through its
-    /// TCP port, simple protocol.
-    pub async fn tpcb(
-        &mut self,
-        socket_dir: &Path,
-        pg_port: u16,
-        user: &str,
-        db: &str,
-    ) -> Result<(), BoxError> {
+    /// direct and through queenwire, simple protocol, both over the run's
+    /// transport.
+    pub async fn tpcb(&mut self) -> Result<(), BoxError> {
         let Some(pgbench) = find_pgbench() else {
             self.extras
                 .notes
@@ -259,10 +251,9 @@ impl Bench {
             return Ok(());
         };
         eprintln!("bench: tpcb: pgbench -i -s {TPCB_SCALE}");
-        let socket = socket_dir.display().to_string();
         let out = Command::new(&pgbench)
-            .args(["-i", "-q", "-s", &TPCB_SCALE.to_string(), "-h", &socket])
-            .args(["-p", &pg_port.to_string(), "-U", user, db])
+            .args(["-i", "-q", "-s", &TPCB_SCALE.to_string()])
+            .args(setup::libpq_args(&self.direct_cfg)?)
             .output()?;
         if !out.status.success() {
             return Err(format!(
@@ -272,21 +263,16 @@ impl Bench {
             .into());
         }
         let secs = (self.args.secs * 3.0).round().max(2.0) as u32;
-        let proxy_port = self.proxy_cfg.get_ports().first().copied().unwrap_or(5432);
-        let proxy_socket = match self.proxy_unix_cfg.get_hosts().first() {
-            Some(tokio_postgres::config::Host::Unix(dir)) => dir.display().to_string(),
-            _ => return Err("no Unix socket for queenwire".into()),
-        };
         for round in 0..self.args.rounds {
-            for system in ["direct", "queenwire unix", "queenwire"] {
-                let (host, port, login) = match system {
-                    "direct" => (socket.clone(), pg_port, user.to_string()),
-                    "queenwire unix" => (proxy_socket.clone(), proxy_port, "bench".to_string()),
-                    _ => ("127.0.0.1".to_string(), proxy_port, "bench".to_string()),
+            for system in ["direct", "queenwire"] {
+                let target = if system == "direct" {
+                    setup::libpq_args(&self.direct_cfg)?
+                } else {
+                    setup::libpq_args(&self.proxy_cfg)?
                 };
                 let out = Command::new(&pgbench)
                     .args(["-n", "-c", "8", "-j", "2", "-T", &secs.to_string()])
-                    .args(["-h", &host, "-p", &port.to_string(), "-U", &login, db])
+                    .args(&target)
                     .output()?;
                 let text = String::from_utf8_lossy(&out.stdout);
                 match parse_tps(&text) {
@@ -353,39 +339,5 @@ impl Bench {
         self.extras.idle_rss_mb = Some((with, before));
         eprintln!("bench: idle1000: RSS {before:.1} MB before, {with:.1} MB with them open");
         Ok(())
-    }
-}
-
-fn find_pgbench() -> Option<std::path::PathBuf> {
-    if let Ok(out) = Command::new("pgbench").arg("--version").output() {
-        if out.status.success() {
-            return Some("pgbench".into());
-        }
-    }
-    let mut found: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("bin/pgbench"))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort();
-    found.pop()
-}
-
-/// `tps = 1234.5 (without initial connection time)`.
-fn parse_tps(out: &str) -> Option<f64> {
-    out.lines()
-        .find(|l| l.starts_with("tps = ") && l.contains("without initial connection"))
-        .and_then(|l| l["tps = ".len()..].split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reads_pgbench_tps() {
-        let out = "latency average = 1.2 ms\ninitial connection time = 3.1 ms\ntps = 6543.210987 (without initial connection time)\n";
-        assert_eq!(super::parse_tps(out), Some(6543.210987));
-        assert_eq!(super::parse_tps("tps = x"), None);
     }
 }

@@ -10,8 +10,10 @@
 mod extra;
 mod ops;
 mod payload;
+mod pgbench;
 mod pgtypes;
 mod procfs;
+mod quiet;
 mod runner;
 mod setup;
 mod soak;
@@ -32,7 +34,8 @@ use tokio_postgres::{Client, Config};
 const USAGE: &str = "\
 usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
                        [--pool-size N] [--only W1,W2] [--systems S1,S2]
-                       [--prefill-cap N] [--queenwire PATH] [--keep]
+                       [--prefill-cap N] [--transport tcp|unix] [--pgbench]
+                       [--queenwire PATH] [--keep]
 
   --quick        C=8 only, 3 rounds of 1 s (under 3 minutes)
   --rounds N     rounds per cell, interleaved across systems (default 5; quick 3)
@@ -44,10 +47,16 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
                  push100_text,push1_nq,popack1,popack100,autoack1,autoack100,
                  popack1_1p_shared,popack100_1p_shared,jobs8_20ms,
                  jobs8_20ms_tx,jobs64_0ms,e2e,fanout,select1,pop_scale,tpcb,
-                 idle1000,stream
+                 idle1000,stream; in the pgbench mode also pop100
   --systems      run only these systems (queenwire, pgmq, INSERT, direct;
                  a prefix: queenwire covers queenwire 1000p), e.g. to profile
   --prefill-cap  most messages queued before one consume slice (default 400000)
+  --transport    how every client reaches every system, and queenwire its
+                 backend: tcp on 127.0.0.1 (default) or unix sockets
+  --pgbench      the pgbench mode: the headline cells as pgbench scripts
+                 (bench/pgbench/), -M simple and -M prepared, beside their
+                 native twins, and PgBouncer beside queenwire for select1
+                 and TPC-B
   --queenwire    the queenwire binary (default: built next to this one)
   --keep         keep the data directory (/tmp/qwbench-PID)
   --soak [MIN]   the soak mode instead (default 30 minutes; --soak --help)";
@@ -152,6 +161,27 @@ struct Args {
     prefill_cap: u64,
     queenwire: Option<PathBuf>,
     keep: bool,
+    transport: Transport,
+    pgbench: bool,
+    /// `--only` was given (the pgbench mode sets `only` to its twins).
+    only_given: bool,
+}
+
+/// How the load generator reaches every system, and queenwire its backend:
+/// the same on both sides of every comparison.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Transport {
+    Tcp,
+    Unix,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "TCP on 127.0.0.1",
+            Transport::Unix => "Unix sockets",
+        }
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -166,6 +196,9 @@ fn parse_args() -> Result<Args, String> {
         prefill_cap: PREFILL_CAP,
         queenwire: None,
         keep: false,
+        transport: Transport::Tcp,
+        pgbench: false,
+        only_given: false,
     };
     let (mut secs, mut conc, mut rounds) = (None, None, None::<usize>);
     let mut it = std::env::args().skip(1);
@@ -222,13 +255,24 @@ fn parse_args() -> Result<Args, String> {
                     .split(',')
                     .map(|s| s.trim().to_string())
                     .collect();
-                if let Some(bad) = list.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+                if let Some(bad) = list.iter().find(|w| {
+                    !WORKLOADS.contains(&w.as_str()) && !pgbench::CELL_NAMES.contains(&w.as_str())
+                }) {
                     return Err(format!("unknown workload {bad}"));
                 }
                 a.only = Some(list);
+                a.only_given = true;
             }
             "--queenwire" => a.queenwire = Some(PathBuf::from(value("--queenwire")?)),
             "--keep" => a.keep = true,
+            "--pgbench" => a.pgbench = true,
+            "--transport" => {
+                a.transport = match value("--transport")?.as_str() {
+                    "tcp" => Transport::Tcp,
+                    "unix" => Transport::Unix,
+                    other => return Err(format!("--transport: tcp or unix, not {other}")),
+                }
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -237,6 +281,19 @@ fn parse_args() -> Result<Args, String> {
         a.rounds = 3;
         a.secs = 1.0;
         a.concurrency = vec![8];
+    }
+    if a.pgbench {
+        // The native twins of the pgbench cells, at the pgbench cells' C.
+        if a.only.is_none() {
+            a.only = Some(
+                ["push1", "push1_100p", "push100", "autoack100", "select1"]
+                    .map(String::from)
+                    .to_vec(),
+            );
+        }
+        if conc.is_none() {
+            a.concurrency = vec![pgbench::CLIENTS];
+        }
     }
     if let Some(s) = secs {
         a.secs = s;
@@ -286,12 +343,11 @@ impl Cell {
 
 struct Bench {
     args: Args,
+    /// queenwire, over `args.transport`.
     proxy_cfg: Config,
-    /// queenwire over its Unix socket (select1, tpcb).
-    proxy_unix_cfg: Config,
+    /// The cluster, over `args.transport`: pgmq, INSERT and the engine's
+    /// own procedures called directly.
     direct_cfg: Config,
-    /// The cluster over TCP on 127.0.0.1.
-    direct_tcp_cfg: Config,
     qw_admin: Client,
     pg_admin: Client,
     payloads: Arc<Payloads>,
@@ -304,6 +360,11 @@ struct Bench {
     serial: usize,
     started: Instant,
     extras: extra::Extras,
+    /// The pgbench mode's runs.
+    pgbench: pgbench::Results,
+    quiet: quiet::Quiet,
+    /// The quiet-machine check's warnings: (cell, why).
+    busy: Vec<(String, String)>,
 }
 
 fn duration(secs: f64) -> Duration {
@@ -404,7 +465,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let started = Instant::now();
     let pids = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     watchdog(
-        if args.quick {
+        if args.pgbench {
+            Duration::from_secs(1800)
+        } else if args.quick {
             Duration::from_secs(600)
         } else {
             Duration::from_secs(2700)
@@ -416,7 +479,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let cluster = setup::start_cluster().await?;
     pids.1.store(u64::from(cluster.pg.pid()), Ordering::Relaxed);
     let result = async {
-        let direct_cfg = cluster.pg.client_config();
+        let direct_cfg = match args.transport {
+            Transport::Tcp => cluster.tcp_config(),
+            Transport::Unix => cluster.pg.client_config(),
+        };
         let pg_admin = setup::connect(&direct_cfg).await?;
         eprintln!("bench: installing pgmq's SQL (pgmq crate 0.33.7, install-sql-embedded)");
         let pgmq_version = setup::install_pgmq(&cluster).await?;
@@ -428,7 +494,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         );
         let proxy = setup::start_proxy(
             &binary,
-            &cluster.conninfo(),
+            &cluster.conninfo(args.transport),
             args.pool_size,
             &cluster.dir,
             // Room for the idle-clients workload's 1,000 beside the others.
@@ -437,15 +503,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
         )
         .await?;
         pids.0.store(u64::from(proxy.pid), Ordering::Relaxed);
-        let proxy_cfg = proxy.client_config();
-        let proxy_unix_cfg = proxy.unix_client_config();
+        let proxy_cfg = match args.transport {
+            Transport::Tcp => proxy.client_config(),
+            Transport::Unix => proxy.unix_client_config(),
+        };
         let qw_admin = setup::connect(&proxy_cfg).await?;
         let mut bench = Bench {
             args: args.clone(),
             proxy_cfg,
-            proxy_unix_cfg,
             direct_cfg,
-            direct_tcp_cfg: cluster.tcp_config(),
             qw_admin,
             pg_admin,
             payloads: Arc::new(Payloads::new(4096)),
@@ -459,11 +525,20 @@ async fn run(args: Args) -> Result<(), BoxError> {
             serial: 0,
             started,
             extras: extra::Extras::default(),
+            pgbench: pgbench::Results::default(),
+            quiet: quiet::Quiet::default(),
+            busy: Vec::new(),
         };
         // A signal ends the measuring, not the cleanup: the partial report is
         // printed and both servers are stopped below.
         let outcome = tokio::select! {
-            r = bench.run_all(&cluster) => r,
+            r = async {
+                bench.run_all().await?;
+                if bench.args.pgbench {
+                    bench.pgbench_mode(&cluster).await?;
+                }
+                Ok(())
+            } => r,
             s = interrupted() => Err(format!("interrupted by {s}; partial results").into()),
         };
         // The peak of the workloads, before the idle clients raise it.
@@ -482,7 +557,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             args: args.clone(),
             elapsed: started.elapsed(),
         };
-        print_report(&bench.cells, &bench.extras, rss, &header);
+        print_report(&bench, rss, &header);
         outcome
     }
     .await;
@@ -529,6 +604,22 @@ impl Bench {
             .only
             .as_ref()
             .is_none_or(|o| o.iter().any(|x| x == w))
+    }
+
+    /// The quiet-machine check before a cell (see quiet.rs): printed, and a
+    /// warning kept for the report when the machine was busy.
+    pub(crate) async fn quiet_check(&mut self, cell: &str) {
+        let r = self.quiet.check().await;
+        eprintln!(
+            "bench: quiet check before {cell}: load average {:.2}, CPUs {:.0}% busy, probe {:.0} µs{}",
+            r.load1,
+            r.busy * 100.0,
+            r.probe_us,
+            r.warning.as_deref().map_or(String::new(), |w| format!("  WARNING: {w}"))
+        );
+        if let Some(w) = r.warning {
+            self.busy.push((cell.to_string(), w));
+        }
     }
 
     fn next_name(&mut self, prefix: &str) -> String {
@@ -580,7 +671,7 @@ impl Bench {
         self.cell(workload, system, c).slices.push(slice);
     }
 
-    async fn run_all(&mut self, cluster: &setup::Cluster) -> Result<(), BoxError> {
+    async fn run_all(&mut self) -> Result<(), BoxError> {
         let concurrency = self.args.concurrency.clone();
         for (suffix, shape) in [
             ("", PushShape::OnePartition),
@@ -594,6 +685,7 @@ impl Bench {
                 }
                 let w = format!("push{batch}{suffix}");
                 if self.wants(&w) {
+                    self.quiet_check(&w).await;
                     for &c in &concurrency {
                         self.push_workload(&w, batch, c, shape).await?;
                     }
@@ -632,6 +724,7 @@ impl Bench {
                 ("popack100_1p_shared", 100, false, shared),
             ] {
                 if self.wants(w) {
+                    self.quiet_check(w).await;
                     for &c in &concurrency {
                         self.consume_workload(w, limit, auto, c, systems).await?;
                     }
@@ -640,10 +733,12 @@ impl Bench {
         }
         for job in JOB_CELLS {
             if self.wants(job.name) {
+                self.quiet_check(job.name).await;
                 self.jobs_workload(job).await?;
             }
         }
         if self.wants("e2e") {
+            self.quiet_check("e2e").await;
             for round in 0..self.args.rounds {
                 for queenwire in [true, false] {
                     if !self.runs(if queenwire { "queenwire" } else { "pgmq" }) {
@@ -654,6 +749,7 @@ impl Bench {
             }
         }
         if self.wants("fanout") {
+            self.quiet_check("fanout").await;
             let per_group: Vec<usize> = if self.args.quick { vec![1] } else { vec![1, 4] };
             for k in per_group {
                 if !self.runs("queenwire") {
@@ -665,13 +761,12 @@ impl Bench {
             }
         }
         if self.wants("select1") {
+            self.quiet_check("select1").await;
             for &c in &concurrency {
                 for round in 0..self.args.rounds {
                     for (system, cfg) in [
                         ("queenwire", self.proxy_cfg.clone()),
-                        ("queenwire unix", self.proxy_unix_cfg.clone()),
                         ("direct", self.direct_cfg.clone()),
-                        ("direct tcp", self.direct_tcp_cfg.clone()),
                     ] {
                         if !self.runs(system) {
                             continue;
@@ -695,17 +790,15 @@ impl Bench {
             }
         }
         if self.wants("tpcb") {
-            let (dir, port) = (cluster.pg.socket_dir().to_path_buf(), cluster.pg.port());
-            let (user, db) = (
-                cluster.pg.user().to_string(),
-                cluster.pg.database().to_string(),
-            );
-            self.tpcb(&dir, port, &user, &db).await?;
+            self.quiet_check("tpcb").await;
+            self.tpcb().await?;
         }
         if self.wants("pop_scale") && self.runs("queenwire") {
+            self.quiet_check("pop_scale").await;
             self.pop_scale().await?;
         }
         if self.wants("stream") && self.runs("queenwire") {
+            self.quiet_check("stream").await;
             self.stream_lag().await?;
         }
         Ok(())
@@ -880,10 +973,11 @@ impl Bench {
     /// or `fan:<queue>`.
     async fn prefill(&mut self, key: &str, n: u64) -> Result<(), BoxError> {
         let (cfg, op) = match key.split_once(':') {
-            Some(("qw", "cons_p1000")) => (
+            // The POP cells' many-partition queues.
+            Some(("qw", "cons_p1000" | "pgb_pop")) => (
                 self.proxy_cfg.clone(),
                 Op::QwPush {
-                    queue: "cons_p1000".into(),
+                    queue: key[3..].into(),
                     batch: 100,
                     partitions: Some(MANY_PARTITIONS),
                     random: false,
@@ -1434,15 +1528,24 @@ fn per_msg(cpu_us: u64, msgs: u64) -> String {
     }
 }
 
-fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &Header) {
+fn print_report(bench: &Bench, rss: Option<f64>, h: &Header) {
+    let (cells, extras) = (&bench.cells[..], &bench.extras);
     println!("## queenwire-bench");
     println!();
     println!(
-        "{}; PostgreSQL {} (embedded, fresh data directory, synchronous_commit=on); pgmq {} (SQL from the pgmq crate 0.33.7); queenwire --pool-size {}; {} round(s) × {:.1} s per cell, systems interleaved; run took {:.0} s.",
-        h.machine, h.pg_version, h.pgmq_version, h.args.pool_size, h.args.rounds, h.args.secs, h.elapsed.as_secs_f64()
+        "{}; PostgreSQL {} (embedded, fresh data directory, synchronous_commit=on); pgmq {} (SQL from the pgmq crate 0.33.7); queenwire --pool-size {}; every client, and queenwire's backend connections, over {}; {} round(s) × {:.1} s per cell, systems alternating within each round; run took {:.0} s.",
+        h.machine, h.pg_version, h.pgmq_version, h.args.pool_size, h.args.transport.name(), h.args.rounds, h.args.secs, h.elapsed.as_secs_f64()
     );
     println!();
-    println!("| workload | system | C | msgs/s (median) | spread | p50 ms | p99 ms | CPU µs/msg: postgres | proxy | client | notes |");
+    if bench.busy.is_empty() {
+        println!("Quiet-machine check: the machine was quiet before every cell.");
+    } else {
+        for (cell, why) in &bench.busy {
+            println!("WARNING: the machine was busy before {cell}: {why}; its figures may be low.");
+        }
+    }
+    println!();
+    println!("| workload | system | C | msgs/s (median) | min–max | p50 ms | p99 ms | CPU µs/msg: postgres | proxy | client | notes |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for cell in cells {
         let rates = cell.rates();
@@ -1458,14 +1561,7 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
             let (lo, hi) = rates
                 .iter()
                 .fold((f64::MAX, 0f64), |(l, h), &r| (l.min(r), h.max(r)));
-            (
-                fmt_rate(m),
-                if m > 0.0 {
-                    format!("±{:.0}%", (hi - lo) / m * 50.0)
-                } else {
-                    "–".into()
-                },
-            )
+            (fmt_rate(m), format!("{}–{}", fmt_rate(lo), fmt_rate(hi)))
         };
         let mut lat: Vec<u32> = cell
             .slices
@@ -1520,7 +1616,7 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
         );
     }
     println!();
-    println!("spread: (max − min) / 2 / median over the rounds. CPU: /proc times of the cluster's processes, the queenwire process and this load generator over the timed part, per message moved (per request for select1).");
+    println!("min–max: the slowest and fastest round. CPU: /proc times of the cluster's processes, the queenwire process and this load generator over the timed part, per message moved (per request for select1).");
     println!();
     print_jobs(cells);
 
@@ -1720,20 +1816,13 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
                 .provisioning_many
                 .map_or("n/a".into(), |(_, _, r)| format!("{r:.0}")),
         ),
-        // Like for like: queenwire's Unix socket against PostgreSQL's;
-        // through queenwire's TCP port against the same Unix socket too.
-        ("tpcb_vs_direct", tpcb_ratio(extras, "queenwire unix")),
-        ("tpcb_tcp_vs_direct", tpcb_ratio(extras, "queenwire")),
+        ("tpcb_vs_direct", tpcb_ratio(extras, "queenwire")),
         (
             "stream_5k_max_lag",
             extras
                 .stream
                 .as_ref()
                 .map_or("n/a".into(), |s| format!("{} msgs", s.max_lag)),
-        ),
-        (
-            "select1_vs_direct_tcp",
-            ratio(rate("select1", "queenwire"), rate("select1", "direct tcp")),
         ),
         (
             "overhead_vs_direct",
@@ -1745,10 +1834,6 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
         ),
         (
             "select1_vs_direct",
-            ratio(rate("select1", "queenwire unix"), rate("select1", "direct")),
-        ),
-        (
-            "select1_tcp_vs_direct",
             ratio(rate("select1", "queenwire"), rate("select1", "direct")),
         ),
         (
@@ -1780,7 +1865,11 @@ fn print_report(cells: &[Cell], extras: &extra::Extras, rss: Option<f64>, h: &He
                 .map_or("n/a".into(), |(with, _)| format!("{with:.1}")),
         ),
     ];
-    let line: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut line: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let native = |w: &str, s: &str| rate(w, s);
+    for (k, v) in bench.pgbench.print(&native) {
+        line.push(format!("{k}={v}"));
+    }
     println!("ratios (C={c}): see above; the line below is the machine-readable summary.");
     println!();
     println!("ratios: {}", line.join(" "));
@@ -1899,9 +1988,8 @@ fn print_extras(extras: &extra::Extras) {
                 .join(", ")
         };
         println!(
-            "TPC-B (pgbench's built-in script, scale 10, 8 clients, 2 threads, simple protocol), tps per round: direct (Unix socket) {}; through queenwire's Unix socket {}; through queenwire's TCP port {}.",
+            "TPC-B (pgbench's built-in script, scale 10, 8 clients, 2 threads, simple protocol), tps per round: direct {}; through queenwire {}.",
             list("direct"),
-            list("queenwire unix"),
             list("queenwire")
         );
         println!();

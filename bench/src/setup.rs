@@ -50,11 +50,14 @@ pub async fn start_cluster() -> Result<Cluster, BoxError> {
 }
 
 impl Cluster {
-    /// `key=value` connection string of the cluster's socket.
-    pub fn conninfo(&self) -> String {
+    /// `key=value` connection string of the cluster over `transport`.
+    pub fn conninfo(&self, transport: crate::Transport) -> String {
+        let host = match transport {
+            crate::Transport::Tcp => "127.0.0.1".to_string(),
+            crate::Transport::Unix => self.pg.socket_dir().display().to_string(),
+        };
         format!(
-            "host={} port={} user={} dbname={}",
-            self.pg.socket_dir().display(),
+            "host={host} port={} user={} dbname={}",
             self.pg.port(),
             self.pg.user(),
             self.pg.database()
@@ -356,4 +359,23 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
         src = inner.source();
     }
     s
+}
+
+/// pgbench's `-h HOST -p PORT -U USER DBNAME` for a client config.
+pub fn libpq_args(cfg: &Config) -> Result<Vec<String>, BoxError> {
+    let host = match cfg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(dir)) => dir.display().to_string(),
+        None => return Err("a client config without a host".into()),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    Ok(vec![
+        "-h".into(),
+        host,
+        "-p".into(),
+        port.to_string(),
+        "-U".into(),
+        cfg.get_user().unwrap_or("postgres").to_string(),
+        cfg.get_dbname().unwrap_or("postgres").to_string(),
+    ])
 }

@@ -263,7 +263,7 @@ pub async fn run(args: SoakArgs) -> Result<(), BoxError> {
         );
         let proxy = setup::start_proxy(
             &binary,
-            &cluster.conninfo(),
+            &cluster.conninfo(crate::Transport::Unix),
             args.pool_size,
             &cluster.dir,
             &extra,

@@ -931,8 +931,10 @@ mod tests {
 
     #[test]
     fn scripts_have_no_stray_variables() {
-        // pgbench takes `:name` anywhere in a script as a variable.
+        // pgbench takes `:name` anywhere in a script as a variable (a
+        // `::` cast is left alone).
         for (name, text) in super::SCRIPTS {
+            let text = text.replace("::", "");
             for (i, _) in text.match_indices(':') {
                 let next = text[i + 1..].chars().next().unwrap_or(' ');
                 if next.is_ascii_alphanumeric() || next == '_' {

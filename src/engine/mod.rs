@@ -139,8 +139,8 @@ pub struct Engine {
 
 impl Engine {
     /// Runs one dialect statement on `conn`, inside whatever transaction
-    /// the connection is in; POP makes a single attempt. Only
-    /// [`Engine::execute`] calls it.
+    /// the connection is in. Only [`Engine::execute`] calls it, for every
+    /// statement but POP and the console.
     async fn run_statement(
         &self,
         conn: &mut Calls<'_>,
@@ -160,10 +160,6 @@ impl Engine {
                     pushed = Some(queue);
                 }
                 rows
-            }
-            Statement::Pop(pop) => {
-                let plan = pop::plan_pop(pop, &params, self.sealing.keys())?;
-                pop::pop_once(conn, &plan, &self.receipts, tenant).await?
             }
             Statement::Ack(ack) => {
                 let hot = &self.announcer.waiters.hot;
@@ -293,8 +289,15 @@ impl Engine {
                 }
                 rows
             }
-            // Answered before any backend is asked (`execute.rs`).
-            Statement::Console(view) => console::rows(&self.metrics, *view, tenant),
+            // `execute.rs` runs these itself: POP with its waiting, the
+            // console without a backend.
+            Statement::Pop(_) | Statement::Console(_) => {
+                return Err(SqlError::error(
+                    SqlState::INTERNAL_ERROR,
+                    "POP and the console views take their own path in execute.rs",
+                )
+                .into())
+            }
             // `execute.rs` refused it inside a transaction block: every
             // step here commits on its own.
             Statement::PurgeTenant(p) => {

@@ -194,12 +194,6 @@ impl Session {
             self.backend_error(&msg);
         }
         match seen {
-            Seen::Relay | Seen::Swallow => {}
-            Seen::ParameterStatus => {
-                if let Some(conn) = self.lease.conn_mut() {
-                    conn.note_parameter_status(&msg);
-                }
-            }
             Seen::Failed {
                 never_created,
                 undo,
@@ -213,8 +207,13 @@ impl Session {
                     self.undo(u);
                 }
             }
-            Seen::Ready(_) | Seen::AnsweredReady(_) | Seen::AnsweredFailed => {}
             Seen::CopyIn => self.copy_in().await?,
+            Seen::Relay | Seen::Swallow => {}
+            // Returned from above.
+            Seen::ParameterStatus
+            | Seen::Ready(_)
+            | Seen::AnsweredReady(_)
+            | Seen::AnsweredFailed => {}
         }
         Ok(())
     }

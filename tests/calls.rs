@@ -126,7 +126,7 @@ async fn a_commit_that_fails_at_sync_is_reported() {
         Err(BackendError::Server(e)) => assert_eq!(e.code(), "23505", "{}", e.message),
         other => panic!("the failed commit was not reported: {other:?}"),
     }
-    assert_eq!(conn.status, TxStatus::Idle);
+    assert_eq!(conn.status(), TxStatus::Idle);
     let rows: i64 = admin
         .query_one("SELECT count(*) FROM deferred_unique", &[])
         .await

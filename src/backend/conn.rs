@@ -131,8 +131,10 @@ pub struct BackendConn {
     /// of the proxy's stays behind under a name a client could collide
     /// with or see in `pg_prepared_statements`.
     pub client_facing: bool,
-    /// Transaction status from the last ReadyForQuery.
-    pub status: TxStatus,
+    /// Transaction status from the last ReadyForQuery: written by `recv`,
+    /// which reads every message of the connection, and by nothing else
+    /// but [`BackendConn::begin_sent_ahead`].
+    status: TxStatus,
     /// Set when the connection may hold state the pool cannot vouch for
     /// (protocol confusion, session state): it is then closed, not reused.
     pub broken: bool,
@@ -211,6 +213,22 @@ impl BackendConn {
         build(&mut self.write_buf)
     }
 
+    /// The transaction status the backend gave in its last ReadyForQuery
+    /// (or the block a BEGIN sent ahead opens).
+    pub fn status(&self) -> TxStatus {
+        self.status
+    }
+
+    /// A client's BEGIN is queued here, to be sent with its next statement,
+    /// and the client was already told its block began: until the
+    /// backend's own ReadyForQuery comes, the connection counts as in that
+    /// block, so it stays with the session and the session's statements
+    /// run as inside a block. A simple query ends the unnamed statement.
+    pub fn begin_sent_ahead(&mut self) {
+        self.status = TxStatus::InBlock;
+        self.unnamed_owner = None;
+    }
+
     pub fn unflushed_len(&self) -> usize {
         self.write_buf.len()
     }
@@ -277,6 +295,7 @@ impl BackendConn {
         match read_message(&mut self.stream, &mut self.read_buf, MAX_BACKEND_MESSAGE).await {
             Ok(m) => {
                 if m.tag == tag::READY_FOR_QUERY {
+                    self.status = TxStatus::from_ready_body(&m.body);
                     self.awaiting_reply = false;
                 }
                 Ok(m)
@@ -351,7 +370,6 @@ impl BackendConn {
                     statuses.push(msg);
                 }
                 tag::READY_FOR_QUERY => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
                     return match first_error {
                         Some(e) => Err(BackendError::Server(e)),
                         None => Ok(statuses),
@@ -467,7 +485,6 @@ impl BackendConn {
                 tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
                 tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
                 tag::READY_FOR_QUERY => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
                     return match error {
                         Some(e) => Err(BackendError::Server(e)),
                         None => Ok(self.status),

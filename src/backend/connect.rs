@@ -6,7 +6,7 @@
 use super::conn::{BackendConn, BackendError, BackendKey, Stream};
 use super::target::BackendTarget;
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, SqlError, TxStatus};
+use crate::protocol::{self, SqlError};
 use postgres_protocol::message::frontend as pp;
 
 impl BackendConn {
@@ -100,10 +100,7 @@ async fn read_startup_info(conn: &mut BackendConn) -> Result<(), BackendError> {
             }
             tag::ERROR_RESPONSE => return Err(BackendError::Server(SqlError::parse(&msg.body))),
             tag::NOTICE_RESPONSE => {}
-            tag::READY_FOR_QUERY => {
-                conn.status = TxStatus::from_ready_body(&msg.body);
-                return Ok(());
-            }
+            tag::READY_FOR_QUERY => return Ok(()),
             other => {
                 return Err(BackendError::Protocol(format!(
                     "unexpected message '{}' during startup",

@@ -65,7 +65,7 @@ impl Fuser {
         )
         .await;
         match together {
-            Ok(status) if conn.status == crate::protocol::TxStatus::Idle => {
+            Ok(status) if conn.status() == crate::protocol::TxStatus::Idle => {
                 self.released(&batch.receipts);
                 batch.answer(status);
             }

@@ -259,7 +259,7 @@ impl Fuser {
             other => other,
         };
         match together {
-            Ok(claimed) if conn.status == crate::protocol::TxStatus::Idle => {
+            Ok(claimed) if conn.status() == crate::protocol::TxStatus::Idle => {
                 // The waiting POPs first, then a claim for each acking
                 // session, held before its ACK is answered.
                 let sessions = replies.len();

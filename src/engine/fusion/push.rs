@@ -164,7 +164,7 @@ impl Fuser {
                 write_pushes(sync, &mut refs, tenant, &self.sealing).await
             }
         };
-        let idle = conn.status == TxStatus::Idle;
+        let idle = conn.status() == TxStatus::Idle;
         if written.is_ok() && !idle {
             conn.broken = true;
         }

@@ -361,9 +361,6 @@ impl Session {
     /// goes to the client before its ReadyForQuery), and waiters of the
     /// queues a finished transaction pushed to are woken.
     pub(super) async fn backend_ready(&mut self, status: protocol::TxStatus) -> Result<(), End> {
-        if let Some(conn) = self.lease.conn_mut() {
-            conn.status = status;
-        }
         self.block_ready(status);
         let reset = std::mem::take(&mut self.txn.reset);
         // A failed block rolls the RESET back with everything else.

@@ -113,7 +113,7 @@ impl Lease {
     /// The held connection's transaction status; Idle without one (a
     /// connection goes back to the pool only when idle).
     pub fn status(&self) -> TxStatus {
-        self.conn.as_ref().map_or(TxStatus::Idle, |c| c.status)
+        self.conn.as_ref().map_or(TxStatus::Idle, |c| c.status())
     }
 
     pub fn pin(&mut self) {
@@ -195,7 +195,7 @@ impl Lease {
                 let _ = target.cancel(key).await;
             });
         }
-        if busy || self.pinned || conn.status.in_transaction() {
+        if busy || self.pinned || conn.status().in_transaction() {
             pool::discard(conn);
         } else {
             pool::release(conn);

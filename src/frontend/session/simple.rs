@@ -142,8 +142,7 @@ impl Session {
         let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
         self.forward(msg, Expect::Answered);
         if let Some(conn) = self.lease.conn_mut() {
-            conn.unnamed_owner = None;
-            conn.status = TxStatus::InBlock;
+            conn.begin_sent_ahead();
             self.txn.begin_unsent = true;
         }
         self.client.send(&protocol::command_complete(tag));

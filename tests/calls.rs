@@ -119,7 +119,7 @@ async fn a_commit_that_fails_at_sync_is_reported() {
         .await
         .unwrap();
     let target = BackendTarget::from_config(&db).unwrap();
-    let mut conn = BackendConn::connect(&target, 1).await.unwrap();
+    let mut conn = BackendConn::connect(&target).await.unwrap();
     // The duplicate is found only at commit.
     conn.call(&INSERT, &[], CallEnd::Flush).await.unwrap();
     match conn.sync().await {

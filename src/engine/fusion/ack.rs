@@ -70,7 +70,7 @@ impl Fuser {
                 batch.answer(status);
             }
             Ok(_) => {
-                conn.broken = true;
+                conn.do_not_reuse();
                 batch.fail(false, "the ack transaction did not commit");
             }
             Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) if batch.replies.len() == 1 => {

@@ -166,7 +166,7 @@ impl Fuser {
         };
         let idle = conn.status() == TxStatus::Idle;
         if written.is_ok() && !idle {
-            conn.broken = true;
+            conn.do_not_reuse();
         }
         pool::release(conn);
         match written {

@@ -206,7 +206,8 @@ impl Session {
     pub async fn greet(&mut self, secret: i32) -> Result<(), End> {
         match self.lease.acquire(For::Client).await {
             Ok(conn) => {
-                let mut params: Vec<(&String, &String)> = conn.reported.iter().collect();
+                let mut params: Vec<(&String, &String)> =
+                    conn.reported_parameters().iter().collect();
                 params.sort();
                 for (name, value) in params {
                     if name.eq_ignore_ascii_case("client_encoding") {

@@ -18,7 +18,7 @@ impl Session {
             Ok(conn) => {
                 // A notification this connection sends is the session's.
                 if self.shared.listen.active() {
-                    let pid = conn.key.pid;
+                    let pid = conn.key().pid;
                     self.shared.listen.note_holder(pid, self.id);
                 }
                 true
@@ -200,7 +200,7 @@ impl Session {
             } => {
                 if let Some(conn) = self.lease.conn_mut() {
                     for name in never_created {
-                        conn.prepared.remove(&name);
+                        conn.statement_not_created(&name);
                     }
                 }
                 for u in undo {

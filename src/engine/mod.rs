@@ -1,13 +1,16 @@
-//! Queue semantics, executed against PostgreSQL. Owns: the one dispatch of
-//! dialect statements (`execute.rs`: the fusion decision, the lock order of
-//! seed 000, failing refused statements in the backend), POP's waiting
+//! Queue semantics, executed against PostgreSQL. Owns: the entry of every
+//! dialect statement (`execute.rs`: the fusion decision, the lock order of
+//! seed 000, failing refused statements in the backend), the run of each
+//! statement but POP (`Engine::run_statement`, here), POP's waiting
 //! (`wait.rs`), push fusion, segment framing, receipts, long-poll wake-ups,
 //! KV, timers, the elected maintenance loops and the boot-time schema apply.
 //! Each statement runs as the typed calls of `rewrite::calls`; the engine
 //! builds no SQL text and reads rows by column name.
 //!
-//! Knows nothing of the client's wire, the session's bookkeeping or the
-//! pool: a session lends it a backend connection through [`Lender`].
+//! Knows nothing of the client's wire or the session's bookkeeping: a
+//! session lends it a backend connection through [`Lender`]. Only the
+//! fused writers (`fusion/`), which write for many sessions at once, take
+//! connections of their own from the pool.
 
 pub mod acks;
 pub mod browse;

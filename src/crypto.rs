@@ -1,31 +1,38 @@
 //! The hash functions queenwire computes itself: HMAC-SHA-256, SHA-256 and
 //! SCRAM's salted password, shared by the users file (verifiers), the SCRAM
-//! exchange with clients and the wake-up digests.
+//! exchange with clients and the wake-up digests. All through ring, the one
+//! crypto library (tokio-rustls builds it anyway).
 
-use hmac::{KeyInit, Mac};
-use sha2::{Digest, Sha256};
+use std::num::NonZeroU32;
+
+use ring::{digest, hmac, pbkdf2};
 
 pub fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
-    mac.update(data);
-    mac.finalize().into_bytes().into()
+    let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
+    out
 }
 
 pub fn sha256(data: &[u8]) -> [u8; 32] {
-    Sha256::digest(data).into()
+    let hash = digest::digest(&digest::SHA256, data);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(hash.as_ref());
+    out
 }
 
-/// PBKDF2-HMAC-SHA256 with one output block: SCRAM's Hi().
+/// PBKDF2-HMAC-SHA256 with one output block: SCRAM's Hi(). Zero iterations
+/// count as one (Hi() is undefined for zero; the users file refuses it).
 pub fn salted_password(password: &[u8], salt: &[u8], iterations: u32) -> [u8; 32] {
-    let mut block = salt.to_vec();
-    block.extend_from_slice(&1u32.to_be_bytes());
-    let mut u = hmac(password, &block);
-    let mut out = u;
-    for _ in 1..iterations {
-        u = hmac(password, &u);
-        out.iter_mut().zip(u.iter()).for_each(|(o, x)| *o ^= x);
-    }
+    let iterations = NonZeroU32::new(iterations).unwrap_or(NonZeroU32::MIN);
+    let mut out = [0u8; 32];
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA256,
+        iterations,
+        salt,
+        password,
+        &mut out,
+    );
     out
 }
 
@@ -42,6 +49,14 @@ mod tests {
         assert_eq!(
             hex(&hmac(b"Jefe", b"what do ya want for nothing?")),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn sha256_matches_fips_180_2() {
+        assert_eq!(
+            hex(&sha256(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
 

@@ -14,6 +14,7 @@ pub mod crypto;
 pub mod embedded;
 pub mod engine;
 pub mod frontend;
+pub mod json;
 pub mod metrics;
 pub mod protocol;
 pub mod rewrite;

@@ -541,10 +541,6 @@ impl Server {
         self.kv.set_paused(paused);
     }
 
-    pub fn kv_state(&self) -> Arc<KvState> {
-        self.kv.clone()
-    }
-
     /// Client sessions running now.
     pub fn live_sessions(&self) -> usize {
         self.slots.live()

@@ -119,14 +119,14 @@ async fn a_commit_that_fails_at_sync_is_reported() {
         .await
         .unwrap();
     let target = BackendTarget::from_config(&db).unwrap();
-    let mut conn = BackendConn::connect(&target, 1).await.unwrap();
+    let mut conn = BackendConn::connect(&target).await.unwrap();
     // The duplicate is found only at commit.
     conn.call(&INSERT, &[], CallEnd::Flush).await.unwrap();
     match conn.sync().await {
         Err(BackendError::Server(e)) => assert_eq!(e.code(), "23505", "{}", e.message),
         other => panic!("the failed commit was not reported: {other:?}"),
     }
-    assert_eq!(conn.status, TxStatus::Idle);
+    assert_eq!(conn.status(), TxStatus::Idle);
     let rows: i64 = admin
         .query_one("SELECT count(*) FROM deferred_unique", &[])
         .await

@@ -236,7 +236,7 @@ mod tests {
             stream: theirs,
             buf: BytesMut::new(),
         }));
-        let conn = BackendConn::start(Box::new(ours), &target, 1).await;
+        let conn = BackendConn::start(Box::new(ours), &target).await;
         server.await.unwrap();
         conn
     }

@@ -5,7 +5,7 @@
 
 use super::conn::{BackendConn, BackendError};
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, Message, SqlError, TxStatus};
+use crate::protocol::{self, Message, SqlError};
 use postgres_protocol::message::frontend as pp;
 
 /// Parameters and results of the proxy's own calls travel in binary.
@@ -198,7 +198,6 @@ impl BackendConn {
                 }
                 tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
                 tag::READY_FOR_QUERY if ends_with_sync => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
                     return match error {
                         Some(e) => Err(BackendError::Server(e)),
                         None => Ok(rows),

@@ -110,19 +110,21 @@ impl From<FrameError> for BackendError {
 pub type UnnamedOwner = (u64, u64);
 
 pub struct BackendConn {
-    pub id: u64,
     stream: Box<dyn Stream>,
     read_buf: BytesMut,
     write_buf: BytesMut,
-    pub key: BackendKey,
+    /// Where a cancel request for this connection goes (`connect.rs`).
+    pub(super) key: BackendKey,
     /// Values the backend reported with ParameterStatus.
-    pub reported: HashMap<String, String>,
+    pub(super) reported: HashMap<String, String>,
     /// Session parameters this connection was set to on behalf of clients
     /// (name → value).
-    pub applied: BTreeMap<String, String>,
+    applied: BTreeMap<String, String>,
     /// Proxy-global prepared statement names present on this connection.
-    pub prepared: HashSet<Arc<str>>,
-    pub unnamed_owner: Option<UnnamedOwner>,
+    prepared: HashSet<Arc<str>>,
+    /// Who last parsed the unnamed statement here; `None` once a simple
+    /// query or one of the proxy's own calls replaced it.
+    pub(super) unnamed_owner: Option<UnnamedOwner>,
     /// The proxy's own statements already prepared on this connection
     /// (`super::call`).
     pub(super) internal_prepared: HashSet<&'static str>,
@@ -130,12 +132,14 @@ pub struct BackendConn {
     /// a client's transaction block) use the unnamed statement, so nothing
     /// of the proxy's stays behind under a name a client could collide
     /// with or see in `pg_prepared_statements`.
-    pub client_facing: bool,
-    /// Transaction status from the last ReadyForQuery.
-    pub status: TxStatus,
+    pub(super) client_facing: bool,
+    /// Transaction status from the last ReadyForQuery: written by `recv`,
+    /// which reads every message of the connection, and by nothing else
+    /// but [`BackendConn::begin_sent_ahead`].
+    status: TxStatus,
     /// Set when the connection may hold state the pool cannot vouch for
     /// (protocol confusion, session state): it is then closed, not reused.
-    pub broken: bool,
+    pub(super) broken: bool,
     /// Bytes reached the socket since the last ReadyForQuery: if the
     /// connection breaks now, what they asked has an unknown outcome.
     awaiting_reply: bool,
@@ -144,9 +148,8 @@ pub struct BackendConn {
 impl BackendConn {
     /// A connection over `stream` before its startup exchange
     /// (`connect.rs`).
-    pub(super) fn new(stream: Box<dyn Stream>, id: u64) -> BackendConn {
+    pub(super) fn new(stream: Box<dyn Stream>) -> BackendConn {
         BackendConn {
-            id,
             stream,
             read_buf: BytesMut::with_capacity(8192),
             write_buf: BytesMut::with_capacity(8192),
@@ -165,6 +168,60 @@ impl BackendConn {
             broken: false,
             awaiting_reply: false,
         }
+    }
+
+    /// Where a cancel request for this connection's running query goes.
+    pub fn key(&self) -> BackendKey {
+        self.key
+    }
+
+    /// The values the backend reported with ParameterStatus (for a client's
+    /// greeting).
+    pub fn reported_parameters(&self) -> &HashMap<String, String> {
+        &self.reported
+    }
+
+    /// Client SQL runs on this connection: the proxy's own calls here use
+    /// the unnamed statement (`call.rs`).
+    pub fn mark_client_facing(&mut self) {
+        self.client_facing = true;
+    }
+
+    /// The connection may hold state the pool cannot vouch for (a
+    /// transaction that did not end as expected): it is closed when given
+    /// back, not reused.
+    pub fn do_not_reuse(&mut self) {
+        self.broken = true;
+    }
+
+    /// Whether the proxy-global statement `name` is prepared here.
+    pub fn has_statement(&self, name: &str) -> bool {
+        self.prepared.contains(name)
+    }
+
+    /// The proxy-global statement `name` is being parsed here.
+    pub fn statement_parsed(&mut self, name: Arc<str>) {
+        self.prepared.insert(name);
+    }
+
+    /// A Parse of `name` failed here: the statement was never created.
+    pub fn statement_not_created(&mut self, name: &str) {
+        self.prepared.remove(name);
+    }
+
+    /// Who last parsed the unnamed statement here.
+    pub fn unnamed_owner(&self) -> Option<UnnamedOwner> {
+        self.unnamed_owner
+    }
+
+    /// `owner` parsed the unnamed statement here.
+    pub fn unnamed_parsed_by(&mut self, owner: UnnamedOwner) {
+        self.unnamed_owner = Some(owner);
+    }
+
+    /// A simple query is going out: it destroys the unnamed statement.
+    pub fn unnamed_destroyed(&mut self) {
+        self.unnamed_owner = None;
     }
 
     /// After a client's `DEALLOCATE ALL` / `DISCARD ALL`: nothing the proxy
@@ -209,6 +266,22 @@ impl BackendConn {
         build: impl FnOnce(&mut BytesMut) -> Result<(), E>,
     ) -> Result<(), E> {
         build(&mut self.write_buf)
+    }
+
+    /// The transaction status the backend gave in its last ReadyForQuery
+    /// (or the block a BEGIN sent ahead opens).
+    pub fn status(&self) -> TxStatus {
+        self.status
+    }
+
+    /// A client's BEGIN is queued here, to be sent with its next statement,
+    /// and the client was already told its block began: until the
+    /// backend's own ReadyForQuery comes, the connection counts as in that
+    /// block, so it stays with the session and the session's statements
+    /// run as inside a block. A simple query ends the unnamed statement.
+    pub fn begin_sent_ahead(&mut self) {
+        self.status = TxStatus::InBlock;
+        self.unnamed_owner = None;
     }
 
     pub fn unflushed_len(&self) -> usize {
@@ -277,6 +350,7 @@ impl BackendConn {
         match read_message(&mut self.stream, &mut self.read_buf, MAX_BACKEND_MESSAGE).await {
             Ok(m) => {
                 if m.tag == tag::READY_FOR_QUERY {
+                    self.status = TxStatus::from_ready_body(&m.body);
                     self.awaiting_reply = false;
                 }
                 Ok(m)
@@ -351,7 +425,6 @@ impl BackendConn {
                     statuses.push(msg);
                 }
                 tag::READY_FOR_QUERY => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
                     return match first_error {
                         Some(e) => Err(BackendError::Server(e)),
                         None => Ok(statuses),
@@ -467,7 +540,6 @@ impl BackendConn {
                 tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
                 tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
                 tag::READY_FOR_QUERY => {
-                    self.status = TxStatus::from_ready_body(&msg.body);
                     return match error {
                         Some(e) => Err(BackendError::Server(e)),
                         None => Ok(self.status),

@@ -6,17 +6,17 @@
 use super::conn::{BackendConn, BackendError, BackendKey, Stream};
 use super::target::BackendTarget;
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, SqlError, TxStatus};
+use crate::protocol::{self, SqlError};
 use postgres_protocol::message::frontend as pp;
 
 impl BackendConn {
     /// A connection to the first of the target's hosts that takes it (and
     /// is writable, with `read_write`); else the last host's error.
-    pub async fn connect(target: &BackendTarget, id: u64) -> Result<BackendConn, BackendError> {
+    pub async fn connect(target: &BackendTarget) -> Result<BackendConn, BackendError> {
         let mut last = BackendError::Config("no backend host".into());
         for (host, address) in target.addresses.iter().enumerate() {
             let started = match BackendTarget::open_stream(address).await {
-                Ok(stream) => BackendConn::start(stream, target, id).await,
+                Ok(stream) => BackendConn::start(stream, target).await,
                 Err(e) => Err(e.into()),
             };
             match started {
@@ -48,9 +48,8 @@ impl BackendConn {
     pub(super) async fn start(
         stream: Box<dyn Stream>,
         target: &BackendTarget,
-        id: u64,
     ) -> Result<BackendConn, BackendError> {
-        let mut conn = BackendConn::new(stream, id);
+        let mut conn = BackendConn::new(stream);
         let started = async {
             send_startup_packet(&mut conn, target).await?;
             super::auth::authenticate(&mut conn, target).await?;
@@ -100,10 +99,7 @@ async fn read_startup_info(conn: &mut BackendConn) -> Result<(), BackendError> {
             }
             tag::ERROR_RESPONSE => return Err(BackendError::Server(SqlError::parse(&msg.body))),
             tag::NOTICE_RESPONSE => {}
-            tag::READY_FOR_QUERY => {
-                conn.status = TxStatus::from_ready_body(&msg.body);
-                return Ok(());
-            }
+            tag::READY_FOR_QUERY => return Ok(()),
             other => {
                 return Err(BackendError::Protocol(format!(
                     "unexpected message '{}' during startup",

@@ -43,10 +43,6 @@ impl Health {
             );
         }
     }
-
-    pub fn is_lost(&self) -> bool {
-        self.outage.is_some()
-    }
 }
 
 /// A tokio-postgres client on `config`, retried every second until the

@@ -7,12 +7,10 @@
 use super::conn::{BackendConn, BackendError};
 use super::target::BackendTarget;
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub struct Manager {
     target: Arc<BackendTarget>,
-    next_id: AtomicU64,
 }
 
 impl managed::Manager for Manager {
@@ -20,8 +18,7 @@ impl managed::Manager for Manager {
     type Error = BackendError;
 
     async fn create(&self) -> Result<BackendConn, BackendError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        BackendConn::connect(&self.target, id).await
+        BackendConn::connect(&self.target).await
     }
 
     async fn recycle(&self, conn: &mut BackendConn, _: &Metrics) -> RecycleResult<BackendError> {
@@ -47,15 +44,12 @@ pub type Pool = managed::Pool<Manager>;
 pub type PooledConn = managed::Object<Manager>;
 
 pub fn build_pool(target: Arc<BackendTarget>, size: usize) -> Result<Pool, BackendError> {
-    managed::Pool::builder(Manager {
-        target,
-        next_id: AtomicU64::new(1),
-    })
-    .max_size(size)
-    .runtime(deadpool::Runtime::Tokio1)
-    .create_timeout(Some(std::time::Duration::from_secs(30)))
-    .build()
-    .map_err(|e| BackendError::Config(e.to_string()))
+    managed::Pool::builder(Manager { target })
+        .max_size(size)
+        .runtime(deadpool::Runtime::Tokio1)
+        .create_timeout(Some(std::time::Duration::from_secs(30)))
+        .build()
+        .map_err(|e| BackendError::Config(e.to_string()))
 }
 
 /// A pool's refusal in the backend's own terms: a connection that could

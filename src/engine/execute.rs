@@ -1,7 +1,9 @@
-//! The one dispatch of dialect statements: the fusion decision, the lock
-//! order, POP's waiting, and the duty to fail a refused statement in the
-//! backend, so a client's transaction block aborts exactly as for an error
-//! of PostgreSQL's own.
+//! Where every dialect statement enters the engine: the console views,
+//! the ephemeral queues' statements (`ephemeral/exec.rs`), the fusion
+//! decision, the lock order, POP's waiting, the run of every other
+//! statement (`Engine::run_statement`), and the duty to fail a refused
+//! statement in the backend, so a client's transaction block aborts exactly
+//! as for an error of PostgreSQL's own.
 
 use super::lend::{CallEnd, Lender};
 use super::values::Params;

@@ -1,13 +1,16 @@
-//! Queue semantics, executed against PostgreSQL. Owns: the one dispatch of
-//! dialect statements (`execute.rs`: the fusion decision, the lock order of
-//! seed 000, failing refused statements in the backend), POP's waiting
+//! Queue semantics, executed against PostgreSQL. Owns: the entry of every
+//! dialect statement (`execute.rs`: the fusion decision, the lock order of
+//! seed 000, failing refused statements in the backend), the run of each
+//! statement but POP (`Engine::run_statement`, here), POP's waiting
 //! (`wait.rs`), push fusion, segment framing, receipts, long-poll wake-ups,
 //! KV, timers, the elected maintenance loops and the boot-time schema apply.
 //! Each statement runs as the typed calls of `rewrite::calls`; the engine
 //! builds no SQL text and reads rows by column name.
 //!
-//! Knows nothing of the client's wire, the session's bookkeeping or the
-//! pool: a session lends it a backend connection through [`Lender`].
+//! Knows nothing of the client's wire or the session's bookkeeping: a
+//! session lends it a backend connection through [`Lender`]. Only the
+//! fused writers (`fusion/`), which write for many sessions at once, take
+//! connections of their own from the pool.
 
 pub mod acks;
 pub mod browse;
@@ -139,8 +142,8 @@ pub struct Engine {
 
 impl Engine {
     /// Runs one dialect statement on `conn`, inside whatever transaction
-    /// the connection is in; POP makes a single attempt. Only
-    /// [`Engine::execute`] calls it.
+    /// the connection is in. Only [`Engine::execute`] calls it, for every
+    /// statement but POP and the console.
     async fn run_statement(
         &self,
         conn: &mut Calls<'_>,
@@ -160,10 +163,6 @@ impl Engine {
                     pushed = Some(queue);
                 }
                 rows
-            }
-            Statement::Pop(pop) => {
-                let plan = pop::plan_pop(pop, &params, self.sealing.keys())?;
-                pop::pop_once(conn, &plan, &self.receipts, tenant).await?
             }
             Statement::Ack(ack) => {
                 let hot = &self.announcer.waiters.hot;
@@ -293,8 +292,15 @@ impl Engine {
                 }
                 rows
             }
-            // Answered before any backend is asked (`execute.rs`).
-            Statement::Console(view) => console::rows(&self.metrics, *view, tenant),
+            // `execute.rs` runs these itself: POP with its waiting, the
+            // console without a backend.
+            Statement::Pop(_) | Statement::Console(_) => {
+                return Err(SqlError::error(
+                    SqlState::INTERNAL_ERROR,
+                    "POP and the console views take their own path in execute.rs",
+                )
+                .into())
+            }
             // `execute.rs` refused it inside a transaction block: every
             // step here commits on its own.
             Statement::PurgeTenant(p) => {

@@ -1,4 +1,4 @@
-//! What the one dispatch tells the metrics about each statement: its kind
+//! What `Engine::execute` tells the metrics about each statement: its kind
 //! and latency, and per queue the messages it pushed, popped, acknowledged,
 //! failed or dead-lettered, read off its result rows (the rows name the
 //! queue, or carry the receipts whose partitions POP handed out).

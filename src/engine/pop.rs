@@ -273,16 +273,6 @@ async fn give_back(
     }
 }
 
-/// One attempt of a POP over the whole queue, without the hot list.
-pub async fn pop_once(
-    conn: &mut Calls<'_>,
-    plan: &PopPlan,
-    key: &ReceiptKey,
-    tenant: Uuid,
-) -> Result<Vec<Vec<Cell>>, ExecError> {
-    Ok(pop_call(conn, plan, key, tenant, None).await?.0.rows)
-}
-
 fn decode_claimed(
     row: &PopRow,
     plan: &PopPlan,

@@ -237,14 +237,6 @@ impl Sealing {
         })
     }
 
-    /// Sealing with these keys (tests, tools).
-    pub fn with_keys(ring: KeyRing) -> Sealing {
-        Sealing {
-            keys: RwLock::new(Arc::new(ring)),
-            ..Sealing::default()
-        }
-    }
-
     /// Reads the key file again (SIGHUP), if there is one. A file that does
     /// not load leaves the old keys in place (and says so in the log).
     pub fn reload(&self) -> Result<(), String> {

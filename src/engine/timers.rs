@@ -171,7 +171,7 @@ async fn fire_batch(
         status = conn
             .simple_query_quiet(ROLLBACK)
             .await
-            .map(|()| conn.status);
+            .map(|()| conn.status());
     }
     let outcome = match (result, status) {
         (Ok(fired), Ok(crate::protocol::TxStatus::Idle)) => {

@@ -127,10 +127,6 @@ impl Client {
         &mut self.write_buf
     }
 
-    pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.write_buf.extend_from_slice(bytes);
-    }
-
     pub fn buffered(&self) -> usize {
         self.write_buf.len()
     }

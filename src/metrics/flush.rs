@@ -7,7 +7,7 @@
 use super::{Kind, Metrics};
 use crate::backend::call::execute;
 use crate::backend::health::Health;
-use crate::rewrite::calls::json::{array, JsonValue, Object};
+use crate::json::{array, JsonValue, Object};
 use crate::rewrite::calls::metrics::Flush;
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;

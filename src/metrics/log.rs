@@ -1,10 +1,12 @@
 //! `--log-format json`: one JSON object per line on standard error, with
 //! `timestamp` (RFC 3339, UTC), `level`, `target`, `message` and the
 //! event's own fields beside them (a field named like one of those four
-//! is prefixed `field.`). Hand-written rather than tracing-subscriber's
-//! `json` feature, which would bring serde, serde_json and tracing-serde
-//! into the build for this one format.
+//! is prefixed `field.`). Hand-written on the crate's JSON writer rather
+//! than through tracing-subscriber's `json` feature, which would bring
+//! serde, serde_json and tracing-serde into the build (none of them is
+//! built today) for this one format.
 
+use crate::json::write_string;
 use std::fmt::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
@@ -31,25 +33,6 @@ impl LogFormat {
     }
 }
 
-/// A JSON string literal of `s`.
-pub fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 /// The event's fields as `,"name":value` pairs, and its message.
 #[derive(Default)]
 struct Fields {
@@ -62,9 +45,9 @@ impl Fields {
         let name = field.name();
         self.rest.push(',');
         if matches!(name, "timestamp" | "level" | "target" | "message") {
-            json_string(&mut self.rest, &format!("field.{name}"));
+            write_string(&mut self.rest, &format!("field.{name}"));
         } else {
-            json_string(&mut self.rest, name);
+            write_string(&mut self.rest, name);
         }
         self.rest.push(':');
     }
@@ -77,7 +60,7 @@ impl Visit for Fields {
             return;
         }
         self.key(field);
-        json_string(&mut self.rest, value);
+        write_string(&mut self.rest, value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
@@ -87,7 +70,7 @@ impl Visit for Fields {
             return;
         }
         self.key(field);
-        json_string(&mut self.rest, &text);
+        write_string(&mut self.rest, &text);
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -110,7 +93,7 @@ impl Visit for Fields {
         if value.is_finite() {
             let _ = write!(self.rest, "{value}");
         } else {
-            json_string(&mut self.rest, &value.to_string());
+            write_string(&mut self.rest, &value.to_string());
         }
     }
 }
@@ -158,13 +141,13 @@ where
         let meta = event.metadata();
         let mut line = String::with_capacity(128 + fields.rest.len());
         line.push_str("{\"timestamp\":");
-        json_string(&mut line, &rfc3339(SystemTime::now()));
+        write_string(&mut line, &rfc3339(SystemTime::now()));
         line.push_str(",\"level\":");
-        json_string(&mut line, meta.level().as_str());
+        write_string(&mut line, meta.level().as_str());
         line.push_str(",\"target\":");
-        json_string(&mut line, meta.target());
+        write_string(&mut line, meta.target());
         line.push_str(",\"message\":");
-        json_string(&mut line, fields.message.as_deref().unwrap_or(""));
+        write_string(&mut line, fields.message.as_deref().unwrap_or(""));
         line.push_str(&fields.rest);
         line.push('}');
         writeln!(writer, "{line}")
@@ -174,13 +157,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn strings_are_escaped_for_json() {
-        let mut s = String::new();
-        json_string(&mut s, "a\"b\\c\nd\u{1}é");
-        assert_eq!(s, r#""a\"b\\c\nd\u0001é""#);
-    }
 
     #[test]
     fn timestamps_are_rfc3339_utc() {

@@ -65,12 +65,12 @@ impl Fuser {
         )
         .await;
         match together {
-            Ok(status) if conn.status == crate::protocol::TxStatus::Idle => {
+            Ok(status) if conn.status() == crate::protocol::TxStatus::Idle => {
                 self.released(&batch.receipts);
                 batch.answer(status);
             }
             Ok(_) => {
-                conn.broken = true;
+                conn.do_not_reuse();
                 batch.fail(false, "the ack transaction did not commit");
             }
             Err(e @ (ExecError::Refused(_) | ExecError::Failed(_))) if batch.replies.len() == 1 => {

@@ -229,7 +229,7 @@ impl Fuser {
                 Err(_) => match conn.sync().await {
                     Ok(_) => self.ack_each(&mut conn, batch, tenant).await,
                     Err(e) => {
-                        conn.broken = true;
+                        conn.do_not_reuse();
                         batch.fail(false, &e.to_string());
                         fail_all(replies, false, &e.to_string());
                         return pool::release(conn);
@@ -259,7 +259,7 @@ impl Fuser {
             other => other,
         };
         match together {
-            Ok(claimed) if conn.status == crate::protocol::TxStatus::Idle => {
+            Ok(claimed) if conn.status() == crate::protocol::TxStatus::Idle => {
                 // The waiting POPs first, then a claim for each acking
                 // session, held before its ACK is answered.
                 let sessions = replies.len();
@@ -285,7 +285,7 @@ impl Fuser {
                 }
             }
             Ok(_) => {
-                conn.broken = true;
+                conn.do_not_reuse();
                 if let Some((batch, _)) = acked {
                     batch.fail(false, "the pop transaction did not commit");
                 }

@@ -164,9 +164,9 @@ impl Fuser {
                 write_pushes(sync, &mut refs, tenant, &self.sealing).await
             }
         };
-        let idle = conn.status == TxStatus::Idle;
+        let idle = conn.status() == TxStatus::Idle;
         if written.is_ok() && !idle {
-            conn.broken = true;
+            conn.do_not_reuse();
         }
         pool::release(conn);
         match written {

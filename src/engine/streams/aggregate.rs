@@ -378,7 +378,7 @@ impl AggState {
                 v.clone().unwrap_or_else(|| "null".into())
             }
             AggState::Time { best, .. } => best.map_or("null".to_string(), |t| {
-                json_string(&crate::engine::values::format_timestamptz(t))
+                crate::json::string(&crate::engine::values::format_timestamptz(t))
             }),
             other => other.stored(),
         }
@@ -440,25 +440,6 @@ impl AggState {
             },
         })
     }
-}
-
-/// A JSON string literal.
-pub fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -582,10 +563,5 @@ mod tests {
         assert_eq!(t.stored(), "-3");
         let mut r = AggState::new(AggFn::Reduce);
         assert!(r.merge(&AggState::new(AggFn::Reduce)).is_err());
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_string("a\"b\\\n\u{1}"), "\"a\\\"b\\\\\\n\\u0001\"");
     }
 }

@@ -55,9 +55,8 @@ pub fn decode(rows: &[PopRow], keys: &KeyRing) -> Result<Vec<Message>, ExecError
 
 /// The batch as `stream_eval_v1`'s JSON input.
 fn eval_input(messages: &[Message], partition: &str) -> String {
-    use super::aggregate::json_string;
     let mut out = String::from("[");
-    let part = json_string(partition);
+    let part = crate::json::string(partition);
     for (i, m) in messages.iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -65,7 +64,7 @@ fn eval_input(messages: &[Message], partition: &str) -> String {
         let txn = m
             .transaction_id
             .as_deref()
-            .map_or("null".to_string(), json_string);
+            .map_or("null".to_string(), crate::json::string);
         out.push_str(&format!(
             "{{\"ord\":{i},\"payload\":{},\"partition\":{part},\"created_us\":{},\"transaction_id\":{txn}}}",
             m.payload, m.created_us

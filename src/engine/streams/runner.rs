@@ -387,7 +387,7 @@ async fn in_one_transaction(
         status = conn
             .simple_query_quiet(ROLLBACK)
             .await
-            .map(|()| conn.status);
+            .map(|()| conn.status());
     }
     match (result, status) {
         (Ok(pushed), Ok(TxStatus::Idle)) => Ok(pushed),

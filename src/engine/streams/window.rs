@@ -18,8 +18,9 @@
 //!   wall clock, the stream time moves on to the wall clock (as Queen's
 //!   runner does: `window_end + grace <= now`), closing what is ripe by then.
 
-use super::aggregate::{json_string, AggError, AggState};
+use super::aggregate::{AggError, AggState};
 use crate::engine::values::format_timestamptz;
+use crate::json;
 use crate::rewrite::dialect::stream::AggFn;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -317,12 +318,12 @@ impl<'s> Partition<'s> {
     pub fn payload(&self, e: &Emitted) -> String {
         let mut out = format!(
             "{{\"key\": {}, \"window_start\": {}, \"window_end\": {}",
-            json_string(&e.key),
-            json_string(&format_timestamptz(e.start)),
-            json_string(&format_timestamptz(e.end))
+            json::string(&e.key),
+            json::string(&format_timestamptz(e.start)),
+            json::string(&format_timestamptz(e.end))
         );
         for (name, agg) in self.spec.names.iter().zip(&e.aggs) {
-            out.push_str(&format!(", {}: {}", json_string(name), agg.emitted()));
+            out.push_str(&format!(", {}: {}", json::string(name), agg.emitted()));
         }
         if e.late {
             out.push_str(", \"late\": true");
@@ -376,7 +377,7 @@ impl<'s> Partition<'s> {
             .names
             .iter()
             .zip(&w.aggs)
-            .map(|(n, a)| format!("{}: {}", json_string(n), a.stored()))
+            .map(|(n, a)| format!("{}: {}", json::string(n), a.stored()))
             .collect();
         format!("{{{}}}", members.join(", "))
     }

@@ -266,7 +266,7 @@ impl Session {
             return Ok(());
         };
         let result = conn.simple_query_quiet(&sql.join("; ")).await;
-        let status = conn.status;
+        let status = conn.status();
         match result {
             Ok(()) => self
                 .client

@@ -206,7 +206,8 @@ impl Session {
     pub async fn greet(&mut self, secret: i32) -> Result<(), End> {
         match self.lease.acquire(For::Client).await {
             Ok(conn) => {
-                let mut params: Vec<(&String, &String)> = conn.reported.iter().collect();
+                let mut params: Vec<(&String, &String)> =
+                    conn.reported_parameters().iter().collect();
                 params.sort();
                 for (name, value) in params {
                     if name.eq_ignore_ascii_case("client_encoding") {
@@ -361,9 +362,6 @@ impl Session {
     /// goes to the client before its ReadyForQuery), and waiters of the
     /// queues a finished transaction pushed to are woken.
     pub(super) async fn backend_ready(&mut self, status: protocol::TxStatus) -> Result<(), End> {
-        if let Some(conn) = self.lease.conn_mut() {
-            conn.status = status;
-        }
         self.block_ready(status);
         let reset = std::mem::take(&mut self.txn.reset);
         // A failed block rolls the RESET back with everything else.

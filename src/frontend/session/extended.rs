@@ -91,7 +91,7 @@ impl Session {
             );
             let owner = (self.id, self.statements.unnamed_generation());
             if let Some(conn) = self.lease.conn_mut() {
-                conn.unnamed_owner = Some(owner);
+                conn.unnamed_parsed_by(owner);
             }
             self.forward(
                 msg,
@@ -127,9 +127,7 @@ impl Session {
     }
 
     fn backend_has(&self, global: &str) -> bool {
-        self.lease
-            .conn()
-            .is_some_and(|c| c.prepared.contains(global))
+        self.lease.conn().is_some_and(|c| c.has_statement(global))
     }
 
     /// Parses `prepared` under its global name on the held connection: for
@@ -142,7 +140,7 @@ impl Session {
             None => frontend::build_parse(name, prepared.query.as_bytes(), &prepared.param_types),
         };
         if let (Some(conn), Some(global)) = (self.lease.conn_mut(), &prepared.global) {
-            conn.prepared.insert(global.clone());
+            conn.statement_parsed(global.clone());
         }
         self.forward(
             &msg,
@@ -161,10 +159,10 @@ impl Session {
         let prepared = self.statements.get(name)?.clone();
         if name.is_empty() {
             let owner = (self.id, self.statements.unnamed_generation());
-            if self.lease.conn().and_then(|c| c.unnamed_owner) != Some(owner) {
+            if self.lease.conn().and_then(|c| c.unnamed_owner()) != Some(owner) {
                 self.send_parse(&prepared, None);
                 if let Some(conn) = self.lease.conn_mut() {
-                    conn.unnamed_owner = Some(owner);
+                    conn.unnamed_parsed_by(owner);
                 }
             }
             return Some((Arc::from(""), prepared.effect));

@@ -199,7 +199,7 @@ impl Session {
     /// from this session's own backend carries the pid the client was given
     /// in BackendKeyData (clients compare it to skip their own).
     pub(super) fn notification_for_client(&self, msg: &Message) -> Message {
-        let own = self.lease.conn().map(|c| c.key.pid);
+        let own = self.lease.conn().map(|c| c.key().pid);
         let mut r = msg.reader();
         match (r.i32(), own) {
             (Ok(pid), Some(own)) if pid == own => {

@@ -77,13 +77,13 @@ impl Lease {
             // statement fails rather than wait for good.
             let mut conn = pool::checkout_within(pool, self.wait).await?;
             if purpose == For::Client {
-                conn.client_facing = true;
+                conn.mark_client_facing();
             }
             if let Err(e) = conn.sync_parameters(&self.desired).await {
                 pool::release(conn);
                 return Err(e);
             }
-            self.handle.set_backend(Some(conn.key));
+            self.handle.set_backend(Some(conn.key()));
             self.conn = Some(conn);
             // In session mode the session's own connection stays with it; a
             // connection of the engine's pool (a users-file user's dialect
@@ -113,7 +113,7 @@ impl Lease {
     /// The held connection's transaction status; Idle without one (a
     /// connection goes back to the pool only when idle).
     pub fn status(&self) -> TxStatus {
-        self.conn.as_ref().map_or(TxStatus::Idle, |c| c.status)
+        self.conn.as_ref().map_or(TxStatus::Idle, |c| c.status())
     }
 
     pub fn pin(&mut self) {
@@ -177,7 +177,8 @@ impl Lease {
         if let Some(engine_conn) = self.conn.take() {
             pool::release(engine_conn);
         }
-        self.handle.set_backend(aside.conn.as_ref().map(|c| c.key));
+        self.handle
+            .set_backend(aside.conn.as_ref().map(|c| c.key()));
         self.conn = aside.conn;
         self.pinned = aside.pinned;
     }
@@ -189,13 +190,13 @@ impl Lease {
         self.handle.set_backend(None);
         let Some(conn) = self.conn.take() else { return };
         if busy {
-            let key = conn.key;
+            let key = conn.key();
             let target = target.clone();
             tokio::spawn(async move {
                 let _ = target.cancel(key).await;
             });
         }
-        if busy || self.pinned || conn.status.in_transaction() {
+        if busy || self.pinned || conn.status().in_transaction() {
             pool::discard(conn);
         } else {
             pool::release(conn);

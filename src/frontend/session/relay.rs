@@ -18,7 +18,7 @@ impl Session {
             Ok(conn) => {
                 // A notification this connection sends is the session's.
                 if self.shared.listen.active() {
-                    let pid = conn.key.pid;
+                    let pid = conn.key().pid;
                     self.shared.listen.note_holder(pid, self.id);
                 }
                 true
@@ -194,27 +194,26 @@ impl Session {
             self.backend_error(&msg);
         }
         match seen {
-            Seen::Relay | Seen::Swallow => {}
-            Seen::ParameterStatus => {
-                if let Some(conn) = self.lease.conn_mut() {
-                    conn.note_parameter_status(&msg);
-                }
-            }
             Seen::Failed {
                 never_created,
                 undo,
             } => {
                 if let Some(conn) = self.lease.conn_mut() {
                     for name in never_created {
-                        conn.prepared.remove(&name);
+                        conn.statement_not_created(&name);
                     }
                 }
                 for u in undo {
                     self.undo(u);
                 }
             }
-            Seen::Ready(_) | Seen::AnsweredReady(_) | Seen::AnsweredFailed => {}
             Seen::CopyIn => self.copy_in().await?,
+            Seen::Relay | Seen::Swallow => {}
+            // Returned from above.
+            Seen::ParameterStatus
+            | Seen::Ready(_)
+            | Seen::AnsweredReady(_)
+            | Seen::AnsweredFailed => {}
         }
         Ok(())
     }

@@ -102,8 +102,7 @@ impl Session {
                 }
             }
             if let Some(conn) = self.lease.conn_mut() {
-                // A simple query destroys the unnamed statement.
-                conn.unnamed_owner = None;
+                conn.unnamed_destroyed();
             }
             let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
             self.forward(msg, Expect::Query);
@@ -142,8 +141,7 @@ impl Session {
         let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
         self.forward(msg, Expect::Answered);
         if let Some(conn) = self.lease.conn_mut() {
-            conn.unnamed_owner = None;
-            conn.status = TxStatus::InBlock;
+            conn.begin_sent_ahead();
             self.txn.begin_unsent = true;
         }
         self.client.send(&protocol::command_complete(tag));
@@ -299,7 +297,7 @@ impl Session {
         let Some(conn) = self.lease.conn_mut() else {
             return Ok(false);
         };
-        conn.unnamed_owner = None;
+        conn.unnamed_destroyed();
         conn.send(&frontend::build_query(sql));
         if let Err(e) = conn.flush().await {
             return Err(self.backend_lost(e).await);

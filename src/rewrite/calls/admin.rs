@@ -3,8 +3,8 @@
 //! (`log_drop_group_v1`). Each is a pure function of the statement and its
 //! bound parameters.
 
-use super::json::{JsonValue, Object};
 use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use crate::json::{JsonValue, Object};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::{parse_error, Params};
 use crate::rewrite::dialect::options::{OptionValue, QueueSetting};

@@ -3,8 +3,8 @@
 //! that array from the statement; every rule of the store (existence,
 //! versions, preconditions) lives in the procedure.
 
-use super::json::{array, JsonValue, Object};
 use super::{column, Call, CallSpec, DecodeError, FromRow, Jsonb, Row};
+use crate::json::{array, JsonValue, Object};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::{parse_error, Params};
 use crate::rewrite::dialect::kv::{Expiry, KvStatement, Precondition};

@@ -38,7 +38,6 @@ pub mod acks;
 pub mod admin;
 pub mod ephemeral;
 pub mod groups;
-pub mod json;
 pub mod kv;
 pub mod maintenance;
 pub mod messages;

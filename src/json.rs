@@ -1,8 +1,9 @@
-//! A small JSON writer for the procedures that take a JSON document
-//! (`configure_queue_v1`'s options, `kv_apply_v1`'s batch). Strings are
-//! escaped here, once; numbers and booleans are written by type; a value
-//! already checked as JSON (a payload the client sent) goes in verbatim.
-//! The reader is the dialect's validator (`dialect/json.rs`).
+//! The one JSON writer: the documents the procedures take (a queue's
+//! options, a KV batch, the metrics flush), the rows streams emit and the
+//! `--log-format json` lines. Strings are escaped here, once; numbers and
+//! booleans are written by type; a value already checked as JSON (a payload
+//! the client sent) goes in verbatim. The reader is the dialect's validator
+//! (`rewrite/dialect/json.rs`), which follows PostgreSQL's refusals.
 
 /// Appends `s` as a JSON string literal.
 pub fn write_string(out: &mut String, s: &str) {
@@ -11,6 +12,9 @@ pub fn write_string(out: &mut String, s: &str) {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
             c if (c as u32) < 0x20 => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.push_str("\\u00");
@@ -21,6 +25,13 @@ pub fn write_string(out: &mut String, s: &str) {
         }
     }
     out.push('"');
+}
+
+/// `s` as a JSON string literal, on its own.
+pub fn string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    write_string(&mut out, s);
+    out
 }
 
 /// One JSON value, as the writer knows it.
@@ -116,9 +127,10 @@ mod tests {
     #[test]
     fn strings_are_escaped() {
         let mut out = String::new();
-        write_string(&mut out, "a\"b\\c\u{1}\n\té");
-        assert_eq!(out, r#""a\"b\\c\u0001\u000a\u0009é""#);
+        write_string(&mut out, "a\"b\\c\u{1}\n\r\té\u{1f}");
+        assert_eq!(out, r#""a\"b\\c\u0001\n\r\té\u001f""#);
         assert!(validate_json(&out).is_ok());
+        assert_eq!(string("a\"b\\\n\u{1}"), "\"a\\\"b\\\\\\n\\u0001\"");
     }
 
     #[test]

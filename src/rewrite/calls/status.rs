@@ -1,37 +1,28 @@
 //! SHOW STATUS: `status_v1` (015_status). Columns in the statement's order.
 
-use super::{column, Call, CallSpec, DecodeError, FromRow, Jsonb, Row};
-use tokio_postgres::types::{ToSql, Type};
+use super::declare::calls;
+use super::{DecodeError, FromRow, Jsonb, Row};
 use uuid::Uuid;
 
-pub const STATUS: CallSpec = CallSpec {
-    name: "qw_status_v1",
-    sql: "SELECT queues, partitions, consumer_groups, messages, pending, processing, dead_lettered, active_leases, pushed_last_minute, throughput FROM queen.status_v1(p_minutes => $1, p_tenant => $2)",
-    params: &[Type::INT4, Type::UUID],
-    columns: &[
-        column("queues", Type::INT8),
-        column("partitions", Type::INT8),
-        column("consumer_groups", Type::INT8),
-        column("messages", Type::INT8),
-        column("pending", Type::INT8),
-        column("processing", Type::INT8),
-        column("dead_lettered", Type::INT8),
-        column("active_leases", Type::INT8),
-        column("pushed_last_minute", Type::INT8),
-        column("throughput", Type::JSONB),
-    ],
-};
-
-pub struct Status {
-    pub minutes: i32,
-    pub tenant: Uuid,
-}
-
-impl Call for Status {
-    const SPEC: &'static CallSpec = &STATUS;
-    type Row = StatusRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.minutes, &self.tenant]
+calls! {
+    pub const STATUS = "qw_status_v1" {
+        SELECT * FROM queen.status_v1;
+        pub struct Status {
+            minutes: i32 = INT4,
+            tenant: Uuid = UUID,
+        }
+        row StatusRow {
+            queues: INT8,
+            partitions: INT8,
+            consumer_groups: INT8,
+            messages: INT8,
+            pending: INT8,
+            processing: INT8,
+            dead_lettered: INT8,
+            active_leases: INT8,
+            pushed_last_minute: INT8,
+            throughput: JSONB,
+        }
     }
 }
 

@@ -2,77 +2,106 @@
 //! (`timer_cancel_v1`), SHOW SCHEDULES (`timer_list_v2`), and the fire
 //! loop's claim, delete and postpone.
 
+use super::declare::calls;
 use super::queues::DEFAULT_PARTITION;
-use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use super::{Call, CallSpec};
 use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::bind::Params;
 use crate::rewrite::dialect::timer::{CancelSchedule, FireAt, Schedule as ScheduleStatement};
 use std::time::SystemTime;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-pub const SCHEDULE: CallSpec = CallSpec {
-    name: "qw_timer_schedule_v2",
-    sql: "SELECT queen.timer_schedule_v2(p_queue => $1, p_key => $2, p_partition => $3, p_payload => $4, p_fire_at => COALESCE($5::timestamptz, clock_timestamp() + $6 * interval '1 millisecond'), p_every_ms => $8, p_cron => $9, p_cron_spec => $10, p_time_zone => $11, p_catch_up => $12, p_tenant => $7) AS fire_at",
-    params: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT8,
-        Type::UUID,
-        Type::INT8,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::BOOL,
-    ],
-    columns: &[column("fire_at", Type::TIMESTAMPTZ)],
-};
+calls! {
+    pub const SCHEDULE = "qw_timer_schedule_v2" {
+        "SELECT queen.timer_schedule_v2(p_queue => $1, p_key => $2, p_partition => $3, p_payload => $4, p_fire_at => COALESCE($5::timestamptz, clock_timestamp() + $6 * interval '1 millisecond'), p_every_ms => $8, p_cron => $9, p_cron_spec => $10, p_time_zone => $11, p_catch_up => $12, p_tenant => $7) AS fire_at";
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Schedule {
+            queue: String = TEXT,
+            key: String = TEXT,
+            partition: String = TEXT,
+            /// JSON text, checked.
+            payload: String = TEXT,
+            /// Timestamp text (cast by PostgreSQL), or else `after_ms` from now.
+            at: Option<String> = TEXT,
+            after_ms: Option<i64> = INT8,
+            tenant: Uuid = UUID,
+            /// Recurring every this many milliseconds (the first fire is
+            /// `after_ms` from now).
+            every_ms: Option<i64> = INT8,
+            /// Recurring at a cron expression's occurrences: as written, and
+            /// normalised (`dialect::cron`); the first fire is computed by
+            /// PostgreSQL.
+            cron: Option<String> = TEXT,
+            cron_spec: Option<String> = TEXT,
+            /// The cron expression's time zone (PostgreSQL's names; `None`: UTC).
+            time_zone: Option<String> = TEXT,
+            catch_up: bool = BOOL,
+        }
+        pub struct ScheduleRow {
+            fire_at: Option<SystemTime> = TIMESTAMPTZ,
+        }
+    }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Schedule {
-    pub queue: String,
-    pub key: String,
-    pub partition: String,
-    /// JSON text, checked.
-    pub payload: String,
-    /// Timestamp text (cast by PostgreSQL), or else `after_ms` from now.
-    pub at: Option<String>,
-    pub after_ms: Option<i64>,
-    pub tenant: Uuid,
-    /// Recurring every this many milliseconds (the first fire is
-    /// `after_ms` from now).
-    pub every_ms: Option<i64>,
-    /// Recurring at a cron expression's occurrences: as written, and
-    /// normalised (`dialect::cron`); the first fire is computed by
-    /// PostgreSQL.
-    pub cron: Option<String>,
-    pub cron_spec: Option<String>,
-    /// The cron expression's time zone (PostgreSQL's names; `None`: UTC).
-    pub time_zone: Option<String>,
-    pub catch_up: bool,
-}
+    pub const CANCEL = "qw_timer_cancel_v1" {
+        SELECT queen.timer_cancel_v1;
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Cancel {
+            queue: String = TEXT,
+            key: String = TEXT,
+            tenant: Uuid = UUID,
+        }
+        pub struct CancelRow {
+            cancelled: Option<bool> = BOOL,
+        }
+    }
 
-impl Call for Schedule {
-    const SPEC: &'static CallSpec = &SCHEDULE;
-    type Row = ScheduleRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.queue,
-            &self.key,
-            &self.partition,
-            &self.payload,
-            &self.at,
-            &self.after_ms,
-            &self.tenant,
-            &self.every_ms,
-            &self.cron,
-            &self.cron_spec,
-            &self.time_zone,
-            &self.catch_up,
-        ]
+    pub const LIST = "qw_timer_list_v2" {
+        SELECT * FROM queen.timer_list_v2;
+        pub struct List<'a> {
+            /// `None`: every queue of the tenant.
+            queue: Option<&'a str> = TEXT,
+            tenant: Uuid = UUID,
+        }
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct TimerRow {
+            queue: Option<String> = TEXT,
+            key: Option<String> = TEXT,
+            partition: Option<String> = TEXT,
+            fire_at: Option<SystemTime> = TIMESTAMPTZ,
+            /// `every 300 s`, `cron */5 * * * * Europe/Berlin`; `None`: one-shot.
+            recurrence: Option<String> = TEXT,
+            catch_up: Option<bool> = BOOL,
+        }
+    }
+
+    pub const CLAIM_DUE = "qw_timer_claim_due_v1" {
+        SELECT * FROM queen.timer_claim_due_v1;
+        /// Claims (locks) up to `limit` due timers until the transaction ends.
+        pub struct ClaimDue {
+            limit: i32 = INT4,
+        }
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct DueTimer {
+            tenant_id: Uuid = UUID,
+            queue: String = TEXT,
+            key: String = TEXT,
+            partition: Option<String> = TEXT,
+            /// JSON text.
+            payload: String = TEXT,
+        }
+    }
+
+    pub const DELETE_FIRED = "qw_timer_delete_fired_v1" {
+        SELECT queen.timer_delete_fired_v1;
+        args(tenants: UUID_ARRAY, queues: TEXT_ARRAY, keys: TEXT_ARRAY);
+        row () { deleted: INT4 }
+    }
+
+    pub const POSTPONE = "qw_timer_postpone_v1" {
+        SELECT queen.timer_postpone_v1;
+        args(tenants: UUID_ARRAY, queues: TEXT_ARRAY, keys: TEXT_ARRAY, delay_ms: INT8);
+        row () { postponed: INT4 }
     }
 }
 
@@ -137,40 +166,6 @@ pub fn schedule(
     Ok(call)
 }
 
-pub struct ScheduleRow {
-    pub fire_at: Option<SystemTime>,
-}
-
-impl FromRow for ScheduleRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(ScheduleRow {
-            fire_at: row.get("fire_at")?,
-        })
-    }
-}
-
-pub const CANCEL: CallSpec = CallSpec {
-    name: "qw_timer_cancel_v1",
-    sql: "SELECT queen.timer_cancel_v1(p_queue => $1, p_key => $2, p_tenant => $3) AS cancelled",
-    params: &[Type::TEXT, Type::TEXT, Type::UUID],
-    columns: &[column("cancelled", Type::BOOL)],
-};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Cancel {
-    pub queue: String,
-    pub key: String,
-    pub tenant: Uuid,
-}
-
-impl Call for Cancel {
-    const SPEC: &'static CallSpec = &CANCEL;
-    type Row = CancelRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.queue, &self.key, &self.tenant]
-    }
-}
-
 pub fn cancel(
     stmt: &CancelSchedule,
     params: &Params<'_>,
@@ -182,125 +177,6 @@ pub fn cancel(
         tenant,
     })
 }
-
-pub struct CancelRow {
-    pub cancelled: Option<bool>,
-}
-
-impl FromRow for CancelRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(CancelRow {
-            cancelled: row.get("cancelled")?,
-        })
-    }
-}
-
-pub const LIST: CallSpec = CallSpec {
-    name: "qw_timer_list_v2",
-    sql: "SELECT queue, key, partition, fire_at, recurrence, catch_up FROM queen.timer_list_v2(p_queue => $1, p_tenant => $2)",
-    params: &[Type::TEXT, Type::UUID],
-    columns: &[
-        column("queue", Type::TEXT),
-        column("key", Type::TEXT),
-        column("partition", Type::TEXT),
-        column("fire_at", Type::TIMESTAMPTZ),
-        column("recurrence", Type::TEXT),
-        column("catch_up", Type::BOOL),
-    ],
-};
-
-pub struct List<'a> {
-    /// `None`: every queue of the tenant.
-    pub queue: Option<&'a str>,
-    pub tenant: Uuid,
-}
-
-impl Call for List<'_> {
-    const SPEC: &'static CallSpec = &LIST;
-    type Row = TimerRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.queue, &self.tenant]
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct TimerRow {
-    pub queue: Option<String>,
-    pub key: Option<String>,
-    pub partition: Option<String>,
-    pub fire_at: Option<SystemTime>,
-    /// `every 300 s`, `cron */5 * * * * Europe/Berlin`; `None`: one-shot.
-    pub recurrence: Option<String>,
-    pub catch_up: Option<bool>,
-}
-
-impl FromRow for TimerRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(TimerRow {
-            queue: row.get("queue")?,
-            key: row.get("key")?,
-            partition: row.get("partition")?,
-            fire_at: row.get("fire_at")?,
-            recurrence: row.get("recurrence")?,
-            catch_up: row.get("catch_up")?,
-        })
-    }
-}
-
-pub const CLAIM_DUE: CallSpec = CallSpec {
-    name: "qw_timer_claim_due_v1",
-    sql: "SELECT tenant_id, queue, key, partition, payload FROM queen.timer_claim_due_v1(p_limit => $1)",
-    params: &[Type::INT4],
-    columns: &[
-        column("tenant_id", Type::UUID),
-        column("queue", Type::TEXT),
-        column("key", Type::TEXT),
-        column("partition", Type::TEXT),
-        column("payload", Type::TEXT),
-    ],
-};
-
-/// Claims (locks) up to `limit` due timers until the transaction ends.
-pub struct ClaimDue {
-    pub limit: i32,
-}
-
-impl Call for ClaimDue {
-    const SPEC: &'static CallSpec = &CLAIM_DUE;
-    type Row = DueTimer;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.limit]
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct DueTimer {
-    pub tenant_id: Uuid,
-    pub queue: String,
-    pub key: String,
-    pub partition: Option<String>,
-    /// JSON text.
-    pub payload: String,
-}
-
-impl FromRow for DueTimer {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(DueTimer {
-            tenant_id: row.get("tenant_id")?,
-            queue: row.get("queue")?,
-            key: row.get("key")?,
-            partition: row.get("partition")?,
-            payload: row.get("payload")?,
-        })
-    }
-}
-
-pub const DELETE_FIRED: CallSpec = CallSpec {
-    name: "qw_timer_delete_fired_v1",
-    sql: "SELECT queen.timer_delete_fired_v1(p_tenants => $1, p_queues => $2, p_keys => $3) AS deleted",
-    params: &[Type::UUID_ARRAY, Type::TEXT_ARRAY, Type::TEXT_ARRAY],
-    columns: &[column("deleted", Type::INT4)],
-};
 
 /// Timers named by parallel arrays (tenant, queue, key).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -337,18 +213,6 @@ impl Call for DeleteFired<'_> {
         vec![&self.timers.tenants, &self.timers.queues, &self.timers.keys]
     }
 }
-
-pub const POSTPONE: CallSpec = CallSpec {
-    name: "qw_timer_postpone_v1",
-    sql: "SELECT queen.timer_postpone_v1(p_tenants => $1, p_queues => $2, p_keys => $3, p_delay_ms => $4) AS postponed",
-    params: &[
-        Type::UUID_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::INT8,
-    ],
-    columns: &[column("postponed", Type::INT4)],
-};
 
 pub struct Postpone<'a> {
     pub timers: &'a TimerKeys,

@@ -3,7 +3,7 @@
 //! (`log_drop_group_v1`). Each is a pure function of the statement and its
 //! bound parameters.
 
-use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use super::declare::calls;
 use crate::json::{JsonValue, Object};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::{parse_error, Params};
@@ -12,15 +12,72 @@ use crate::rewrite::dialect::queue_admin::{
     DropGroup as DropGroupStatement, SeekGroup, SeekTarget,
 };
 use crate::rewrite::dialect::{QueueOption, Value};
-use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
-pub const CONFIGURE: CallSpec = CallSpec {
-    name: "qw_configure_v1",
-    sql: "SELECT queen.configure_queue_v1(p_queue => $1, p_options => $2::jsonb, p_mode => $3, p_tenant => $4) AS outcome",
-    params: &[Type::TEXT, Type::TEXT, Type::TEXT, Type::UUID],
-    columns: &[column("outcome", Type::TEXT)],
-};
+calls! {
+    pub const CONFIGURE = "qw_configure_v1" {
+        SELECT queen.configure_queue_v1;
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Configure {
+            queue: String = TEXT,
+            /// The JSON object of the settings, in each column's unit.
+            options: String = TEXT::jsonb,
+            mode: &'static str = TEXT,
+            tenant: Uuid = UUID,
+        }
+        row () { outcome: TEXT }
+    }
+
+    pub const DELETE_QUEUE = "qw_delete_queue_v1" {
+        SELECT queen.delete_queue_v1;
+        pub struct DeleteQueue<'a> {
+            queue: &'a str = TEXT,
+            tenant: Uuid = UUID,
+        }
+        pub struct DeleteQueueRow {
+            existed: Option<bool> = BOOL,
+        }
+    }
+
+    pub const SEEK_GROUP = "qw_seek_v1" {
+        SELECT queen.log_seek_group_v1;
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Seek {
+            queue: String = TEXT,
+            group: String = TEXT,
+            partition: Option<String> = TEXT,
+            target: &'static str = TEXT,
+            /// Timestamp text, cast by PostgreSQL.
+            at: Option<String> = TEXT::timestamptz,
+            tenant: Uuid = UUID,
+        }
+        row () { partitions: INT4 }
+    }
+
+    pub const DROP_GROUP = "qw_drop_group_v1" {
+        SELECT queen.log_drop_group_v1;
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct DropGroup {
+            queue: String = TEXT,
+            group: String = TEXT,
+            tenant: Uuid = UUID,
+        }
+        row () { partitions: INT4 }
+    }
+
+    pub const GROUP_SET_TYPE = "qw_group_set_type_v1" {
+        SELECT queen.log_group_set_type_v1;
+        /// ALTER GROUP … SET (ordered = …): one group's own type.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct GroupSetType {
+            queue: String = TEXT,
+            group: String = TEXT,
+            ordered: bool = BOOL,
+            tenant: Uuid = UUID,
+        }
+        row () { outcome: TEXT }
+    }
+}
 
 /// How `configure_queue_v1` treats an existing or missing queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,23 +94,6 @@ impl ConfigureMode {
             ConfigureMode::CreateIfNotExists => "create_if_not_exists",
             ConfigureMode::Alter => "alter",
         }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Configure {
-    pub queue: String,
-    /// The JSON object of the settings, in each column's unit.
-    pub options: String,
-    pub mode: &'static str,
-    pub tenant: Uuid,
-}
-
-impl Call for Configure {
-    const SPEC: &'static CallSpec = &CONFIGURE;
-    type Row = ();
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.queue, &self.options, &self.mode, &self.tenant]
     }
 }
 
@@ -107,78 +147,6 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
     Ok(object.finish())
 }
 
-pub const DELETE_QUEUE: CallSpec = CallSpec {
-    name: "qw_delete_queue_v1",
-    sql: "SELECT queen.delete_queue_v1(p_queue => $1, p_tenant => $2) AS existed",
-    params: &[Type::TEXT, Type::UUID],
-    columns: &[column("existed", Type::BOOL)],
-};
-
-pub struct DeleteQueue<'a> {
-    pub queue: &'a str,
-    pub tenant: Uuid,
-}
-
-impl Call for DeleteQueue<'_> {
-    const SPEC: &'static CallSpec = &DELETE_QUEUE;
-    type Row = DeleteQueueRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.queue, &self.tenant]
-    }
-}
-
-pub struct DeleteQueueRow {
-    pub existed: Option<bool>,
-}
-
-impl FromRow for DeleteQueueRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(DeleteQueueRow {
-            existed: row.get("existed")?,
-        })
-    }
-}
-
-pub const SEEK_GROUP: CallSpec = CallSpec {
-    name: "qw_seek_v1",
-    sql: "SELECT queen.log_seek_group_v1(p_queue => $1, p_group => $2, p_partition => $3, p_target => $4, p_at => $5::timestamptz, p_tenant => $6) AS partitions",
-    params: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::UUID,
-    ],
-    columns: &[column("partitions", Type::INT4)],
-};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Seek {
-    pub queue: String,
-    pub group: String,
-    pub partition: Option<String>,
-    pub target: &'static str,
-    /// Timestamp text, cast by PostgreSQL.
-    pub at: Option<String>,
-    pub tenant: Uuid,
-}
-
-impl Call for Seek {
-    const SPEC: &'static CallSpec = &SEEK_GROUP;
-    type Row = ();
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.queue,
-            &self.group,
-            &self.partition,
-            &self.target,
-            &self.at,
-            &self.tenant,
-        ]
-    }
-}
-
 pub fn seek(stmt: &SeekGroup, params: &Params<'_>, tenant: Uuid) -> Result<Seek, SqlError> {
     let queue = params.name(&stmt.queue, "queue")?;
     let group = params.name(&stmt.group, "group")?;
@@ -202,29 +170,6 @@ pub fn seek(stmt: &SeekGroup, params: &Params<'_>, tenant: Uuid) -> Result<Seek,
     })
 }
 
-pub const DROP_GROUP: CallSpec = CallSpec {
-    name: "qw_drop_group_v1",
-    sql:
-        "SELECT queen.log_drop_group_v1(p_queue => $1, p_group => $2, p_tenant => $3) AS partitions",
-    params: &[Type::TEXT, Type::TEXT, Type::UUID],
-    columns: &[column("partitions", Type::INT4)],
-};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct DropGroup {
-    pub queue: String,
-    pub group: String,
-    pub tenant: Uuid,
-}
-
-impl Call for DropGroup {
-    const SPEC: &'static CallSpec = &DROP_GROUP;
-    type Row = ();
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.queue, &self.group, &self.tenant]
-    }
-}
-
 pub fn drop_group(
     stmt: &DropGroupStatement,
     params: &Params<'_>,
@@ -235,30 +180,6 @@ pub fn drop_group(
         group: params.name(&stmt.group, "group")?,
         tenant,
     })
-}
-
-pub const GROUP_SET_TYPE: CallSpec = CallSpec {
-    name: "qw_group_set_type_v1",
-    sql: "SELECT queen.log_group_set_type_v1(p_queue => $1, p_group => $2, p_ordered => $3, p_tenant => $4) AS outcome",
-    params: &[Type::TEXT, Type::TEXT, Type::BOOL, Type::UUID],
-    columns: &[column("outcome", Type::TEXT)],
-};
-
-/// ALTER GROUP … SET (ordered = …): one group's own type.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupSetType {
-    pub queue: String,
-    pub group: String,
-    pub ordered: bool,
-    pub tenant: Uuid,
-}
-
-impl Call for GroupSetType {
-    const SPEC: &'static CallSpec = &GROUP_SET_TYPE;
-    type Row = ();
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![&self.queue, &self.group, &self.ordered, &self.tenant]
-    }
 }
 
 pub fn group_set_type(
@@ -293,6 +214,7 @@ pub fn group_set_type(
 
 #[cfg(test)]
 mod tests {
+    use super::super::Call;
     use super::*;
     use crate::rewrite::dialect::{self, Statement};
 

@@ -3,30 +3,32 @@
 //! that array from the statement; every rule of the store (existence,
 //! versions, preconditions) lives in the procedure.
 
-use super::{column, Call, CallSpec, DecodeError, FromRow, Jsonb, Row};
+use super::declare::calls;
+use super::{Call, CallSpec, DecodeError, FromRow, Jsonb, Row};
 use crate::json::{array, JsonValue, Object};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::{parse_error, Params};
 use crate::rewrite::dialect::kv::{Expiry, KvStatement, Precondition};
 use crate::rewrite::dialect::{validate_kv_bound, Value};
 use std::time::SystemTime;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-pub const APPLY: CallSpec = CallSpec {
-    name: "qw_kv_apply_v1",
-    sql: "SELECT op_index, namespace, key, applied, value, version, expires_at FROM queen.kv_apply_v1(p_ops => $1::jsonb, p_tenant => $2)",
-    params: &[Type::TEXT, Type::UUID],
-    columns: &[
-        column("op_index", Type::INT4),
-        column("namespace", Type::TEXT),
-        column("key", Type::TEXT),
-        column("applied", Type::BOOL),
-        column("value", Type::JSONB),
-        column("version", Type::INT8),
-        column("expires_at", Type::TIMESTAMPTZ),
-    ],
-};
+calls! {
+    pub const APPLY = "qw_kv_apply_v1" {
+        SELECT * FROM queen.kv_apply_v1;
+        args(ops: TEXT::jsonb, tenant: UUID);
+        row KvRow {
+            op_index: INT4,
+            namespace: TEXT,
+            key: TEXT,
+            applied: BOOL,
+            value: JSONB,
+            version: INT8,
+            expires_at: TIMESTAMPTZ,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct KvApply {

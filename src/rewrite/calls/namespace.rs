@@ -4,31 +4,35 @@
 //! popped with `log_pop_v2` as any POP ([`super::queues`]), an ephemeral
 //! one from its owner's memory.
 
+use super::declare::calls;
 use super::queues::PopArgs;
-use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use super::{Call, CallSpec};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::Params;
 use crate::rewrite::dialect::pop::{Pop as PopStatement, PopFrom};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-pub const NAMESPACE_QUEUES: CallSpec = CallSpec {
-    name: "qw_namespace_queues_v2",
-    sql: "SELECT queue_name, priority, ephemeral FROM queen.log_namespace_queues_v2(p_namespace => $1, p_task => $2, p_group => $3, p_subscribe => $4, p_subscribe_at => $5::timestamptz, p_tenant => $6)",
-    params: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::UUID,
-    ],
-    columns: &[
-        column("queue_name", Type::TEXT),
-        column("priority", Type::INT4),
-        column("ephemeral", Type::BOOL),
-    ],
-};
+calls! {
+    pub const NAMESPACE_QUEUES = "qw_namespace_queues_v2" {
+        SELECT * FROM queen.log_namespace_queues_v2;
+        args(
+            namespace: TEXT,
+            task: TEXT,
+            group: TEXT,
+            subscribe: TEXT,
+            subscribe_at: TEXT::timestamptz,
+            tenant: UUID,
+        );
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct NamespaceQueue {
+            queue_name: String = TEXT,
+            priority: i32 = INT4,
+            /// Its messages are in its owner's memory (030).
+            ephemeral: bool = BOOL,
+        }
+    }
+}
 
 /// A wildcard POP's namespace and task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,23 +76,5 @@ impl Call for NamespaceQueues<'_> {
             &self.args.subscribe_at,
             &self.tenant,
         ]
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceQueue {
-    pub queue_name: String,
-    pub priority: i32,
-    /// Its messages are in its owner's memory (030).
-    pub ephemeral: bool,
-}
-
-impl FromRow for NamespaceQueue {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(NamespaceQueue {
-            queue_name: row.get("queue_name")?,
-            priority: row.get("priority")?,
-            ephemeral: row.get("ephemeral")?,
-        })
     }
 }

@@ -121,23 +121,9 @@ const FAMILIES: &[&[&CallSpec]] = &[
     namespace::SPECS,
     purge::SPECS,
     transaction::SPECS,
-    LEGACY,
-];
-
-const LEGACY: &[&CallSpec] = &[
-    &queues::PUSH,
-    &push_many::PUSH_MANY,
-    &queues::POP,
-    &queues::POP_CANDIDATES,
-    &queues::HOTLIST_SEED,
-    &acks::ACK,
-    &acks::ACK_RUNS,
-    &acks::RENEW,
-    &acks::ACK_SHARED,
-    &acks::RENEW_SHARED,
-    &queues::UNCLAIM,
-    &queues::UNCLAIM_SHARED,
-    &push_many::PUSH_IDS,
+    queues::SPECS,
+    push_many::SPECS,
+    acks::SPECS,
 ];
 
 /// How many specs the families hold together.

@@ -5,28 +5,47 @@
 //! the same for one queue's partitions named by the ids earlier pushes
 //! answered (`engine/queues/placed.rs`).
 
-use super::queues::{Push, PushRow, PUSH};
+use super::declare::calls;
+use super::queues::{Push, PushRow};
 use super::{Call, CallSpec};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 
-pub const PUSH_MANY: CallSpec = CallSpec {
-    name: "qw_push_many_v1",
-    sql: "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_many_v1(p_queues => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10)",
-    // log_push_v1's parameters and rows, p_queues in place of p_queue.
-    params: &[
-        Type::TEXT_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::INT4_ARRAY,
-        Type::BYTEA_ARRAY,
-        Type::INT8_ARRAY,
-        Type::UUID_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::UUID,
-    ],
-    columns: PUSH.columns,
-};
+calls! {
+    /// log_push_v1's parameters and rows, p_queues in place of p_queue.
+    pub const PUSH_MANY = "qw_push_many_v1" {
+        SELECT * FROM queen.log_push_many_v1;
+        args(
+            queues: TEXT_ARRAY,
+            partitions: TEXT_ARRAY,
+            counts: INT4_ARRAY,
+            blobs: BYTEA_ARRAY,
+            txn_hashes: INT8_ARRAY,
+            message_ids: UUID_ARRAY,
+            min_created_at: TIMESTAMPTZ_ARRAY,
+            max_created_at: TIMESTAMPTZ_ARRAY,
+            trace_ids: TEXT_ARRAY,
+            tenant: UUID,
+        );
+        row PushRow { msg_index: INT4, status: TEXT, offset: INT8, message_id: UUID, partition_id: INT8 }
+    }
+
+    pub const PUSH_IDS = "qw_push_ids_v1" {
+        SELECT * FROM queen.log_push_ids_v1;
+        args(
+            queue: TEXT,
+            partitions: TEXT_ARRAY,
+            partition_ids: INT8_ARRAY,
+            counts: INT4_ARRAY,
+            blobs: BYTEA_ARRAY,
+            txn_hashes: INT8_ARRAY,
+            message_ids: UUID_ARRAY,
+            min_created_at: TIMESTAMPTZ_ARRAY,
+            max_created_at: TIMESTAMPTZ_ARRAY,
+            tenant: UUID,
+        );
+        row PushRow { msg_index: INT4, status: TEXT, offset: INT8, message_id: UUID, partition_id: INT8 }
+    }
+}
 
 /// [`Push`] with a queue per segment (its `queue` unused): the segments of
 /// one queue are consecutive.
@@ -44,24 +63,6 @@ impl Call for PushMany<'_> {
         params
     }
 }
-
-pub const PUSH_IDS: CallSpec = CallSpec {
-    name: "qw_push_ids_v1",
-    sql: "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_ids_v1(p_queue => $1, p_partitions => $2, p_partition_ids => $3, p_counts => $4, p_blobs => $5, p_txn_hashes => $6, p_message_ids => $7, p_min_created_at => $8, p_max_created_at => $9, p_tenant => $10)",
-    params: &[
-        Type::TEXT,
-        Type::TEXT_ARRAY,
-        Type::INT8_ARRAY,
-        Type::INT4_ARRAY,
-        Type::BYTEA_ARRAY,
-        Type::INT8_ARRAY,
-        Type::UUID_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::UUID,
-    ],
-    columns: PUSH.columns,
-};
 
 /// [`Push`] of one queue (no trace ids) with each segment's partition id:
 /// its rows are [`PushRow`]s, or one `stale` row when nothing was written.

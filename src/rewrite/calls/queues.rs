@@ -4,13 +4,14 @@
 //! what needs its state: the frames and their compression (PUSH), the
 //! receipts' HMAC (POP), the hot list's candidates (POP).
 
-use super::{column, Call, CallSpec, DecodeError, FromRow, Row};
+use super::declare::calls;
+use super::{Call, CallSpec, DecodeError, FromRow, Row};
 use crate::protocol::SqlError;
 use crate::rewrite::bind::Params;
 use crate::rewrite::dialect::pop::{Pop as PopStatement, PopFrom, SubscribeFrom};
 use bytes::Bytes;
 use std::time::{Duration, SystemTime};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 /// The partition of a row that names none.
@@ -18,66 +19,145 @@ pub const DEFAULT_PARTITION: &str = "Default";
 /// The consumer group of a POP that names none (queue mode).
 pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
 
-pub const PUSH: CallSpec = CallSpec {
-    name: "qw_push_v1",
-    sql: "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10, p_per_segment => true)",
-    params: &[
-        Type::TEXT,
-        Type::TEXT_ARRAY,
-        Type::INT4_ARRAY,
-        Type::BYTEA_ARRAY,
-        Type::INT8_ARRAY,
-        Type::UUID_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::TIMESTAMPTZ_ARRAY,
-        Type::TEXT_ARRAY,
-        Type::UUID,
-    ],
-    columns: &[
-        column("msg_index", Type::INT4),
-        column("status", Type::TEXT),
-        column("offset", Type::INT8),
-        column("message_id", Type::UUID),
-        column("partition_id", Type::INT8),
-    ],
-};
+calls! {
+    pub const PUSH = "qw_push_v1" {
+        "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10, p_per_segment => true)";
+        /// One write: a segment per partition, the arrays parallel by partition
+        /// except the message ids and transaction hashes, which run over every
+        /// message of every segment in order.
+        pub struct Push<'a> {
+            queue: &'a str = TEXT,
+            partitions: Vec<String> = TEXT_ARRAY,
+            counts: &'a [i32] = INT4_ARRAY,
+            blobs: Vec<Vec<u8>> = BYTEA_ARRAY,
+            /// `None` when no message has a transaction id: the procedure then
+            /// skips its dedup probe altogether.
+            txn_hashes: Option<Vec<Option<i64>>> = INT8_ARRAY,
+            message_ids: &'a [Uuid] = UUID_ARRAY,
+            min_created_at: &'a [SystemTime] = TIMESTAMPTZ_ARRAY,
+            max_created_at: &'a [SystemTime] = TIMESTAMPTZ_ARRAY,
+            /// `None` when no message has a trace id: nothing is written to
+            /// `queen.log_traces` (017_traces).
+            trace_ids: Option<Vec<Option<&'a str>>> = TEXT_ARRAY,
+            tenant: Uuid = UUID,
+        }
+        row PushRow { msg_index: INT4, status: TEXT, offset: INT8, message_id: UUID, partition_id: INT8 }
+    }
 
-/// One write: a segment per partition, the arrays parallel by partition
-/// except the message ids and transaction hashes, which run over every
-/// message of every segment in order.
-pub struct Push<'a> {
-    pub queue: &'a str,
-    pub partitions: Vec<String>,
-    pub counts: &'a [i32],
-    pub blobs: Vec<Vec<u8>>,
-    /// `None` when no message has a transaction id: the procedure then
-    /// skips its dedup probe altogether.
-    pub txn_hashes: Option<Vec<Option<i64>>>,
-    pub message_ids: &'a [Uuid],
-    pub min_created_at: &'a [SystemTime],
-    pub max_created_at: &'a [SystemTime],
-    /// `None` when no message has a trace id: nothing is written to
-    /// `queen.log_traces` (017_traces).
-    pub trace_ids: Option<Vec<Option<&'a str>>>,
-    pub tenant: Uuid,
-}
+    pub const POP = "qw_pop_v1" {
+        SELECT * FROM queen.log_pop_v1;
+        args(
+            queue: TEXT,
+            partition: TEXT,
+            group: TEXT,
+            limit: INT4,
+            max_partitions: INT4,
+            lease_ms: INT8,
+            subscribe: TEXT,
+            subscribe_at: TEXT::timestamptz,
+            auto_ack: BOOL,
+            tenant: UUID,
+        );
+        row PopRow {
+            partition_id: INT8,
+            partition_name: TEXT,
+            lease_token: UUID,
+            lease_expires_at: TIMESTAMPTZ,
+            retry_count: INT4,
+            from_offset: INT8,
+            to_offset: INT8,
+            base_offset: INT8,
+            blob: BYTEA,
+        }
+    }
 
-impl Call for Push<'_> {
-    const SPEC: &'static CallSpec = &PUSH;
-    type Row = PushRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.queue,
-            &self.partitions,
-            &self.counts,
-            &self.blobs,
-            &self.txn_hashes,
-            &self.message_ids,
-            &self.min_created_at,
-            &self.max_created_at,
-            &self.trace_ids,
-            &self.tenant,
-        ]
+    /// POP among candidate partition ids (the hot list) or, without them, over
+    /// the whole queue: [`POP`]'s values plus `p_candidates`, and rows that
+    /// also report each candidate judged (`state`, `retry_at`).
+    pub const POP_CANDIDATES = "qw_pop_v2" {
+        SELECT * FROM queen.log_pop_v2;
+        args(
+            queue: TEXT,
+            partition: TEXT,
+            group: TEXT,
+            limit: INT4,
+            max_partitions: INT4,
+            lease_ms: INT8,
+            subscribe: TEXT,
+            subscribe_at: TEXT::timestamptz,
+            auto_ack: BOOL,
+            tenant: UUID,
+            candidates: INT8_ARRAY,
+            partition_limit: INT4,
+        );
+        row PopJudged {
+            partition_id: INT8,
+            partition_name: TEXT,
+            state: TEXT,
+            retry_at: TIMESTAMPTZ,
+            lease_token: UUID,
+            lease_expires_at: TIMESTAMPTZ,
+            retry_count: INT4,
+            from_offset: INT8,
+            to_offset: INT8,
+            base_offset: INT8,
+            blob: BYTEA,
+        }
+    }
+
+    pub const HOTLIST_SEED = "qw_hotlist_seed_v1" {
+        SELECT * FROM queen.log_hotlist_seed_v1;
+        /// The hot list's seed of one (queue, group): the whole queue's pending
+        /// partitions (`written_since` `None`) or those written since then.
+        pub struct HotlistSeed<'a> {
+            queue: &'a str = TEXT,
+            group: &'a str = TEXT,
+            written_since: Option<SystemTime> = TIMESTAMPTZ,
+            limit: i32 = INT4,
+            tenant: Uuid = UUID,
+        }
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct HotlistSeedRow {
+            partition_ids: Vec<i64> = INT8_ARRAY,
+            seen_at: SystemTime = TIMESTAMPTZ,
+            written_to: Option<SystemTime> = TIMESTAMPTZ,
+            repair_at: Option<SystemTime> = TIMESTAMPTZ,
+            repair_partition_id: Option<i64> = INT8,
+            repair_whole: Option<bool> = BOOL,
+        }
+    }
+
+    /// Gives back one POP's claims that could not be decoded (a segment
+    /// sealed with a key this queenwire lacks): the messages stay.
+    pub const UNCLAIM = "qw_unclaim_v1" {
+        SELECT queen.log_unclaim_v1;
+        pub struct Unclaim<'a> {
+            partition_ids: Vec<i64> = INT8_ARRAY,
+            group: &'a str = TEXT,
+            lease_tokens: Vec<Option<Uuid>> = UUID_ARRAY,
+            from_offsets: Vec<i64> = INT8_ARRAY,
+            to_offsets: Vec<i64> = INT8_ARRAY,
+            tenant: Uuid = UUID,
+        }
+        pub struct UnclaimRow {
+            released: Option<i32> = INT4,
+        }
+    }
+
+    /// Gives back a shared group's claims (`log_unclaim_shared_v1`): the
+    /// messages each (partition, token) still leases are available again.
+    pub const UNCLAIM_SHARED = "qw_unclaim_shared_v1" {
+        SELECT queen.log_unclaim_shared_v1;
+        pub struct UnclaimShared<'a> {
+            partition_ids: Vec<i64> = INT8_ARRAY,
+            group: &'a str = TEXT,
+            lease_tokens: Vec<Uuid> = UUID_ARRAY,
+            /// Each claim's lowest and highest offset (its messages lie between).
+            from_offsets: Vec<i64> = INT8_ARRAY,
+            to_offsets: Vec<i64> = INT8_ARRAY,
+            tenant: Uuid = UUID,
+        }
+        row UnclaimRow { released: INT4 }
     }
 }
 
@@ -124,34 +204,6 @@ impl FromRow for PushRow {
         })
     }
 }
-
-pub const POP: CallSpec = CallSpec {
-    name: "qw_pop_v1",
-    sql: "SELECT partition_id, partition_name, lease_token, lease_expires_at, retry_count, from_offset, to_offset, base_offset, blob FROM queen.log_pop_v1(p_queue => $1, p_partition => $2, p_group => $3, p_limit => $4, p_max_partitions => $5, p_lease_ms => $6, p_subscribe => $7, p_subscribe_at => $8::timestamptz, p_auto_ack => $9, p_tenant => $10)",
-    params: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT4,
-        Type::INT4,
-        Type::INT8,
-        Type::TEXT,
-        Type::TEXT,
-        Type::BOOL,
-        Type::UUID,
-    ],
-    columns: &[
-        column("partition_id", Type::INT8),
-        column("partition_name", Type::TEXT),
-        column("lease_token", Type::UUID),
-        column("lease_expires_at", Type::TIMESTAMPTZ),
-        column("retry_count", Type::INT4),
-        column("from_offset", Type::INT8),
-        column("to_offset", Type::INT8),
-        column("base_offset", Type::INT8),
-        column("blob", Type::BYTEA),
-    ],
-};
 
 /// The values of a POP that do not change between attempts of a WAIT.
 #[derive(Debug, Clone, PartialEq)]
@@ -273,41 +325,6 @@ impl FromRow for PopRow {
     }
 }
 
-/// POP among candidate partition ids (the hot list) or, without them, over
-/// the whole queue: [`POP`]'s values plus `p_candidates`, and rows that
-/// also report each candidate judged (`state`, `retry_at`).
-pub const POP_CANDIDATES: CallSpec = CallSpec {
-    name: "qw_pop_v2",
-    sql: "SELECT partition_id, partition_name, state, retry_at, lease_token, lease_expires_at, retry_count, from_offset, to_offset, base_offset, blob FROM queen.log_pop_v2(p_queue => $1, p_partition => $2, p_group => $3, p_limit => $4, p_max_partitions => $5, p_lease_ms => $6, p_subscribe => $7, p_subscribe_at => $8::timestamptz, p_auto_ack => $9, p_tenant => $10, p_candidates => $11, p_partition_limit => $12)",
-    params: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT4,
-        Type::INT4,
-        Type::INT8,
-        Type::TEXT,
-        Type::TEXT,
-        Type::BOOL,
-        Type::UUID,
-        Type::INT8_ARRAY,
-        Type::INT4,
-    ],
-    columns: &[
-        column("partition_id", Type::INT8),
-        column("partition_name", Type::TEXT),
-        column("state", Type::TEXT),
-        column("retry_at", Type::TIMESTAMPTZ),
-        column("lease_token", Type::UUID),
-        column("lease_expires_at", Type::TIMESTAMPTZ),
-        column("retry_count", Type::INT4),
-        column("from_offset", Type::INT8),
-        column("to_offset", Type::INT8),
-        column("base_offset", Type::INT8),
-        column("blob", Type::BYTEA),
-    ],
-};
-
 pub struct PopCandidates<'a> {
     pub args: &'a PopArgs,
     pub tenant: Uuid,
@@ -381,166 +398,6 @@ impl FromRow for PopJudged {
             state,
             retry_at: row.get("retry_at")?,
             claimed,
-        })
-    }
-}
-
-pub const HOTLIST_SEED: CallSpec = CallSpec {
-    name: "qw_hotlist_seed_v1",
-    sql: "SELECT partition_ids, seen_at, written_to, repair_at, repair_partition_id, repair_whole FROM queen.log_hotlist_seed_v1(p_queue => $1, p_group => $2, p_written_since => $3, p_limit => $4, p_tenant => $5)",
-    params: &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TIMESTAMPTZ,
-        Type::INT4,
-        Type::UUID,
-    ],
-    columns: &[
-        column("partition_ids", Type::INT8_ARRAY),
-        column("seen_at", Type::TIMESTAMPTZ),
-        column("written_to", Type::TIMESTAMPTZ),
-        column("repair_at", Type::TIMESTAMPTZ),
-        column("repair_partition_id", Type::INT8),
-        column("repair_whole", Type::BOOL),
-    ],
-};
-
-/// The hot list's seed of one (queue, group): the whole queue's pending
-/// partitions (`written_since` `None`) or those written since then.
-pub struct HotlistSeed<'a> {
-    pub queue: &'a str,
-    pub group: &'a str,
-    pub written_since: Option<SystemTime>,
-    pub limit: i32,
-    pub tenant: Uuid,
-}
-
-impl Call for HotlistSeed<'_> {
-    const SPEC: &'static CallSpec = &HOTLIST_SEED;
-    type Row = HotlistSeedRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.queue,
-            &self.group,
-            &self.written_since,
-            &self.limit,
-            &self.tenant,
-        ]
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct HotlistSeedRow {
-    pub partition_ids: Vec<i64>,
-    pub seen_at: SystemTime,
-    pub written_to: Option<SystemTime>,
-    pub repair_at: Option<SystemTime>,
-    pub repair_partition_id: Option<i64>,
-    pub repair_whole: Option<bool>,
-}
-
-impl FromRow for HotlistSeedRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(HotlistSeedRow {
-            partition_ids: row.get("partition_ids")?,
-            seen_at: row.get("seen_at")?,
-            written_to: row.get("written_to")?,
-            repair_at: row.get("repair_at")?,
-            repair_partition_id: row.get("repair_partition_id")?,
-            repair_whole: row.get("repair_whole")?,
-        })
-    }
-}
-
-/// Gives back one POP's claims that could not be decoded (a segment
-/// sealed with a key this queenwire lacks): the messages stay.
-pub const UNCLAIM: CallSpec = CallSpec {
-    name: "qw_unclaim_v1",
-    sql: "SELECT queen.log_unclaim_v1(p_partition_ids => $1, p_group => $2, p_lease_tokens => $3, p_from_offsets => $4, p_to_offsets => $5, p_tenant => $6) AS released",
-    params: &[
-        Type::INT8_ARRAY,
-        Type::TEXT,
-        Type::UUID_ARRAY,
-        Type::INT8_ARRAY,
-        Type::INT8_ARRAY,
-        Type::UUID,
-    ],
-    columns: &[column("released", Type::INT4)],
-};
-
-pub struct Unclaim<'a> {
-    pub partition_ids: Vec<i64>,
-    pub group: &'a str,
-    pub lease_tokens: Vec<Option<Uuid>>,
-    pub from_offsets: Vec<i64>,
-    pub to_offsets: Vec<i64>,
-    pub tenant: Uuid,
-}
-
-impl Call for Unclaim<'_> {
-    const SPEC: &'static CallSpec = &UNCLAIM;
-    type Row = UnclaimRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.partition_ids,
-            &self.group,
-            &self.lease_tokens,
-            &self.from_offsets,
-            &self.to_offsets,
-            &self.tenant,
-        ]
-    }
-}
-
-/// Gives back a shared group's claims (`log_unclaim_shared_v1`): the
-/// messages each (partition, token) still leases are available again.
-pub const UNCLAIM_SHARED: CallSpec = CallSpec {
-    name: "qw_unclaim_shared_v1",
-    sql: "SELECT queen.log_unclaim_shared_v1(p_partition_ids => $1, p_group => $2, p_lease_tokens => $3, p_from_offsets => $4, p_to_offsets => $5, p_tenant => $6) AS released",
-    params: &[
-        Type::INT8_ARRAY,
-        Type::TEXT,
-        Type::UUID_ARRAY,
-        Type::INT8_ARRAY,
-        Type::INT8_ARRAY,
-        Type::UUID,
-    ],
-    columns: &[column("released", Type::INT4)],
-};
-
-pub struct UnclaimShared<'a> {
-    pub partition_ids: Vec<i64>,
-    pub group: &'a str,
-    pub lease_tokens: Vec<Uuid>,
-    /// Each claim's lowest and highest offset (its messages lie between).
-    pub from_offsets: Vec<i64>,
-    pub to_offsets: Vec<i64>,
-    pub tenant: Uuid,
-}
-
-impl Call for UnclaimShared<'_> {
-    const SPEC: &'static CallSpec = &UNCLAIM_SHARED;
-    type Row = UnclaimRow;
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        vec![
-            &self.partition_ids,
-            &self.group,
-            &self.lease_tokens,
-            &self.from_offsets,
-            &self.to_offsets,
-            &self.tenant,
-        ]
-    }
-}
-
-pub struct UnclaimRow {
-    pub released: Option<i32>,
-}
-
-impl FromRow for UnclaimRow {
-    fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
-        Ok(UnclaimRow {
-            released: row.get("released")?,
         })
     }
 }

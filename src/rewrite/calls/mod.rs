@@ -1,16 +1,20 @@
 //! Typed calls of the `queen.*` procedures: what the engine sends to
 //! PostgreSQL for each dialect statement and each background task.
 //!
-//! A call is three things, kept side by side in its family's file:
+//! A call is declared once, in its family's `calls!` block (`declare.rs`):
+//! the procedure, its arguments with their Rust and PostgreSQL types, its
+//! result columns with theirs. From that come
 //!
 //! - a [`CallSpec`]: the name of the statement prepared on each backend
 //!   connection, its one-line SQL, its parameter types and its result
 //!   columns (name and type) — exactly what Parse and Describe of that SQL
 //!   report against the applied schema (`tests/calls.rs` proves it for every
-//!   spec in [`ALL`]);
+//!   spec in [`ALL`], which gathers each family's `SPECS`);
 //! - a parameter struct implementing [`Call`], built by a pure function from
-//!   the parsed statement and its bound parameters where one fits;
-//! - a row struct implementing [`FromRow`], decoded by column name.
+//!   the parsed statement and its bound parameters where one fits (written
+//!   by hand beside the block when its values come from another struct);
+//! - a row struct implementing [`FromRow`], decoded by column name (written
+//!   by hand when decoding is more than reading each column).
 //!
 //! The SQL names every argument (`p_queue => $1`), so that a renamed
 //! argument fails Parse in that test rather than silently shifting values.
@@ -176,6 +180,35 @@ mod tests {
             let beyond = format!("${}", spec.params.len() + 1);
             assert!(!spec.sql.contains(&beyond), "{}: {beyond}", spec.name);
         }
+    }
+
+    /// The prepared names written in the family files are those of `ALL`:
+    /// a family left out of `FAMILIES`, or a spec written outside a
+    /// `calls!` block, fails here.
+    #[test]
+    fn every_call_the_family_files_declare_is_in_all() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/rewrite/calls");
+        let mut declared = HashSet::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().is_some_and(|n| n == "mod.rs") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+            for (at, _) in code.match_indices("\"qw_") {
+                let name = code[at + 1..].split('"').next().unwrap_or_default();
+                declared.insert(name.to_string());
+            }
+        }
+        let all: HashSet<String> = ALL.iter().map(|s| s.name.to_string()).collect();
+        let missing: Vec<_> = declared.difference(&all).collect();
+        assert!(missing.is_empty(), "declared but not in ALL: {missing:?}");
+        let unseen: Vec<_> = all.difference(&declared).collect();
+        assert!(
+            unseen.is_empty(),
+            "in ALL but not found in a family file: {unseen:?}"
+        );
     }
 
     #[test]

@@ -8,16 +8,16 @@
 //!
 //! ```text
 //! calls! {
-//!     /// One group's detail per partition.
-//!     pub const DETAIL = "qw_consumer_group_detail_v1" {
-//!         SELECT * FROM queen.consumer_group_detail_v1;
-//!         pub struct Detail<'a> {
+//!     /// A doc comment for the spec.
+//!     pub const EXAMPLE = "qw_example_v1" {
+//!         SELECT * FROM queen.example_v1;
+//!         pub struct Example<'a> {
 //!             queue: &'a str = TEXT,
 //!             at: Option<String> = TEXT::timestamptz,
 //!             tenant: Uuid = UUID,
 //!         }
 //!         #[derive(Debug, Clone, PartialEq)]
-//!         pub struct DetailRow {
+//!         pub struct ExampleRow {
 //!             partition_name: Option<String> = TEXT,
 //!             blob: Bytes = BYTEA,
 //!         }
@@ -25,11 +25,13 @@
 //! }
 //! ```
 //!
-//! gives `SELECT "partition_name", "blob" FROM
-//! queen.consumer_group_detail_v1(p_queue => $1, p_at => $2::timestamptz,
-//! p_tenant => $3)`: argument `n` is the struct's field `n` (its name with
-//! `p_` before it), the columns are the row's fields in order (quoted, so a
-//! column may be called `offset`). The parts:
+//! gives `EXAMPLE`, a spec prepared as `qw_example_v1` with the SQL
+//! `SELECT "partition_name", "blob" FROM queen.example_v1(p_queue => $1,
+//! p_at => $2::timestamptz, p_tenant => $3)`, parameter types `[TEXT, TEXT,
+//! UUID]` and the two columns; `Example` (its fields `pub`) with its `Call`;
+//! `ExampleRow` with its `FromRow`. Argument `n` is the struct's field `n`
+//! (its name with `p_` before it), the columns are the row's fields in order
+//! (quoted, so a column may be called `offset`). The parts:
 //!
 //! - the shape: `SELECT * FROM queen.f;` (a set-returning function),
 //!   `SELECT queen.f;` (a scalar one, its one column named `AS` the row's
@@ -46,9 +48,7 @@
 //!   `row R { column: PGTYPE, … }` (`R` may be `()`) when the row type and
 //!   its `FromRow` are written by hand.
 //!
-//! A `pub const X: CallSpec = CallSpec { … };` in the block is taken as
-//! written (and joins `SPECS`). `tests/calls.rs` Parses and Describes what
-//! comes out against the schema.
+//! `tests/calls.rs` Parses and Describes what comes out against the schema.
 
 /// Declares a family's calls (see the module's docs) and its `SPECS`.
 macro_rules! calls {
@@ -61,14 +61,6 @@ macro_rules! calls {
         $($rest:tt)*
     ) => {
         $crate::rewrite::calls::declare::call!(@shape [$(#[$m])*] $SPEC $name $($body)*);
-        $crate::rewrite::calls::declare::calls!(@family [$($spec)* $SPEC] $($rest)*);
-    };
-    (@family [$($spec:ident)*]
-        $(#[$m:meta])* pub const $SPEC:ident : CallSpec = $e:expr ;
-        $($rest:tt)*
-    ) => {
-        $(#[$m])*
-        pub const $SPEC: $crate::rewrite::calls::CallSpec = $e;
         $crate::rewrite::calls::declare::calls!(@family [$($spec)* $SPEC] $($rest)*);
     };
     ($($body:tt)*) => {
@@ -213,7 +205,7 @@ macro_rules! call {
             " FROM queen.",
             stringify!($f),
             "(",
-            $crate::rewrite::calls::declare::call!(@arguments [1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40] $($args)*),
+            $crate::rewrite::calls::declare::call!(@arguments $($args)*),
             ")"
         )
     };
@@ -222,7 +214,7 @@ macro_rules! call {
             "SELECT queen.",
             stringify!($f),
             "(",
-            $crate::rewrite::calls::declare::call!(@arguments [1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40] $($args)*),
+            $crate::rewrite::calls::declare::call!(@arguments $($args)*),
             ") AS \"",
             $crate::rewrite::calls::declare::call!(@name $column),
             "\""
@@ -237,15 +229,27 @@ macro_rules! call {
             $(, ", \"", $crate::rewrite::calls::declare::call!(@name $column), "\"")*
         )
     };
-    (@arguments [$($n:literal)*]) => { "" };
-    (@arguments [$n:literal $($more:literal)*] $arg:tt [$(:: $cast:ident)*]) => {
-        concat!("p_", $crate::rewrite::calls::declare::call!(@name $arg), " => $", $n $(, "::", stringify!($cast))*)
+    // `p_a => $1, p_b => $2::cast, …`: each argument takes the next number
+    // off the list (so a call has at most 40).
+    (@arguments $($args:tt)*) => {
+        $crate::rewrite::calls::declare::call!(@numbered [
+            1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20
+            21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40
+        ] $($args)*)
     };
-    (@arguments [$n:literal $($more:literal)*] $arg:tt [$(:: $cast:ident)*] $($rest:tt)+) => {
+    (@numbered [$($n:literal)*]) => { "" };
+    (@numbered [$n:literal $($more:literal)*] $arg:tt [$(:: $cast:ident)*]) => {
         concat!(
-            "p_", $crate::rewrite::calls::declare::call!(@name $arg), " => $", $n $(, "::", stringify!($cast))*,
+            "p_", $crate::rewrite::calls::declare::call!(@name $arg), " => $", $n
+            $(, "::", stringify!($cast))*
+        )
+    };
+    (@numbered [$n:literal $($more:literal)*] $arg:tt [$(:: $cast:ident)*] $($rest:tt)+) => {
+        concat!(
+            "p_", $crate::rewrite::calls::declare::call!(@name $arg), " => $", $n
+            $(, "::", stringify!($cast))*,
             ", ",
-            $crate::rewrite::calls::declare::call!(@arguments [$($more)*] $($rest)+)
+            $crate::rewrite::calls::declare::call!(@numbered [$($more)*] $($rest)+)
         )
     };
     // The name a column or argument goes by: the one after `as`, or the field's.

@@ -183,15 +183,18 @@ mod tests {
     }
 
     /// The prepared names written in the family files are those of `ALL`:
-    /// a family left out of `FAMILIES`, or a spec written outside a
-    /// `calls!` block, fails here.
+    /// a family left out of `FAMILIES`, or a spec written by hand outside
+    /// the `calls!` blocks, fails here.
     #[test]
     fn every_call_the_family_files_declare_is_in_all() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/rewrite/calls");
         let mut declared = HashSet::new();
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.file_name().is_some_and(|n| n == "mod.rs") {
+            if path
+                .file_name()
+                .is_some_and(|n| n == "mod.rs" || n == "declare.rs")
+            {
                 continue;
             }
             let source = std::fs::read_to_string(&path).unwrap();

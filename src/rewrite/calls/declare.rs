@@ -33,10 +33,11 @@
 //! (its name with `p_` before it), the columns are the row's fields in order
 //! (quoted, so a column may be called `offset`). The parts:
 //!
-//! - the shape: `SELECT * FROM queen.f;` (a set-returning function),
-//!   `SELECT queen.f;` (a scalar one, its one column named `AS` the row's
-//!   field), or a string literal for SQL of another shape, whose `$n`
-//!   follow the arguments' order;
+//! - the shape: `SELECT * FROM queen.f;` (a set-returning function; or
+//!   `SELECT * FROM queen.f(.., p_x => true);` to pass constants after the
+//!   arguments), `SELECT queen.f;` (a scalar one, its one column named `AS`
+//!   the row's field), or a string literal for SQL of another shape, whose
+//!   `$n` follow the arguments' order;
 //! - the arguments: `pub struct P { field: RustType = PGTYPE, … }` (or
 //!   `pub struct P;` for none), each field optionally `field as arg` when
 //!   the argument is named otherwise, and `::cast`s after its type; or
@@ -73,7 +74,13 @@ macro_rules! calls {
 macro_rules! call {
     // The shape of the SQL.
     (@shape $m:tt $SPEC:ident $name:literal SELECT * FROM queen . $f:ident ; $($rest:tt)*) => {
-        $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [rows $f] $($rest)*);
+        $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [rows $f []] $($rest)*);
+    };
+    (@shape $m:tt $SPEC:ident $name:literal
+        SELECT * FROM queen . $f:ident ( .. $(, $fixed:ident => $value:literal)* ) ;
+        $($rest:tt)*
+    ) => {
+        $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [rows $f [$($fixed $value)*]] $($rest)*);
     };
     (@shape $m:tt $SPEC:ident $name:literal SELECT queen . $f:ident ; $($rest:tt)*) => {
         $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [value $f] $($rest)*);
@@ -198,7 +205,7 @@ macro_rules! call {
     };
 
     // The SQL.
-    (@sql [rows $f:ident] [$($args:tt)*] [$($column:tt)*]) => {
+    (@sql [rows $f:ident [$($fixed:ident $value:literal)*]] [$($args:tt)*] [$($column:tt)*]) => {
         concat!(
             "SELECT ",
             $crate::rewrite::calls::declare::call!(@columns $($column)*),
@@ -206,6 +213,7 @@ macro_rules! call {
             stringify!($f),
             "(",
             $crate::rewrite::calls::declare::call!(@arguments $($args)*),
+            $(", ", stringify!($fixed), " => ", stringify!($value),)*
             ")"
         )
     };

@@ -21,7 +21,7 @@ pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
 
 calls! {
     pub const PUSH = "qw_push_v1" {
-        "SELECT msg_index, status, \"offset\", message_id, partition_id FROM queen.log_push_v1(p_queue => $1, p_partitions => $2, p_counts => $3, p_blobs => $4, p_txn_hashes => $5, p_message_ids => $6, p_min_created_at => $7, p_max_created_at => $8, p_trace_ids => $9, p_tenant => $10, p_per_segment => true)";
+        SELECT * FROM queen.log_push_v1(.., p_per_segment => true);
         /// One write: a segment per partition, the arrays parallel by partition
         /// except the message ids and transaction hashes, which run over every
         /// message of every segment in order.

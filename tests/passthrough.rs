@@ -998,6 +998,39 @@ async fn dialect_portals_honour_the_execute_row_limit_and_run_once() {
     assert_eq!(left, 5);
 }
 
+/// After an error mid-pipeline, PostgreSQL skips everything up to the
+/// Sync: so is the next part of a dialect portal, even when the error is
+/// only read from the backend as that Execute comes.
+#[tokio::test]
+async fn a_dialect_portal_s_next_part_is_skipped_after_an_error_mid_pipeline() {
+    let proxy = Proxy::start("portal_after_error").await;
+    let client = proxy.connect().await;
+    client
+        .simple_query("PUSH INTO parted VALUES ('{}'), ('{}'), ('{}')")
+        .await
+        .unwrap();
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(&[
+        frontend::build_parse("pop", "POP FROM parted LIMIT 3", &[]),
+        bind_text("c", "pop", &[]),
+        execute("c", 1),
+        frontend::build_parse("", "SELECT 1/0", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        execute("c", 1),
+        sync(),
+    ])
+    .await;
+    let r = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+        .await
+        .expect("the Sync is answered");
+    let tags: String = r.tags.iter().map(|t| *t as char).collect();
+    // The first part, the error (PostgreSQL's planner raises it at Bind),
+    // then nothing but ReadyForQuery.
+    assert_eq!(tags, "12Ds1EZ", "{:?}", r.errors);
+    assert_eq!(r.status, b'I');
+}
+
 #[tokio::test]
 async fn a_cancelled_pop_wait_does_not_cancel_the_next_statement() {
     // The session holds a backend connection (SET pins it) while its POP

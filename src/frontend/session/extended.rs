@@ -361,10 +361,10 @@ impl Session {
         listening: Listening,
         statement: &str,
     ) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
         if self.replies.skipping() {
             return Ok(());
         }
-        self.relay_earlier_replies().await?;
         let hub = self.shared.listen.clone();
         match listening {
             Listening::Listen(channel) => {
@@ -421,12 +421,13 @@ impl Session {
     /// One Execute of a dialect portal whose statement ran: at most `limit`
     /// rows (0 = all) of those not yet returned, then PortalSuspended while
     /// some are left, else CommandComplete counting this Execute's rows, as
-    /// a PostgreSQL portal answers.
+    /// a PostgreSQL portal answers. Skipped after an earlier error of the
+    /// pipeline, which the earlier replies may bring.
     async fn send_portal_part(&mut self, portal: &str, limit: usize) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
         if self.replies.skipping() {
             return Ok(());
         }
-        self.relay_earlier_replies().await?;
         let Some(local) = self.portals.local_mut(portal) else {
             return Ok(());
         };

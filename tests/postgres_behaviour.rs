@@ -375,6 +375,57 @@ async fn a_libpq_pipeline_of_prepared_inserts_with_a_violation_is_answered_as_po
     }
 }
 
+/// libpq's `PQdescribePrepared` and `PQexecPrepared` take a statement of
+/// SQL `PREPARE` too: over the protocol it is described and bound as on
+/// PostgreSQL (the `PREPARE` pinned the session to the connection that
+/// has it); an unknown name gets PostgreSQL's 26000.
+#[tokio::test]
+async fn a_statement_of_sql_prepare_is_bound_over_the_protocol() {
+    use common::raw::{bind_text, execute, sync, Raw};
+    use queenwire::protocol::frontend::build_describe;
+    use queenwire::protocol::tags::Target;
+    let proxy = Proxy::start_with("sql_prepare_bind", |c| c.pool_size = 2).await;
+    let pipeline = [
+        build_describe(Target::Statement, "plus_one"),
+        bind_text("", "plus_one", &[Some("41")]),
+        execute("", 0),
+        sync(),
+        bind_text("", "never_prepared", &[]),
+        execute("", 0),
+        sync(),
+    ];
+    let mut answers = Vec::new();
+    for direct in [true, false] {
+        let mut raw = if direct {
+            Raw::connect_direct(&proxy.direct).await
+        } else {
+            Raw::connect(proxy.addr).await
+        };
+        let mut out = Vec::new();
+        let r = raw.simple("PREPARE plus_one(int) AS SELECT $1 + 1").await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        raw.send(&pipeline).await;
+        for _ in 0..2 {
+            let r = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+                .await
+                .expect("every Sync is answered");
+            let codes: Vec<String> = r.errors.iter().map(|e| e.code().to_string()).collect();
+            out.push(format!(
+                "{} {codes:?} {:?}",
+                String::from_utf8_lossy(&r.tags),
+                r.rows
+            ));
+        }
+        answers.push(out);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "PostgreSQL (left) vs queenwire (right)"
+    );
+    assert!(answers[0][0].contains("Some(\"42\")"), "{:?}", answers[0]);
+    assert!(answers[0][1].contains("26000"), "{:?}", answers[0]);
+}
+
 #[tokio::test]
 async fn temp_objects_are_visible_to_their_session_alone() {
     // Two backend connections: every other session lands on the one the

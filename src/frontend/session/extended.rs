@@ -126,6 +126,15 @@ impl Session {
         Ok(())
     }
 
+    /// A named statement the client never prepared over the protocol
+    /// may be one of SQL `PREPARE` (libpq's `PQexecPrepared` and
+    /// `PQdescribePrepared` take those too): it lives on the session's own
+    /// connection, which that `PREPARE` pinned, and PostgreSQL binds it or
+    /// says it does not exist.
+    fn backend_may_know(&self, name: &str) -> bool {
+        !name.is_empty() && self.lease.pinned() && self.lease.held()
+    }
+
     fn backend_has(&self, global: &str) -> bool {
         self.lease
             .conn()
@@ -182,7 +191,13 @@ impl Session {
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
         let Some(prepared) = self.statements.get(b.statement).cloned() else {
-            self.local_error(canned::missing_statement(b.statement));
+            if self.backend_may_know(b.statement) {
+                self.portals.remove_local(b.portal);
+                self.portals.close_backend(b.portal);
+                self.forward(msg, Expect::Bind);
+            } else {
+                self.local_error(canned::missing_statement(b.statement));
+            }
             return Ok(());
         };
         if let Some(stmt) = &prepared.dialect {
@@ -237,7 +252,11 @@ impl Session {
         match kind {
             Target::Statement => {
                 let Some(prepared) = self.statements.get(name).cloned() else {
-                    self.local_error(canned::missing_statement(name));
+                    if self.backend_may_know(name) {
+                        self.forward(msg, Expect::DescribeStatement);
+                    } else {
+                        self.local_error(canned::missing_statement(name));
+                    }
                     return Ok(());
                 };
                 if let Some(stmt) = &prepared.dialect {

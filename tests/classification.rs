@@ -99,8 +99,9 @@ const PASSES: [(&str, Pass); 7] = [
 ];
 
 /// The suite's `sql` directory and the name of the PostgreSQL version it
-/// came from, if it is on this machine.
-fn regress_sql() -> Option<(PathBuf, String)> {
+/// came from, if it is on this machine: `QW_PG_REGRESS_SQL`, else the
+/// cache's copy of `version` (`None`: the newest there).
+fn regress_sql(version: Option<&str>) -> Option<(PathBuf, String)> {
     if let Some(dir) = std::env::var_os("QW_PG_REGRESS_SQL") {
         let dir = PathBuf::from(dir);
         let version = version_of(&dir);
@@ -117,7 +118,7 @@ fn regress_sql() -> Option<(PathBuf, String)> {
         let mut dirs: Vec<PathBuf> = entries
             .flatten()
             .map(|e| e.path().join("regress/sql"))
-            .filter(|d| d.is_dir())
+            .filter(|d| d.is_dir() && version.is_none_or(|v| version_of(d) == v))
             .collect();
         dirs.sort();
         if let Some(dir) = dirs.pop() {
@@ -185,7 +186,8 @@ fn record_of(dir: &Path, version: &str) -> String {
         .filter(|p| p.extension().is_some_and(|e| e == "sql"))
         .collect();
     files.sort();
-    let mut out = format!("# PostgreSQL {version} regression suite: verdicts of the classification passes (tests/classification.rs)\n");
+    let mut out = header(version);
+    out.push('\n');
     for path in files {
         let bytes = std::fs::read(&path).expect("a regression SQL file");
         let sql = sql_of(&String::from_utf8_lossy(&bytes));
@@ -210,31 +212,45 @@ fn record_of(dir: &Path, version: &str) -> String {
     out
 }
 
+/// The record's first line, which names the sources' version.
+fn header(version: &str) -> String {
+    format!(
+        "# PostgreSQL {version} regression suite: verdicts of the classification passes \
+         (tests/classification.rs)"
+    )
+}
+
 /// Today's record and the checked-in one (written first under
-/// `QW_BLESS=1`); `None` without the suite's sources.
+/// `QW_BLESS=1`, from the newest sources at hand); `None` without the
+/// sources the record was made from.
 fn records() -> Option<&'static (String, String)> {
     static RECORDS: OnceLock<Option<(String, String)>> = OnceLock::new();
     RECORDS
         .get_or_init(|| {
-            let Some((dir, version)) = regress_sql() else {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(RECORD);
+            let bless = std::env::var_os("QW_BLESS").is_some_and(|v| v == "1");
+            let recorded = std::fs::read_to_string(&path).unwrap_or_default();
+            let recorded_version = recorded.lines().next().and_then(|h| h.split(' ').nth(2));
+            let wanted = if bless { None } else { recorded_version };
+            let Some((dir, version)) = regress_sql(wanted) else {
                 eprintln!(
-                    "no PostgreSQL regression sources (tests/pg_regress/run fetches them, \
-                     or set QW_PG_REGRESS_SQL): classification verdicts not compared"
+                    "no PostgreSQL {} regression sources (tests/pg_regress/run fetches those \
+                     of the installed server; or set QW_PG_REGRESS_SQL): classification \
+                     verdicts not compared",
+                    wanted.unwrap_or("")
                 );
                 return None;
             };
             let today = record_of(&dir, &version);
-            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(RECORD);
-            if std::env::var_os("QW_BLESS").is_some_and(|v| v == "1") {
+            if bless {
                 std::fs::create_dir_all(path.parent().unwrap()).unwrap();
                 std::fs::write(&path, &today).expect("write the record");
+                return Some((today.clone(), today));
             }
-            let recorded = std::fs::read_to_string(&path).expect("the checked-in record");
-            let (want_head, got_head) = (recorded.lines().next(), today.lines().next());
             assert_eq!(
-                want_head, got_head,
-                "the record was made from other regression sources: point QW_PG_REGRESS_SQL \
-                 at those, or QW_BLESS=1 on an unchanged classifier"
+                recorded.lines().next(),
+                today.lines().next(),
+                "the record was made from other regression sources than QW_PG_REGRESS_SQL's"
             );
             Some((recorded, today))
         })

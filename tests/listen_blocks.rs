@@ -268,6 +268,31 @@ async fn extended_scenario(
         .await
         .unwrap();
     step(listener, "after prepare", Default::default(), &mut out).await;
+    // An error before the PREPARE in its pipeline: PostgreSQL skips the
+    // PREPARE with the rest, up to the Sync.
+    listener
+        .send(&pipeline(&["BEGIN".into(), format!("LISTEN {p}v")]))
+        .await;
+    let r = listener.read_until_ready().await;
+    step(listener, "block with a LISTEN", r, &mut out).await;
+    listener
+        .send(&pipeline(&[
+            "SELECT 1/0".into(),
+            "PREPARE TRANSACTION 'qw_listen_failed'".into(),
+        ]))
+        .await;
+    let r = tokio::time::timeout(Duration::from_secs(20), listener.read_until_ready())
+        .await
+        .expect("the failed pipeline's Sync is answered (a hang is a failure)");
+    step(listener, "prepare after an error", r, &mut out).await;
+    listener.send(&pipeline(&["ROLLBACK".into()])).await;
+    let r = listener.read_until_ready().await;
+    step(listener, "rolled back", r, &mut out).await;
+    notifier
+        .batch_execute(&format!("NOTIFY {p}v, 'v1'"))
+        .await
+        .unwrap();
+    step(listener, "after the rollback", Default::default(), &mut out).await;
     out.iter().map(|l| l.replace(p, "")).collect()
 }
 

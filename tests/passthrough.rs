@@ -998,6 +998,89 @@ async fn dialect_portals_honour_the_execute_row_limit_and_run_once() {
     assert_eq!(left, 5);
 }
 
+/// A pipeline larger than the sockets between the proxy and PostgreSQL
+/// buffer, with replies as large: PostgreSQL stops reading while its
+/// replies wait, so the proxy must read them before it has sent the whole
+/// pipeline (libpq, straight to PostgreSQL, reads while it writes; so does
+/// this client).
+#[tokio::test]
+async fn a_pipeline_larger_than_the_socket_buffers_is_answered() {
+    use queenwire::protocol::read_message;
+    use tokio::io::AsyncWriteExt;
+    let proxy = Proxy::start("big_pipeline").await;
+    let raw = Raw::connect(proxy.addr).await;
+    let param = "x".repeat(64 * 1024);
+    let statements = 400;
+    let mut bytes = bytes::BytesMut::new();
+    frontend::build_parse("echo", "SELECT $1::text", &[]).encode(&mut bytes);
+    for _ in 0..statements {
+        bind_text("", "echo", &[Some(&param)]).encode(&mut bytes);
+        execute("", 0).encode(&mut bytes);
+    }
+    sync().encode(&mut bytes);
+    let (mut reader, mut writer) = tokio::io::split(raw.stream);
+    let write = tokio::spawn(async move {
+        writer
+            .write_all(&bytes)
+            .await
+            .expect("the pipeline is sent");
+        writer
+    });
+    let read = async {
+        let mut buf = bytes::BytesMut::new();
+        let mut rows = 0;
+        loop {
+            let m = read_message(&mut reader, &mut buf, 1 << 30)
+                .await
+                .expect("a reply");
+            match m.tag {
+                b'D' => rows += 1,
+                b'E' => panic!("{:?}", queenwire::protocol::SqlError::parse(&m.body)),
+                b'Z' => return rows,
+                _ => {}
+            }
+        }
+    };
+    let rows = tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("the pipeline is answered (the proxy and PostgreSQL did not wait for each other)");
+    assert_eq!(rows, statements);
+    write.await.unwrap();
+}
+
+/// After an error mid-pipeline, PostgreSQL skips everything up to the
+/// Sync: so is the next part of a dialect portal, even when the error is
+/// only read from the backend as that Execute comes.
+#[tokio::test]
+async fn a_dialect_portal_s_next_part_is_skipped_after_an_error_mid_pipeline() {
+    let proxy = Proxy::start("portal_after_error").await;
+    let client = proxy.connect().await;
+    client
+        .simple_query("PUSH INTO parted VALUES ('{}'), ('{}'), ('{}')")
+        .await
+        .unwrap();
+    let mut raw = Raw::connect(proxy.addr).await;
+    raw.send(&[
+        frontend::build_parse("pop", "POP FROM parted LIMIT 3", &[]),
+        bind_text("c", "pop", &[]),
+        execute("c", 1),
+        frontend::build_parse("", "SELECT 1/0", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        execute("c", 1),
+        sync(),
+    ])
+    .await;
+    let r = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+        .await
+        .expect("the Sync is answered");
+    let tags: String = r.tags.iter().map(|t| *t as char).collect();
+    // The first part, the error (PostgreSQL's planner raises it at Bind),
+    // then nothing but ReadyForQuery.
+    assert_eq!(tags, "12Ds1EZ", "{:?}", r.errors);
+    assert_eq!(r.status, b'I');
+}
+
 #[tokio::test]
 async fn a_cancelled_pop_wait_does_not_cancel_the_next_statement() {
     // The session holds a backend connection (SET pins it) while its POP

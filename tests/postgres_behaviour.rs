@@ -185,6 +185,247 @@ async fn a_pipeline_with_errors_is_answered_exactly_as_postgresql_answers_it() {
     assert_eq!(ids, [2]);
 }
 
+/// How a libpq pipeline of INSERTs through one prepared statement
+/// (`PQsendQueryPrepared`) ending in `PQsendQueryParams("commit")` is
+/// shaped.
+#[derive(Debug, Clone, Copy)]
+struct InsertPipeline {
+    /// Prepared (`PQsendPrepare`) in a pipeline of its own before, so the
+    /// proxy may parse it again on another connection; else in the same
+    /// pipeline.
+    prepared_before: bool,
+    named: bool,
+    begin: Begin,
+    /// `INSERT … RETURNING` (results with rows).
+    returning: bool,
+    /// `PQsendFlushRequest` after each INSERT.
+    flush_each: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Begin {
+    None,
+    /// `PQsendQueryParams("BEGIN")` first in the pipeline.
+    InPipeline,
+    /// `PQexec("BEGIN")` before it (the simple protocol).
+    Simple,
+}
+
+impl InsertPipeline {
+    /// The exchanges the client sends, each answered up to ReadyForQuery:
+    /// what libpq writes for each call, as it writes it.
+    fn exchanges(&self) -> Vec<Vec<queenwire::protocol::Message>> {
+        use common::raw::{bind_text, execute, sync};
+        use queenwire::protocol::frontend::{build_describe, build_parse, build_query, flush};
+        use queenwire::protocol::tags::Target;
+        let name = if self.named { "ins" } else { "" };
+        let sql = if self.returning {
+            "insert into pipe_ins values ($1) returning id"
+        } else {
+            "insert into pipe_ins values ($1)"
+        };
+        let query_params = |sql: &str| {
+            vec![
+                build_parse("", sql, &[]),
+                bind_text("", "", &[]),
+                build_describe(Target::Portal, ""),
+                execute("", 0),
+            ]
+        };
+        let mut exchanges = Vec::new();
+        if let Begin::Simple = self.begin {
+            exchanges.push(vec![build_query("BEGIN")]);
+        }
+        let mut pipeline = Vec::new();
+        if self.prepared_before {
+            exchanges.push(vec![build_parse(name, sql, &[]), sync()]);
+        }
+        if let Begin::InPipeline = self.begin {
+            pipeline.extend(query_params("BEGIN"));
+        }
+        if !self.prepared_before {
+            pipeline.push(build_parse(name, sql, &[]));
+        }
+        for id in ["1", "2", "3", "4", "5"] {
+            pipeline.push(bind_text("", name, &[Some(id)]));
+            pipeline.push(build_describe(Target::Portal, ""));
+            pipeline.push(execute("", 0));
+            if self.flush_each {
+                pipeline.push(flush());
+            }
+        }
+        pipeline.extend(query_params("commit"));
+        pipeline.push(sync());
+        exchanges.push(pipeline);
+        // The session goes on, out of the block a failed one left.
+        exchanges.push(vec![build_query("ROLLBACK")]);
+        exchanges.push(vec![build_query(
+            "SELECT string_agg(id::text, ',' ORDER BY id) FROM pipe_ins",
+        )]);
+        exchanges
+    }
+}
+
+/// Each exchange's replies (tags, SQLSTATEs, rows, status), one line each.
+/// Between the exchanges `between` runs (another client taking a
+/// connection, so that the proxy lands this session on another one).
+async fn transcript(
+    raw: &mut common::raw::Raw,
+    exchanges: &[Vec<queenwire::protocol::Message>],
+    between: &tokio_postgres::Client,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for messages in exchanges {
+        raw.send(messages).await;
+        let r = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+            .await
+            .expect("every Sync is answered (a hang is a failure)");
+        let codes: Vec<String> = r.errors.iter().map(|e| e.code().to_string()).collect();
+        out.push(format!(
+            "{} errors {codes:?} rows {:?} status {}",
+            String::from_utf8_lossy(&r.tags),
+            r.rows,
+            r.status as char
+        ));
+        between
+            .batch_execute("COMMIT; BEGIN; SELECT 1")
+            .await
+            .unwrap();
+    }
+    between.batch_execute("COMMIT").await.unwrap();
+    out
+}
+
+/// psycopg 3 / libpq pipeline mode: five INSERTs through one prepared
+/// statement, the third a unique violation, then `commit` and a Sync.
+/// PostgreSQL answers the first two, the error, skips the rest up to the
+/// Sync; so does queenwire in either pool mode, whether the statement was
+/// prepared in the pipeline or before it (and parsed again on another
+/// connection), named or unnamed, in a block or not.
+#[tokio::test]
+async fn a_libpq_pipeline_of_prepared_inserts_with_a_violation_is_answered_as_postgresql_answers_it(
+) {
+    use common::raw::Raw;
+    let proxy = Proxy::start_with("pipeline_inserts", |c| c.pool_size = 3).await;
+    let session_mode = Proxy::start_on(proxy.direct.clone(), |c| {
+        c.pool_size = 3;
+        c.pool_mode = queenwire::frontend::PoolMode::Session;
+    })
+    .await;
+    let setup = proxy.connect_direct().await;
+    setup
+        .batch_execute("CREATE TABLE pipe_ins (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let direct_holder = proxy.connect_direct().await;
+    let holder = proxy.connect().await;
+    let session_holder = session_mode.connect().await;
+    let mut shapes = Vec::new();
+    for prepared_before in [false, true] {
+        for named in [true, false] {
+            for begin in [Begin::None, Begin::InPipeline, Begin::Simple] {
+                for returning in [false, true] {
+                    for flush_each in [false, true] {
+                        shapes.push(InsertPipeline {
+                            prepared_before,
+                            named,
+                            begin,
+                            returning,
+                            flush_each,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for shape in shapes {
+        let exchanges = shape.exchanges();
+        let mut answers = Vec::new();
+        for target in 0..3 {
+            setup
+                .batch_execute("TRUNCATE pipe_ins; INSERT INTO pipe_ins VALUES (3)")
+                .await
+                .unwrap();
+            let (mut raw, between) = match target {
+                0 => (Raw::connect_direct(&proxy.direct).await, &direct_holder),
+                1 => (Raw::connect(proxy.addr).await, &holder),
+                _ => (Raw::connect(session_mode.addr).await, &session_holder),
+            };
+            answers.push(transcript(&mut raw, &exchanges, between).await);
+        }
+        assert_eq!(
+            answers[0], answers[1],
+            "{shape:?}: PostgreSQL (left) vs queenwire (right)"
+        );
+        assert_eq!(
+            answers[0], answers[2],
+            "{shape:?}: PostgreSQL (left) vs queenwire in session mode (right)"
+        );
+        // An unnamed statement prepared before is replaced by the
+        // pipeline's BEGIN: the INSERTs fail at their Bind instead.
+        let replaced = !shape.named && shape.prepared_before;
+        let code = match shape.begin {
+            Begin::InPipeline if replaced => "08P01",
+            _ => "23505",
+        };
+        let pipeline = &answers[0][answers[0].len() - 3];
+        assert!(pipeline.contains(code), "{shape:?}: {pipeline}");
+        let rows = &answers[0][answers[0].len() - 1];
+        assert!(rows.contains("[[Some(\"3\")]]"), "{shape:?}: {rows}");
+    }
+}
+
+/// libpq's `PQdescribePrepared` and `PQexecPrepared` take a statement of
+/// SQL `PREPARE` too: over the protocol it is described and bound as on
+/// PostgreSQL (the `PREPARE` pinned the session to the connection that
+/// has it); an unknown name gets PostgreSQL's 26000.
+#[tokio::test]
+async fn a_statement_of_sql_prepare_is_bound_over_the_protocol() {
+    use common::raw::{bind_text, execute, sync, Raw};
+    use queenwire::protocol::frontend::build_describe;
+    use queenwire::protocol::tags::Target;
+    let proxy = Proxy::start_with("sql_prepare_bind", |c| c.pool_size = 2).await;
+    let pipeline = [
+        build_describe(Target::Statement, "plus_one"),
+        bind_text("", "plus_one", &[Some("41")]),
+        execute("", 0),
+        sync(),
+        bind_text("", "never_prepared", &[]),
+        execute("", 0),
+        sync(),
+    ];
+    let mut answers = Vec::new();
+    for direct in [true, false] {
+        let mut raw = if direct {
+            Raw::connect_direct(&proxy.direct).await
+        } else {
+            Raw::connect(proxy.addr).await
+        };
+        let mut out = Vec::new();
+        let r = raw.simple("PREPARE plus_one(int) AS SELECT $1 + 1").await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        raw.send(&pipeline).await;
+        for _ in 0..2 {
+            let r = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+                .await
+                .expect("every Sync is answered");
+            let codes: Vec<String> = r.errors.iter().map(|e| e.code().to_string()).collect();
+            out.push(format!(
+                "{} {codes:?} {:?}",
+                String::from_utf8_lossy(&r.tags),
+                r.rows
+            ));
+        }
+        answers.push(out);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "PostgreSQL (left) vs queenwire (right)"
+    );
+    assert!(answers[0][0].contains("Some(\"42\")"), "{:?}", answers[0]);
+    assert!(answers[0][1].contains("26000"), "{:?}", answers[0]);
+}
+
 #[tokio::test]
 async fn temp_objects_are_visible_to_their_session_alone() {
     // Two backend connections: every other session lands on the one the

@@ -254,9 +254,14 @@ impl Session {
     /// statement has no parameters), so that PostgreSQL gives its own
     /// verdict (it refuses a transaction that ran LISTEN, after its other
     /// checks) and rolls the block back as it does; its error is the
-    /// Execute's.
+    /// Execute's. After an earlier error of the pipeline it is skipped, as
+    /// PostgreSQL skips it: a query sent now would wait for the Sync the
+    /// backend skips to, and the Sync waits behind it.
     pub(super) async fn prepare_with_block_listens(&mut self, statement: &str) -> Result<(), End> {
         self.relay_earlier_replies().await?;
+        if self.replies.skipping() {
+            return Ok(());
+        }
         let mut sql: Vec<String> = std::mem::take(&mut self.txn.block.pending)
             .into_iter()
             .map(|p| p.statement)

@@ -276,6 +276,7 @@ impl Session {
                     return Err(self.fatal(err).await);
                 }
             }
+            self.relay_if_backlogged().await?;
             self.observed_between_messages();
         }
     }

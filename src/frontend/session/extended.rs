@@ -126,6 +126,15 @@ impl Session {
         Ok(())
     }
 
+    /// A named statement the client never prepared over the protocol
+    /// may be one of SQL `PREPARE` (libpq's `PQexecPrepared` and
+    /// `PQdescribePrepared` take those too): it lives on the session's own
+    /// connection, which that `PREPARE` pinned, and PostgreSQL binds it or
+    /// says it does not exist.
+    fn backend_may_know(&self, name: &str) -> bool {
+        !name.is_empty() && self.lease.pinned() && self.lease.held()
+    }
+
     fn backend_has(&self, global: &str) -> bool {
         self.lease.conn().is_some_and(|c| c.has_statement(global))
     }
@@ -180,7 +189,13 @@ impl Session {
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
         let Some(prepared) = self.statements.get(b.statement).cloned() else {
-            self.local_error(canned::missing_statement(b.statement));
+            if self.backend_may_know(b.statement) {
+                self.portals.remove_local(b.portal);
+                self.portals.close_backend(b.portal);
+                self.forward(msg, Expect::Bind);
+            } else {
+                self.local_error(canned::missing_statement(b.statement));
+            }
             return Ok(());
         };
         if let Some(stmt) = &prepared.dialect {
@@ -235,7 +250,11 @@ impl Session {
         match kind {
             Target::Statement => {
                 let Some(prepared) = self.statements.get(name).cloned() else {
-                    self.local_error(canned::missing_statement(name));
+                    if self.backend_may_know(name) {
+                        self.forward(msg, Expect::DescribeStatement);
+                    } else {
+                        self.local_error(canned::missing_statement(name));
+                    }
                     return Ok(());
                 };
                 if let Some(stmt) = &prepared.dialect {
@@ -359,10 +378,10 @@ impl Session {
         listening: Listening,
         statement: &str,
     ) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
         if self.replies.skipping() {
             return Ok(());
         }
-        self.relay_earlier_replies().await?;
         let hub = self.shared.listen.clone();
         match listening {
             Listening::Listen(channel) => {
@@ -419,12 +438,13 @@ impl Session {
     /// One Execute of a dialect portal whose statement ran: at most `limit`
     /// rows (0 = all) of those not yet returned, then PortalSuspended while
     /// some are left, else CommandComplete counting this Execute's rows, as
-    /// a PostgreSQL portal answers.
+    /// a PostgreSQL portal answers. Skipped after an earlier error of the
+    /// pipeline, which the earlier replies may bring.
     async fn send_portal_part(&mut self, portal: &str, limit: usize) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
         if self.replies.skipping() {
             return Ok(());
         }
-        self.relay_earlier_replies().await?;
         let Some(local) = self.portals.local_mut(portal) else {
             return Ok(());
         };

@@ -10,6 +10,11 @@ use crate::backend::BackendError;
 use crate::frontend::errors::{self, backend_unavailable};
 use crate::protocol::{self, Message, TxStatus};
 
+/// Pipeline bytes held for the backend past which they are sent and the
+/// replies owed relayed (`relay_if_backlogged`): well within the smallest
+/// socket buffers, a round trip per this much of a long pipeline.
+const BACKEND_BACKLOG: usize = 64 * 1024;
+
 impl Session {
     /// Takes a backend connection for `purpose` unless one is held, telling
     /// the client if none can be had. Whether the session has one now.
@@ -107,6 +112,25 @@ impl Session {
             conn.send(&protocol::frontend::flush());
         }
         self.drain().await
+    }
+
+    /// A pipeline is held for the backend until a reply is needed (its
+    /// Sync, a Flush) and then sent whole before any reply is read. But
+    /// PostgreSQL stops reading while its replies wait to be read: past
+    /// what the sockets between them buffer, the two would wait for each
+    /// other for good. So once `BACKEND_BACKLOG` bytes are held, they go
+    /// and the replies owed so far are relayed, as a client's Flush would
+    /// have them (libpq, talking to PostgreSQL itself, reads while it
+    /// writes).
+    pub(super) async fn relay_if_backlogged(&mut self) -> Result<(), End> {
+        if self
+            .lease
+            .conn()
+            .is_some_and(|c| c.unflushed_len() > BACKEND_BACKLOG)
+        {
+            self.relay_earlier_replies().await?;
+        }
+        Ok(())
     }
 
     /// The backend sent the client an error: counted by SQLSTATE class.

@@ -7,8 +7,9 @@ import uuid
 import psycopg
 from psycopg.types.json import Jsonb
 
-from compatlib import (ACK_COLUMNS, DB, HOST, POP_COLUMNS, PORT, PUSH_COLUMNS, USER,
-                       CheckFailed, Reporter, expect, expect_eq, sqlstate_of)
+from compatlib import (ACK_COLUMNS, DB, HOST, PG_DB, PG_PORT, PG_SOCKET_DIR, PG_USER,
+                       POP_COLUMNS, PORT, PUSH_COLUMNS, USER, CheckFailed, Reporter,
+                       expect, expect_eq, sqlstate_of)
 
 r = Reporter("psycopg3")
 Q = "compat_psycopg3"           # round trip
@@ -353,5 +354,73 @@ def listen_in_transaction():
 
 
 r.check("listen_in_transaction", listen_in_transaction)
+
+
+def pipeline_statuses(dsn, name, prepared_before):
+    """libpq pipeline mode as psycopg's pq exposes it: five INSERTs through
+    one prepared statement, the third a unique violation, then commit and a
+    Sync; the result statuses up to the PIPELINE_SYNC, read without
+    blocking (a reply that never comes fails)."""
+    import select
+    import time
+    from psycopg import pq
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("DROP TABLE IF EXISTS compat_pipe_ins")
+        c.execute("CREATE TABLE compat_pipe_ins (id int PRIMARY KEY)")
+        c.execute("INSERT INTO compat_pipe_ins VALUES (3)")
+    pg = pq.PGconn.connect(dsn.encode())
+    sql = b"insert into compat_pipe_ins values ($1)"
+    statuses = []
+
+    def until_sync():
+        deadline = time.monotonic() + 20
+        while True:
+            if pg.is_busy():
+                ready, _, _ = select.select([pg.socket], [], [], max(0, deadline - time.monotonic()))
+                if not ready:
+                    raise CheckFailed(f"no PIPELINE_SYNC after {statuses}")
+                pg.consume_input()
+                continue
+            res = pg.get_result()
+            if res is None:
+                continue
+            statuses.append(pq.ExecStatus(res.status).name)
+            if res.status == pq.ExecStatus.PIPELINE_SYNC:
+                return
+
+    try:
+        pg.enter_pipeline_mode()
+        if prepared_before:
+            pg.send_prepare(name, sql)
+            pg.pipeline_sync()
+            until_sync()
+        else:
+            pg.send_prepare(name, sql)
+        for i in range(1, 6):
+            pg.send_query_prepared(name, [str(i).encode()])
+        pg.send_query_params(b"commit", None)
+        pg.pipeline_sync()
+        until_sync()
+        pg.exit_pipeline_mode()
+        count = pg.exec_(b"SELECT count(*) FROM compat_pipe_ins").get_value(0, 0)
+        return statuses, count
+    finally:
+        pg.finish()
+
+
+def pipeline_violation_as_postgresql():
+    expect(PG_SOCKET_DIR, "QW_PG_SOCKET_DIR is set (PostgreSQL reached directly)")
+    proxy = f"host={HOST} port={PORT} user={USER} dbname={DB} connect_timeout=10"
+    direct = f"host={PG_SOCKET_DIR} port={PG_PORT} user={PG_USER} dbname={PG_DB} connect_timeout=10"
+    for name in (b"ins", b""):
+        for prepared_before in (False, True):
+            want = pipeline_statuses(direct, name, prepared_before)
+            expect("FATAL_ERROR" in want[0] and "PIPELINE_ABORTED" in want[0],
+                   f"PostgreSQL failed the pipeline: {want}")
+            got = pipeline_statuses(proxy, name, prepared_before)
+            expect_eq(got, want, f"statuses (name {name!r}, prepared before: {prepared_before})")
+
+
+r.check("pipeline_violation_as_postgresql", pipeline_violation_as_postgresql)
 
 conn.close()

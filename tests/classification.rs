@@ -233,6 +233,14 @@ fn records() -> Option<&'static (String, String)> {
             let recorded_version = recorded.lines().next().and_then(|h| h.split(' ').nth(2));
             let wanted = if bless { None } else { recorded_version };
             let Some((dir, version)) = regress_sql(wanted) else {
+                // CI runs these again after tests/pg_regress/run has
+                // fetched the sources, and there their absence is a failure.
+                assert!(
+                    std::env::var_os("QW_CLASSIFICATION_REQUIRED").is_none(),
+                    "QW_CLASSIFICATION_REQUIRED is set and the PostgreSQL {} regression \
+                     sources are not on this machine",
+                    wanted.unwrap_or("")
+                );
                 eprintln!(
                     "no PostgreSQL {} regression sources (tests/pg_regress/run fetches those \
                      of the installed server; or set QW_PG_REGRESS_SQL): classification \

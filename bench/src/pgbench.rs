@@ -24,8 +24,8 @@ use tokio_postgres::Config;
 /// Clients and threads of every pgbench run (pgbench's `-c` and `-j`).
 pub const CLIENTS: usize = 8;
 const THREADS: usize = 2;
-/// Transactions per client of a POP run (`-t`): the queue is filled with
-/// exactly what the run takes, so no POP comes back short.
+/// Transactions per client of a POP run (`-t`): the queue holds twice what
+/// the run takes, so no POP comes back short.
 const POP_TXNS: u64 = 150;
 /// pgbench's scale factor for TPC-B (1,000,000 accounts).
 pub const TPCB_SCALE: u32 = 10;
@@ -209,8 +209,8 @@ pub struct Run {
     /// Messages one transaction moved: `per_txn` of the cell, or for a
     /// POP cell what left the queue over the transactions run.
     pub msgs_per_txn: f64,
-    /// CPU µs per transaction: the cluster, queenwire, PgBouncer.
-    pub cpu_us: (f64, Option<f64>, Option<f64>),
+    /// CPU µs per transaction: the cluster, queenwire, PgBouncer, pgbench.
+    pub cpu_us: (f64, Option<f64>, Option<f64>, f64),
 }
 
 #[derive(Default)]
@@ -220,6 +220,8 @@ pub struct Results {
     /// How every system was reached.
     pub transport: String,
     pub secs: u32,
+    /// The push runs' queue of the moment (`pgb_push` in the scripts).
+    queue: String,
 }
 
 /// A running PgBouncer, stopped on drop.
@@ -313,7 +315,12 @@ impl Bench {
                             } else {
                                 "pgmq:pgb_pop"
                             };
-                            let need = POP_TXNS * CLIENTS as u64 * cell.per_txn;
+                            // Twice what the run takes, as the native
+                            // consume cells keep it: a queue drained to
+                            // empty in every run is another shape (pgmq's
+                            // index then starts each run behind the last
+                            // run's dead rows).
+                            let need = 2 * POP_TXNS * CLIENTS as u64 * cell.per_txn;
                             let level = self.levels[key];
                             if level < need {
                                 self.prefill(key, need - level).await?;
@@ -329,7 +336,18 @@ impl Bench {
                                     (Mode::Simple, _) | (_, None) => simple,
                                     (_, Some(other)) => other,
                                 };
-                                Some(dir.join(file))
+                                if cell.name.starts_with("push") {
+                                    let text = SCRIPTS
+                                        .iter()
+                                        .find(|(n, _)| *n == file)
+                                        .map_or("", |(_, t)| *t)
+                                        .replace("pgb_push", &self.pgbench.queue);
+                                    let path = dir.join(format!("run_{file}"));
+                                    fs::write(&path, text)?;
+                                    Some(path)
+                                } else {
+                                    Some(dir.join(file))
+                                }
                             }
                             Script::Builtin(_) => None,
                         };
@@ -383,6 +401,7 @@ impl Bench {
                                         per(cpu.0),
                                         (system == "queenwire").then(|| per(cpu.1)),
                                         (system == "pgbouncer").then(|| per(cpu.2)),
+                                        per(cpu.3),
                                     ),
                                 });
                             }
@@ -423,36 +442,44 @@ impl Bench {
         Err("SHOW QUEUES has no pgb_pop".into())
     }
 
-    /// A fresh target before each timed push run.
+    /// A fresh target before each timed push run: a new queue (its name in
+    /// the script replaced), as the native cells do.
     async fn pgbench_setup(&mut self, cell: &str, system: &str) -> Result<(), BoxError> {
         if !cell.starts_with("push") {
             return Ok(());
         }
+        let queue = self.next_name("pgb_push");
         match system {
             "queenwire" => {
-                self.qw_admin.simple_query("CREATE QUEUE pgb_push").await?;
+                self.qw_admin
+                    .simple_query(&format!("CREATE QUEUE {queue}"))
+                    .await?;
             }
             "pgmq" => {
                 self.pg_admin
-                    .execute("SELECT pgmq.create('pgb_push')", &[])
+                    .execute("SELECT pgmq.create($1)", &[&queue])
                     .await?;
             }
             _ => {}
         }
+        self.pgbench.queue = queue;
         Ok(())
     }
 
+    /// After a timed push run: pgmq's queue (a table of its own) dropped,
+    /// the INSERT table truncated. A queenwire queue is left in place: its
+    /// messages share the queen tables with every queue, and deleting them
+    /// leaves dead rows that slowed the next run by up to a third.
     async fn pgbench_cleanup(&mut self, cell: &str, system: &str) -> Result<(), BoxError> {
         if !cell.starts_with("push") {
             return Ok(());
         }
         match system {
-            "queenwire" => {
-                self.qw_admin.simple_query("DROP QUEUE pgb_push").await?;
-            }
+            "queenwire" => {}
             "pgmq" => {
+                let queue = self.pgbench.queue.clone();
                 self.pg_admin
-                    .execute("SELECT pgmq.drop_queue('pgb_push')", &[])
+                    .execute("SELECT pgmq.drop_queue($1)", &[&queue])
                     .await?;
             }
             _ => {
@@ -479,7 +506,7 @@ async fn run_pgbench(
     mode: Mode,
     length: Length,
     pids: (u32, u32, Option<u32>),
-) -> Result<(f64, u64, (u64, u64, u64)), String> {
+) -> Result<(f64, u64, (u64, u64, u64, u64)), String> {
     let target = setup::libpq_args(cfg).map_err(|e| e.to_string())?;
     let mut cmd = tokio::process::Command::new(pgbench);
     cmd.arg("-n")
@@ -503,6 +530,7 @@ async fn run_pgbench(
             procfs::cluster_cpu_us(pids.0),
             procfs::process_cpu_us(pids.1),
             pids.2.map_or(0, procfs::process_cpu_us),
+            procfs::children_cpu_us(),
         )
     };
     let before = cpu();
@@ -530,6 +558,7 @@ async fn run_pgbench(
                 after.0.saturating_sub(before.0),
                 after.1.saturating_sub(before.1),
                 after.2.saturating_sub(before.2),
+                after.3.saturating_sub(before.3),
             ),
         )),
         _ => Err(format!(
@@ -792,7 +821,12 @@ impl Results {
 
     /// Median CPU µs per transaction of a (cell, mode, system): the
     /// cluster, the proxy (queenwire or PgBouncer).
-    fn cpu(&self, cell: &str, mode: &str, system: &str) -> (Option<f64>, Option<f64>) {
+    fn cpu(
+        &self,
+        cell: &str,
+        mode: &str,
+        system: &str,
+    ) -> (Option<f64>, Option<f64>, Option<f64>) {
         let runs: Vec<&Run> = self
             .runs
             .iter()
@@ -805,6 +839,7 @@ impl Results {
                 .iter()
                 .filter_map(|r| r.cpu_us.1.or(r.cpu_us.2))
                 .collect()),
+            med(runs.iter().map(|r| r.cpu_us.3).collect()),
         )
     }
 
@@ -817,12 +852,12 @@ impl Results {
         println!("### pgbench");
         println!();
         println!(
-            "pgbench -c {CLIENTS} -j {THREADS}, {} s a run (the POP cells: -t {POP_TXNS} from a queue filled with exactly what they take), every system over {}; scripts in bench/pgbench/. tps: median (min–max) over the rounds; msgs/s = tps × messages a transaction; CPU: µs per transaction of the cluster's processes and of the proxy (queenwire or PgBouncer), from /proc.",
+            "pgbench -c {CLIENTS} -j {THREADS}, {} s a run (the POP cells: -t {POP_TXNS} from a queue holding twice what they take), every system over {}; scripts in bench/pgbench/. tps: median (min–max) over the rounds; msgs/s = tps × messages a transaction; CPU: µs per transaction of the cluster's processes and of the proxy (queenwire or PgBouncer), from /proc, and of pgbench (getrusage of the children).",
             self.secs, self.transport
         );
         println!();
-        println!("| cell | -M | system | tps | min–max | msgs/s | CPU µs/txn: postgres | proxy |");
-        println!("|---|---|---|---:|---:|---:|---:|---:|");
+        println!("| cell | -M | system | tps | min–max | msgs/s | CPU µs/txn: postgres | proxy | pgbench |");
+        println!("|---|---|---|---:|---:|---:|---:|---:|---:|");
         for cell in CELLS {
             for mode in cell.modes {
                 for (system, _) in cell.systems {
@@ -834,15 +869,16 @@ impl Results {
                     let (lo, hi) = rates
                         .iter()
                         .fold((f64::MAX, 0f64), |(l, h), &r| (l.min(r), h.max(r)));
-                    let (pg, proxy) = self.cpu(cell.name, mode.name(), system);
+                    let (pg, proxy, client) = self.cpu(cell.name, mode.name(), system);
                     let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
                     println!(
-                        "| {} | {} | {system} | {med:.0} | {lo:.0}–{hi:.0} | {:.0} | {} | {} |",
+                        "| {} | {} | {system} | {med:.0} | {lo:.0}–{hi:.0} | {:.0} | {} | {} | {} |",
                         cell.name,
                         mode.name(),
                         med * self.msgs_per_txn(cell.name, mode.name(), system),
                         f(pg),
-                        f(proxy)
+                        f(proxy),
+                        f(client)
                     );
                 }
             }

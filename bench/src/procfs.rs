@@ -57,9 +57,19 @@ pub fn cluster_cpu_us(postmaster: u32) -> u64 {
 
 /// CPU time of this process (the load generator), in µs.
 pub fn self_cpu_us() -> u64 {
+    rusage_us(libc::RUSAGE_SELF)
+}
+
+/// CPU time of this process's children that have exited and been waited
+/// for, in µs (a pgbench run's, taken before and after it).
+pub fn children_cpu_us() -> u64 {
+    rusage_us(libc::RUSAGE_CHILDREN)
+}
+
+fn rusage_us(who: libc::c_int) -> u64 {
     // SAFETY: getrusage writes into the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
         return 0;
     }
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;

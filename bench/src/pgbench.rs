@@ -820,13 +820,8 @@ impl Results {
     }
 
     /// Median CPU µs per transaction of a (cell, mode, system): the
-    /// cluster, the proxy (queenwire or PgBouncer).
-    fn cpu(
-        &self,
-        cell: &str,
-        mode: &str,
-        system: &str,
-    ) -> (Option<f64>, Option<f64>, Option<f64>) {
+    /// cluster, the proxy (queenwire or PgBouncer), pgbench.
+    fn cpu(&self, cell: &str, mode: &str, system: &str) -> (Option<f64>, Option<f64>, Option<f64>) {
         let runs: Vec<&Run> = self
             .runs
             .iter()

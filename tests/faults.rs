@@ -197,7 +197,13 @@ async fn a_fused_push_whose_reply_is_lost_gets_08007_and_its_retry_is_a_duplicat
     let (result, pusher) = push.await.unwrap();
     let e = result.expect_err("the writer's reply was lost");
     assert_eq!(code(&e), "08007", "{e:?}");
-    // The writer's connection broke, not the session's: it goes on.
+    // The writer's connection broke, not the session's: it goes on. The cut
+    // also broke the pool's idle connections; a checkout sees one dead once
+    // its end of the relay has closed (the relay's tasks are aborted, not
+    // yet gone, when `cut` returns), as in
+    // `pooled_connections_a_restart_broke_are_not_handed_out`. Without the
+    // wait the SELECT could be sent on one of them and be lost (08007).
+    tokio::time::sleep(Duration::from_millis(200)).await;
     rows(&pusher, "SELECT 1").await;
     // The request was on its way: once the lock goes, PostgreSQL runs and
     // commits it, and the retry finds it.

@@ -728,6 +728,10 @@ DECLARE
     l_retry  INTEGER[];
     l_dlq    BOOLEAN[];
     l_tid    TID[];
+    -- Each row's first position among the receipts, and the answers by
+    -- position.
+    l_first  INTEGER[];
+    v_answer TEXT[];
     v_i      INTEGER;
     v_pair   RECORD;
 BEGIN
@@ -764,11 +768,12 @@ BEGIN
            array_agg(l.answer ORDER BY l.partition_id, l.consumer_group, l.message_offset),
            array_agg(l.retry_count ORDER BY l.partition_id, l.consumer_group, l.message_offset),
            array_agg(l.store_dlq ORDER BY l.partition_id, l.consumer_group, l.message_offset),
-           array_agg(l.tid ORDER BY l.partition_id, l.consumer_group, l.message_offset)
-    INTO l_pid, l_grp, l_off, l_tok, l_answer, l_retry, l_dlq, l_tid
+           array_agg(l.tid ORDER BY l.partition_id, l.consumer_group, l.message_offset),
+           array_agg(l.first ORDER BY l.partition_id, l.consumer_group, l.message_offset)
+    INTO l_pid, l_grp, l_off, l_tok, l_answer, l_retry, l_dlq, l_tid, l_first
     FROM (
         SELECT r.partition_id, r.consumer_group, r.message_offset, r.lease_token,
-               r.retry_count, q.store_dlq, r.tid,
+               r.retry_count, q.store_dlq, r.tid, n.first,
                CASE
                    WHEN r.state = 0 AND r.lease_expires_at > v_now THEN
                        CASE WHEN NOT v_failed THEN 'acked'
@@ -779,8 +784,10 @@ BEGIN
                         AND r.available_at IS NOT NULL THEN 'retry!'
                    WHEN v_failed AND r.state = 3 AND r.lease_expires_at IS NULL THEN 'dead_lettered!'
                END AS answer
-        FROM (SELECT DISTINCT u.pid, u.grp::TEXT COLLATE "C" AS grp, u.off, u.tok
-              FROM unnest(p_partition_ids, p_groups, p_offsets, p_lease_tokens) AS u(pid, grp, off, tok)
+        FROM (SELECT u.pid, u.grp::TEXT COLLATE "C" AS grp, u.off, u.tok, min(u.ord)::INTEGER AS first
+              FROM unnest(p_partition_ids, p_groups, p_offsets, p_lease_tokens)
+                   WITH ORDINALITY AS u(pid, grp, off, tok, ord)
+              GROUP BY 1, 2, 3, 4
               ORDER BY 1, 2, 3, 4) n
         CROSS JOIN LATERAL (
             SELECT q1.id AS qid, q1.retry_limit,
@@ -833,12 +840,18 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- Answers by position: a receipt named twice answers as its first
+    -- naming (not a join of the receipts with the rows: without hash or
+    -- merge joins that compares every receipt with every row).
+    v_answer := array_fill(NULL::TEXT, ARRAY[v_n]);
+    FOR v_i IN 1 .. COALESCE(cardinality(l_first), 0) LOOP
+        v_answer[l_first[v_i]] := l_answer[v_i];
+    END LOOP;
     RETURN QUERY
-    SELECT (n.ord - 1)::INTEGER, COALESCE(rtrim(a.answer, '!'), 'stale')
-    FROM unnest(p_partition_ids, p_groups, p_offsets, p_lease_tokens)
-         WITH ORDINALITY AS n(pid, grp, off, tok, ord)
-    LEFT JOIN unnest(l_pid, l_grp, l_off, l_tok, l_answer) AS a(pid, grp, off, tok, answer)
-           ON a.pid = n.pid AND a.grp = n.grp AND a.off = n.off AND a.tok = n.tok
+    SELECT (n.ord - 1)::INTEGER, COALESCE(rtrim(v_answer[n.first], '!'), 'stale')
+    FROM (SELECT u.ord, min(u.ord) OVER (PARTITION BY u.pid, u.grp, u.off, u.tok)::INTEGER AS first
+          FROM unnest(p_partition_ids, p_groups, p_offsets, p_lease_tokens)
+               WITH ORDINALITY AS u(pid, grp, off, tok, ord)) n
     ORDER BY n.ord;
 END
 $$;

@@ -236,9 +236,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr);
     match cli.log_format {
         queenwire::metrics::log::LogFormat::Text => logs.init(),
-        queenwire::metrics::log::LogFormat::Json => {
-            logs.event_format(queenwire::metrics::log::JsonLines).init()
-        }
+        // One object a line: timestamp, level, the event's fields (its
+        // message among them) and target, without span context.
+        queenwire::metrics::log::LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
     }
 
     let backend = match cli.backend.or_else(|| std::env::var("DATABASE_URL").ok()) {

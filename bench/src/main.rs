@@ -18,6 +18,7 @@ mod runner;
 mod setup;
 mod soak;
 mod stream;
+mod wire;
 
 use ops::{Op, SeqProducer, Worker};
 use payload::Payloads;

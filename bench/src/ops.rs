@@ -1,13 +1,16 @@
 //! One client connection doing one kind of request, over and over: the
-//! unit every workload is made of. Every system gets the same client
-//! (tokio-postgres, extended protocol, statements prepared once per
-//! connection, binary parameters) and the same payloads.
+//! unit every workload is made of. Every system gets the same client and
+//! the same payloads: the cells with a pgbench twin (the pushes, pgmq's
+//! send, INSERT and SELECT 1) run on the raw client of `wire.rs`, as light
+//! as pgbench; the others on tokio-postgres. Both use the extended
+//! protocol, statements prepared once per connection, binary parameters.
 
 // The call queenwire's engine makes for a PUSH, made here directly on
 // PostgreSQL: the same spec, so the two never drift apart.
 use crate::payload::{payload, seq_of, Payloads};
 use crate::pgtypes::{Json, JsonText};
 use crate::setup::{connect, BoxError};
+use crate::wire::{RawConn, RawStmt};
 use queenwire::engine::frame::{self, Frame};
 use queenwire::engine::values::{now_micros, system_time};
 use queenwire::engine::DEFAULT_TENANT;
@@ -108,7 +111,10 @@ pub enum Op {
 }
 
 pub struct Worker {
-    pub client: Client,
+    /// The tokio-postgres connection, or (`raw`) the raw one with its one
+    /// statement.
+    client: Option<Client>,
+    raw: Option<(RawConn, RawStmt)>,
     op: Op,
     stmts: Vec<Statement>,
     acks: HashMap<usize, Statement>,
@@ -129,6 +135,51 @@ fn param_pairs(rows: usize) -> String {
         .join(", ")
 }
 
+/// The statement of an op that runs on the raw client, with the parameter
+/// types given at Parse (the rest the server infers).
+fn raw_statement(op: &Op) -> Option<(String, Vec<Type>)> {
+    Some(match op {
+        Op::QwPush {
+            queue,
+            batch,
+            partitions,
+            ..
+        } => {
+            let part = if partitions.is_some() {
+                " PARTITION $1"
+            } else {
+                ""
+            };
+            let first = usize::from(partitions.is_some());
+            let values = (1..=*batch)
+                .map(|i| format!("(${})", i + first))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (
+                format!("PUSH INTO {queue}{part} VALUES {values}"),
+                Vec::new(),
+            )
+        }
+        Op::PgmqSend { batch: 1, .. } => (
+            "SELECT * FROM pgmq.send($1, $2)".to_string(),
+            vec![Type::TEXT, Type::JSONB],
+        ),
+        Op::PgmqSend { .. } => (
+            "SELECT * FROM pgmq.send_batch($1, $2)".to_string(),
+            vec![Type::TEXT, Type::JSONB_ARRAY],
+        ),
+        Op::Insert { batch, .. } => (
+            format!(
+                "INSERT INTO bench_insert (part, payload) VALUES {} RETURNING id",
+                param_pairs(*batch)
+            ),
+            Vec::new(),
+        ),
+        Op::Select1 => ("SELECT 1".to_string(), Vec::new()),
+        _ => return None,
+    })
+}
+
 pub fn partition_name(i: usize) -> String {
     format!("p{i:04}")
 }
@@ -140,58 +191,31 @@ impl Worker {
         payloads: Arc<Payloads>,
         seed: usize,
     ) -> Result<Worker, BoxError> {
+        let raw = match raw_statement(&op) {
+            Some((sql, types)) => {
+                let mut conn = RawConn::connect(cfg).await?;
+                let stmt = conn.prepare(&sql, &types).await?;
+                Some((conn, stmt))
+            }
+            None => None,
+        };
+        if raw.is_some() {
+            return Ok(Worker {
+                client: None,
+                raw,
+                op,
+                stmts: Vec::new(),
+                acks: HashMap::new(),
+                payloads,
+                cursor: seed.wrapping_mul(7919),
+                partition_cursor: seed,
+            });
+        }
         let client = connect(cfg).await?;
         let mut stmts = Vec::new();
         match &op {
-            Op::QwPush {
-                queue,
-                batch,
-                partitions,
-                ..
-            } => {
-                let part = if partitions.is_some() {
-                    " PARTITION $1"
-                } else {
-                    ""
-                };
-                let first = usize::from(partitions.is_some());
-                let values = (1..=*batch)
-                    .map(|i| format!("(${})", i + first))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                stmts.push(
-                    client
-                        .prepare(&format!("PUSH INTO {queue}{part} VALUES {values}"))
-                        .await?,
-                );
-            }
-            Op::PgmqSend { batch, .. } => {
-                stmts.push(if *batch == 1 {
-                    client
-                        .prepare_typed(
-                            "SELECT * FROM pgmq.send($1, $2)",
-                            &[Type::TEXT, Type::JSONB],
-                        )
-                        .await?
-                } else {
-                    client
-                        .prepare_typed(
-                            "SELECT * FROM pgmq.send_batch($1, $2)",
-                            &[Type::TEXT, Type::JSONB_ARRAY],
-                        )
-                        .await?
-                });
-            }
-            Op::Insert { batch, .. } => {
-                let values = param_pairs(*batch);
-                stmts.push(
-                    client
-                        .prepare(&format!(
-                            "INSERT INTO bench_insert (part, payload) VALUES {values} RETURNING id"
-                        ))
-                        .await?,
-                );
-            }
+            // Prepared on the raw connection above.
+            Op::QwPush { .. } | Op::PgmqSend { .. } | Op::Insert { .. } | Op::Select1 => {}
             Op::QwProvision { queue, batch, .. } if *batch > 1 => {
                 let values = param_pairs(*batch);
                 stmts.push(
@@ -299,10 +323,10 @@ impl Worker {
                         .await?,
                 );
             }
-            Op::Select1 => stmts.push(client.prepare("SELECT 1").await?),
         }
         Ok(Worker {
-            client,
+            client: Some(client),
+            raw: None,
             op,
             stmts,
             acks: HashMap::new(),
@@ -349,7 +373,6 @@ impl Worker {
                         partition_name(self.partition_cursor)
                     }
                 });
-                let stmt = self.stmts[0].clone();
                 let pool = self.payloads.clone();
                 let start = self.advance(batch);
                 let payloads: Vec<Json> = (0..batch)
@@ -360,25 +383,23 @@ impl Worker {
                     params.push(p);
                 }
                 params.extend(payloads.iter().map(|p| p as &(dyn ToSql + Sync)));
-                let n = self.client.execute(&stmt, &params).await?;
+                let n = self.raw_execute(&params).await?;
                 check_count("PUSH", n, batch)
             }
             Op::PgmqSend { queue, batch } => {
-                let stmt = self.stmts[0].clone();
                 let pool = self.payloads.clone();
                 let start = self.advance(batch);
                 let payloads: Vec<Json> = (0..batch)
                     .map(|i| Json(pool.get(start.wrapping_add(i))))
                     .collect();
                 let n = if batch == 1 {
-                    self.client.execute(&stmt, &[&queue, &payloads[0]]).await?
+                    self.raw_execute(&[&queue, &payloads[0]]).await?
                 } else {
-                    self.client.execute(&stmt, &[&queue, &payloads]).await?
+                    self.raw_execute(&[&queue, &payloads]).await?
                 };
                 check_count("pgmq send", n, batch)
             }
             Op::Insert { batch, partitions } => {
-                let stmt = self.stmts[0].clone();
                 let pool = self.payloads.clone();
                 let start = self.advance(batch);
                 let part: Option<String> = partitions.map(|p| self.random_partition(p));
@@ -390,7 +411,7 @@ impl Worker {
                     params.push(&part);
                     params.push(p);
                 }
-                let n = self.client.execute(&stmt, &params).await?;
+                let n = self.raw_execute(&params).await?;
                 check_count("INSERT", n, batch)
             }
             Op::QwProvision {
@@ -411,12 +432,12 @@ impl Worker {
                     .zip(&bodies)
                     .flat_map(|(p, b)| [p as &(dyn ToSql + Sync), b as &(dyn ToSql + Sync)])
                     .collect();
-                let n = self.client.execute(&stmt, &params).await?;
+                let n = self.pg()?.execute(&stmt, &params).await?;
                 check_count("PUSH", n, batch)
             }
             Op::QwPushText { queue, batch } => {
                 let sql = format!("PUSH INTO {queue} VALUES {}", self.text_values(batch, ""));
-                let n = simple_count(&self.client, &sql).await?;
+                let n = simple_count(self.pg()?, &sql).await?;
                 check_count("PUSH", n, batch)
             }
             Op::PgmqSendText { queue, batch } => {
@@ -433,7 +454,7 @@ impl Worker {
                         list.join(", ")
                     )
                 };
-                let n = simple_count(&self.client, &sql).await?;
+                let n = simple_count(self.pg()?, &sql).await?;
                 check_count("pgmq send", n, batch)
             }
             Op::InsertText { batch } => {
@@ -444,7 +465,7 @@ impl Worker {
                     "INSERT INTO bench_insert (part, payload) VALUES {} RETURNING id",
                     values.join(", ")
                 );
-                let n = simple_count(&self.client, &sql).await?;
+                let n = simple_count(self.pg()?, &sql).await?;
                 check_count("INSERT", n, batch)
             }
             Op::DirectPush {
@@ -475,7 +496,7 @@ impl Worker {
                 let times = vec![system_time(now)];
                 let no_traces: Option<Vec<Option<&str>>> = None;
                 let n = self
-                    .client
+                    .pg()?
                     .execute(
                         &stmt,
                         &[
@@ -498,7 +519,7 @@ impl Worker {
             }
             Op::QwPop { auto_ack, .. } => {
                 let stmt = self.stmts[0].clone();
-                let rows = self.client.query(&stmt, &[]).await?;
+                let rows = self.pg()?.query(&stmt, &[]).await?;
                 if rows.is_empty() {
                     return Ok(0);
                 }
@@ -509,7 +530,7 @@ impl Worker {
                         .map(|r| r.try_get::<_, &str>("receipt"))
                         .collect::<Result<_, _>>()?;
                     let ack = self.ack_statement(receipts.len()).await?;
-                    let acked = self.client.query(&ack, &refs(&receipts)).await?;
+                    let acked = self.pg()?.query(&ack, &refs(&receipts)).await?;
                     let ok = acked
                         .iter()
                         .filter(|r| r.try_get::<_, &str>(1).ok() == Some("acked"))
@@ -522,7 +543,7 @@ impl Worker {
             }
             Op::PgmqReadDelete { queue, limit } => {
                 let (read, delete) = (self.stmts[0].clone(), self.stmts[1].clone());
-                let tx = self.client.transaction().await?;
+                let tx = self.pg_mut()?.transaction().await?;
                 let rows = tx
                     .query(&read, &[&queue, &PGMQ_VT, &(limit as i32)])
                     .await?;
@@ -542,7 +563,7 @@ impl Worker {
             Op::PgmqReadPoll { queue, limit } => {
                 let (read, delete) = (self.stmts[0].clone(), self.stmts[1].clone());
                 let rows = self
-                    .client
+                    .pg()?
                     .query(&read, &[&queue, &PGMQ_VT, &(limit as i32), &1i32, &10i32])
                     .await?;
                 if rows.is_empty() {
@@ -553,35 +574,35 @@ impl Worker {
                     .iter()
                     .map(|r| r.try_get::<_, i64>("msg_id"))
                     .collect::<Result<_, _>>()?;
-                let deleted = self.client.execute(&delete, &[&queue, &ids]).await?;
+                let deleted = self.pg()?.execute(&delete, &[&queue, &ids]).await?;
                 check_count("pgmq delete", deleted, ids.len())
             }
             Op::PgmqPop { queue, limit } => {
                 let stmt = self.stmts[0].clone();
-                let rows = self.client.query(&stmt, &[&queue, &(limit as i32)]).await?;
+                let rows = self.pg()?.query(&stmt, &[&queue, &(limit as i32)]).await?;
                 consume_payloads(&rows, "message", seqs)?;
                 Ok(rows.len() as u64)
             }
             Op::QwJob { work, tx, .. } => {
                 let (pop, ack) = (self.stmts[0].clone(), self.stmts[1].clone());
                 if tx {
-                    let t = self.client.transaction().await?;
+                    let t = self.pg_mut()?.transaction().await?;
                     let n = qw_job(&t, &pop, &ack, work, seqs).await?;
                     t.commit().await?;
                     Ok(n)
                 } else {
-                    qw_job(&self.client, &pop, &ack, work, seqs).await
+                    qw_job(self.pg()?, &pop, &ack, work, seqs).await
                 }
             }
             Op::PgmqJob { queue, work, tx } => {
                 let (read, delete) = (self.stmts[0].clone(), self.stmts[1].clone());
                 let n = if tx {
-                    let t = self.client.transaction().await?;
+                    let t = self.pg_mut()?.transaction().await?;
                     let n = pgmq_job(&t, &read, &delete, &queue, work, seqs).await?;
                     t.commit().await?;
                     n
                 } else {
-                    pgmq_job(&self.client, &read, &delete, &queue, work, seqs).await?
+                    pgmq_job(self.pg()?, &read, &delete, &queue, work, seqs).await?
                 };
                 if n == 0 {
                     tokio::time::sleep(PGMQ_JOB_IDLE).await;
@@ -589,9 +610,8 @@ impl Worker {
                 Ok(n)
             }
             Op::Select1 => {
-                let stmt = self.stmts[0].clone();
-                let rows = self.client.query(&stmt, &[]).await?;
-                check_count("SELECT 1", rows.len() as u64, 1)
+                let rows = self.raw_execute(&[]).await?;
+                check_count("SELECT 1", rows, 1)
             }
         }
     }
@@ -610,6 +630,25 @@ impl Worker {
             .join(", ")
     }
 
+    fn pg(&self) -> Result<&Client, BoxError> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| "this op runs on the raw client".into())
+    }
+
+    fn pg_mut(&mut self) -> Result<&mut Client, BoxError> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| "this op runs on the raw client".into())
+    }
+
+    async fn raw_execute(&mut self, params: &[&(dyn ToSql + Sync)]) -> Result<u64, BoxError> {
+        match &mut self.raw {
+            Some((conn, stmt)) => conn.execute(stmt, params).await,
+            None => Err("this op runs on tokio-postgres".into()),
+        }
+    }
+
     async fn ack_statement(&mut self, n: usize) -> Result<Statement, BoxError> {
         if let Some(s) = self.acks.get(&n) {
             return Ok(s.clone());
@@ -618,7 +657,7 @@ impl Worker {
             .map(|i| format!("${i}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let stmt = self.client.prepare(&format!("ACK {list}")).await?;
+        let stmt = self.pg()?.prepare(&format!("ACK {list}")).await?;
         self.acks.insert(n, stmt.clone());
         Ok(stmt)
     }

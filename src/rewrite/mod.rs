@@ -11,6 +11,7 @@ pub mod bind;
 pub mod calls;
 pub mod dialect;
 pub mod passthrough;
+mod scan;
 pub mod split;
 
 pub use passthrough::SessionEffect;

@@ -8,10 +8,10 @@
 use crate::payload::{payload, seq_of, Payloads};
 use crate::pgtypes::{Json, JsonText};
 use crate::setup::{connect, BoxError};
+use queenwire::calls::queues::PUSH;
 use queenwire::engine::frame::{self, Frame};
 use queenwire::engine::values::{now_micros, system_time};
 use queenwire::engine::DEFAULT_TENANT;
-use queenwire::rewrite::calls::queues::PUSH;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! PostgreSQL is never taken by the dialect.
 
 pub mod bind;
-pub mod calls;
+pub mod build;
 pub mod dialect;
 pub mod passthrough;
 mod scan;

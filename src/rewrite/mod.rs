@@ -1,7 +1,8 @@
 //! Text → a typed command → typed calls: one of the dialect's statements,
 //! or plain SQL to pass through; `$n` bound to typed values ([`bind`]); and
-//! the `queen.*` calls that carry a statement out ([`calls`]). Owns the
-//! grammar and every statement's result columns (for Describe).
+//! the `queen.*` calls that carry a statement out ([`build`], filling the
+//! declarations of [`crate::calls`]). Owns the grammar and every
+//! statement's result columns (for Describe).
 //!
 //! Pure: no I/O, no connection, nothing of the engine's state (receipt
 //! keys, framing, fusion) or of the wire. A statement that is valid

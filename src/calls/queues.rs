@@ -218,6 +218,27 @@ pub struct PopArgs {
     pub wait: Option<Duration>,
 }
 
+impl PopArgs {
+    /// The arguments `log_pop_v1` and `log_pop_v2` share, in order; `log_pop_v2`
+    /// takes `extra` more after them.
+    fn params<'a>(&'a self, tenant: &'a Uuid, extra: usize) -> Vec<&'a (dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(10 + extra);
+        params.extend([
+            &self.queue as &(dyn ToSql + Sync),
+            &self.partition,
+            &self.group,
+            &self.limit,
+            &self.max_partitions,
+            &self.lease_ms,
+            &self.subscribe,
+            &self.subscribe_at,
+            &self.auto_ack,
+            tenant,
+        ]);
+        params
+    }
+}
+
 pub struct Pop<'a> {
     pub args: &'a PopArgs,
     pub tenant: Uuid,
@@ -227,19 +248,7 @@ impl Call for Pop<'_> {
     const SPEC: &'static CallSpec = &POP;
     type Row = PopRow;
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        let a = self.args;
-        vec![
-            &a.queue,
-            &a.partition,
-            &a.group,
-            &a.limit,
-            &a.max_partitions,
-            &a.lease_ms,
-            &a.subscribe,
-            &a.subscribe_at,
-            &a.auto_ack,
-            &self.tenant,
-        ]
+        self.args.params(&self.tenant, 0)
     }
 }
 
@@ -264,6 +273,13 @@ pub struct PopRow {
 
 impl FromRow for PopRow {
     fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        PopRow::decode(row, false)
+    }
+}
+
+impl PopRow {
+    /// `log_pop_v1`'s row, and the claimed rows of `log_pop_v2`'s.
+    fn decode(row: &Row<'_>, shared: bool) -> Result<Self, DecodeError> {
         Ok(PopRow {
             partition_id: row.get("partition_id")?,
             partition_name: row.get("partition_name")?,
@@ -274,7 +290,7 @@ impl FromRow for PopRow {
             to_offset: row.get("to_offset")?,
             base_offset: row.get("base_offset")?,
             blob: row.bytes("blob")?,
-            shared: false,
+            shared,
         })
     }
 }
@@ -293,21 +309,10 @@ impl Call for PopCandidates<'_> {
     const SPEC: &'static CallSpec = &POP_CANDIDATES;
     type Row = PopJudged;
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        let a = self.args;
-        vec![
-            &a.queue,
-            &a.partition,
-            &a.group,
-            &a.limit,
-            &a.max_partitions,
-            &a.lease_ms,
-            &a.subscribe,
-            &a.subscribe_at,
-            &a.auto_ack,
-            &self.tenant,
-            &self.candidates,
-            &self.partition_limit,
-        ]
+        let mut params = self.args.params(&self.tenant, 2);
+        params.push(&self.candidates);
+        params.push(&self.partition_limit);
+        params
     }
 }
 
@@ -332,18 +337,7 @@ impl FromRow for PopJudged {
         // A shared group's claim: its first row `shared`, the others `shared+`.
         let shared = state == "shared" || state == "shared+";
         let claimed = if shared || state == "claimed" {
-            Some(PopRow {
-                partition_id,
-                partition_name: row.get("partition_name")?,
-                lease_token: row.get("lease_token")?,
-                lease_expires_at: row.get("lease_expires_at")?,
-                retry_count: row.get("retry_count")?,
-                from_offset: row.get("from_offset")?,
-                to_offset: row.get("to_offset")?,
-                base_offset: row.get("base_offset")?,
-                blob: row.bytes("blob")?,
-                shared,
-            })
+            Some(PopRow::decode(row, shared)?)
         } else {
             None
         };

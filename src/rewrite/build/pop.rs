@@ -78,7 +78,7 @@ pub(super) fn subscription(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calls::queues::{Pop, POP};
+    use crate::calls::queues::{Pop, PopCandidates, POP, POP_CANDIDATES};
     use crate::calls::Call;
     use crate::rewrite::dialect::{self, Statement};
     use std::time::Duration;
@@ -105,6 +105,13 @@ mod tests {
             tenant: Uuid::nil(),
         };
         assert_eq!(call.params().len(), POP.params.len());
+        let call = PopCandidates {
+            args: &args,
+            tenant: Uuid::nil(),
+            candidates: None,
+            partition_limit: None,
+        };
+        assert_eq!(call.params().len(), POP_CANDIDATES.params.len());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! [`backend`] (raw connections to PostgreSQL, pooled per transaction).
 
 pub mod backend;
+pub mod calls;
 pub mod crypto;
 pub mod embedded;
 pub mod engine;

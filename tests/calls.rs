@@ -5,8 +5,8 @@
 mod common;
 
 use common::proxy::connect;
+use queenwire::calls::{CallSpec, ALL};
 use queenwire::engine::schema;
-use queenwire::rewrite::calls::{CallSpec, ALL};
 use tokio_postgres::types::Type;
 
 /// The `$n` that are passed straight to a named argument (`p_x => $n`

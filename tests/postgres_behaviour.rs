@@ -768,7 +768,7 @@ async fn background_work_never_runs_on_a_client_s_connection() {
     );
     // The one client-visible connection shows none of the fire loop's
     // statements, and a client may prepare their names itself.
-    use queenwire::rewrite::calls::timers::{CLAIM_DUE, DELETE_FIRED, POSTPONE};
+    use queenwire::calls::timers::{CLAIM_DUE, DELETE_FIRED, POSTPONE};
     let background = [CLAIM_DUE.name, DELETE_FIRED.name, POSTPONE.name];
     let rows = client
         .query("SELECT name FROM pg_prepared_statements", &[])
@@ -803,13 +803,13 @@ async fn background_work_never_runs_on_a_client_s_connection() {
     let left: Vec<String> = rows
         .iter()
         .map(|r| r.get::<_, String>(0))
-        .filter(|n| queenwire::rewrite::calls::ALL.iter().any(|s| s.name == n))
+        .filter(|n| queenwire::calls::ALL.iter().any(|s| s.name == n))
         .collect();
     assert!(
         left.is_empty(),
         "queenwire statements on a client's connection: {left:?}"
     );
-    for spec in queenwire::rewrite::calls::ALL {
+    for spec in queenwire::calls::ALL {
         let name = spec.name;
         client
             .batch_execute(&format!("PREPARE {name} AS SELECT 1; DEALLOCATE {name}"))
@@ -821,8 +821,8 @@ async fn background_work_never_runs_on_a_client_s_connection() {
     // connection: still nothing of queenwire's is left under a name there,
     // and a client statement prepared before (named, and the unnamed one)
     // still runs after.
-    use queenwire::rewrite::calls::acks::{ACK, ACK_RUNS};
-    use queenwire::rewrite::calls::queues::{POP, PUSH};
+    use queenwire::calls::acks::{ACK, ACK_RUNS};
+    use queenwire::calls::queues::{POP, PUSH};
     let own = client.prepare("SELECT $1::int4 + 1").await.unwrap();
     client
         .batch_execute(&format!(

@@ -5,7 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 use queenwire::engine::DEFAULT_TENANT;
 use queenwire::rewrite::bind::Params;
-use queenwire::rewrite::calls::{admin, kv, queues, timers};
+use queenwire::calls::admin::ConfigureMode;
+use queenwire::rewrite::build::{admin, kv, pop, timers};
 use queenwire::rewrite::dialect::Statement;
 use queenwire::rewrite::{self, dialect, Command};
 
@@ -18,19 +19,19 @@ fn calls_of(stmt: &Statement, params: &Params<'_>) {
             }
         }
         Statement::CreateQueue(c) => {
-            let mode = admin::ConfigureMode::Create;
+            let mode = ConfigureMode::Create;
             if let Ok(call) = admin::configure(&c.queue, &c.settings, mode, params, tenant) {
                 assert!(dialect::validate_json(&call.options).is_ok(), "{}", call.options);
             }
         }
         Statement::AlterQueue(a) => {
-            let mode = admin::ConfigureMode::Alter;
+            let mode = ConfigureMode::Alter;
             if let Ok(call) = admin::configure(&a.queue, &a.settings, mode, params, tenant) {
                 assert!(dialect::validate_json(&call.options).is_ok(), "{}", call.options);
             }
         }
         Statement::Pop(pop) => {
-            let _ = queues::pop_args(pop, params);
+            let _ = pop::pop_args(pop, params);
         }
         Statement::SeekGroup(seek) => {
             let _ = admin::seek(seek, params, tenant);

@@ -1,4 +1,4 @@
-//! Executing the proxy's own calls (`crate::rewrite::calls`): on a backend
+//! Executing the proxy's own calls (`crate::calls`): on a backend
 //! connection (prepared once per connection, binary parameters and
 //! results), or on a background task's tokio-postgres client. Rows are
 //! decoded by column name into each call's row struct.
@@ -10,7 +10,7 @@ use postgres_protocol::message::frontend as pp;
 
 /// Parameters and results of the proxy's own calls travel in binary.
 const BINARY: i16 = 1;
-use crate::rewrite::calls::{Call, CallSpec, DecodeError, RawRow, Row};
+use crate::calls::{Call, CallSpec, DecodeError, RawRow, Row};
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
 impl From<DecodeError> for BackendError {

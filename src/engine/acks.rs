@@ -7,11 +7,11 @@ use super::receipt::{InvalidReceipt, Receipt, ReceiptKey};
 use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
-use crate::protocol::SqlError;
-use crate::protocol::SqlState;
-use crate::rewrite::calls::acks::{
+use crate::calls::acks::{
     Ack as AckCall, AckRunRow, AckRuns, AckShared, Renew as RenewCall, RenewRow, RenewShared,
 };
+use crate::protocol::SqlError;
+use crate::protocol::SqlState;
 use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
 use crate::rewrite::dialect::Value;
 use std::time::SystemTime;

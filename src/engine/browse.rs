@@ -10,9 +10,9 @@ use super::sealing::{KeyRing, SealError};
 use super::values::{micros, system_time, Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
+use crate::calls::messages::{Browse as BrowseCall, BrowseMessage, SegmentRow, Trace};
 use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::bind::parse_error;
-use crate::rewrite::calls::messages::{Browse as BrowseCall, BrowseMessage, SegmentRow, Trace};
 use crate::rewrite::dialect::browse::{
     check_message_id, check_offset, check_trace_id, Browse, BrowseFrom, ShowMessage, ShowMessages,
     MAX_TRACE_MESSAGES,

@@ -4,7 +4,7 @@
 use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
-use crate::rewrite::calls::groups::{Detail, Lagging};
+use crate::calls::groups::{Detail, Lagging};
 use crate::rewrite::dialect::groups::GroupDetail;
 use uuid::Uuid;
 

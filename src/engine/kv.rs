@@ -1,5 +1,5 @@
 //! The KV statements: each one call of `queen.kv_apply_v1`
-//! (`rewrite/calls/kv.rs` builds its batch), which applies the batch at one
+//! (`rewrite/build/kv.rs` builds its batch), which applies the batch at one
 //! instant and takes rows in ascending (namespace, key) byte order. Every
 //! rule of the store (existence, versions, preconditions) lives in the
 //! procedure, in one place; the engine adds the operator's pause switch and
@@ -10,7 +10,7 @@ use super::ExecError;
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::kv::apply;
+use crate::rewrite::build::kv::apply;
 use crate::rewrite::dialect::kv::KvStatement;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! one queenwire per cycle, the one that took (or renewed) the task's lease.
 
 use crate::backend::call::{query, ClientCallError};
-use crate::rewrite::calls::maintenance::TryLease;
+use crate::calls::maintenance::TryLease;
 use std::time::Duration;
 
 /// Whether this process holds (took or renewed) the lease of `task`, for

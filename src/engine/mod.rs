@@ -4,7 +4,8 @@
 //! statement but POP (`Engine::run_statement`, here), POP's waiting
 //! (`wait.rs`), push fusion, segment framing, receipts, long-poll wake-ups,
 //! KV, timers, the elected maintenance loops and the boot-time schema apply.
-//! Each statement runs as the typed calls of `rewrite::calls`; the engine
+//! Each statement runs as the typed calls of `crate::calls`, built from it
+//! by `rewrite::build`; the engine
 //! builds no SQL text and reads rows by column name.
 //!
 //! Knows nothing of the client's wire or the session's bookkeeping: a
@@ -48,9 +49,10 @@ pub use lend::{CallEnd, Lender, TxnView};
 
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
+use crate::calls::admin::{Configure, ConfigureMode};
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::admin::{self, ConfigureMode};
+use crate::rewrite::build::admin;
 use crate::rewrite::dialect::groups::GroupChange;
 use crate::rewrite::dialect::Statement;
 use queues::Limits;
@@ -65,7 +67,7 @@ pub const DEFAULT_TENANT: Uuid = Uuid::from_u128(1);
 /// Raises an error in the backend with the given SQLSTATE and message: the
 /// backend's current transaction then fails exactly as for an error of its
 /// own (`queen.raise_v1`).
-pub use crate::rewrite::calls::transaction::RAISE as RAISE_CALL;
+pub use crate::calls::transaction::RAISE as RAISE_CALL;
 
 /// Why a statement failed, inside the engine.
 #[derive(Debug)]
@@ -213,9 +215,7 @@ impl Engine {
             Statement::AlterGroup(a) => {
                 let (queue, group) = match &a.change {
                     GroupChange::Subscribe(from) => {
-                        let call = crate::rewrite::calls::groups::Subscribe::new(
-                            &a.queue, &a.group, from, &params, tenant,
-                        )?;
+                        let call = admin::subscribe(&a.queue, &a.group, from, &params, tenant)?;
                         conn.run(&call).await?;
                         (call.queue, call.group)
                     }
@@ -344,11 +344,11 @@ impl Engine {
     async fn configure(
         &self,
         conn: &mut Calls<'_>,
-        call: &admin::Configure,
+        call: &Configure,
         settings: &[crate::rewrite::dialect::QueueSetting],
     ) -> Result<(), ExecError> {
         if settings.iter().any(|s| s.option.is_ephemeral()) {
-            conn.run(&crate::rewrite::calls::ephemeral::EphemeralConfigure(call))
+            conn.run(&crate::calls::ephemeral::EphemeralConfigure(call))
                 .await?;
             self.ephemeral.refresh().await;
         } else {

@@ -10,11 +10,10 @@ use super::sealing::KeyRing;
 use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
+use crate::calls::queues::{PopArgs, PopCandidates, PopRow, Unclaim, UnclaimShared};
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::queues::{
-    pop_args, PopArgs, PopCandidates, PopRow, Unclaim, UnclaimShared,
-};
+use crate::rewrite::build::pop::pop_args;
 use crate::rewrite::dialect::pop::Pop;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

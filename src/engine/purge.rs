@@ -8,7 +8,7 @@
 use super::values::Cell;
 use super::ExecError;
 use crate::backend::call::Calls;
-use crate::rewrite::calls::purge::{PurgeStep, PurgeStepRow};
+use crate::calls::purge::{PurgeStep, PurgeStepRow};
 use uuid::Uuid;
 
 /// Rows per table one step deletes at most: small enough that a step's

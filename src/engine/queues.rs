@@ -1,5 +1,5 @@
 //! The queue statements: PUSH, DROP QUEUE and the SHOW statements (POP is
-//! `pop.rs`, ACK and RENEW `acks.rs`), each one call (`rewrite/calls`) of a
+//! `pop.rs`, ACK and RENEW `acks.rs`), each one call (`crate::calls`) of a
 //! `queen.*` procedure on
 //! the session's backend connection (so it joins the surrounding
 //! transaction). What needs the engine's state is done here: framing and
@@ -10,16 +10,16 @@ use super::sealing::{KeyRing, Sealing};
 use super::values::{now_micros, Cell, Params};
 use super::ExecError;
 use crate::backend::call::Calls;
+use crate::calls::admin::DeleteQueue;
+use crate::calls::show::{ShowDlq, ShowGroups, ShowPartitions, ShowQueues};
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::admin::DeleteQueue;
-use crate::rewrite::calls::show::{ShowDlq, ShowGroups, ShowPartitions, ShowQueues};
 use crate::rewrite::dialect::push::Push;
 use std::collections::HashMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
-pub use crate::rewrite::calls::queues::{DEFAULT_PARTITION, QUEUE_MODE_GROUP};
+pub use crate::calls::queues::{DEFAULT_PARTITION, QUEUE_MODE_GROUP};
 pub use placed::Placed;
 pub use write::{write_fused, write_pushes};
 

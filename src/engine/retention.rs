@@ -29,9 +29,7 @@
 use super::leases::elected;
 use crate::backend::call::{execute, query, ClientCallError};
 use crate::backend::health::{connect_client, Health};
-use crate::rewrite::calls::retention::{
-    CleanupStep, Record, RetainedBytesStep, Step, StepRow, Work,
-};
+use crate::calls::retention::{CleanupStep, Record, RetainedBytesStep, Step, StepRow, Work};
 use std::time::{Duration, Instant};
 
 /// How retention and cleanup run; the queue's own options say what is due.

@@ -6,7 +6,7 @@
 //! deployment whose DDL a privileged role applied beforehand).
 
 use crate::backend::call::{execute, query, ClientCallError};
-use crate::rewrite::calls::maintenance::{AdvisoryLock, AdvisoryUnlock, ServerVersion};
+use crate::calls::maintenance::{AdvisoryLock, AdvisoryUnlock, ServerVersion};
 use crate::rewrite::split::split_statements;
 
 /// The advisory lock key the seeds give the schema apply.
@@ -71,7 +71,7 @@ pub enum SchemaError {
     #[error(transparent)]
     Db(#[from] tokio_postgres::Error),
     #[error(transparent)]
-    Decode(#[from] crate::rewrite::calls::DecodeError),
+    Decode(#[from] crate::calls::DecodeError),
 }
 
 impl From<ClientCallError> for SchemaError {

@@ -3,7 +3,7 @@
 use super::values::Cell;
 use super::ExecError;
 use crate::backend::call::Calls;
-use crate::rewrite::calls::status::Status;
+use crate::calls::status::Status;
 use crate::rewrite::dialect::status::THROUGHPUT_MINUTES;
 use uuid::Uuid;
 

@@ -13,12 +13,11 @@ use super::ExecError;
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::health::Health;
 use crate::backend::{pool, Pool};
-use crate::rewrite::calls::timers::{
-    self as calls, ClaimDue, DeleteFired, List, Postpone, TimerKeys,
-};
-use crate::rewrite::calls::transaction::{
+use crate::calls::timers::{ClaimDue, DeleteFired, List, Postpone, TimerKeys};
+use crate::calls::transaction::{
     Raise, BEGIN, COMMIT, RELEASE_FIRE, ROLLBACK, ROLLBACK_TO_FIRE, SAVEPOINT_FIRE,
 };
+use crate::rewrite::build;
 use crate::rewrite::dialect::timer::{CancelSchedule, Schedule};
 use crate::shutdown::ShutdownSignal;
 use std::collections::BTreeMap;
@@ -36,7 +35,7 @@ pub async fn schedule(
     max_payload: usize,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let call = calls::schedule(stmt, params, max_payload, tenant)?;
+    let call = build::timers::schedule(stmt, params, max_payload, tenant)?;
     let rows = conn.run(&call).await?;
     let fire_at = rows.first().and_then(|r| r.fire_at);
     Ok(vec![vec![
@@ -52,7 +51,7 @@ pub async fn cancel(
     params: &Params<'_>,
     tenant: Uuid,
 ) -> Result<Vec<Vec<Cell>>, ExecError> {
-    let call = calls::cancel(stmt, params, tenant)?;
+    let call = build::timers::cancel(stmt, params, tenant)?;
     let rows = conn.run(&call).await?;
     let cancelled = rows.first().and_then(|r| r.cancelled);
     Ok(vec![vec![

@@ -18,7 +18,7 @@ use super::{fusion, pop, wake, Engine, ExecError, Outcome};
 use crate::backend::call::Calls;
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::calls::namespace::namespace_args;
+use crate::rewrite::build::pop::namespace_args;
 use crate::rewrite::dialect::pop::Pop;
 use std::pin::Pin;
 use std::time::{Duration, Instant};

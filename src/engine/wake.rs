@@ -32,7 +32,7 @@
 use super::hotlist::Hotlist;
 use crate::backend::call::prepare;
 use crate::backend::health::Health;
-use crate::rewrite::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
+use crate::calls::maintenance::{NotifyPushed, LISTEN_WAKEUPS, WAKE_CHANNEL};
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};

@@ -24,7 +24,7 @@ use super::values::Cell;
 use super::wake::{queue_key, Waiters};
 use super::ExecError;
 use crate::backend::call::Calls;
-use crate::rewrite::calls::namespace::{NamespaceArgs, NamespaceQueue, NamespaceQueues};
+use crate::calls::namespace::{NamespaceArgs, NamespaceQueue, NamespaceQueues};
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 

@@ -7,8 +7,8 @@
 use super::{Kind, Metrics};
 use crate::backend::call::execute;
 use crate::backend::health::Health;
+use crate::calls::metrics::Flush;
 use crate::json::{array, JsonValue, Object};
-use crate::rewrite::calls::metrics::Flush;
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

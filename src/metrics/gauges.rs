@@ -13,7 +13,7 @@
 //! to connect or to answer within [`PROBE_TIMEOUT`] is "not ready".
 
 use crate::backend::call::query;
-use crate::rewrite::calls::metrics::{GroupLag, QueueCount, QueueDepth, SchemaApplied};
+use crate::calls::metrics::{GroupLag, QueueCount, QueueDepth, SchemaApplied};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 

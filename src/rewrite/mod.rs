@@ -1,16 +1,18 @@
 //! Text → a typed command → typed calls: one of the dialect's statements,
 //! or plain SQL to pass through; `$n` bound to typed values ([`bind`]); and
-//! the `queen.*` calls that carry a statement out ([`calls`]). Owns the
-//! grammar and every statement's result columns (for Describe).
+//! the `queen.*` calls that carry a statement out ([`build`], filling the
+//! declarations of [`crate::calls`]). Owns the grammar and every
+//! statement's result columns (for Describe).
 //!
 //! Pure: no I/O, no connection, nothing of the engine's state (receipt
 //! keys, framing, fusion) or of the wire. A statement that is valid
 //! PostgreSQL is never taken by the dialect.
 
 pub mod bind;
-pub mod calls;
+pub mod build;
 pub mod dialect;
 pub mod passthrough;
+mod scan;
 pub mod split;
 
 pub use passthrough::SessionEffect;

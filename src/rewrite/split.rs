@@ -4,8 +4,10 @@
 //! dollar-quoted bodies, comments or `BEGIN ATOMIC … END` function bodies.
 //!
 //! Used for simple-query messages that hold several statements and for the
-//! schema files applied at boot.
+//! schema files applied at boot. Comments, literals and dollar quotes are
+//! skipped by the rules of `scan.rs`, which the dialect's lexer shares.
 
+use super::scan;
 use std::ops::Range;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,16 +37,13 @@ pub fn tokens(sql: &str) -> Vec<Token> {
 /// The tokens of `sql`, one at a time: a caller that needs only the first
 /// few (what is the first word?) reads no further.
 pub struct Tokens<'a> {
-    bytes: &'a [u8],
+    sql: &'a str,
     i: usize,
 }
 
 impl<'a> Tokens<'a> {
     pub fn new(sql: &'a str) -> Tokens<'a> {
-        Tokens {
-            bytes: sql.as_bytes(),
-            i: 0,
-        }
+        Tokens { sql, i: 0 }
     }
 }
 
@@ -52,96 +51,61 @@ impl Iterator for Tokens<'_> {
     type Item = Token;
 
     fn next(&mut self) -> Option<Token> {
-        let bytes = self.bytes;
+        let bytes = self.sql.as_bytes();
         let mut i = self.i;
         let found = loop {
-            if i >= bytes.len() {
+            let Some(&c) = bytes.get(i) else {
                 break None;
-            }
-            let c = bytes[i];
+            };
             let start = i;
-            match c {
-                b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => i += 1,
-                b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                    while i < bytes.len() && bytes[i] != b'\n' {
-                        i += 1;
-                    }
+            if let Some(end) = scan::comment(bytes, i) {
+                i = end.unwrap_or(bytes.len());
+                continue;
+            }
+            let (kind, end) = match c {
+                // Unlike the dialect's lexer, a vertical tab is not space
+                // here: a statement of nothing else goes on to PostgreSQL.
+                b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => {
+                    i += 1;
+                    continue;
                 }
-                b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                    // Block comments nest in PostgreSQL.
-                    let mut depth = 0usize;
-                    while i < bytes.len() {
-                        if bytes[i] == b'/' && bytes.get(i + 1) == Some(&b'*') {
-                            depth += 1;
-                            i += 2;
-                        } else if bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/') {
-                            depth -= 1;
-                            i += 2;
-                            if depth == 0 {
-                                break;
-                            }
-                        } else {
-                            i += 1;
-                        }
-                    }
-                }
-                b'\'' => {
-                    i = end_of_quoted(bytes, i, b'\'', false);
-                    break Some(tok(TokenKind::Quoted, start, i));
-                }
-                b'"' => {
-                    i = end_of_quoted(bytes, i, b'"', false);
-                    break Some(tok(TokenKind::Quoted, start, i));
-                }
-                b'E' | b'e' if bytes.get(i + 1) == Some(&b'\'') => {
-                    i = end_of_quoted(bytes, i + 1, b'\'', true);
-                    break Some(tok(TokenKind::Quoted, start, i));
-                }
-                b'$' => {
-                    if let Some(tag_end) = dollar_tag_end(bytes, i) {
-                        let tag = &bytes[i..=tag_end];
-                        let body_start = tag_end + 1;
-                        i = find(bytes, body_start, tag)
-                            .map(|p| p + tag.len())
-                            .unwrap_or(bytes.len());
-                        break Some(tok(TokenKind::Quoted, start, i));
-                    }
+                b'\'' | b'"' => (TokenKind::Quoted, scan::quoted_end(bytes, i, c, false)),
+                b'E' | b'e' if bytes.get(i + 1) == Some(&b'\'') => (
+                    TokenKind::Quoted,
+                    scan::quoted_end(bytes, i + 1, b'\'', true),
+                ),
+                b'$' => match scan::dollar_quote(self.sql, i) {
+                    Some(quote) => (TokenKind::Quoted, quote.map(|q| q.end)),
                     // `$1` parameters and stray dollars.
-                    i += 1;
-                    while i < bytes.len() && bytes[i].is_ascii_digit() {
-                        i += 1;
+                    None => {
+                        let digits = bytes[i + 1..].iter().take_while(|b| b.is_ascii_digit());
+                        (TokenKind::Other, Ok(i + 1 + digits.count()))
                     }
-                    break Some(tok(TokenKind::Other, start, i));
-                }
-                b';' => {
-                    i += 1;
-                    break Some(tok(TokenKind::Semicolon, start, i));
-                }
+                },
+                b';' => (TokenKind::Semicolon, Ok(i + 1)),
                 c if is_word_start(c) => {
-                    while i < bytes.len() && is_word_char(bytes[i]) {
-                        i += 1;
-                    }
-                    break Some(tok(TokenKind::Word, start, i));
+                    let rest = bytes[i..].iter().skip(1);
+                    (
+                        TokenKind::Word,
+                        Ok(i + 1 + rest.take_while(|&&b| is_word_char(b)).count()),
+                    )
                 }
                 _ => {
-                    // Advance one whole UTF-8 character.
-                    i += 1;
-                    while i < bytes.len() && (bytes[i] & 0xC0) == 0x80 {
-                        i += 1;
-                    }
-                    break Some(tok(TokenKind::Other, start, i));
+                    // One whole UTF-8 character.
+                    let rest = bytes[i..].iter().skip(1);
+                    let continuation = rest.take_while(|&&b| (b & 0xC0) == 0x80).count();
+                    (TokenKind::Other, Ok(i + 1 + continuation))
                 }
-            }
+            };
+            // An unterminated literal runs to the end of the text.
+            i = end.unwrap_or(bytes.len());
+            break Some(Token {
+                kind,
+                range: start..i,
+            });
         };
         self.i = i;
         found
-    }
-}
-
-fn tok(kind: TokenKind, start: usize, end: usize) -> Token {
-    Token {
-        kind,
-        range: start..end,
     }
 }
 
@@ -153,64 +117,10 @@ fn is_word_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
 }
 
-/// Index just past the closing quote of a literal opened at `open`.
-fn end_of_quoted(bytes: &[u8], open: usize, quote: u8, backslash_escapes: bool) -> usize {
-    let mut i = open + 1;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if backslash_escapes && c == b'\\' {
-            i += 2;
-            continue;
-        }
-        if c == quote {
-            if bytes.get(i + 1) == Some(&quote) {
-                i += 2;
-                continue;
-            }
-            return i + 1;
-        }
-        i += 1;
-    }
-    bytes.len()
-}
-
-/// If a dollar-quote tag (`$$` or `$tag$`) starts at `i`, the index of its
-/// closing `$`.
-fn dollar_tag_end(bytes: &[u8], i: usize) -> Option<usize> {
-    let mut j = i + 1;
-    if bytes.get(j) == Some(&b'$') {
-        return Some(j);
-    }
-    if !bytes
-        .get(j)
-        .copied()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_' || c >= 0x80)
-    {
-        return None;
-    }
-    while j < bytes.len()
-        && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_' || bytes[j] >= 0x80)
-    {
-        j += 1;
-    }
-    (bytes.get(j) == Some(&b'$')).then_some(j)
-}
-
-fn find(haystack: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    if from > haystack.len() {
-        return None;
-    }
-    haystack[from..]
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| p + from)
-}
-
 /// Splits a script into statements: each range covers the statement's text
 /// from its first token to its last, without the terminating `;`. Empty
 /// statements (`;;`, comments only) are dropped.
 pub fn split_statements(sql: &str) -> Vec<Range<usize>> {
-    let toks = tokens(sql);
     let mut out = Vec::new();
     let mut first: Option<usize> = None;
     let mut last_end = 0;
@@ -218,7 +128,7 @@ pub fn split_statements(sql: &str) -> Vec<Range<usize>> {
     // statement; CASE … END inside such a body nests.
     let mut atomic_depth = 0usize;
     let mut prev_word: Option<&str> = None;
-    for t in &toks {
+    for t in Tokens::new(sql) {
         match t.kind {
             TokenKind::Semicolon if atomic_depth == 0 => {
                 if let Some(start) = first.take() {

@@ -16,8 +16,8 @@
 use super::wire::{self, Inbound, Op, Reply, Request};
 use super::{lock, Ephemeral, Route, Step, LEASE_TTL};
 use crate::backend::call::query;
+use crate::calls::ephemeral::{Peer as PeerCall, PeerPublish};
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::ephemeral::{Peer as PeerCall, PeerPublish};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -419,7 +419,7 @@ pub(super) async fn release(config: &tokio_postgres::Config, hub: &Ephemeral) {
     let handover = async {
         let (client, connection) = config.connect(tokio_postgres::NoTls).await.ok()?;
         tokio::spawn(connection);
-        let call = crate::rewrite::calls::ephemeral::Release {
+        let call = crate::calls::ephemeral::Release {
             holder: &hub.holder,
         };
         query(&client, &call).await.ok()

@@ -32,8 +32,8 @@ pub use forward::Internal;
 
 use crate::backend::call::query;
 use crate::backend::health::Health;
+use crate::calls::ephemeral::{Claim, ClaimRow, CommitTake, Names};
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::ephemeral::{Claim, ClaimRow, CommitTake, Names};
 use crate::shutdown::ShutdownSignal;
 use forward::{peer, publish, Peer};
 use std::collections::HashMap;

@@ -3,9 +3,9 @@
 
 use super::Ephemeral;
 use crate::backend::call::Calls;
+use crate::calls::ephemeral::{QueueRow, Queues};
 use crate::engine::values::Cell;
 use crate::engine::ExecError;
-use crate::rewrite::calls::ephemeral::{QueueRow, Queues};
 use std::collections::HashMap;
 use uuid::Uuid;
 

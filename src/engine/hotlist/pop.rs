@@ -9,10 +9,10 @@
 use super::ring::{Judgement, Maintenance, Seeded, Taken};
 use super::{Hotlist, Ring};
 use crate::backend::call::Calls;
+use crate::calls::queues::HotlistSeed;
 use crate::engine::pop::{self, Claimed, PopPlan};
 use crate::engine::receipt::ReceiptKey;
 use crate::engine::ExecError;
-use crate::rewrite::calls::queues::HotlistSeed;
 use std::time::{Instant, SystemTime};
 use uuid::Uuid;
 

@@ -3,7 +3,7 @@
 //! priority, the queue the last wildcard POP through this process was
 //! served from, so the next one starts after it.
 
-use crate::rewrite::calls::namespace::NamespaceQueue;
+use crate::calls::namespace::NamespaceQueue;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};

@@ -16,10 +16,10 @@ use super::placed::Placed;
 use super::{PreparedPush, PushResult};
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
+use crate::calls::push_many::{PushIds, PushMany};
+use crate::calls::queues::{Push as PushCall, PushRow, PUSH};
+use crate::calls::DecodeError;
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::push_many::{PushIds, PushMany};
-use crate::rewrite::calls::queues::{Push as PushCall, PushRow, PUSH};
-use crate::rewrite::calls::DecodeError;
 use std::collections::HashMap;
 use uuid::Uuid;
 

@@ -6,13 +6,13 @@
 use super::Evaluators;
 use crate::backend::call::CallEnd;
 use crate::backend::{pool, BackendError};
+use crate::calls::queues::PopRow;
+use crate::calls::stream_cycle::ActiveRow;
+use crate::calls::streams::{Eval, EvalRow};
 use crate::engine::frame;
 use crate::engine::sealing::KeyRing;
 use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::queues::PopRow;
-use crate::rewrite::calls::stream_cycle::ActiveRow;
-use crate::rewrite::calls::streams::{Eval, EvalRow};
 use std::time::Duration;
 
 /// The longest one batch's evaluation may take (well inside the runner's

@@ -28,11 +28,11 @@ use super::values::{Cell, Params};
 use super::ExecError;
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::{pool, BackendError, Pool};
-use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::streams::{
+use crate::calls::streams::{
     CreateStream as CreateCall, DropStream, Eval, EvalRow, EvalSql, ListStreams, ReduceSql,
     SetPaused, ShowStream, TypesSql,
 };
+use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::dialect::pop::SubscribeFrom;
 use crate::rewrite::dialect::stream::{AggFn, CreateStream, Window};
 use crate::rewrite::dialect::validate_name;

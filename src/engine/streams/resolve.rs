@@ -10,9 +10,9 @@ use super::evaluate::fold;
 use super::window::Partition;
 use super::Evaluators;
 use crate::backend::call::Calls;
+use crate::calls::stream_cycle::{ActiveRow, Extrema};
 use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState};
-use crate::rewrite::calls::stream_cycle::{ActiveRow, Extrema};
 
 /// What PostgreSQL decides for the cycle's windows, before they are saved
 /// or emitted: text min/max in one call on this connection (in the

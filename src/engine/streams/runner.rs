@@ -29,18 +29,18 @@ use super::Evaluators;
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::health::Health;
 use crate::backend::{pool, BackendError, Pool};
+use crate::calls::acks::Ack;
+use crate::calls::queues::{Pop, PopArgs};
+use crate::calls::stream_cycle::{
+    Active, ActiveRow, CycleBegin, CycleSave, IdlePartitions, NoteError, StateLoad,
+};
+use crate::calls::streams::EvalRow;
+use crate::calls::transaction::{Raise, ROLLBACK};
 use crate::engine::queues::{write_pushes, PreparedPush, DEFAULT_PARTITION};
 use crate::engine::sealing::Sealing;
 use crate::engine::wake::{queue_key, Announcer};
 use crate::engine::ExecError;
 use crate::protocol::{SqlError, SqlState, TxStatus};
-use crate::rewrite::calls::acks::Ack;
-use crate::rewrite::calls::queues::{Pop, PopArgs};
-use crate::rewrite::calls::stream_cycle::{
-    Active, ActiveRow, CycleBegin, CycleSave, IdlePartitions, NoteError, StateLoad,
-};
-use crate::rewrite::calls::streams::EvalRow;
-use crate::rewrite::calls::transaction::{Raise, ROLLBACK};
 use crate::rewrite::dialect::stream::AggFn;
 use crate::rewrite::dialect::validate_name;
 use crate::shutdown::ShutdownSignal;

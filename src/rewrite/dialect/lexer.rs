@@ -2,12 +2,14 @@
 //!
 //! The lexer follows PostgreSQL's rules where the dialect overlaps them
 //! (`--` and nested `/* */` comments, `'…'` with `''`, `"…"` with `""`,
-//! `$tag$…$tag$`, `$n`), and adds the dialect's bare names: a word may
+//! `$tag$…$tag$`, all skipped by `rewrite/scan.rs`, which the splitter
+//! shares; `$n`), and adds the dialect's bare names: a word may
 //! contain `-`, `.` and `:` so `orders-eu` and `billing.invoices` need no
 //! quotes. It is pulled one token at a time so recognising a statement costs
 //! only its first two words, however large an ordinary query is.
 
 use super::error::{quoted, ParseError, SqlState};
+use crate::rewrite::scan::{self, Unterminated};
 
 /// PostgreSQL's own limit on parameters in one statement.
 pub(crate) const MAX_PARAM: usize = 65_535;
@@ -64,10 +66,6 @@ fn is_word_byte(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.' | b':') || byte >= 0x80
 }
 
-fn is_tag_byte(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric() || byte == b'_' || byte >= 0x80
-}
-
 impl<'a> Lexer<'a> {
     pub fn new(sql: &'a str) -> Self {
         Lexer { sql, pos: 0 }
@@ -88,43 +86,23 @@ impl<'a> Lexer<'a> {
     /// Skips whitespace and comments.
     fn skip_trivia(&mut self) -> Result<(), ParseError> {
         loop {
-            match (self.byte(self.pos), self.byte(self.pos + 1)) {
-                (Some(b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c'), _) => self.pos += 1,
-                (Some(b'-'), Some(b'-')) => {
-                    while let Some(byte) = self.byte(self.pos) {
-                        self.pos += 1;
-                        if byte == b'\n' {
-                            break;
-                        }
-                    }
+            match scan::comment(self.sql.as_bytes(), self.pos) {
+                Some(Ok(end)) => self.pos = end,
+                Some(Err(Unterminated)) => {
+                    return Err(self.error(
+                        SqlState::SYNTAX_ERROR,
+                        "unterminated /* comment".to_string(),
+                        self.pos,
+                    ))
                 }
-                (Some(b'/'), Some(b'*')) => {
-                    let start = self.pos;
-                    self.pos += 2;
-                    // PostgreSQL nests block comments; a counter, not recursion.
-                    let mut depth = 1usize;
-                    while depth > 0 {
-                        match (self.byte(self.pos), self.byte(self.pos + 1)) {
-                            (None, _) => {
-                                return Err(self.error(
-                                    SqlState::SYNTAX_ERROR,
-                                    "unterminated /* comment".to_string(),
-                                    start,
-                                ))
-                            }
-                            (Some(b'/'), Some(b'*')) => {
-                                depth += 1;
-                                self.pos += 2;
-                            }
-                            (Some(b'*'), Some(b'/')) => {
-                                depth -= 1;
-                                self.pos += 2;
-                            }
-                            _ => self.pos += 1,
-                        }
-                    }
+                None if matches!(
+                    self.byte(self.pos),
+                    Some(b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
+                ) =>
+                {
+                    self.pos += 1
                 }
-                _ => return Ok(()),
+                None => return Ok(()),
             }
         }
     }
@@ -184,7 +162,7 @@ impl<'a> Lexer<'a> {
         self.pos += 1;
         while let Some(byte) = self.byte(self.pos) {
             // `--` starts a comment even inside a word, as in PostgreSQL.
-            if !is_word_byte(byte) || (byte == b'-' && self.byte(self.pos + 1) == Some(b'-')) {
+            if !is_word_byte(byte) || scan::opens_comment(self.sql.as_bytes(), self.pos) {
                 break;
             }
             self.pos += 1;
@@ -195,35 +173,23 @@ impl<'a> Lexer<'a> {
     /// `'…'` or `"…"`, where a doubled delimiter stands for itself.
     fn quoted(&mut self, delimiter: u8, unterminated: &str) -> Result<String, ParseError> {
         let start = self.pos;
-        self.pos += 1;
-        let mut text = String::new();
-        let mut chunk_start = self.pos;
-        loop {
-            match self.byte(self.pos) {
-                None => {
-                    return Err(self.error(
-                        SqlState::SYNTAX_ERROR,
-                        format!(
-                            "{unterminated} at or near {}",
-                            quoted(self.text(start, self.sql.len()))
-                        ),
-                        start,
-                    ))
-                }
-                Some(byte) if byte == delimiter => {
-                    text.push_str(self.text(chunk_start, self.pos));
-                    if self.byte(self.pos + 1) == Some(delimiter) {
-                        text.push(char::from(delimiter));
-                        self.pos += 2;
-                        chunk_start = self.pos;
-                    } else {
-                        self.pos += 1;
-                        return Ok(text);
-                    }
-                }
-                Some(_) => self.pos += 1,
-            }
-        }
+        let Ok(end) = scan::quoted_end(self.sql.as_bytes(), start, delimiter, false) else {
+            return Err(self.error(
+                SqlState::SYNTAX_ERROR,
+                format!(
+                    "{unterminated} at or near {}",
+                    quoted(self.text(start, self.sql.len()))
+                ),
+                start,
+            ));
+        };
+        self.pos = end;
+        let (doubled, single) = if delimiter == b'"' {
+            ("\"\"", "\"")
+        } else {
+            ("''", "'")
+        };
+        Ok(self.text(start + 1, end - 1).replace(doubled, single))
     }
 
     fn param(&mut self) -> Result<TokenKind<'a>, ParseError> {
@@ -262,22 +228,15 @@ impl<'a> Lexer<'a> {
     /// `$tag$…$tag$`; `None` (nothing consumed) when the `$` does not open one.
     fn dollar_quoted(&mut self) -> Result<Option<String>, ParseError> {
         let start = self.pos;
-        let mut tag_end = start + 1;
-        while self.byte(tag_end).is_some_and(is_tag_byte) {
-            tag_end += 1;
-        }
-        if self.byte(tag_end) != Some(b'$') {
-            return Ok(None);
-        }
-        let delimiter = self.text(start, tag_end + 1);
-        let body_start = tag_end + 1;
-        let rest = self.sql.get(body_start..).unwrap_or("");
-        match rest.find(delimiter) {
-            Some(length) => {
-                self.pos = body_start + length + delimiter.len();
-                Ok(Some(rest.get(..length).unwrap_or("").to_string()))
+        match scan::dollar_quote(self.sql, start) {
+            None => Ok(None),
+            Some(Ok(quote)) => {
+                self.pos = quote.end;
+                Ok(Some(
+                    self.text(quote.body.start, quote.body.end).to_string(),
+                ))
             }
-            None => Err(self.error(
+            Some(Err(Unterminated)) => Err(self.error(
                 SqlState::SYNTAX_ERROR,
                 format!(
                     "unterminated dollar-quoted string at or near {}",

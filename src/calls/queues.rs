@@ -6,9 +6,6 @@
 
 use super::declare::calls;
 use super::{Call, CallSpec, DecodeError, FromRow, Row};
-use crate::protocol::SqlError;
-use crate::rewrite::bind::Params;
-use crate::rewrite::dialect::pop::{Pop as PopStatement, PopFrom, SubscribeFrom};
 use bytes::Bytes;
 use std::time::{Duration, SystemTime};
 use tokio_postgres::types::ToSql;
@@ -221,47 +218,25 @@ pub struct PopArgs {
     pub wait: Option<Duration>,
 }
 
-/// A POP statement's call values. A wildcard POP's `queue` is empty: the
-/// engine fills in each queue of the namespace ([`namespace_args`]).
-pub fn pop_args(stmt: &PopStatement, params: &Params<'_>) -> Result<PopArgs, SqlError> {
-    let (subscribe, subscribe_at) = match &stmt.subscribe_from {
-        None | Some(SubscribeFrom::Beginning) => ("beginning", None),
-        Some(SubscribeFrom::Now) => ("now", None),
-        Some(SubscribeFrom::Timestamp(ts)) => {
-            ("timestamp", Some(params.text(ts, "SUBSCRIBE FROM")?))
-        }
-    };
-    Ok(PopArgs {
-        queue: match &stmt.from {
-            PopFrom::Queue(queue) => params.name(queue, "queue")?,
-            PopFrom::Namespace { .. } => String::new(),
-        },
-        partition: stmt
-            .partition
-            .as_ref()
-            .map(|p| params.name(p, "partition"))
-            .transpose()?,
-        group: match &stmt.group {
-            Some(g) => params.name(g, "group")?,
-            None => QUEUE_MODE_GROUP.to_string(),
-        },
-        limit: params.count(&stmt.limit, "LIMIT")? as i32,
-        max_partitions: params.count(&stmt.partitions, "PARTITIONS")? as i32,
-        lease_ms: stmt
-            .lease
-            .as_ref()
-            .map(|l| params.duration(l, "LEASE"))
-            .transpose()?
-            .map(|d| d.as_millis().clamp(1, i64::MAX as u128) as i64),
-        subscribe,
-        subscribe_at,
-        auto_ack: stmt.auto_ack,
-        wait: stmt
-            .wait
-            .as_ref()
-            .map(|w| params.duration(w, "WAIT"))
-            .transpose()?,
-    })
+impl PopArgs {
+    /// The arguments `log_pop_v1` and `log_pop_v2` share, in order; `log_pop_v2`
+    /// takes `extra` more after them.
+    fn params<'a>(&'a self, tenant: &'a Uuid, extra: usize) -> Vec<&'a (dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(10 + extra);
+        params.extend([
+            &self.queue as &(dyn ToSql + Sync),
+            &self.partition,
+            &self.group,
+            &self.limit,
+            &self.max_partitions,
+            &self.lease_ms,
+            &self.subscribe,
+            &self.subscribe_at,
+            &self.auto_ack,
+            tenant,
+        ]);
+        params
+    }
 }
 
 pub struct Pop<'a> {
@@ -273,19 +248,7 @@ impl Call for Pop<'_> {
     const SPEC: &'static CallSpec = &POP;
     type Row = PopRow;
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        let a = self.args;
-        vec![
-            &a.queue,
-            &a.partition,
-            &a.group,
-            &a.limit,
-            &a.max_partitions,
-            &a.lease_ms,
-            &a.subscribe,
-            &a.subscribe_at,
-            &a.auto_ack,
-            &self.tenant,
-        ]
+        self.args.params(&self.tenant, 0)
     }
 }
 
@@ -310,6 +273,13 @@ pub struct PopRow {
 
 impl FromRow for PopRow {
     fn from_row(row: &Row<'_>) -> Result<Self, DecodeError> {
+        PopRow::decode(row, false)
+    }
+}
+
+impl PopRow {
+    /// `log_pop_v1`'s row, and the claimed rows of `log_pop_v2`'s.
+    fn decode(row: &Row<'_>, shared: bool) -> Result<Self, DecodeError> {
         Ok(PopRow {
             partition_id: row.get("partition_id")?,
             partition_name: row.get("partition_name")?,
@@ -320,7 +290,7 @@ impl FromRow for PopRow {
             to_offset: row.get("to_offset")?,
             base_offset: row.get("base_offset")?,
             blob: row.bytes("blob")?,
-            shared: false,
+            shared,
         })
     }
 }
@@ -339,21 +309,10 @@ impl Call for PopCandidates<'_> {
     const SPEC: &'static CallSpec = &POP_CANDIDATES;
     type Row = PopJudged;
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        let a = self.args;
-        vec![
-            &a.queue,
-            &a.partition,
-            &a.group,
-            &a.limit,
-            &a.max_partitions,
-            &a.lease_ms,
-            &a.subscribe,
-            &a.subscribe_at,
-            &a.auto_ack,
-            &self.tenant,
-            &self.candidates,
-            &self.partition_limit,
-        ]
+        let mut params = self.args.params(&self.tenant, 2);
+        params.push(&self.candidates);
+        params.push(&self.partition_limit);
+        params
     }
 }
 
@@ -378,18 +337,7 @@ impl FromRow for PopJudged {
         // A shared group's claim: its first row `shared`, the others `shared+`.
         let shared = state == "shared" || state == "shared+";
         let claimed = if shared || state == "claimed" {
-            Some(PopRow {
-                partition_id,
-                partition_name: row.get("partition_name")?,
-                lease_token: row.get("lease_token")?,
-                lease_expires_at: row.get("lease_expires_at")?,
-                retry_count: row.get("retry_count")?,
-                from_offset: row.get("from_offset")?,
-                to_offset: row.get("to_offset")?,
-                base_offset: row.get("base_offset")?,
-                blob: row.bytes("blob")?,
-                shared,
-            })
+            Some(PopRow::decode(row, shared)?)
         } else {
             None
         };
@@ -407,47 +355,6 @@ mod tests {
     use super::super::acks::{AckRow, ACK};
     use super::super::RawRow;
     use super::*;
-    use crate::rewrite::dialect::{self, Statement};
-
-    fn pop(sql: &str, params: &[Option<String>]) -> Result<PopArgs, SqlError> {
-        let Some(Ok(Statement::Pop(p))) = dialect::parse(sql) else {
-            panic!("{sql}");
-        };
-        pop_args(&p, &Params(params))
-    }
-
-    #[test]
-    fn a_bare_pop_takes_the_procedures_defaults() {
-        let args = pop("POP FROM q", &[]).unwrap();
-        assert_eq!(args.queue, "q");
-        assert_eq!(args.partition, None);
-        assert_eq!(args.group, QUEUE_MODE_GROUP);
-        assert_eq!((args.limit, args.max_partitions), (1, 1));
-        assert_eq!(args.subscribe, "beginning");
-        assert_eq!((args.lease_ms, args.wait), (None, None));
-        let call = Pop {
-            args: &args,
-            tenant: Uuid::nil(),
-        };
-        assert_eq!(call.params().len(), POP.params.len());
-    }
-
-    #[test]
-    fn a_pop_binds_its_parameters() {
-        let params = [Some("jobs".to_string()), Some("250ms".to_string())];
-        let args = pop(
-            "POP FROM $1 GROUP g LIMIT 5 LEASE $2 WAIT '2s' SUBSCRIBE FROM NOW",
-            &params,
-        )
-        .unwrap();
-        assert_eq!(args.queue, "jobs");
-        assert_eq!(args.group, "g");
-        assert_eq!(args.limit, 5);
-        assert_eq!(args.lease_ms, Some(250));
-        assert_eq!(args.wait, Some(Duration::from_secs(2)));
-        assert_eq!(args.subscribe, "now");
-        assert_eq!(pop("POP FROM $1", &[None]).unwrap_err().code(), "22004");
-    }
 
     #[test]
     fn rows_decode_by_name() {

@@ -6,10 +6,6 @@
 //! the statements' own (`dialect/groups.rs`).
 
 use super::declare::calls;
-use crate::protocol::SqlError;
-use crate::rewrite::bind::Params;
-use crate::rewrite::dialect::pop::SubscribeFrom;
-use crate::rewrite::dialect::Value;
 use std::time::SystemTime;
 use uuid::Uuid;
 
@@ -67,47 +63,6 @@ calls! {
             lag: Option<i64> = INT8,
             oldest_pending_at: Option<SystemTime> = TIMESTAMPTZ,
             time_lag_seconds: Option<i64> = INT8,
-        }
-    }
-}
-
-impl Subscribe {
-    pub fn new(
-        queue: &Value<String>,
-        group: &Value<String>,
-        from: &SubscribeFrom,
-        params: &Params<'_>,
-        tenant: Uuid,
-    ) -> Result<Subscribe, SqlError> {
-        let (mode, at) = match from {
-            SubscribeFrom::Beginning => ("beginning", None),
-            SubscribeFrom::Now => ("now", None),
-            SubscribeFrom::Timestamp(ts) => ("timestamp", Some(params.text(ts, "SUBSCRIBE FROM")?)),
-        };
-        Ok(Subscribe {
-            queue: params.name(queue, "queue")?,
-            group: params.name(group, "group")?,
-            mode,
-            at,
-            tenant,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rewrite::dialect::groups;
-
-    #[test]
-    fn reader_columns_match_the_statements_columns_by_type() {
-        for (spec, statement) in [
-            (&DETAIL, groups::GROUP_COLUMNS),
-            (&LAGGING, groups::LAGGING_COLUMNS),
-        ] {
-            let types: Vec<u32> = spec.columns.iter().map(|c| c.ty.oid()).collect();
-            let expected: Vec<u32> = statement.iter().map(|c| c.type_oid).collect();
-            assert_eq!(types, expected, "{}", spec.name);
         }
     }
 }

@@ -55,17 +55,17 @@
 macro_rules! calls {
     (@family [$($spec:ident)*]) => {
         /// Every call of this family (gathered into `calls::ALL`).
-        pub const SPECS: &[&$crate::rewrite::calls::CallSpec] = &[$(&$spec),*];
+        pub const SPECS: &[&$crate::calls::CallSpec] = &[$(&$spec),*];
     };
     (@family [$($spec:ident)*]
         $(#[$m:meta])* pub const $SPEC:ident = $name:literal { $($body:tt)* }
         $($rest:tt)*
     ) => {
-        $crate::rewrite::calls::declare::call!(@shape [$(#[$m])*] $SPEC $name $($body)*);
-        $crate::rewrite::calls::declare::calls!(@family [$($spec)* $SPEC] $($rest)*);
+        $crate::calls::declare::call!(@shape [$(#[$m])*] $SPEC $name $($body)*);
+        $crate::calls::declare::calls!(@family [$($spec)* $SPEC] $($rest)*);
     };
     ($($body:tt)*) => {
-        $crate::rewrite::calls::declare::calls!(@family [] $($body)*);
+        $crate::calls::declare::calls!(@family [] $($body)*);
     };
 }
 
@@ -74,19 +74,19 @@ macro_rules! calls {
 macro_rules! call {
     // The shape of the SQL.
     (@shape $m:tt $SPEC:ident $name:literal SELECT * FROM queen . $f:ident ; $($rest:tt)*) => {
-        $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [rows $f []] $($rest)*);
+        $crate::calls::declare::call!(@args $m $SPEC $name [rows $f []] $($rest)*);
     };
     (@shape $m:tt $SPEC:ident $name:literal
         SELECT * FROM queen . $f:ident ( .. $(, $fixed:ident => $value:literal)* ) ;
         $($rest:tt)*
     ) => {
-        $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [rows $f [$($fixed $value)*]] $($rest)*);
+        $crate::calls::declare::call!(@args $m $SPEC $name [rows $f [$($fixed $value)*]] $($rest)*);
     };
     (@shape $m:tt $SPEC:ident $name:literal SELECT queen . $f:ident ; $($rest:tt)*) => {
-        $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [value $f] $($rest)*);
+        $crate::calls::declare::call!(@args $m $SPEC $name [value $f] $($rest)*);
     };
     (@shape $m:tt $SPEC:ident $name:literal $sql:literal ; $($rest:tt)*) => {
-        $crate::rewrite::calls::declare::call!(@args $m $SPEC $name [sql $sql] $($rest)*);
+        $crate::calls::declare::call!(@args $m $SPEC $name [sql $sql] $($rest)*);
     };
 
     // The arguments: a parameter struct, none, or only their names and types.
@@ -101,7 +101,7 @@ macro_rules! call {
         pub struct $P $(<$lt>)? {
             $( $(#[$fm])* pub $field: $ty, )*
         }
-        $crate::rewrite::calls::declare::call!(@row $m $SPEC $name $shape
+        $crate::calls::declare::call!(@row $m $SPEC $name $shape
             [fields $P [$($lt)?] [$($field)*]]
             [$( [$($arg)? $field] $pg [$(:: $cast)*] )*]
             $($rest)*);
@@ -112,13 +112,13 @@ macro_rules! call {
     ) => {
         $(#[$pm])*
         pub struct $P;
-        $crate::rewrite::calls::declare::call!(@row $m $SPEC $name $shape [unit $P] [] $($rest)*);
+        $crate::calls::declare::call!(@row $m $SPEC $name $shape [unit $P] [] $($rest)*);
     };
     (@args $m:tt $SPEC:ident $name:literal $shape:tt
         args ( $( $arg:ident : $pg:ident $(:: $cast:ident)* ),* $(,)? ) ;
         $($rest:tt)*
     ) => {
-        $crate::rewrite::calls::declare::call!(@row $m $SPEC $name $shape [by_hand]
+        $crate::calls::declare::call!(@row $m $SPEC $name $shape [by_hand]
             [$( [$arg] $pg [$(:: $cast)*] )*]
             $($rest)*);
     };
@@ -134,24 +134,24 @@ macro_rules! call {
         pub struct $R {
             $( $(#[$fm])* pub $field: $ty, )*
         }
-        impl $crate::rewrite::calls::FromRow for $R {
+        impl $crate::calls::FromRow for $R {
             fn from_row(
-                row: &$crate::rewrite::calls::Row<'_>,
-            ) -> Result<Self, $crate::rewrite::calls::DecodeError> {
+                row: &$crate::calls::Row<'_>,
+            ) -> Result<Self, $crate::calls::DecodeError> {
                 Ok($R {
-                    $( $field: $crate::rewrite::calls::declare::call!(
+                    $( $field: $crate::calls::declare::call!(
                         @read row [$($column)? $field] $pg [$($null)?]
                     ), )*
                 })
             }
         }
-        $crate::rewrite::calls::declare::call!(@emit $m $SPEC $name $shape $call $args [$R]
+        $crate::calls::declare::call!(@emit $m $SPEC $name $shape $call $args [$R]
             [$( [$($column)? $field] $pg )*]);
     };
     (@row $m:tt $SPEC:ident $name:literal $shape:tt $call:tt $args:tt
         row $R:ty { $( $column:ident : $pg:ident ),* $(,)? }
     ) => {
-        $crate::rewrite::calls::declare::call!(@emit $m $SPEC $name $shape $call $args [$R]
+        $crate::calls::declare::call!(@emit $m $SPEC $name $shape $call $args [$R]
             [$( [$column] $pg )*]);
     };
 
@@ -160,22 +160,22 @@ macro_rules! call {
         [$( $arg:tt $pg:ident $cast:tt )*] [$R:ty] [$( $column:tt $cpg:ident )*]
     ) => {
         $(#[$m])*
-        pub const $SPEC: $crate::rewrite::calls::CallSpec = $crate::rewrite::calls::CallSpec {
+        pub const $SPEC: $crate::calls::CallSpec = $crate::calls::CallSpec {
             name: $name,
-            sql: $crate::rewrite::calls::declare::call!(@sql $shape [$( $arg $cast )*] [$($column)*]),
+            sql: $crate::calls::declare::call!(@sql $shape [$( $arg $cast )*] [$($column)*]),
             params: &[$( ::tokio_postgres::types::Type::$pg ),*],
             columns: &[$(
-                $crate::rewrite::calls::column(
-                    $crate::rewrite::calls::declare::call!(@name $column),
+                $crate::calls::column(
+                    $crate::calls::declare::call!(@name $column),
                     ::tokio_postgres::types::Type::$cpg,
                 )
             ),*],
         };
-        $crate::rewrite::calls::declare::call!(@impl $SPEC [$R] $call);
+        $crate::calls::declare::call!(@impl $SPEC [$R] $call);
     };
     (@impl $SPEC:ident [$R:ty] [fields $P:ident [$($lt:lifetime)?] [$($field:ident)*]]) => {
-        impl $(<$lt>)? $crate::rewrite::calls::Call for $P $(<$lt>)? {
-            const SPEC: &'static $crate::rewrite::calls::CallSpec = &$SPEC;
+        impl $(<$lt>)? $crate::calls::Call for $P $(<$lt>)? {
+            const SPEC: &'static $crate::calls::CallSpec = &$SPEC;
             type Row = $R;
             fn params(&self) -> Vec<&(dyn ::tokio_postgres::types::ToSql + Sync)> {
                 vec![$( &self.$field ),*]
@@ -183,8 +183,8 @@ macro_rules! call {
         }
     };
     (@impl $SPEC:ident [$R:ty] [unit $P:ident]) => {
-        impl $crate::rewrite::calls::Call for $P {
-            const SPEC: &'static $crate::rewrite::calls::CallSpec = &$SPEC;
+        impl $crate::calls::Call for $P {
+            const SPEC: &'static $crate::calls::CallSpec = &$SPEC;
             type Row = $R;
             fn params(&self) -> Vec<&(dyn ::tokio_postgres::types::ToSql + Sync)> {
                 Vec::new()
@@ -208,11 +208,11 @@ macro_rules! call {
     (@sql [rows $f:ident [$($fixed:ident $value:literal)*]] [$($args:tt)*] [$($column:tt)*]) => {
         concat!(
             "SELECT ",
-            $crate::rewrite::calls::declare::call!(@columns $($column)*),
+            $crate::calls::declare::call!(@columns $($column)*),
             " FROM queen.",
             stringify!($f),
             "(",
-            $crate::rewrite::calls::declare::call!(@arguments $($args)*),
+            $crate::calls::declare::call!(@arguments $($args)*),
             $(", ", stringify!($fixed), " => ", stringify!($value),)*
             ")"
         )
@@ -222,9 +222,9 @@ macro_rules! call {
             "SELECT queen.",
             stringify!($f),
             "(",
-            $crate::rewrite::calls::declare::call!(@arguments $($args)*),
+            $crate::calls::declare::call!(@arguments $($args)*),
             ") AS \"",
-            $crate::rewrite::calls::declare::call!(@name $column),
+            $crate::calls::declare::call!(@name $column),
             "\""
         )
     };
@@ -233,14 +233,14 @@ macro_rules! call {
     };
     (@columns $first:tt $($column:tt)*) => {
         concat!(
-            "\"", $crate::rewrite::calls::declare::call!(@name $first), "\""
-            $(, ", \"", $crate::rewrite::calls::declare::call!(@name $column), "\"")*
+            "\"", $crate::calls::declare::call!(@name $first), "\""
+            $(, ", \"", $crate::calls::declare::call!(@name $column), "\"")*
         )
     };
     // `p_a => $1, p_b => $2::cast, …`: each argument takes the next number
     // off the list (so a call has at most 40).
     (@arguments $($args:tt)*) => {
-        $crate::rewrite::calls::declare::call!(@numbered [
+        $crate::calls::declare::call!(@numbered [
             1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20
             21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40
         ] $($args)*)
@@ -248,16 +248,16 @@ macro_rules! call {
     (@numbered [$($n:literal)*]) => { "" };
     (@numbered [$n:literal $($more:literal)*] $arg:tt [$(:: $cast:ident)*]) => {
         concat!(
-            "p_", $crate::rewrite::calls::declare::call!(@name $arg), " => $", $n
+            "p_", $crate::calls::declare::call!(@name $arg), " => $", $n
             $(, "::", stringify!($cast))*
         )
     };
     (@numbered [$n:literal $($more:literal)*] $arg:tt [$(:: $cast:ident)*] $($rest:tt)+) => {
         concat!(
-            "p_", $crate::rewrite::calls::declare::call!(@name $arg), " => $", $n
+            "p_", $crate::calls::declare::call!(@name $arg), " => $", $n
             $(, "::", stringify!($cast))*,
             ", ",
-            $crate::rewrite::calls::declare::call!(@numbered [$($more)*] $($rest)+)
+            $crate::calls::declare::call!(@numbered [$($more)*] $($rest)+)
         )
     };
     // The name a column or argument goes by: the one after `as`, or the field's.

@@ -86,27 +86,3 @@ calls! {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rewrite::dialect::{oid, show};
-
-    /// The readers' columns are the statements' own, in order, by type
-    /// (SHOW QUEUES' last column, `storage`, is the engine's: 030).
-    #[test]
-    fn reader_columns_match_the_statements_columns_by_type() {
-        let queues = &show::QUEUES_COLUMNS[..show::QUEUES_COLUMNS.len() - 1];
-        assert_eq!(show::QUEUES_COLUMNS.last().map(|c| c.name), Some("storage"));
-        for (spec, statement) in [
-            (&QUEUES, queues),
-            (&PARTITIONS, show::PARTITIONS_COLUMNS),
-            (&GROUPS, show::GROUPS_COLUMNS),
-        ] {
-            let types: Vec<u32> = spec.columns.iter().map(|c| c.ty.oid()).collect();
-            let expected: Vec<u32> = statement.iter().map(|c| c.type_oid).collect();
-            assert_eq!(types, expected, "{}", spec.name);
-        }
-        assert_eq!(DLQ.columns[0].ty.oid(), oid::INT8);
-    }
-}

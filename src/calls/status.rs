@@ -46,23 +46,3 @@ impl FromRow for StatusRow {
         })
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rewrite::dialect::status;
-
-    #[test]
-    fn reader_columns_match_the_statements_columns() {
-        let ours: Vec<(&str, u32)> = STATUS
-            .columns
-            .iter()
-            .map(|c| (c.name, c.ty.oid()))
-            .collect();
-        let statement: Vec<(&str, u32)> = status::COLUMNS
-            .iter()
-            .map(|c| (c.name, c.type_oid))
-            .collect();
-        assert_eq!(ours, statement);
-    }
-}

@@ -7,9 +7,6 @@
 use super::declare::calls;
 use super::queues::PopArgs;
 use super::{Call, CallSpec};
-use crate::protocol::SqlError;
-use crate::rewrite::bind::Params;
-use crate::rewrite::dialect::pop::{Pop as PopStatement, PopFrom};
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
@@ -39,21 +36,6 @@ calls! {
 pub struct NamespaceArgs {
     pub namespace: String,
     pub task: Option<String>,
-}
-
-/// The namespace and task of `POP FROM NAMESPACE ns [TASK t]`; `None` for
-/// a POP of one queue.
-pub fn namespace_args(
-    stmt: &PopStatement,
-    params: &Params<'_>,
-) -> Result<Option<NamespaceArgs>, SqlError> {
-    let PopFrom::Namespace { namespace, task } = &stmt.from else {
-        return Ok(None);
-    };
-    Ok(Some(NamespaceArgs {
-        namespace: params.name(namespace, "namespace")?,
-        task: task.as_ref().map(|t| params.name(t, "task")).transpose()?,
-    }))
 }
 
 /// The queues of a namespace (and task), higher priority first; registers

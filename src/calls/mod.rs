@@ -10,9 +10,10 @@
 //!   columns (name and type) — exactly what Parse and Describe of that SQL
 //!   report against the applied schema (`tests/calls.rs` proves it for every
 //!   spec in [`ALL`], which gathers each family's `SPECS`);
-//! - a parameter struct implementing [`Call`], built by a pure function from
-//!   the parsed statement and its bound parameters where one fits (written
-//!   by hand beside the block when its values come from another struct);
+//! - a parameter struct implementing [`Call`] (written by hand beside the
+//!   block when its values come from another struct), which
+//!   `rewrite::build` fills from a parsed statement and its bound
+//!   parameters;
 //! - a row struct implementing [`FromRow`], decoded by column name (written
 //!   by hand when decoding is more than reading each column).
 //!
@@ -20,6 +21,10 @@
 //! argument fails Parse in that test rather than silently shifting values.
 //! Nothing here does I/O: the engine executes calls
 //! (`crate::backend::call`), and builds no SQL text of its own.
+//!
+//! This module sits below every layer that names a call (rewrite, engine,
+//! backend, metrics) and imports none of them: it knows the procedures,
+//! not the statements.
 //!
 //! | calls                                          | module          |
 //! |------------------------------------------------|-----------------|
@@ -187,7 +192,7 @@ mod tests {
     /// the `calls!` blocks, fails here.
     #[test]
     fn every_call_the_family_files_declare_is_in_all() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/rewrite/calls");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/calls");
         let mut declared = HashSet::new();
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();

@@ -83,6 +83,22 @@ async fn postgresql_s_drop_group_reaches_postgresql() {
     assert!(format!("{err:?}").contains("consumer group"), "{err:?}");
 }
 
+#[tokio::test]
+async fn an_unterminated_deallocate_gets_postgresql_s_syntax_error_and_the_session_goes_on() {
+    let proxy = Proxy::start("deallocate_unterminated").await;
+    let client = proxy.connect().await;
+    for sql in ["DEALLOCATE \"", "DEALLOCATE PREPARE \"abc"] {
+        let err = client.simple_query(sql).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::SYNTAX_ERROR),
+            "{sql}: {err:?}"
+        );
+    }
+    let one: i32 = client.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+}
+
 /// One pipeline of every extended-protocol message kind, named and
 /// unnamed, with errors in the middle and several Syncs, as libpq's
 /// pipeline mode sends it: everything written at once, then read.

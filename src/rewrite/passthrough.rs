@@ -42,7 +42,11 @@ pub fn deallocated_name(sql: &str) -> Option<String> {
         return None;
     }
     Some(match next.kind {
-        super::split::TokenKind::Quoted if text.starts_with('"') => {
+        // An unterminated name (`DEALLOCATE "`) is PostgreSQL's syntax
+        // error to report, not a name.
+        super::split::TokenKind::Quoted
+            if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') =>
+        {
             text[1..text.len() - 1].replace("\"\"", "\"")
         }
         super::split::TokenKind::Word => text.to_lowercase(),
@@ -515,6 +519,8 @@ mod tests {
             Some("S 1".into())
         );
         assert_eq!(deallocated_name("DEALLOCATE ALL"), None);
+        assert_eq!(deallocated_name("DEALLOCATE \""), None);
+        assert_eq!(deallocated_name("DEALLOCATE \"abc"), None);
         assert_eq!(deallocated_name("SELECT 1"), None);
     }
 

@@ -1,4 +1,5 @@
-//! Arbitrary UTF-8 through the dialect parser and the script classifier:
+//! Arbitrary UTF-8 through the dialect parser, the script classifier and
+//! the passthrough classifiers:
 //! no panic, no hang, and the few invariants the frontend relies on.
 #![no_main]
 
@@ -92,6 +93,19 @@ fuzz_target!(|sql: &str| {
                 );
             }
         }
+    }
+
+    // What the session learns of a statement it relays: each a pass over
+    // client text.
+    {
+        use queenwire::rewrite::passthrough as p;
+        let _ = p::deallocated_name(sql);
+        let _ = p::resets(sql);
+        let _ = p::sets_setting(sql);
+        let _ = p::listening(sql);
+        let _ = p::plain_begin(sql);
+        let _ = p::transaction_control(sql);
+        let _ = p::session_effect(sql);
     }
 
     // The validators the engine applies to bound parameters take the same

@@ -17,27 +17,13 @@ use crate::engine::{Engine, ExecError, Outcome};
 use crate::protocol::{SqlError, SqlState, TxStatus};
 use crate::rewrite::calls::ephemeral::CommitMark;
 use crate::rewrite::calls::queues::{pop_args, PopArgs, DEFAULT_PARTITION};
-use crate::rewrite::dialect::ack::{AckOutcome, Renew};
+use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
 use crate::rewrite::dialect::pop::{Pop, PopFrom};
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::{Statement, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use uuid::Uuid;
-
-/// What kind of ephemeral statement this is, if it is one.
-enum Target<'a> {
-    Push(&'a Push, i64, String),
-    Pop(&'a Pop, i64, String),
-    Ack {
-        receipts: Vec<(String, Receipt)>,
-        outcome: &'a AckOutcome,
-    },
-    Renew {
-        receipts: Vec<(String, Receipt)>,
-        stmt: &'a Renew,
-    },
-}
 
 fn ephemeral_receipts(
     engine: &Engine,
@@ -78,45 +64,17 @@ fn ephemeral_receipts(
     Ok(Some(out))
 }
 
-fn target<'a>(
-    engine: &Engine,
-    stmt: &'a Statement,
-    params: &Params<'_>,
-    tenant: Uuid,
-) -> Result<Option<Target<'a>>, SqlError> {
-    let hub = &engine.ephemeral;
-    Ok(match stmt {
-        Statement::Push(push) => {
-            let Ok(queue) = params.name(&push.queue, "queue") else {
-                return Ok(None);
-            };
-            hub.ref_of(tenant, &queue)
-                .map(|r| Target::Push(push, r, queue))
-        }
-        Statement::Pop(pop) => {
-            let PopFrom::Queue(q) = &pop.from else {
-                return Ok(None);
-            };
-            let Ok(queue) = params.name(q, "queue") else {
-                return Ok(None);
-            };
-            hub.ref_of(tenant, &queue)
-                .map(|r| Target::Pop(pop, r, queue))
-        }
-        Statement::Ack(ack) => {
-            ephemeral_receipts(engine, &ack.receipts, params)?.map(|receipts| Target::Ack {
-                receipts,
-                outcome: &ack.outcome,
-            })
-        }
-        Statement::Renew(renew) => {
-            ephemeral_receipts(engine, &renew.receipts, params)?.map(|receipts| Target::Renew {
-                receipts,
-                stmt: renew,
-            })
-        }
-        _ => None,
-    })
+/// An ephemeral queue's statement in a failed transaction block is
+/// refused as PostgreSQL refuses any statement there.
+fn not_failed<L: Lender>(lender: &L) -> Result<(), ExecError> {
+    if lender.view().status == TxStatus::Failed {
+        return Err(SqlError::error(
+            SqlState::IN_FAILED_SQL_TRANSACTION,
+            "current transaction is aborted, commands ignored until end of transaction block",
+        )
+        .into());
+    }
+    Ok(())
 }
 
 fn outcome(stmt: &Statement, rows: Vec<Vec<Cell>>, commit: Option<Uuid>) -> Outcome {
@@ -129,123 +87,159 @@ fn outcome(stmt: &Statement, rows: Vec<Vec<Cell>>, commit: Option<Uuid>) -> Outc
 }
 
 impl Engine {
-    /// Runs `stmt` if it is a PUSH, POP, ACK or RENEW of an ephemeral
-    /// queue; `None` for every other statement.
-    pub(in crate::engine) async fn ephemeral_statement<L: Lender>(
+    /// A PUSH to an ephemeral queue; `None` when the queue is not one (or
+    /// its name is bad: the durable path reports that).
+    pub(in crate::engine) async fn ephemeral_push<L: Lender>(
         &self,
         lender: &mut L,
         stmt: &Statement,
-        params: &[Option<String>],
+        push: &Push,
+        params: &Params<'_>,
         tenant: Uuid,
     ) -> Option<Result<Outcome, ExecError>> {
-        let params = Params(params);
-        let target = match target(self, stmt, &params, tenant) {
-            Ok(Some(t)) => t,
-            Ok(None) => return None,
+        let queue = params.name(&push.queue, "queue").ok()?;
+        let ref_ = self.ephemeral.ref_of(tenant, &queue)?;
+        if let Err(e) = not_failed(lender) {
+            return Some(Err(e));
+        }
+        Some(
+            self.serve_push(lender, stmt, push, params, ref_, queue, tenant)
+                .await,
+        )
+    }
+
+    /// A POP of one ephemeral queue; `None` for any other POP.
+    pub(in crate::engine) async fn ephemeral_pop<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        pop: &Pop,
+        params: &Params<'_>,
+        tenant: Uuid,
+    ) -> Option<Result<Outcome, ExecError>> {
+        let PopFrom::Queue(q) = &pop.from else {
+            return None;
+        };
+        let queue = params.name(q, "queue").ok()?;
+        let ref_ = self.ephemeral.ref_of(tenant, &queue)?;
+        if let Err(e) = not_failed(lender) {
+            return Some(Err(e));
+        }
+        Some(
+            self.serve_pop(lender, stmt, pop, params, (tenant, ref_, &queue))
+                .await,
+        )
+    }
+
+    /// An ACK of ephemeral queues' receipts; `None` for durable ones.
+    pub(in crate::engine) async fn ephemeral_ack<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        ack: &Ack,
+        params: &Params<'_>,
+        tenant: Uuid,
+    ) -> Option<Result<Outcome, ExecError>> {
+        let receipts = match ephemeral_receipts(self, &ack.receipts, params) {
+            Ok(receipts) => receipts?,
             Err(e) => return Some(Err(e.into())),
         };
-        if lender.view().status == TxStatus::Failed {
-            return Some(Err(SqlError::error(
-                SqlState::IN_FAILED_SQL_TRANSACTION,
-                "current transaction is aborted, commands ignored until end of transaction block",
-            )
-            .into()));
+        if let Err(e) = not_failed(lender) {
+            return Some(Err(e));
         }
-        Some(match target {
-            Target::Push(push, ref_, queue) => {
-                self.ephemeral_push(lender, stmt, push, &params, ref_, queue, tenant)
-                    .await
-            }
-            Target::Pop(pop, ref_, queue) => {
-                self.ephemeral_pop(lender, stmt, pop, &params, (tenant, ref_, &queue))
-                    .await
-            }
-            Target::Ack {
-                receipts,
-                outcome: how,
-            } => {
-                let failed = matches!(how, AckOutcome::Failed { .. });
-                let stale = || Cell::Text("stale".into());
-                let statuses = by_queue(
-                    &self.ephemeral,
-                    tenant,
-                    &receipts,
-                    stale,
-                    |(t, r, queue), items| {
-                        let hub = &self.ephemeral;
-                        async move {
-                            let at = (t, r, queue.as_str());
-                            let n = items.len();
-                            let got = hub
-                                .at_owner(
-                                    at,
-                                    |o| Ok(ops::ack(o, at.0, &items, failed)),
-                                    || Op::Ack {
-                                        failed,
-                                        items: items.clone(),
-                                    },
-                                    |r| match r {
-                                        Reply::Statuses(s) if s.len() == n => Some(s),
-                                        _ => None,
-                                    },
-                                )
-                                .await?;
-                            Ok(got.into_iter().map(Cell::Text).collect())
-                        }
-                    },
-                )
-                .await;
-                statuses.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
-            }
-            Target::Renew {
-                receipts,
-                stmt: renew,
-            } => {
-                let extend = match renew
-                    .duration
-                    .as_ref()
-                    .map(|d| params.duration(d, "RENEW FOR"))
-                    .transpose()
-                {
-                    Ok(e) => e,
-                    Err(e) => return Some(Err(e.into())),
-                };
-                let until = by_queue(
-                    &self.ephemeral,
-                    tenant,
-                    &receipts,
-                    || Cell::Null,
-                    |(t, r, queue), items| {
-                        let hub = &self.ephemeral;
-                        async move {
-                            let at = (t, r, queue.as_str());
-                            let n = items.len();
-                            let got = hub
-                                .at_owner(
-                                    at,
-                                    |o| Ok(ops::renew(o, at.0, &items, extend)),
-                                    || Op::Renew {
-                                        extend,
-                                        items: items.clone(),
-                                    },
-                                    |r| match r {
-                                        Reply::Until(t) if t.len() == n => Some(t),
-                                        _ => None,
-                                    },
-                                )
-                                .await?;
-                            Ok(got.into_iter().map(Cell::timestamp).collect())
-                        }
-                    },
-                )
-                .await;
-                until.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
-            }
-        })
+        let failed = matches!(ack.outcome, AckOutcome::Failed { .. });
+        let stale = || Cell::Text("stale".into());
+        let statuses = by_queue(
+            &self.ephemeral,
+            tenant,
+            &receipts,
+            stale,
+            |(t, r, queue), items| {
+                let hub = &self.ephemeral;
+                async move {
+                    let at = (t, r, queue.as_str());
+                    let n = items.len();
+                    let got = hub
+                        .at_owner(
+                            at,
+                            |o| Ok(ops::ack(o, at.0, &items, failed)),
+                            || Op::Ack {
+                                failed,
+                                items: items.clone(),
+                            },
+                            |r| match r {
+                                Reply::Statuses(s) if s.len() == n => Some(s),
+                                _ => None,
+                            },
+                        )
+                        .await?;
+                    Ok(got.into_iter().map(Cell::Text).collect())
+                }
+            },
+        )
+        .await;
+        Some(statuses.map(|cells| outcome(stmt, with_receipts(receipts, cells), None)))
+    }
+
+    /// A RENEW of ephemeral queues' receipts; `None` for durable ones.
+    pub(in crate::engine) async fn ephemeral_renew<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        renew: &Renew,
+        params: &Params<'_>,
+        tenant: Uuid,
+    ) -> Option<Result<Outcome, ExecError>> {
+        let receipts = match ephemeral_receipts(self, &renew.receipts, params) {
+            Ok(receipts) => receipts?,
+            Err(e) => return Some(Err(e.into())),
+        };
+        if let Err(e) = not_failed(lender) {
+            return Some(Err(e));
+        }
+        let extend = match renew
+            .duration
+            .as_ref()
+            .map(|d| params.duration(d, "RENEW FOR"))
+            .transpose()
+        {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let until = by_queue(
+            &self.ephemeral,
+            tenant,
+            &receipts,
+            || Cell::Null,
+            |(t, r, queue), items| {
+                let hub = &self.ephemeral;
+                async move {
+                    let at = (t, r, queue.as_str());
+                    let n = items.len();
+                    let got = hub
+                        .at_owner(
+                            at,
+                            |o| Ok(ops::renew(o, at.0, &items, extend)),
+                            || Op::Renew {
+                                extend,
+                                items: items.clone(),
+                            },
+                            |r| match r {
+                                Reply::Until(t) if t.len() == n => Some(t),
+                                _ => None,
+                            },
+                        )
+                        .await?;
+                    Ok(got.into_iter().map(Cell::timestamp).collect())
+                }
+            },
+        )
+        .await;
+        Some(until.map(|cells| outcome(stmt, with_receipts(receipts, cells), None)))
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn ephemeral_push<L: Lender>(
+    async fn serve_push<L: Lender>(
         &self,
         lender: &mut L,
         stmt: &Statement,
@@ -330,7 +324,7 @@ impl Engine {
         Ok(outcome(stmt, rows, Some(token)))
     }
 
-    async fn ephemeral_pop<L: Lender>(
+    async fn serve_pop<L: Lender>(
         &self,
         lender: &mut L,
         stmt: &Statement,

@@ -109,7 +109,11 @@ impl Engine {
         match stmt {
             Statement::Console(view) => console_view(lender, &self.metrics, *view, stmt, tenant),
             Statement::Push(push) => {
-                let done = match self.ephemeral_push(lender, stmt, push, &p, tenant).await {
+                let done = match self
+                    .ephemeral_push(lender, stmt, push, &p, tenant)
+                    .await
+                    .transpose()
+                {
                     Some(done) => self.settle(lender, done).await,
                     None if lender.view().detached() => {
                         self.fused_push(stmt, push, params, tenant).await
@@ -128,7 +132,11 @@ impl Engine {
                 done.inspect(|o| observe::pushed(&self.metrics, tenant, &o.rows))
             }
             Statement::Pop(pop) => {
-                let done = match self.ephemeral_pop(lender, stmt, pop, &p, tenant).await {
+                let done = match self
+                    .ephemeral_pop(lender, stmt, pop, &p, tenant)
+                    .await
+                    .transpose()
+                {
                     Some(done) => self.settle(lender, done).await,
                     None => self.pop_on_session(lender, stmt, pop, params, tenant).await,
                 };
@@ -136,7 +144,11 @@ impl Engine {
             }
             Statement::Ack(ack) => {
                 let plain = matches!(ack.outcome, AckOutcome::Success);
-                let done = match self.ephemeral_ack(lender, stmt, ack, &p, tenant).await {
+                let done = match self
+                    .ephemeral_ack(lender, stmt, ack, &p, tenant)
+                    .await
+                    .transpose()
+                {
                     Some(done) => self.settle(lender, done).await,
                     None if plain && lender.view().detached() => {
                         self.fused_ack(stmt, ack, &p, tenant).await
@@ -153,7 +165,11 @@ impl Engine {
                 done.inspect(|o| observe::acked(&self.metrics, &o.rows))
             }
             Statement::Renew(renew) => {
-                match self.ephemeral_renew(lender, stmt, renew, &p, tenant).await {
+                match self
+                    .ephemeral_renew(lender, stmt, renew, &p, tenant)
+                    .await
+                    .transpose()
+                {
                     Some(done) => self.settle(lender, done).await,
                     None => {
                         self.on_session(lender, stmt, Within::Any, async |conn| {

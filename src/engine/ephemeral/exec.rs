@@ -8,7 +8,7 @@
 use super::ops::{self, Popped};
 use super::store::{NewMessage, Pushed, Start};
 use super::wire::{Item, Op, PopSpec, Reply};
-use super::{Ephemeral, Pending};
+use super::{Ephemeral, Owned, Pending};
 use crate::backend::call::Calls;
 use crate::engine::lend::Lender;
 use crate::engine::receipt::{partition_of, Receipt};
@@ -96,16 +96,17 @@ impl Engine {
         push: &Push,
         params: &Params<'_>,
         tenant: Uuid,
-    ) -> Option<Result<Outcome, ExecError>> {
-        let queue = params.name(&push.queue, "queue").ok()?;
-        let ref_ = self.ephemeral.ref_of(tenant, &queue)?;
-        if let Err(e) = not_failed(lender) {
-            return Some(Err(e));
-        }
-        Some(
-            self.serve_push(lender, stmt, push, params, ref_, queue, tenant)
-                .await,
-        )
+    ) -> Result<Option<Outcome>, ExecError> {
+        let Ok(queue) = params.name(&push.queue, "queue") else {
+            return Ok(None);
+        };
+        let Some(ref_) = self.ephemeral.ref_of(tenant, &queue) else {
+            return Ok(None);
+        };
+        not_failed(lender)?;
+        self.serve_push(lender, stmt, push, params, ref_, queue, tenant)
+            .await
+            .map(Some)
     }
 
     /// A POP of one ephemeral queue; `None` for any other POP.
@@ -116,19 +117,20 @@ impl Engine {
         pop: &Pop,
         params: &Params<'_>,
         tenant: Uuid,
-    ) -> Option<Result<Outcome, ExecError>> {
+    ) -> Result<Option<Outcome>, ExecError> {
         let PopFrom::Queue(q) = &pop.from else {
-            return None;
+            return Ok(None);
         };
-        let queue = params.name(q, "queue").ok()?;
-        let ref_ = self.ephemeral.ref_of(tenant, &queue)?;
-        if let Err(e) = not_failed(lender) {
-            return Some(Err(e));
-        }
-        Some(
-            self.serve_pop(lender, stmt, pop, params, (tenant, ref_, &queue))
-                .await,
-        )
+        let Ok(queue) = params.name(q, "queue") else {
+            return Ok(None);
+        };
+        let Some(ref_) = self.ephemeral.ref_of(tenant, &queue) else {
+            return Ok(None);
+        };
+        not_failed(lender)?;
+        self.serve_pop(lender, stmt, pop, params, (tenant, ref_, &queue))
+            .await
+            .map(Some)
     }
 
     /// An ACK of ephemeral queues' receipts; `None` for durable ones.
@@ -139,46 +141,29 @@ impl Engine {
         ack: &Ack,
         params: &Params<'_>,
         tenant: Uuid,
-    ) -> Option<Result<Outcome, ExecError>> {
-        let receipts = match ephemeral_receipts(self, &ack.receipts, params) {
-            Ok(receipts) => receipts?,
-            Err(e) => return Some(Err(e.into())),
+    ) -> Result<Option<Outcome>, ExecError> {
+        let Some(receipts) = ephemeral_receipts(self, &ack.receipts, params)? else {
+            return Ok(None);
         };
-        if let Err(e) = not_failed(lender) {
-            return Some(Err(e));
-        }
+        not_failed(lender)?;
         let failed = matches!(ack.outcome, AckOutcome::Failed { .. });
-        let stale = || Cell::Text("stale".into());
         let statuses = by_queue(
             &self.ephemeral,
             tenant,
             &receipts,
-            stale,
-            |(t, r, queue), items| {
-                let hub = &self.ephemeral;
-                async move {
-                    let at = (t, r, queue.as_str());
-                    let n = items.len();
-                    let got = hub
-                        .at_owner(
-                            at,
-                            |o| Ok(ops::ack(o, at.0, &items, failed)),
-                            || Op::Ack {
-                                failed,
-                                items: items.clone(),
-                            },
-                            |r| match r {
-                                Reply::Statuses(s) if s.len() == n => Some(s),
-                                _ => None,
-                            },
-                        )
-                        .await?;
-                    Ok(got.into_iter().map(Cell::Text).collect())
-                }
+            || Cell::Text("stale".into()),
+            AtOwner {
+                local: |o: &Owned, tenant, items: &[Item]| ops::ack(o, tenant, items, failed),
+                op: |items| Op::Ack { failed, items },
+                reply: |r| match r {
+                    Reply::Statuses(s) => Some(s),
+                    _ => None,
+                },
             },
+            Cell::Text,
         )
-        .await;
-        Some(statuses.map(|cells| outcome(stmt, with_receipts(receipts, cells), None)))
+        .await?;
+        Ok(Some(outcome(stmt, with_receipts(receipts, statuses), None)))
     }
 
     /// A RENEW of ephemeral queues' receipts; `None` for durable ones.
@@ -189,53 +174,33 @@ impl Engine {
         renew: &Renew,
         params: &Params<'_>,
         tenant: Uuid,
-    ) -> Option<Result<Outcome, ExecError>> {
-        let receipts = match ephemeral_receipts(self, &renew.receipts, params) {
-            Ok(receipts) => receipts?,
-            Err(e) => return Some(Err(e.into())),
+    ) -> Result<Option<Outcome>, ExecError> {
+        let Some(receipts) = ephemeral_receipts(self, &renew.receipts, params)? else {
+            return Ok(None);
         };
-        if let Err(e) = not_failed(lender) {
-            return Some(Err(e));
-        }
-        let extend = match renew
+        not_failed(lender)?;
+        let extend = renew
             .duration
             .as_ref()
             .map(|d| params.duration(d, "RENEW FOR"))
-            .transpose()
-        {
-            Ok(e) => e,
-            Err(e) => return Some(Err(e.into())),
-        };
+            .transpose()?;
         let until = by_queue(
             &self.ephemeral,
             tenant,
             &receipts,
             || Cell::Null,
-            |(t, r, queue), items| {
-                let hub = &self.ephemeral;
-                async move {
-                    let at = (t, r, queue.as_str());
-                    let n = items.len();
-                    let got = hub
-                        .at_owner(
-                            at,
-                            |o| Ok(ops::renew(o, at.0, &items, extend)),
-                            || Op::Renew {
-                                extend,
-                                items: items.clone(),
-                            },
-                            |r| match r {
-                                Reply::Until(t) if t.len() == n => Some(t),
-                                _ => None,
-                            },
-                        )
-                        .await?;
-                    Ok(got.into_iter().map(Cell::timestamp).collect())
-                }
+            AtOwner {
+                local: |o: &Owned, tenant, items: &[Item]| ops::renew(o, tenant, items, extend),
+                op: |items| Op::Renew { extend, items },
+                reply: |r| match r {
+                    Reply::Until(t) => Some(t),
+                    _ => None,
+                },
             },
+            Cell::timestamp,
         )
-        .await;
-        Some(until.map(|cells| outcome(stmt, with_receipts(receipts, cells), None)))
+        .await?;
+        Ok(Some(outcome(stmt, with_receipts(receipts, until), None)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -412,19 +377,31 @@ impl Engine {
     }
 }
 
-/// Runs `each` once per queue the receipts are of (in one request to its
-/// owner), and returns one cell per receipt in their order; a receipt of a
-/// queue that is gone or another tenant's gets `stale()`.
-async fn by_queue<F, Fut>(
+/// One request to a queue's owner about some of its messages: run here
+/// when this process owns the queue (`local`), else sent (`op`) and its
+/// reply read (`reply`), one value per message either way.
+struct AtOwner<L, O, R> {
+    local: L,
+    op: O,
+    reply: R,
+}
+
+/// Runs `request` once per queue the receipts are of (in one request to
+/// its owner), and returns one cell per receipt in their order, made by
+/// `cell`; a receipt of a queue that is gone or another tenant's gets
+/// `stale()`.
+async fn by_queue<T, L, O, R>(
     hub: &Ephemeral,
     tenant: Uuid,
     receipts: &[(String, Receipt)],
     stale: impl Fn() -> Cell,
-    each: F,
+    request: AtOwner<L, O, R>,
+    cell: impl Fn(T) -> Cell,
 ) -> Result<Vec<Cell>, ExecError>
 where
-    F: Fn((Uuid, i64, String), Vec<Item>) -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<Cell>, SqlError>>,
+    L: Fn(&Owned, Uuid, &[Item]) -> Vec<T>,
+    O: Fn(Vec<Item>) -> Op,
+    R: Fn(Reply) -> Option<Vec<T>>,
 {
     let mut cells: Vec<Option<Cell>> = vec![None; receipts.len()];
     let mut queues: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
@@ -436,7 +413,7 @@ where
         let got = match of {
             None => Err(SqlError::error(SqlState::UNDEFINED_OBJECT, "gone")),
             Some((_, queue)) => {
-                let items = at
+                let items: Vec<Item> = at
                     .iter()
                     .map(|i| {
                         let r = &receipts[*i].1;
@@ -447,7 +424,15 @@ where
                         }
                     })
                     .collect();
-                each((tenant, ref_, queue), items).await
+                let n = items.len();
+                hub.at_owner(
+                    (tenant, ref_, queue.as_str()),
+                    |o| Ok((request.local)(o, tenant, &items)),
+                    || (request.op)(items.clone()),
+                    |r| (request.reply)(r).filter(|got| got.len() == n),
+                )
+                .await
+                .map(|got| got.into_iter().map(&cell).collect::<Vec<Cell>>())
             }
         };
         // Another tenant's queue, or one that is gone (its messages with

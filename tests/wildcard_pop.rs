@@ -425,46 +425,6 @@ async fn concurrent_consumers_of_one_group_get_each_message_once() {
     assert_eq!(received.len(), QUEUES * PER_QUEUE);
 }
 
-/// Figures, not a pass/fail check (`cargo test --test wildcard_pop --
-/// --ignored --nocapture figures`): a wildcard POP's latency when only the
-/// last of N queues of the namespace has messages, against a POP of that
-/// queue by name.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn figures() {
-    let proxy = Proxy::start("wild_figures").await;
-    let c = proxy.connect().await;
-    for n in [1usize, 10, 100] {
-        let ns = format!("ns{n}");
-        for q in 0..n {
-            c.batch_execute(&format!(
-                "CREATE QUEUE {ns}_q{q} WITH (namespace = '{ns}', priority = {})",
-                n - q
-            ))
-            .await
-            .unwrap();
-        }
-        let last = format!("{ns}_q{}", n - 1);
-        push(&c, &last, 600).await;
-        for (label, sql) in [
-            ("by name", format!("POP FROM {last} AUTO ACK")),
-            ("wildcard", format!("POP FROM NAMESPACE {ns} AUTO ACK")),
-        ] {
-            let mut took = Vec::new();
-            for i in 0..250 {
-                let began = std::time::Instant::now();
-                let got = rows(&c, &sql).await;
-                if i >= 10 {
-                    took.push(began.elapsed());
-                }
-                assert_eq!(got.len(), 1, "{sql}");
-            }
-            took.sort();
-            println!("{n} queues, {label}: median {:?}", took[took.len() / 2]);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wildcard_pop_in_a_rolled_back_block_delivers_again() {
     let proxy = Proxy::start("wild_block").await;

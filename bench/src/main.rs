@@ -8,6 +8,7 @@
 //! every loop is bounded in time and count.
 
 mod extra;
+mod figures;
 mod ops;
 mod payload;
 mod pgbench;
@@ -60,7 +61,9 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
                  and TPC-B
   --queenwire    the queenwire binary (default: built next to this one)
   --keep         keep the data directory (/tmp/qwbench-PID)
-  --soak [MIN]   the soak mode instead (default 30 minutes; --soak --help)";
+  --soak [MIN]   the soak mode instead (default 30 minutes; --soak --help)
+  --figures [N]  queenwire's own figures instead (the hot list, wildcard
+                 and ephemeral POP, retention; --figures --help)";
 
 const WORKLOADS: &[&str] = &[
     "push1",
@@ -377,6 +380,9 @@ fn main() -> ExitCode {
     if argv.iter().any(|a| a == "--soak") {
         return soak_main(&argv);
     }
+    if argv.iter().any(|a| a == "--figures") {
+        return figures_main(&argv);
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -409,16 +415,30 @@ fn main() -> ExitCode {
 
 /// `--soak`: see soak.rs.
 fn soak_main(argv: &[String]) -> ExitCode {
-    let args = match soak::parse_args(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("queenwire-bench: {e}");
-            }
-            eprintln!("{}", soak::USAGE);
-            return ExitCode::from(2);
-        }
-    };
+    match soak::parse_args(argv) {
+        Ok(args) => run_mode(soak::run(args)),
+        Err(e) => usage_error(&e, soak::USAGE),
+    }
+}
+
+/// `--figures`: see figures/mod.rs.
+fn figures_main(argv: &[String]) -> ExitCode {
+    match figures::parse_args(argv) {
+        Ok(args) => run_mode(figures::run(args)),
+        Err(e) => usage_error(&e, figures::USAGE),
+    }
+}
+
+fn usage_error(e: &str, usage: &str) -> ExitCode {
+    if !e.is_empty() {
+        eprintln!("queenwire-bench: {e}");
+    }
+    eprintln!("{usage}");
+    ExitCode::from(2)
+}
+
+/// Runs a mode other than the cells on the benchmark's runtime.
+fn run_mode(mode: impl std::future::Future<Output = Result<(), BoxError>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -430,7 +450,7 @@ fn soak_main(argv: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(soak::run(args)) {
+    match runtime.block_on(mode) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("queenwire-bench: {}", setup::describe(&*e));

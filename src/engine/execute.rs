@@ -1,20 +1,31 @@
-//! Where every dialect statement enters the engine: the console views,
-//! the ephemeral queues' statements (`ephemeral/exec.rs`), the fusion
-//! decision, the lock order, POP's waiting, the run of every other
-//! statement (`Engine::run_statement`), and the duty to fail a refused
-//! statement in the backend, so a client's transaction block aborts exactly
-//! as for an error of PostgreSQL's own.
+//! Where every dialect statement enters the engine: one `match` from the
+//! statement to its arm, and each arm decides how it runs — the console
+//! views at once, an ephemeral queue's PUSH, POP, ACK or RENEW from memory
+//! or at the queue's owner (`ephemeral/exec.rs`), a PUSH or plain ACK with
+//! nothing of the session's on a backend fused with other sessions'
+//! (`fusion/`), POP through its waiting (`wait.rs`), and every other
+//! statement on the session's connection ([`Engine::on_session`]: the
+//! transaction rule, the lock order of seed 000). A refused statement is
+//! failed in the backend too, so a client's transaction block aborts
+//! exactly as for an error of PostgreSQL's own.
 
 use super::lend::{CallEnd, Lender};
-use super::values::Params;
-use super::{acks, console, observe, queues, Engine, ExecError, Outcome, RAISE_CALL};
+use super::values::{Cell, Params};
+use super::{
+    acks, browse, console, ephemeral, groups, kv, observe, purge, queues, replay, status, streams,
+    timers, wake, Engine, ExecError, Outcome, RAISE_CALL,
+};
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
+use crate::calls::admin::ConfigureMode;
 use crate::metrics::{Metrics, Waiting};
 use crate::protocol::SqlError;
 use crate::protocol::{SqlState, TxStatus};
+use crate::rewrite::build::admin;
 use crate::rewrite::dialect::ack::{Ack, AckOutcome};
 use crate::rewrite::dialect::console::Console;
+use crate::rewrite::dialect::groups::GroupChange;
+use crate::rewrite::dialect::pop::Pop;
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::Statement;
 use uuid::Uuid;
@@ -37,6 +48,38 @@ pub enum StatementError {
     Lost(BackendError),
 }
 
+/// Which transactions a statement may run in.
+#[derive(Debug, Clone, Copy)]
+enum Within {
+    /// Whatever transaction the session is in.
+    Any,
+    /// Only a transaction of its own, never inside a block or a pipeline
+    /// (named in the refusal).
+    Own(&'static str),
+}
+
+/// What a statement run on the session's connection produced.
+struct Ran {
+    rows: Vec<Vec<Cell>>,
+    /// A queue it pushed to ([`Outcome::pushed`]).
+    pushed: Option<String>,
+}
+
+impl From<Vec<Vec<Cell>>> for Ran {
+    fn from(rows: Vec<Vec<Cell>>) -> Ran {
+        Ran { rows, pushed: None }
+    }
+}
+
+impl Ran {
+    /// Rows that, when there are any, were pushed to the queue of
+    /// `queue_key` ([`wake::queue_key`]).
+    fn pushed(rows: Vec<Vec<Cell>>, queue_key: String) -> Ran {
+        let pushed = (!rows.is_empty()).then_some(queue_key);
+        Ran { rows, pushed }
+    }
+}
+
 impl Engine {
     /// Runs one dialect statement for a session, on the connection it lends
     /// (or none: a PUSH outside any transaction may be fused with other
@@ -51,13 +94,11 @@ impl Engine {
         let began = std::time::Instant::now();
         let result = self.dispatch(lender, stmt, params, tenant).await;
         self.metrics
-            .statement(observe::kind(stmt), began.elapsed(), result.is_ok());
-        if let Ok(outcome) = &result {
-            observe::count_rows(&self.metrics, stmt, tenant, &outcome.rows);
-        }
+            .statement(stmt.kind(), began.elapsed(), result.is_ok());
         result
     }
 
+    /// The one dispatch: each statement's arm.
     async fn dispatch<L: Lender>(
         &self,
         lender: &mut L,
@@ -65,40 +106,362 @@ impl Engine {
         params: &[Option<String>],
         tenant: Uuid,
     ) -> Result<Outcome, StatementError> {
-        if let Statement::Console(view) = stmt {
-            return console_view(lender, &self.metrics, *view, stmt, tenant);
-        }
-        if let Some(result) = self.ephemeral_statement(lender, stmt, params, tenant).await {
-            return match result {
-                Ok(outcome) => Ok(outcome),
-                Err(ExecError::Refused(refusal)) => Err(self.refuse(lender, refusal).await),
-                Err(ExecError::Failed(fields)) => Err(StatementError::Failed(fields)),
-                Err(ExecError::Lost(e)) => Err(StatementError::Lost(e)),
-            };
-        }
-        if let Statement::Push(push) = stmt {
-            if lender.view().detached() {
-                return self.fused_push(stmt, push, params, tenant).await;
+        let p = Params(params);
+        match stmt {
+            Statement::Console(view) => console_view(lender, &self.metrics, *view, stmt, tenant),
+            Statement::Push(push) => {
+                let done = match self
+                    .ephemeral_push(lender, stmt, push, &p, tenant)
+                    .await
+                    .transpose()
+                {
+                    Some(done) => self.settle(lender, done).await,
+                    None if lender.view().detached() => {
+                        self.fused_push(stmt, push, params, tenant).await
+                    }
+                    None => {
+                        self.on_session(lender, stmt, Within::Any, async |conn| {
+                            let limits = &self.limits;
+                            let written =
+                                queues::push(conn, push, &p, limits, tenant, &self.sealing).await?;
+                            let queue = wake::queue_key(tenant, &written.queue);
+                            Ok(Ran::pushed(written.rows(), queue))
+                        })
+                        .await
+                    }
+                };
+                done.inspect(|o| observe::pushed(&self.metrics, tenant, &o.rows))
+            }
+            Statement::Pop(pop) => {
+                let done = match self
+                    .ephemeral_pop(lender, stmt, pop, &p, tenant)
+                    .await
+                    .transpose()
+                {
+                    Some(done) => self.settle(lender, done).await,
+                    None => self.pop_on_session(lender, stmt, pop, params, tenant).await,
+                };
+                done.inspect(|o| observe::popped(&self.metrics, tenant, pop.auto_ack, &o.rows))
+            }
+            Statement::Ack(ack) => {
+                let plain = matches!(ack.outcome, AckOutcome::Success);
+                let done = match self
+                    .ephemeral_ack(lender, stmt, ack, &p, tenant)
+                    .await
+                    .transpose()
+                {
+                    Some(done) => self.settle(lender, done).await,
+                    None if plain && lender.view().detached() => {
+                        self.fused_ack(stmt, ack, &p, tenant).await
+                    }
+                    None => {
+                        self.on_session(lender, stmt, Within::Any, async |conn| {
+                            let hot = &self.announcer.waiters.hot;
+                            let released = |p: &[(i64, &str)], plain: bool| hot.acked(p, plain);
+                            acks::ack(conn, ack, &p, &self.receipts, tenant, released).await
+                        })
+                        .await
+                    }
+                };
+                done.inspect(|o| observe::acked(&self.metrics, &o.rows))
+            }
+            Statement::Renew(renew) => {
+                match self
+                    .ephemeral_renew(lender, stmt, renew, &p, tenant)
+                    .await
+                    .transpose()
+                {
+                    Some(done) => self.settle(lender, done).await,
+                    None => {
+                        self.on_session(lender, stmt, Within::Any, async |conn| {
+                            acks::renew(conn, renew, &p, &self.receipts, tenant).await
+                        })
+                        .await
+                    }
+                }
+            }
+            Statement::CreateQueue(c) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let mode = if c.if_not_exists {
+                        ConfigureMode::CreateIfNotExists
+                    } else {
+                        ConfigureMode::Create
+                    };
+                    let call = admin::configure(&c.queue, &c.settings, mode, &p, tenant)?;
+                    self.configure(conn, &call, &c.settings).await?;
+                    Ok(Vec::new())
+                })
+                .await
+            }
+            Statement::AlterQueue(a) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let mode = ConfigureMode::Alter;
+                    let call = admin::configure(&a.queue, &a.settings, mode, &p, tenant)?;
+                    self.configure(conn, &call, &a.settings).await?;
+                    Ok(Vec::new())
+                })
+                .await
+            }
+            Statement::DropQueue(d) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let queue = p.name(&d.queue, "queue")?;
+                    let existed = queues::drop_queue(conn, &queue, tenant).await?;
+                    if self.ephemeral.ref_of(tenant, &queue).is_some() {
+                        self.ephemeral.refresh().await;
+                    }
+                    if !existed && !d.if_exists {
+                        return Err(SqlError::error(
+                            SqlState::UNDEFINED_OBJECT,
+                            format!("queue \"{queue}\" does not exist"),
+                        )
+                        .into());
+                    }
+                    Ok(Vec::new())
+                })
+                .await
+            }
+            Statement::SeekGroup(s) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let call = admin::seek(s, &p, tenant)?;
+                    conn.run(&call).await?;
+                    let hot = &self.announcer.waiters.hot;
+                    hot.repaired(tenant, &call.queue, &call.group);
+                    Ok(Vec::new())
+                })
+                .await
+            }
+            Statement::AlterGroup(a) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let (queue, group) = match &a.change {
+                        GroupChange::Subscribe(from) => {
+                            let call = admin::subscribe(&a.queue, &a.group, from, &p, tenant)?;
+                            conn.run(&call).await?;
+                            (call.queue, call.group)
+                        }
+                        GroupChange::Ordered(ordered) => {
+                            let call =
+                                admin::group_set_type(&a.queue, &a.group, ordered, &p, tenant)?;
+                            conn.run(&call).await?;
+                            (call.queue, call.group)
+                        }
+                    };
+                    let hot = &self.announcer.waiters.hot;
+                    hot.repaired(tenant, &queue, &group);
+                    Ok(Vec::new())
+                })
+                .await
+            }
+            Statement::DropGroup(d) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let call = admin::drop_group(d, &p, tenant)?;
+                    conn.run(&call).await?;
+                    let hot = &self.announcer.waiters.hot;
+                    hot.repaired(tenant, &call.queue, &call.group);
+                    Ok(Vec::new())
+                })
+                .await
+            }
+            Statement::ShowQueues => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let rows = queues::show_queues(conn, tenant).await?;
+                    ephemeral::show_queues(conn, &self.ephemeral, rows, tenant).await
+                })
+                .await
+            }
+            Statement::ShowPartitions { queue } => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let queue = p.name(queue, "queue")?;
+                    queues::show_partitions(conn, &queue, tenant).await
+                })
+                .await
+            }
+            Statement::ShowGroups { queue } => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let queue = queue.as_ref().map(|q| p.name(q, "queue")).transpose()?;
+                    queues::show_groups(conn, queue.as_deref(), tenant).await
+                })
+                .await
+            }
+            Statement::ShowDlq { queue, limit } => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let queue = p.name(queue, "queue")?;
+                    let limit = p.count(limit, "LIMIT")? as i32;
+                    let keys = self.sealing.keys();
+                    queues::show_dlq(conn, &queue, limit, tenant, &keys).await
+                })
+                .await
+            }
+            Statement::Kv(statement) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let max_payload = self.limits.max_payload;
+                    kv::execute(conn, statement, &p, &self.kv, max_payload, tenant).await
+                })
+                .await
+            }
+            Statement::Schedule(s) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    timers::schedule(conn, s, &p, self.limits.max_payload, tenant).await
+                })
+                .await
+            }
+            Statement::CancelSchedule(c) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    timers::cancel(conn, c, &p, tenant).await
+                })
+                .await
+            }
+            Statement::ShowSchedules { queue } => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let queue = queue.as_ref().map(|q| p.name(q, "queue")).transpose()?;
+                    timers::list(conn, queue.as_deref(), tenant).await
+                })
+                .await
+            }
+            Statement::Browse(b) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    browse::execute(conn, b, &p, tenant, &self.sealing.keys()).await
+                })
+                .await
+            }
+            Statement::GroupDetail(g) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    groups::execute(conn, g, &p, tenant).await
+                })
+                .await
+            }
+            Statement::ShowStatus => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    status::show(conn, tenant).await
+                })
+                .await
+            }
+            Statement::ReplayDlq(r) => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let limits = &self.limits;
+                    let (rows, queue) =
+                        replay::replay(conn, r, &p, limits, tenant, &self.sealing).await?;
+                    Ok(Ran::pushed(rows, wake::queue_key(tenant, &queue)))
+                })
+                .await
+            }
+            // Every step commits on its own.
+            Statement::PurgeTenant(purge) => {
+                self.on_session(lender, stmt, Within::Own("PURGE TENANT"), async |conn| {
+                    let named = p.text(&purge.tenant, "tenant")?;
+                    let target = crate::rewrite::dialect::purge::parse_tenant(&named)
+                        .map_err(crate::rewrite::bind::parse_error)?;
+                    purge::purge_tenant(conn, target).await
+                })
+                .await
+            }
+            // The stream statements take the stream tables' locks, which
+            // the global lock order puts before every queue lock; CREATE
+            // STREAM validates its expressions on another connection.
+            Statement::CreateStream(c) => {
+                self.on_session(lender, stmt, Within::Own("CREATE STREAM"), async |conn| {
+                    streams::create(conn, c, &p, &self.streams, tenant).await
+                })
+                .await
+            }
+            Statement::DropStream { name, if_exists } => {
+                self.on_session(lender, stmt, Within::Own("DROP STREAM"), async |conn| {
+                    let name = p.name(name, "stream")?;
+                    streams::drop(conn, &name, *if_exists, tenant).await
+                })
+                .await
+            }
+            Statement::AlterStream { name, paused } => {
+                self.on_session(lender, stmt, Within::Own("ALTER STREAM"), async |conn| {
+                    let name = p.name(name, "stream")?;
+                    streams::set_paused(conn, &name, *paused, tenant).await
+                })
+                .await
+            }
+            Statement::ShowStreams => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    streams::list(conn, tenant).await
+                })
+                .await
+            }
+            Statement::ShowStream { name } => {
+                self.on_session(lender, stmt, Within::Any, async |conn| {
+                    let name = p.name(name, "stream")?;
+                    streams::show(conn, &name, tenant).await
+                })
+                .await
             }
         }
-        if let Statement::Ack(ack) = stmt {
-            if matches!(ack.outcome, AckOutcome::Success) && lender.view().detached() {
-                return self.fused_ack(stmt, ack, params, tenant).await;
-            }
-        }
+    }
+
+    /// Runs a statement on the session's connection, inside whatever
+    /// transaction it is in: takes the connection, applies `within` and
+    /// the lock order, runs `run`, and fails a refusal in the backend.
+    async fn on_session<L, T>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        within: Within,
+        run: impl AsyncFnOnce(&mut Calls<'_>) -> Result<T, ExecError>,
+    ) -> Result<Outcome, StatementError>
+    where
+        L: Lender,
+        T: Into<Ran>,
+    {
+        let end = lender.call_end();
+        take_connection(lender).await?;
+        let in_block = self.enter(lender, stmt, within, end).await?;
+        let result = match lender.connection().await {
+            Ok(conn) => run(&mut Calls::new(conn, end)).await.map(Into::into),
+            Err(e) => Err(ExecError::Lost(e)),
+        };
+        lender.lock_order().ran(stmt, in_block);
+        let ran = self.settle(lender, result).await?;
+        Ok(Outcome {
+            tag: stmt.command_tag(ran.rows.len()),
+            rows: ran.rows,
+            pushed: ran.pushed,
+            ephemeral_commit: None,
+        })
+    }
+
+    /// A durable POP: fused with other sessions' or on the session's
+    /// connection, waiting as its WAIT says (`wait.rs`).
+    async fn pop_on_session<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        pop: &Pop,
+        params: &[Option<String>],
+        tenant: Uuid,
+    ) -> Result<Outcome, StatementError> {
         let end = lender.call_end();
         // A POP with nothing of the session's on a backend takes a
         // connection only when it is not fused with other sessions' POPs
         // (`wait.rs`): holding one here would starve the fused call's.
-        let detached_pop = matches!(stmt, Statement::Pop(_)) && lender.view().detached();
-        if !detached_pop {
-            if let Err(e) = lender.connection().await {
-                // Only the lease's own housekeeping ran: the statement was not sent.
-                return Err(StatementError::Unavailable(e.into_cause()));
-            }
+        if !lender.view().detached() {
+            take_connection(lender).await?;
         }
+        let in_block = self.enter(lender, stmt, Within::Any, end).await?;
+        let result = {
+            let _waiting = pop.wait.is_some().then(|| Waiting::begin(&self.metrics));
+            self.pop(lender, pop, params, tenant).await
+        };
+        lender.lock_order().ran(stmt, in_block);
+        self.settle(lender, result).await
+    }
+
+    /// Before a statement runs in the session's transaction: refuses it
+    /// when it must run alone and cannot, or when it breaks the lock
+    /// order. Returns whether the session is in a transaction block.
+    async fn enter<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        within: Within,
+        end: CallEnd,
+    ) -> Result<bool, StatementError> {
         let in_block = lender.view().status.in_transaction();
-        if let Some(what) = own_transaction(stmt) {
+        if let Within::Own(what) = within {
             if in_block || end == CallEnd::Flush {
                 let refusal = SqlError::error(
                     SqlState::ACTIVE_SQL_TRANSACTION,
@@ -110,22 +473,18 @@ impl Engine {
         if let Err(refusal) = lender.lock_order().check(stmt, in_block) {
             return Err(self.refuse(lender, refusal).await);
         }
-        let result = match stmt {
-            Statement::Pop(pop) => {
-                let _waiting = pop.wait.is_some().then(|| Waiting::begin(&self.metrics));
-                self.pop(lender, pop, params, tenant).await
-            }
-            _ => match lender.connection().await {
-                Ok(conn) => {
-                    self.run_statement(&mut Calls::new(conn, end), stmt, params, tenant)
-                        .await
-                }
-                Err(e) => Err(ExecError::Lost(e)),
-            },
-        };
-        lender.lock_order().ran(stmt, in_block);
+        Ok(in_block)
+    }
+
+    /// The session's view of an engine error: a refusal is failed in the
+    /// backend first ([`Engine::refuse`]).
+    async fn settle<L: Lender, T>(
+        &self,
+        lender: &mut L,
+        result: Result<T, ExecError>,
+    ) -> Result<T, StatementError> {
         match result {
-            Ok(outcome) => Ok(outcome),
+            Ok(done) => Ok(done),
             Err(ExecError::Refused(refusal)) => Err(self.refuse(lender, refusal).await),
             Err(ExecError::Failed(fields)) => Err(StatementError::Failed(fields)),
             Err(ExecError::Lost(e)) => Err(StatementError::Lost(e)),
@@ -178,12 +537,11 @@ impl Engine {
         &self,
         stmt: &Statement,
         ack: &Ack,
-        params: &[Option<String>],
+        params: &Params<'_>,
         tenant: Uuid,
     ) -> Result<Outcome, StatementError> {
-        let (texts, receipts) =
-            acks::decode_receipts(&ack.receipts, &Params(params), &self.receipts)
-                .map_err(StatementError::Failed)?;
+        let (texts, receipts) = acks::decode_receipts(&ack.receipts, params, &self.receipts)
+            .map_err(StatementError::Failed)?;
         let status = self
             .fuser
             .ack(receipts, tenant)
@@ -209,20 +567,6 @@ fn fused_error(e: ExecError) -> StatementError {
     }
 }
 
-/// Statements that must be transactions of their own: PURGE TENANT's steps
-/// each commit; the stream statements take the stream tables' locks, which
-/// the global lock order puts before every queue lock (and CREATE STREAM
-/// validates its expressions on another connection).
-fn own_transaction(stmt: &Statement) -> Option<&'static str> {
-    match stmt {
-        Statement::PurgeTenant(_) => Some("PURGE TENANT"),
-        Statement::CreateStream(_) => Some("CREATE STREAM"),
-        Statement::DropStream { .. } => Some("DROP STREAM"),
-        Statement::AlterStream { .. } => Some("ALTER STREAM"),
-        _ => None,
-    }
-}
-
 /// The admin view needs no backend; inside a failed transaction block it
 /// is refused as PostgreSQL refuses any statement there.
 fn console_view<L: Lender>(
@@ -245,6 +589,15 @@ fn console_view<L: Lender>(
         pushed: None,
         ephemeral_commit: None,
     })
+}
+
+/// Takes the session's connection for a statement about to run on it.
+async fn take_connection<L: Lender>(lender: &mut L) -> Result<(), StatementError> {
+    match lender.connection().await {
+        Ok(_) => Ok(()),
+        // Only the lease's own housekeeping ran: the statement was not sent.
+        Err(e) => Err(StatementError::Unavailable(e.into_cause())),
+    }
 }
 
 /// `queen.raise_v1` on `conn`: the backend fails its current statement.

@@ -2,12 +2,12 @@
 //! transaction block: KV rows, then timer rows, then queue, partition and
 //! consumer rows. A block that took queue locks and then asks for KV or
 //! timer locks could deadlock against one that takes them in order, so the
-//! statement is refused (25000) before it takes any.
+//! statement is refused (25000) before it takes any. Which rows a statement
+//! locks is said next to its grammar ([`Statement::locks`]).
 
 use crate::protocol::SqlError;
 use crate::protocol::SqlState;
-use crate::rewrite::dialect::kv::KvStatement;
-use crate::rewrite::dialect::Statement;
+use crate::rewrite::dialect::{Locks, Statement};
 
 /// What the current transaction block has locked so far.
 #[derive(Debug, Default, Clone, Copy)]
@@ -23,7 +23,7 @@ impl LockOrder {
         if !in_block {
             self.queue_locks_held = false;
         }
-        if self.queue_locks_held && takes_kv_or_timer_locks(stmt) {
+        if self.queue_locks_held && stmt.locks() == Locks::KvOrTimer {
             let mut err = SqlError::error(
                 SqlState::INVALID_TRANSACTION_STATE,
                 "KV writes and timer statements must come before queue statements in a transaction block",
@@ -39,38 +39,10 @@ impl LockOrder {
 
     /// After `stmt` ran inside a block.
     pub fn ran(&mut self, stmt: &Statement, in_block: bool) {
-        if in_block && takes_queue_locks(stmt) {
+        if in_block && stmt.locks() == Locks::Queue {
             self.queue_locks_held = true;
         }
     }
-}
-
-/// KV writes and timer statements lock `queen.kv` / `queen.log_timers` rows.
-fn takes_kv_or_timer_locks(stmt: &Statement) -> bool {
-    matches!(
-        stmt,
-        Statement::Kv(KvStatement::Put(_) | KvStatement::Incr(_) | KvStatement::Delete(_))
-            | Statement::Schedule(_)
-            | Statement::CancelSchedule(_)
-    )
-}
-
-/// Statements that lock queue, partition or consumer rows.
-fn takes_queue_locks(stmt: &Statement) -> bool {
-    matches!(
-        stmt,
-        Statement::Push(_)
-            | Statement::Pop(_)
-            | Statement::Ack(_)
-            | Statement::Renew(_)
-            | Statement::CreateQueue(_)
-            | Statement::AlterQueue(_)
-            | Statement::DropQueue(_)
-            | Statement::SeekGroup(_)
-            | Statement::DropGroup(_)
-            | Statement::AlterGroup(_)
-            | Statement::ReplayDlq(_)
-    )
 }
 
 #[cfg(test)]

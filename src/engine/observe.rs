@@ -1,51 +1,15 @@
-//! What `Engine::execute` tells the metrics about each statement: its kind
-//! and latency, and per queue the messages it pushed, popped, acknowledged,
-//! failed or dead-lettered, read off its result rows (the rows name the
-//! queue, or carry the receipts whose partitions POP handed out).
+//! What PUSH, POP and ACK tell the metrics per queue (`Engine::execute`
+//! records every statement's kind and latency): the messages pushed,
+//! popped, acknowledged, failed or dead-lettered, read off the result rows
+//! (the rows name the queue, or carry the receipts whose partitions POP
+//! handed out).
 
 use super::receipt::{partition_head, partition_of};
 use super::values::Cell;
 use crate::metrics::queues::QueueCounters;
-use crate::metrics::{Kind, Metrics};
-use crate::rewrite::dialect::Statement;
+use crate::metrics::Metrics;
 use std::sync::Arc;
 use uuid::Uuid;
-
-pub fn kind(stmt: &Statement) -> Kind {
-    match stmt {
-        Statement::Push(_) => Kind::Push,
-        Statement::Pop(_) => Kind::Pop,
-        Statement::Ack(_) => Kind::Ack,
-        Statement::Renew(_) => Kind::Renew,
-        Statement::CreateQueue(_)
-        | Statement::AlterQueue(_)
-        | Statement::DropQueue(_)
-        | Statement::SeekGroup(_)
-        | Statement::DropGroup(_)
-        | Statement::AlterGroup(_)
-        | Statement::PurgeTenant(_)
-        | Statement::CreateStream(_)
-        | Statement::DropStream { .. }
-        | Statement::AlterStream { .. } => Kind::QueueAdmin,
-        Statement::ShowQueues
-        | Statement::ShowPartitions { .. }
-        | Statement::ShowGroups { .. }
-        | Statement::ShowDlq { .. }
-        | Statement::Browse(_)
-        | Statement::GroupDetail(_)
-        | Statement::ShowStatus
-        | Statement::ShowStreams
-        | Statement::ShowStream { .. } => Kind::Show,
-        // A replay writes messages, but its rows do not name the queue the
-        // way PUSH's do: counted as administration, not as pushes.
-        Statement::ReplayDlq(_) => Kind::QueueAdmin,
-        Statement::Kv(_) => Kind::Kv,
-        Statement::Schedule(_) | Statement::CancelSchedule(_) | Statement::ShowSchedules { .. } => {
-            Kind::Timer
-        }
-        Statement::Console(_) => Kind::Console,
-    }
-}
 
 fn text(row: &[Cell], at: usize) -> Option<&str> {
     row.get(at).and_then(Cell::as_text)
@@ -69,67 +33,65 @@ impl Last {
     }
 }
 
-/// Per-queue counts of a statement that succeeded with these rows.
-pub fn count_rows(m: &Metrics, stmt: &Statement, tenant: Uuid, rows: &[Vec<Cell>]) {
+/// A PUSH's rows: message_id, queue, partition, offset, transaction_id,
+/// status.
+pub fn pushed(m: &Metrics, tenant: Uuid, rows: &[Vec<Cell>]) {
     let mut last = Last(None);
-    match stmt {
-        // message_id, queue, partition, offset, transaction_id, status
-        Statement::Push(_) => {
-            for row in rows {
-                if let (Some(queue), Some(status)) = (text(row, 1), text(row, 5)) {
-                    if status != "duplicate" {
-                        QueueCounters::add(&last.get(m, tenant, queue).pushed, 1);
-                    }
-                }
+    for row in rows {
+        if let (Some(queue), Some(status)) = (text(row, 1), text(row, 5)) {
+            if status != "duplicate" {
+                QueueCounters::add(&last.get(m, tenant, queue).pushed, 1);
             }
         }
-        // receipt, message_id, queue, …
-        Statement::Pop(pop) => {
-            let mut learned = None;
-            for row in rows {
-                let Some(queue) = text(row, 2) else { continue };
-                let c = last.get(m, tenant, queue);
-                QueueCounters::add(&c.popped, 1);
-                // AUTO ACK: acknowledged at delivery.
-                if pop.auto_ack {
-                    QueueCounters::add(&c.acked, 1);
-                }
-                let receipt = text(row, 0);
-                let head = receipt.and_then(partition_head);
-                if head.is_none() || head != learned {
-                    if let Some(partition) = receipt.and_then(partition_of) {
-                        m.queues.learn_partition(partition, &c);
-                    }
-                    learned = head;
-                }
-            }
+    }
+}
+
+/// A POP's rows: receipt, message_id, queue, …
+pub fn popped(m: &Metrics, tenant: Uuid, auto_ack: bool, rows: &[Vec<Cell>]) {
+    let mut last = Last(None);
+    let mut learned = None;
+    for row in rows {
+        let Some(queue) = text(row, 2) else { continue };
+        let c = last.get(m, tenant, queue);
+        QueueCounters::add(&c.popped, 1);
+        // AUTO ACK: acknowledged at delivery.
+        if auto_ack {
+            QueueCounters::add(&c.acked, 1);
         }
-        // receipt, status
-        Statement::Ack(_) => {
-            // A partition's receipts come in runs: its counters are looked
-            // up once a run, not once a receipt.
-            let mut run: Option<(Option<&str>, Arc<QueueCounters>)> = None;
-            for row in rows {
-                let Some(status) = text(row, 1) else { continue };
-                let receipt = text(row, 0);
-                let head = receipt.and_then(partition_head);
-                if !matches!(&run, Some((h, _)) if head.is_some() && *h == head) {
-                    let c = m.queues.of_partition(receipt.and_then(partition_of));
-                    run = Some((head, c));
-                }
-                let Some((_, c)) = &run else { continue };
-                match status {
-                    "acked" => QueueCounters::add(&c.acked, 1),
-                    "retry" => QueueCounters::add(&c.failed, 1),
-                    "dead_lettered" => {
-                        QueueCounters::add(&c.failed, 1);
-                        QueueCounters::add(&c.dead_lettered, 1);
-                    }
-                    _ => {}
-                }
+        let receipt = text(row, 0);
+        let head = receipt.and_then(partition_head);
+        if head.is_none() || head != learned {
+            if let Some(partition) = receipt.and_then(partition_of) {
+                m.queues.learn_partition(partition, &c);
             }
+            learned = head;
         }
-        _ => {}
+    }
+}
+
+/// An ACK's rows: receipt, status.
+pub fn acked(m: &Metrics, rows: &[Vec<Cell>]) {
+    // A partition's receipts come in runs: its counters are looked up once
+    // a run, not once a receipt.
+    let mut run: Option<(Option<&str>, Arc<QueueCounters>)> = None;
+    for row in rows {
+        let Some(status) = text(row, 1) else { continue };
+        let receipt = text(row, 0);
+        let head = receipt.and_then(partition_head);
+        if !matches!(&run, Some((h, _)) if head.is_some() && *h == head) {
+            let c = m.queues.of_partition(receipt.and_then(partition_of));
+            run = Some((head, c));
+        }
+        let Some((_, c)) = &run else { continue };
+        match status {
+            "acked" => QueueCounters::add(&c.acked, 1),
+            "retry" => QueueCounters::add(&c.failed, 1),
+            "dead_lettered" => {
+                QueueCounters::add(&c.failed, 1);
+                QueueCounters::add(&c.dead_lettered, 1);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -137,15 +99,7 @@ pub fn count_rows(m: &Metrics, stmt: &Statement, tenant: Uuid, rows: &[Vec<Cell>
 mod tests {
     use super::*;
     use crate::engine::receipt::{Receipt, ReceiptKey};
-    use crate::rewrite::dialect::parse;
     use std::sync::atomic::Ordering;
-
-    fn statement(sql: &str) -> Statement {
-        match parse(sql) {
-            Some(Ok(s)) => s,
-            other => panic!("{sql}: {other:?}"),
-        }
-    }
 
     fn receipt(key: &ReceiptKey, partition_id: i64, offset: i64) -> Cell {
         Cell::Text(key.encode(&Receipt {
@@ -171,13 +125,8 @@ mod tests {
                 Cell::Text(queue.into()),
             ]
         };
-        count_rows(
-            &m,
-            &statement("POP FROM a"),
-            tenant,
-            &[popped("a", 1), popped("a", 1)],
-        );
-        count_rows(&m, &statement("POP FROM b"), tenant, &[popped("b", 2)]);
+        super::popped(&m, tenant, false, &[popped("a", 1), popped("a", 1)]);
+        super::popped(&m, tenant, false, &[popped("b", 2)]);
         let acked = |partition: i64, offset: i64| {
             vec![receipt(&key, partition, offset), Cell::Text("acked".into())]
         };
@@ -188,7 +137,7 @@ mod tests {
             acked(1, 2),
             acked(2, 1),
         ];
-        count_rows(&m, &statement("ACK 'x'"), tenant, &rows);
+        super::acked(&m, &rows);
         let acked_of = |queue: &str| m.queues.get(tenant, queue).acked.load(Ordering::Relaxed);
         assert_eq!((acked_of("a"), acked_of("b")), (3, 2));
     }

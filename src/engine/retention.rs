@@ -69,8 +69,9 @@ const RETAINED_BYTES_PAGE: i32 = 100;
 
 /// Segments deleted per step (one transaction holding one partition row):
 /// bounds how long a push to that partition can wait behind retention.
-/// Measured 2026-12-01 on a quiet 2-core machine (tests/retention_latency.rs,
-/// 100,000 segments, pushes at a fixed 300/s): with [`Pace::GENTLE`] and the
+/// Measured 2026-12-01 on a quiet 2-core machine (`queenwire-bench
+/// --figures retention_latency`, 100,000 segments, pushes at a fixed
+/// 300/s): with [`Pace::GENTLE`] and the
 /// purge read downwards from first_offset (006), PUSH/POP p99 during a pass
 /// 1.37x / 1.31x and 1.27x / 1.39x of without, the pass 11 s, the longest
 /// step 7.6 ms; docs/internals/storage.md has the history.
@@ -177,7 +178,7 @@ impl Trimmed {
 /// to the write path (the measured cost of running flat out is in
 /// docs/internals/storage.md). A step that found the partition held by a
 /// push is retried after [`LOCKED_PAUSE`], at most [`LOCKED_RETRIES`]
-/// times. Public for the latency measurement (tests/retention_latency.rs),
+/// times. Public for the latency measurement (`queenwire-bench --figures`),
 /// which must run exactly what a pass runs.
 pub async fn trim_partition(
     client: &tokio_postgres::Client,

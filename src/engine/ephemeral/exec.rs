@@ -8,7 +8,7 @@
 use super::ops::{self, Popped};
 use super::store::{NewMessage, Pushed, Start};
 use super::wire::{Item, Op, PopSpec, Reply};
-use super::{Ephemeral, Pending};
+use super::{Ephemeral, Owned, Pending};
 use crate::backend::call::Calls;
 use crate::calls::ephemeral::CommitMark;
 use crate::calls::queues::{PopArgs, DEFAULT_PARTITION};
@@ -18,27 +18,13 @@ use crate::engine::values::{now_micros, Cell, Params};
 use crate::engine::{Engine, ExecError, Outcome};
 use crate::protocol::{SqlError, SqlState, TxStatus};
 use crate::rewrite::build::pop::pop_args;
-use crate::rewrite::dialect::ack::{AckOutcome, Renew};
+use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
 use crate::rewrite::dialect::pop::{Pop, PopFrom};
 use crate::rewrite::dialect::push::Push;
 use crate::rewrite::dialect::{Statement, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use uuid::Uuid;
-
-/// What kind of ephemeral statement this is, if it is one.
-enum Target<'a> {
-    Push(&'a Push, i64, String),
-    Pop(&'a Pop, i64, String),
-    Ack {
-        receipts: Vec<(String, Receipt)>,
-        outcome: &'a AckOutcome,
-    },
-    Renew {
-        receipts: Vec<(String, Receipt)>,
-        stmt: &'a Renew,
-    },
-}
 
 fn ephemeral_receipts(
     engine: &Engine,
@@ -79,45 +65,17 @@ fn ephemeral_receipts(
     Ok(Some(out))
 }
 
-fn target<'a>(
-    engine: &Engine,
-    stmt: &'a Statement,
-    params: &Params<'_>,
-    tenant: Uuid,
-) -> Result<Option<Target<'a>>, SqlError> {
-    let hub = &engine.ephemeral;
-    Ok(match stmt {
-        Statement::Push(push) => {
-            let Ok(queue) = params.name(&push.queue, "queue") else {
-                return Ok(None);
-            };
-            hub.ref_of(tenant, &queue)
-                .map(|r| Target::Push(push, r, queue))
-        }
-        Statement::Pop(pop) => {
-            let PopFrom::Queue(q) = &pop.from else {
-                return Ok(None);
-            };
-            let Ok(queue) = params.name(q, "queue") else {
-                return Ok(None);
-            };
-            hub.ref_of(tenant, &queue)
-                .map(|r| Target::Pop(pop, r, queue))
-        }
-        Statement::Ack(ack) => {
-            ephemeral_receipts(engine, &ack.receipts, params)?.map(|receipts| Target::Ack {
-                receipts,
-                outcome: &ack.outcome,
-            })
-        }
-        Statement::Renew(renew) => {
-            ephemeral_receipts(engine, &renew.receipts, params)?.map(|receipts| Target::Renew {
-                receipts,
-                stmt: renew,
-            })
-        }
-        _ => None,
-    })
+/// An ephemeral queue's statement in a failed transaction block is
+/// refused as PostgreSQL refuses any statement there.
+fn not_failed<L: Lender>(lender: &L) -> Result<(), ExecError> {
+    if lender.view().status == TxStatus::Failed {
+        return Err(SqlError::error(
+            SqlState::IN_FAILED_SQL_TRANSACTION,
+            "current transaction is aborted, commands ignored until end of transaction block",
+        )
+        .into());
+    }
+    Ok(())
 }
 
 fn outcome(stmt: &Statement, rows: Vec<Vec<Cell>>, commit: Option<Uuid>) -> Outcome {
@@ -130,123 +88,124 @@ fn outcome(stmt: &Statement, rows: Vec<Vec<Cell>>, commit: Option<Uuid>) -> Outc
 }
 
 impl Engine {
-    /// Runs `stmt` if it is a PUSH, POP, ACK or RENEW of an ephemeral
-    /// queue; `None` for every other statement.
-    pub(in crate::engine) async fn ephemeral_statement<L: Lender>(
+    /// A PUSH to an ephemeral queue; `None` when the queue is not one (or
+    /// its name is bad: the durable path reports that).
+    pub(in crate::engine) async fn ephemeral_push<L: Lender>(
         &self,
         lender: &mut L,
         stmt: &Statement,
-        params: &[Option<String>],
+        push: &Push,
+        params: &Params<'_>,
         tenant: Uuid,
-    ) -> Option<Result<Outcome, ExecError>> {
-        let params = Params(params);
-        let target = match target(self, stmt, &params, tenant) {
-            Ok(Some(t)) => t,
-            Ok(None) => return None,
-            Err(e) => return Some(Err(e.into())),
+    ) -> Result<Option<Outcome>, ExecError> {
+        let Ok(queue) = params.name(&push.queue, "queue") else {
+            return Ok(None);
         };
-        if lender.view().status == TxStatus::Failed {
-            return Some(Err(SqlError::error(
-                SqlState::IN_FAILED_SQL_TRANSACTION,
-                "current transaction is aborted, commands ignored until end of transaction block",
-            )
-            .into()));
-        }
-        Some(match target {
-            Target::Push(push, ref_, queue) => {
-                self.ephemeral_push(lender, stmt, push, &params, ref_, queue, tenant)
-                    .await
-            }
-            Target::Pop(pop, ref_, queue) => {
-                self.ephemeral_pop(lender, stmt, pop, &params, (tenant, ref_, &queue))
-                    .await
-            }
-            Target::Ack {
-                receipts,
-                outcome: how,
-            } => {
-                let failed = matches!(how, AckOutcome::Failed { .. });
-                let stale = || Cell::Text("stale".into());
-                let statuses = by_queue(
-                    &self.ephemeral,
-                    tenant,
-                    &receipts,
-                    stale,
-                    |(t, r, queue), items| {
-                        let hub = &self.ephemeral;
-                        async move {
-                            let at = (t, r, queue.as_str());
-                            let n = items.len();
-                            let got = hub
-                                .at_owner(
-                                    at,
-                                    |o| Ok(ops::ack(o, at.0, &items, failed)),
-                                    || Op::Ack {
-                                        failed,
-                                        items: items.clone(),
-                                    },
-                                    |r| match r {
-                                        Reply::Statuses(s) if s.len() == n => Some(s),
-                                        _ => None,
-                                    },
-                                )
-                                .await?;
-                            Ok(got.into_iter().map(Cell::Text).collect())
-                        }
-                    },
-                )
-                .await;
-                statuses.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
-            }
-            Target::Renew {
-                receipts,
-                stmt: renew,
-            } => {
-                let extend = match renew
-                    .duration
-                    .as_ref()
-                    .map(|d| params.duration(d, "RENEW FOR"))
-                    .transpose()
-                {
-                    Ok(e) => e,
-                    Err(e) => return Some(Err(e.into())),
-                };
-                let until = by_queue(
-                    &self.ephemeral,
-                    tenant,
-                    &receipts,
-                    || Cell::Null,
-                    |(t, r, queue), items| {
-                        let hub = &self.ephemeral;
-                        async move {
-                            let at = (t, r, queue.as_str());
-                            let n = items.len();
-                            let got = hub
-                                .at_owner(
-                                    at,
-                                    |o| Ok(ops::renew(o, at.0, &items, extend)),
-                                    || Op::Renew {
-                                        extend,
-                                        items: items.clone(),
-                                    },
-                                    |r| match r {
-                                        Reply::Until(t) if t.len() == n => Some(t),
-                                        _ => None,
-                                    },
-                                )
-                                .await?;
-                            Ok(got.into_iter().map(Cell::timestamp).collect())
-                        }
-                    },
-                )
-                .await;
-                until.map(|cells| outcome(stmt, with_receipts(receipts, cells), None))
-            }
-        })
+        let Some(ref_) = self.ephemeral.ref_of(tenant, &queue) else {
+            return Ok(None);
+        };
+        not_failed(lender)?;
+        self.serve_push(lender, stmt, push, params, ref_, queue, tenant)
+            .await
+            .map(Some)
+    }
+
+    /// A POP of one ephemeral queue; `None` for any other POP.
+    pub(in crate::engine) async fn ephemeral_pop<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        pop: &Pop,
+        params: &Params<'_>,
+        tenant: Uuid,
+    ) -> Result<Option<Outcome>, ExecError> {
+        let PopFrom::Queue(q) = &pop.from else {
+            return Ok(None);
+        };
+        let Ok(queue) = params.name(q, "queue") else {
+            return Ok(None);
+        };
+        let Some(ref_) = self.ephemeral.ref_of(tenant, &queue) else {
+            return Ok(None);
+        };
+        not_failed(lender)?;
+        self.serve_pop(lender, stmt, pop, params, (tenant, ref_, &queue))
+            .await
+            .map(Some)
+    }
+
+    /// An ACK of ephemeral queues' receipts; `None` for durable ones.
+    pub(in crate::engine) async fn ephemeral_ack<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        ack: &Ack,
+        params: &Params<'_>,
+        tenant: Uuid,
+    ) -> Result<Option<Outcome>, ExecError> {
+        let Some(receipts) = ephemeral_receipts(self, &ack.receipts, params)? else {
+            return Ok(None);
+        };
+        not_failed(lender)?;
+        let failed = matches!(ack.outcome, AckOutcome::Failed { .. });
+        let statuses = by_queue(
+            &self.ephemeral,
+            tenant,
+            &receipts,
+            || Cell::Text("stale".into()),
+            AtOwner {
+                local: |o: &Owned, tenant, items: &[Item]| ops::ack(o, tenant, items, failed),
+                op: |items| Op::Ack { failed, items },
+                reply: |r| match r {
+                    Reply::Statuses(s) => Some(s),
+                    _ => None,
+                },
+            },
+            Cell::Text,
+        )
+        .await?;
+        Ok(Some(outcome(stmt, with_receipts(receipts, statuses), None)))
+    }
+
+    /// A RENEW of ephemeral queues' receipts; `None` for durable ones.
+    pub(in crate::engine) async fn ephemeral_renew<L: Lender>(
+        &self,
+        lender: &mut L,
+        stmt: &Statement,
+        renew: &Renew,
+        params: &Params<'_>,
+        tenant: Uuid,
+    ) -> Result<Option<Outcome>, ExecError> {
+        let Some(receipts) = ephemeral_receipts(self, &renew.receipts, params)? else {
+            return Ok(None);
+        };
+        not_failed(lender)?;
+        let extend = renew
+            .duration
+            .as_ref()
+            .map(|d| params.duration(d, "RENEW FOR"))
+            .transpose()?;
+        let until = by_queue(
+            &self.ephemeral,
+            tenant,
+            &receipts,
+            || Cell::Null,
+            AtOwner {
+                local: |o: &Owned, tenant, items: &[Item]| ops::renew(o, tenant, items, extend),
+                op: |items| Op::Renew { extend, items },
+                reply: |r| match r {
+                    Reply::Until(t) => Some(t),
+                    _ => None,
+                },
+            },
+            Cell::timestamp,
+        )
+        .await?;
+        Ok(Some(outcome(stmt, with_receipts(receipts, until), None)))
     }
 
     #[allow(clippy::too_many_arguments)]
-    async fn ephemeral_push<L: Lender>(
+    async fn serve_push<L: Lender>(
         &self,
         lender: &mut L,
         stmt: &Statement,
@@ -331,7 +290,7 @@ impl Engine {
         Ok(outcome(stmt, rows, Some(token)))
     }
 
-    async fn ephemeral_pop<L: Lender>(
+    async fn serve_pop<L: Lender>(
         &self,
         lender: &mut L,
         stmt: &Statement,
@@ -419,19 +378,31 @@ impl Engine {
     }
 }
 
-/// Runs `each` once per queue the receipts are of (in one request to its
-/// owner), and returns one cell per receipt in their order; a receipt of a
-/// queue that is gone or another tenant's gets `stale()`.
-async fn by_queue<F, Fut>(
+/// One request to a queue's owner about some of its messages: run here
+/// when this process owns the queue (`local`), else sent (`op`) and its
+/// reply read (`reply`), one value per message either way.
+struct AtOwner<L, O, R> {
+    local: L,
+    op: O,
+    reply: R,
+}
+
+/// Runs `request` once per queue the receipts are of (in one request to
+/// its owner), and returns one cell per receipt in their order, made by
+/// `cell`; a receipt of a queue that is gone or another tenant's gets
+/// `stale()`.
+async fn by_queue<T, L, O, R>(
     hub: &Ephemeral,
     tenant: Uuid,
     receipts: &[(String, Receipt)],
     stale: impl Fn() -> Cell,
-    each: F,
+    request: AtOwner<L, O, R>,
+    cell: impl Fn(T) -> Cell,
 ) -> Result<Vec<Cell>, ExecError>
 where
-    F: Fn((Uuid, i64, String), Vec<Item>) -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<Cell>, SqlError>>,
+    L: Fn(&Owned, Uuid, &[Item]) -> Vec<T>,
+    O: Fn(Vec<Item>) -> Op,
+    R: Fn(Reply) -> Option<Vec<T>>,
 {
     let mut cells: Vec<Option<Cell>> = vec![None; receipts.len()];
     let mut queues: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
@@ -443,7 +414,7 @@ where
         let got = match of {
             None => Err(SqlError::error(SqlState::UNDEFINED_OBJECT, "gone")),
             Some((_, queue)) => {
-                let items = at
+                let items: Vec<Item> = at
                     .iter()
                     .map(|i| {
                         let r = &receipts[*i].1;
@@ -454,7 +425,15 @@ where
                         }
                     })
                     .collect();
-                each((tenant, ref_, queue), items).await
+                let n = items.len();
+                hub.at_owner(
+                    (tenant, ref_, queue.as_str()),
+                    |o| Ok((request.local)(o, tenant, &items)),
+                    || (request.op)(items.clone()),
+                    |r| (request.reply)(r).filter(|got| got.len() == n),
+                )
+                .await
+                .map(|got| got.into_iter().map(&cell).collect::<Vec<Cell>>())
             }
         };
         // Another tenant's queue, or one that is gone (its messages with

@@ -55,6 +55,7 @@ pub mod stream;
 pub mod timer;
 mod value;
 
+use crate::metrics::Kind;
 use cursor::Cursor;
 use lexer::{Lexer, Token, TokenKind};
 use value::ParamTypes;
@@ -84,6 +85,20 @@ impl Column {
     pub const fn new(name: &'static str, type_oid: Oid) -> Column {
         Column { name, type_oid }
     }
+}
+
+/// The rows a statement locks, as seed 000's global lock order names
+/// them: KV rows, then timer rows, then queue, partition and consumer rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locks {
+    /// None of the order's rows (reads, streams, the console, PURGE TENANT,
+    /// which runs alone).
+    None,
+    /// `queen.kv` or `queen.log_timers` rows: KV writes, SCHEDULE, CANCEL
+    /// SCHEDULE.
+    KvOrTimer,
+    /// Queue, partition or consumer rows.
+    Queue,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +191,82 @@ impl Statement {
             | Statement::AlterStream { .. } => &[],
             Statement::ShowStreams => stream::LIST_COLUMNS,
             Statement::ShowStream { .. } => stream::SHOW_COLUMNS,
+        }
+    }
+
+    /// How the metrics count the statement.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Statement::Push(_) => Kind::Push,
+            Statement::Pop(_) => Kind::Pop,
+            Statement::Ack(_) => Kind::Ack,
+            Statement::Renew(_) => Kind::Renew,
+            Statement::CreateQueue(_)
+            | Statement::AlterQueue(_)
+            | Statement::DropQueue(_)
+            | Statement::SeekGroup(_)
+            | Statement::DropGroup(_)
+            | Statement::AlterGroup(_)
+            | Statement::PurgeTenant(_)
+            | Statement::CreateStream(_)
+            | Statement::DropStream { .. }
+            | Statement::AlterStream { .. } => Kind::QueueAdmin,
+            Statement::ShowQueues
+            | Statement::ShowPartitions { .. }
+            | Statement::ShowGroups { .. }
+            | Statement::ShowDlq { .. }
+            | Statement::Browse(_)
+            | Statement::GroupDetail(_)
+            | Statement::ShowStatus
+            | Statement::ShowStreams
+            | Statement::ShowStream { .. } => Kind::Show,
+            // A replay writes messages, but its rows do not name the queue
+            // the way PUSH's do: counted as administration, not as pushes.
+            Statement::ReplayDlq(_) => Kind::QueueAdmin,
+            Statement::Kv(_) => Kind::Kv,
+            Statement::Schedule(_)
+            | Statement::CancelSchedule(_)
+            | Statement::ShowSchedules { .. } => Kind::Timer,
+            Statement::Console(_) => Kind::Console,
+        }
+    }
+
+    /// The rows the statement locks, in the terms of seed 000's global
+    /// lock order (`engine/lock_order.rs` keeps a transaction block to it).
+    pub fn locks(&self) -> Locks {
+        match self {
+            Statement::Kv(
+                kv::KvStatement::Put(_) | kv::KvStatement::Incr(_) | kv::KvStatement::Delete(_),
+            )
+            | Statement::Schedule(_)
+            | Statement::CancelSchedule(_) => Locks::KvOrTimer,
+            Statement::Push(_)
+            | Statement::Pop(_)
+            | Statement::Ack(_)
+            | Statement::Renew(_)
+            | Statement::CreateQueue(_)
+            | Statement::AlterQueue(_)
+            | Statement::DropQueue(_)
+            | Statement::SeekGroup(_)
+            | Statement::DropGroup(_)
+            | Statement::AlterGroup(_)
+            | Statement::ReplayDlq(_) => Locks::Queue,
+            Statement::Kv(kv::KvStatement::Get(_) | kv::KvStatement::List(_))
+            | Statement::ShowSchedules { .. }
+            | Statement::ShowQueues
+            | Statement::ShowPartitions { .. }
+            | Statement::ShowGroups { .. }
+            | Statement::ShowDlq { .. }
+            | Statement::Browse(_)
+            | Statement::GroupDetail(_)
+            | Statement::ShowStatus
+            | Statement::Console(_)
+            | Statement::PurgeTenant(_)
+            | Statement::CreateStream(_)
+            | Statement::DropStream { .. }
+            | Statement::AlterStream { .. }
+            | Statement::ShowStreams
+            | Statement::ShowStream { .. } => Locks::None,
         }
     }
 

@@ -71,9 +71,10 @@ struct ServeArgs {
     /// Backend connections in the pool (transaction pooling).
     #[arg(long, env = "QUEENWIRE_POOL_SIZE", default_value_t = 16)]
     pool_size: usize,
-    /// Threads serving clients and the engine. Absent: one per core. On a
-    /// small machine shared with PostgreSQL, 1 spends less CPU a statement
-    /// (no wake-ups across threads)
+    /// Threads serving clients and the engine. Absent: half the cores, at
+    /// least one (the rest is PostgreSQL's and the kernel's network work;
+    /// on two cores one thread relayed and pushed faster than two: no
+    /// wake-ups across threads)
     #[arg(long, env = "QUEENWIRE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     worker_threads: Option<u16>,
     /// Log level: error, warn, info, debug or trace (or a tracing filter).
@@ -307,10 +308,11 @@ fn main() -> ExitCode {
             advertise: cli.internal_advertise,
         },
     };
+    let threads = cli.worker_threads.map(usize::from).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+    });
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = cli.worker_threads {
-        runtime.worker_threads(usize::from(n));
-    }
+    runtime.worker_threads(threads);
     let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -331,7 +333,7 @@ fn main() -> ExitCode {
             }
         };
         tracing::info!(
-            "queenwire listening on {}, backend: {}, clients: {auth}",
+            "queenwire listening on {}, backend: {}, clients: {auth}, {threads} worker thread(s)",
             server.local_addr,
             server.backend_description
         );

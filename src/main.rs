@@ -311,8 +311,15 @@ fn main() -> ExitCode {
     let threads = cli.worker_threads.map(usize::from).unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
     });
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.worker_threads(threads);
+    // One thread: the scheduler without work stealing, whose wake-ups stay
+    // on the thread that runs everything.
+    let mut runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
     let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

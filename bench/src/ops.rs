@@ -137,6 +137,13 @@ fn param_pairs(rows: usize) -> String {
 
 /// The statement of an op that runs on the raw client, with the parameter
 /// types given at Parse (the rest the server infers).
+impl Op {
+    /// Whether this op runs on the raw client.
+    pub fn raw(&self) -> bool {
+        raw_statement(self).is_some()
+    }
+}
+
 fn raw_statement(op: &Op) -> Option<(String, Vec<Type>)> {
     Some(match op {
         Op::QwPush {

@@ -6,7 +6,7 @@ use crate::ops::{Op, Worker};
 use crate::payload::Payloads;
 use crate::procfs;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_postgres::Config;
@@ -90,40 +90,34 @@ pub struct SliceSpec<'a> {
 }
 
 /// Opens the connections (untimed), then runs them all from one start.
+///
+/// Connections on the raw client run as pgbench's `-j 2` runs them: on
+/// [`CLIENT_THREADS`] threads of their own, each a single-threaded runtime
+/// driving its share of the connections, so a reply wakes only the thread
+/// whose connection waits for it. The others (tokio-postgres hands every
+/// query to a connection task) run on the benchmark's runtime.
 pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Probes) -> Slice {
+    if !spec.ops.is_empty() && spec.ops.iter().all(Op::raw) {
+        return run_slice_on_threads(spec, payloads, probes).await;
+    }
     let warmup = spec.warmup;
     let mut connecting = JoinSet::new();
     for (i, op) in spec.ops.iter().enumerate() {
-        let cfg = spec.cfg.clone();
-        let op = op.clone();
-        let payloads = payloads.clone();
-        connecting.spawn(async move {
-            let mut w = tokio::time::timeout(OP_TIMEOUT, Worker::new(&cfg, op, payloads, i))
-                .await
-                .map_err(|_| "connect timed out".to_string())?
-                .map_err(|e| format!("connect: {}", crate::setup::describe(&*e)))?;
-            if warmup {
-                tokio::time::timeout(OP_TIMEOUT, w.run_once(None))
-                    .await
-                    .map_err(|_| "warm-up timed out".to_string())?
-                    .map_err(|e| format!("warm-up: {}", crate::setup::describe(&*e)))?;
-            }
-            Ok::<Worker, String>(w)
-        });
+        connecting.spawn(open(
+            spec.cfg.clone(),
+            op.clone(),
+            payloads.clone(),
+            i,
+            warmup,
+        ));
     }
     let mut workers = Vec::new();
     while let Some(r) = connecting.join_next().await {
-        match r {
-            Ok(Ok(w)) => workers.push(w),
-            Ok(Err(e)) => {
-                return Slice {
-                    error: Some(e),
-                    ..Slice::default()
-                }
-            }
+        match r.map_err(|e| e.to_string()).and_then(|w| w) {
+            Ok(w) => workers.push(w),
             Err(e) => {
                 return Slice {
-                    error: Some(e.to_string()),
+                    error: Some(e),
                     ..Slice::default()
                 }
             }
@@ -137,77 +131,306 @@ pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Pr
     }
     let cpu0 = probes.sample();
     let start = Instant::now();
-    let deadline = start + spec.duration;
+    let timing = Timing {
+        start,
+        deadline: start + spec.duration,
+        budget: spec.budget,
+        stop: stop.clone(),
+        done: done.clone(),
+    };
     let mut running = JoinSet::new();
-    for mut w in workers {
-        let stop = stop.clone();
-        let done = done.clone();
-        let budget = spec.budget;
-        running.spawn(async move {
-            let mut lat = Vec::new();
-            let (mut ops, mut empty) = (0u64, 0u64);
-            let mut error = None;
-            // When this connection last finished a request that moved
-            // messages.
-            let mut busy_until = start;
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                let t0 = Instant::now();
-                match tokio::time::timeout(OP_TIMEOUT, w.run_once(None)).await {
-                    Ok(Ok(0)) => {
-                        empty += 1;
-                        tokio::time::sleep(EMPTY_BACKOFF).await;
-                    }
-                    Ok(Ok(n)) => {
-                        if lat.len() < MAX_SAMPLES {
-                            lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                        }
-                        ops += 1;
-                        busy_until = Instant::now();
-                        let total = done.fetch_add(n, Ordering::Relaxed) + n;
-                        if budget.is_some_and(|b| total >= b) {
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        error = Some(crate::setup::describe(&*e));
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    Err(_) => {
-                        error = Some(format!("a request took more than {OP_TIMEOUT:?}"));
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                }
-            }
-            (lat, ops, empty, Instant::now(), busy_until, error, w)
-        });
+    for w in workers {
+        running.spawn(drive(w, timing.clone()));
     }
-    let mut slice = Slice::default();
-    let mut end = start;
-    let mut busy_until = start;
-    let mut finished = Vec::new();
+    let mut runs = Vec::new();
+    let mut error = None;
     while let Some(r) = running.join_next().await {
         match r {
-            Ok((lat, ops, empty, t, busy, error, w)) => {
-                slice.lat_us.extend(lat);
-                slice.ops += ops;
-                slice.empty += empty;
-                end = end.max(t);
-                busy_until = busy_until.max(busy);
-                if slice.error.is_none() {
-                    slice.error = error;
-                }
-                finished.push(w);
-            }
-            Err(e) => slice.error = Some(e.to_string()),
+            Ok(run) => runs.push(run),
+            Err(e) => error = Some(e.to_string()),
         }
     }
-    slice.cpu = probes.sample() - cpu0;
+    let cpu = probes.sample() - cpu0;
+    let mut slice = tally(runs, &timing, cpu);
+    if slice.error.is_none() {
+        slice.error = error;
+    }
+    slice
+}
+
+/// Threads the raw-client connections of one slice are spread over, as
+/// `pgbench -j 2` spreads its clients.
+pub const CLIENT_THREADS: usize = 2;
+
+async fn run_slice_on_threads(
+    spec: SliceSpec<'_>,
+    payloads: &Arc<Payloads>,
+    probes: Probes,
+) -> Slice {
+    let threads = CLIENT_THREADS.min(spec.ops.len());
+    let mut shares: Vec<Vec<(usize, Op)>> = vec![Vec::new(); threads];
+    for (i, op) in spec.ops.into_iter().enumerate() {
+        shares[i % threads].push((i, op));
+    }
+    // Every thread has connected (or failed to); then the clock starts.
+    let connected = Arc::new(Barrier::new(threads + 1));
+    let started = Arc::new(Barrier::new(threads + 1));
+    let start_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let failed: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let (duration, budget, warmup) = (spec.duration, spec.budget, spec.warmup);
+    let (results, ran) = mpsc::channel::<Vec<Run>>();
+    // A thread keeps its connections open until its sender here is
+    // dropped: after the CPU is sampled, as on the runtime.
+    let mut releases = Vec::new();
+    let mut handles = Vec::new();
+    for share in shares {
+        let (connected, started) = (connected.clone(), started.clone());
+        let (start_at, failed) = (start_at.clone(), failed.clone());
+        let (stop, done) = (stop.clone(), done.clone());
+        let (cfg, payloads, results) = (spec.cfg.clone(), payloads.clone(), results.clone());
+        let (release, released) = mpsc::channel::<()>();
+        releases.push(release);
+        handles.push(std::thread::spawn(move || {
+            let fail = |e: String| {
+                lock(&failed).get_or_insert(e);
+            };
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    fail(format!("client runtime: {e}"));
+                    connected.wait();
+                    started.wait();
+                    let _ = results.send(Vec::new());
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let mut connecting = JoinSet::new();
+                for (i, op) in share {
+                    connecting.spawn(open(cfg.clone(), op, payloads.clone(), i, warmup));
+                }
+                let mut workers = Vec::new();
+                while let Some(r) = connecting.join_next().await {
+                    match r.map_err(|e| e.to_string()).and_then(|w| w) {
+                        Ok(w) => workers.push(w),
+                        Err(e) => fail(e),
+                    }
+                }
+                connected.wait();
+                started.wait();
+                let Some(start) = *lock(&start_at) else {
+                    let _ = results.send(Vec::new());
+                    return;
+                };
+                let timing = Timing {
+                    start,
+                    deadline: start + duration,
+                    budget,
+                    stop,
+                    done,
+                };
+                let mut running = JoinSet::new();
+                for w in workers {
+                    running.spawn(drive(w, timing.clone()));
+                }
+                let (mut runs, mut keep) = (Vec::new(), Vec::new());
+                while let Some(r) = running.join_next().await {
+                    match r {
+                        Ok(mut run) => {
+                            keep.extend(run.worker.take());
+                            runs.push(run);
+                        }
+                        Err(e) => fail(e.to_string()),
+                    }
+                }
+                let _ = results.send(runs);
+                let _ = released.recv();
+                drop(keep);
+            });
+        }));
+    }
+    drop(results);
+    let label = spec.label;
+    let failed_at_end = failed.clone();
+    let coordinated = tokio::task::spawn_blocking(move || {
+        connected.wait();
+        let ok = lock(&failed).is_none();
+        if ok && !label.is_empty() {
+            eprintln!("bench: timing {label}");
+        }
+        let cpu0 = probes.sample();
+        let start = Instant::now();
+        if ok {
+            *lock(&start_at) = Some(start);
+        }
+        started.wait();
+        let mut runs = Vec::new();
+        // One send a thread, whatever became of it.
+        for _ in 0..threads {
+            match ran.recv() {
+                Ok(r) => runs.extend(r),
+                Err(_) => break,
+            }
+        }
+        let cpu = probes.sample() - cpu0;
+        drop(releases);
+        for h in handles {
+            if h.join().is_err() {
+                lock(&failed).get_or_insert_with(|| "a client thread panicked".into());
+            }
+        }
+        (start, runs, cpu)
+    })
+    .await;
+    let error = lock(&failed_at_end).take();
+    match coordinated {
+        Ok((start, runs, cpu)) if error.is_none() || !runs.is_empty() => {
+            let timing = Timing {
+                start,
+                deadline: start + duration,
+                budget,
+                stop,
+                done,
+            };
+            let mut slice = tally(runs, &timing, cpu);
+            if slice.error.is_none() {
+                slice.error = error;
+            }
+            slice
+        }
+        Ok(_) => Slice {
+            error,
+            ..Slice::default()
+        },
+        Err(e) => Slice {
+            error: Some(e.to_string()),
+            ..Slice::default()
+        },
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One connection, opened and (if asked) warmed with one untimed request.
+async fn open(
+    cfg: Config,
+    op: Op,
+    payloads: Arc<Payloads>,
+    seed: usize,
+    warmup: bool,
+) -> Result<Worker, String> {
+    let mut w = tokio::time::timeout(OP_TIMEOUT, Worker::new(&cfg, op, payloads, seed))
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect: {}", crate::setup::describe(&*e)))?;
+    if warmup {
+        tokio::time::timeout(OP_TIMEOUT, w.run_once(None))
+            .await
+            .map_err(|_| "warm-up timed out".to_string())?
+            .map_err(|e| format!("warm-up: {}", crate::setup::describe(&*e)))?;
+    }
+    Ok(w)
+}
+
+/// The clock and the budget every connection of a slice shares.
+#[derive(Clone)]
+struct Timing {
+    start: Instant,
+    deadline: Instant,
+    budget: Option<u64>,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+}
+
+/// What one connection did in a slice.
+struct Run {
+    lat: Vec<u32>,
+    ops: u64,
+    empty: u64,
+    /// When it stopped, and when it last finished a request that moved
+    /// messages.
+    end: Instant,
+    busy_until: Instant,
+    error: Option<String>,
+    /// Kept until the slice's CPU is sampled, so that no connection's close
+    /// is counted in it.
+    worker: Option<Worker>,
+}
+
+/// Requests on one connection until the deadline, the budget or an error.
+async fn drive(mut w: Worker, t: Timing) -> Run {
+    let mut lat = Vec::new();
+    let (mut ops, mut empty) = (0u64, 0u64);
+    let mut error = None;
+    let mut busy_until = t.start;
+    while !t.stop.load(Ordering::Relaxed) && Instant::now() < t.deadline {
+        let t0 = Instant::now();
+        match tokio::time::timeout(OP_TIMEOUT, w.run_once(None)).await {
+            Ok(Ok(0)) => {
+                empty += 1;
+                tokio::time::sleep(EMPTY_BACKOFF).await;
+            }
+            Ok(Ok(n)) => {
+                if lat.len() < MAX_SAMPLES {
+                    lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                }
+                ops += 1;
+                busy_until = Instant::now();
+                let total = t.done.fetch_add(n, Ordering::Relaxed) + n;
+                if t.budget.is_some_and(|b| total >= b) {
+                    t.stop.store(true, Ordering::Relaxed);
+                }
+            }
+            Ok(Err(e)) => {
+                error = Some(crate::setup::describe(&*e));
+                t.stop.store(true, Ordering::Relaxed);
+            }
+            Err(_) => {
+                error = Some(format!("a request took more than {OP_TIMEOUT:?}"));
+                t.stop.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+    Run {
+        lat,
+        ops,
+        empty,
+        end: Instant::now(),
+        busy_until,
+        error,
+        worker: Some(w),
+    }
+}
+
+/// The slice from its connections' runs.
+fn tally(runs: Vec<Run>, t: &Timing, cpu: Cpu) -> Slice {
+    let mut slice = Slice {
+        cpu,
+        ..Slice::default()
+    };
+    let (mut end, mut busy_until) = (t.start, t.start);
+    for run in runs {
+        slice.lat_us.extend(run.lat);
+        slice.ops += run.ops;
+        slice.empty += run.empty;
+        end = end.max(run.end);
+        busy_until = busy_until.max(run.busy_until);
+        if slice.error.is_none() {
+            slice.error = run.error;
+        }
+    }
     // A request begun before the deadline that moved nothing (a POP that
     // waits, say) and ended after it is idle time, not part of the slice;
     // work finished after the deadline is.
-    slice.elapsed = end.min(deadline.max(busy_until)) - start;
-    slice.msgs = done.load(Ordering::Relaxed);
-    drop(finished);
+    slice.elapsed = end.min(t.deadline.max(busy_until)) - t.start;
+    slice.msgs = t.done.load(Ordering::Relaxed);
     slice
 }
 

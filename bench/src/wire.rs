@@ -136,7 +136,7 @@ impl RawConn {
                 Ok(IsNull::Yes) => Ok(postgres_protocol::IsNull::Yes),
                 Err(e) => Err(e),
             },
-            Some(1),
+            None, // text results, as pgbench asks for
             &mut self.out,
         );
         if let Err(e) = bound {

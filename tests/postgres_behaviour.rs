@@ -84,10 +84,16 @@ async fn postgresql_s_drop_group_reaches_postgresql() {
 }
 
 #[tokio::test]
-async fn an_unterminated_deallocate_gets_postgresql_s_syntax_error_and_the_session_goes_on() {
+async fn an_unterminated_quoted_name_gets_postgresql_s_syntax_error_and_the_session_goes_on() {
     let proxy = Proxy::start("deallocate_unterminated").await;
     let client = proxy.connect().await;
-    for sql in ["DEALLOCATE \"", "DEALLOCATE PREPARE \"abc"] {
+    for sql in [
+        "DEALLOCATE \"",
+        "DEALLOCATE PREPARE \"abc",
+        // An unterminated name ending inside a two-byte character.
+        "SET\"<,receiLI\u{0572}",
+        "RESET \"abc\u{0572}",
+    ] {
         let err = client.simple_query(sql).await.unwrap_err();
         assert_eq!(
             err.code(),

@@ -2,7 +2,7 @@
 //! needs to know about it is whether it leaves session state behind that a
 //! transaction-pooled backend connection cannot carry to another client.
 
-use super::split::{tokens, words, TokenKind};
+use super::split::{quoted_name, tokens, words, TokenKind};
 
 /// What a passthrough statement does to the session beyond its transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,11 +44,7 @@ pub fn deallocated_name(sql: &str) -> Option<String> {
     Some(match next.kind {
         // An unterminated name (`DEALLOCATE "`) is PostgreSQL's syntax
         // error to report, not a name.
-        super::split::TokenKind::Quoted
-            if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') =>
-        {
-            text[1..text.len() - 1].replace("\"\"", "\"")
-        }
+        super::split::TokenKind::Quoted => super::split::quoted_name(text)?,
         super::split::TokenKind::Word => text.to_lowercase(),
         _ => return None,
     })
@@ -80,9 +76,7 @@ pub fn resets(sql: &str) -> Option<Resets> {
     let name_at = |i: usize| -> Option<String> {
         match parts.get(i)? {
             (TokenKind::Word, w) => Some(w.to_ascii_lowercase()),
-            (TokenKind::Quoted, w) if w.starts_with('"') && w.len() >= 2 => {
-                Some(w[1..w.len() - 1].replace("\"\"", "\""))
-            }
+            (TokenKind::Quoted, w) => quoted_name(w),
             _ => None,
         }
     };
@@ -184,10 +178,7 @@ pub fn listening(sql: &str) -> Option<Listening> {
     let name = match name.kind {
         // (`U&"…"` is three tokens: never taken.)
         TokenKind::Word => Some(text.to_ascii_lowercase()),
-        TokenKind::Quoted if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') => {
-            let inner = text[1..text.len() - 1].replace("\"\"", "\"");
-            (!inner.is_empty()).then_some(inner)
-        }
+        TokenKind::Quoted => quoted_name(text),
         TokenKind::Other if text == "*" && verb.eq_ignore_ascii_case("UNLISTEN") => {
             return Some(Listening::Unlisten(None));
         }
@@ -305,11 +296,7 @@ pub fn transaction_control(sql: &str) -> Option<Control> {
         let text = &sql[t.range.clone()];
         match t.kind {
             TokenKind::Word => Some(text.to_ascii_lowercase()),
-            TokenKind::Quoted
-                if text.len() >= 2 && text.starts_with('"') && text.ends_with('"') =>
-            {
-                Some(text[1..text.len() - 1].replace("\"\"", "\""))
-            }
+            TokenKind::Quoted => quoted_name(text),
             _ => None,
         }
     };
@@ -497,6 +484,34 @@ mod tests {
         );
         assert_eq!(sets_setting("SET LOCAL DateStyle TO 'SQL'"), None);
         assert_eq!(sets_setting("SET datestyle TO DEFAULT"), None);
+    }
+
+    #[test]
+    fn an_unterminated_quoted_name_is_no_name_to_any_classifier() {
+        // The token runs to the end of the text, here inside a two-byte
+        // character: no classifier may cut it as if it were closed.
+        for sql in [
+            "SET\"<\0,receiLI\u{0572}",
+            "RESET \"abc\u{0572}",
+            "SET \"a\"\" TO DEFAULT",
+            "RESET \"\"",
+        ] {
+            assert_eq!(resets(sql), None, "{sql}");
+            let _ = sets_setting(sql);
+            let _ = session_effect(sql);
+            let _ = transaction_control(sql);
+        }
+        assert_eq!(deallocated_name("DEALLOCATE \"a\u{0572}"), None);
+        assert_eq!(deallocated_name("DEALLOCATE \"\""), None);
+        assert_eq!(listening("LISTEN \"a\u{0572}"), None);
+        assert_eq!(
+            listening("LISTEN \"a\"\"b\""),
+            Some(Listening::Listen("a\"b".into()))
+        );
+        assert_eq!(
+            resets("RESET \"a\"\"b\""),
+            Some(Resets::Setting("a\"b".into()))
+        );
     }
 
     #[test]

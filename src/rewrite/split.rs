@@ -27,6 +27,25 @@ pub struct Token {
     pub range: Range<usize>,
 }
 
+/// The name a double-quoted identifier token spells (`"a""b"` is `a"b`);
+/// `None` for an unterminated one (`"abc`, `"abc""`: the token ran to the
+/// end of the text) and for `""`, which PostgreSQL refuses as a
+/// zero-length identifier: both are its syntax errors to report, not names.
+pub fn quoted_name(text: &str) -> Option<String> {
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    let mut name = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        // Inside, quotes come in pairs; a lone one ended the identifier
+        // before the token's end.
+        if c == '"' && chars.next() != Some('"') {
+            return None;
+        }
+        name.push(c);
+    }
+    (!name.is_empty()).then_some(name)
+}
+
 /// Scans `sql` into tokens, skipping whitespace and comments. An
 /// unterminated literal or comment runs to the end of the text (PostgreSQL
 /// will report it when it sees the statement).

@@ -138,18 +138,24 @@ pub fn parse_integer(text: &str) -> Result<i64, ParseError> {
 
 /// A LIMIT or PARTITIONS count: 1..=10000 (below is `22023`, above `54000`).
 pub fn check_count(what: &str, count: i64) -> Result<u32, ParseError> {
-    if count < 1 {
-        return Err(ParseError::new(
-            SqlState::INVALID_PARAMETER_VALUE,
-            format!("{what} must be at least 1, got {count}"),
-        ));
-    }
     match u32::try_from(count) {
-        Ok(count) if count <= MAX_BATCH => Ok(count),
-        _ => Err(ParseError::new(
+        Ok(count) if (1..=MAX_BATCH).contains(&count) => Ok(count),
+        _ => Err(count_out_of_range(what, count < 1, count)),
+    }
+}
+
+/// A count's refusal, `got` as the client wrote it.
+fn count_out_of_range(what: &str, below: bool, got: impl std::fmt::Display) -> ParseError {
+    if below {
+        ParseError::new(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("{what} must be at least 1, got {got}"),
+        )
+    } else {
+        ParseError::new(
             SqlState::PROGRAM_LIMIT_EXCEEDED,
-            format!("{what} must be at most {MAX_BATCH}, got {count}"),
-        )),
+            format!("{what} must be at most {MAX_BATCH}, got {got}"),
+        )
     }
 }
 
@@ -157,10 +163,11 @@ pub fn check_count(what: &str, count: i64) -> Result<u32, ParseError> {
 pub fn parse_count(what: &str, text: &str) -> Result<u32, ParseError> {
     match parse_integer(text) {
         Ok(count) => check_count(what, count),
-        // Digits too long for a bigint are certainly over the limit.
+        // Digits too long for a bigint are certainly out of range; the
+        // error quotes them as written.
         Err(err) if err.sqlstate == SqlState::NUMERIC_VALUE_OUT_OF_RANGE => {
-            let negative = text.trim().starts_with('-');
-            check_count(what, if negative { i64::MIN } else { i64::MAX })
+            let text = text.trim();
+            Err(count_out_of_range(what, text.starts_with('-'), text))
         }
         Err(err) => Err(err),
     }
@@ -289,6 +296,22 @@ mod tests {
         assert_eq!(
             parse_count("LIMIT", "1.5").unwrap_err().sqlstate.code(),
             "22P02"
+        );
+        // Past a bigint the error quotes the digits as written.
+        let err = parse_count("LIMIT", "99999999999999999999").unwrap_err();
+        assert_eq!(
+            err.message,
+            "LIMIT must be at most 10000, got 99999999999999999999"
+        );
+        let err = parse_count("PARTITIONS", "-99999999999999999999").unwrap_err();
+        assert_eq!(err.sqlstate.code(), "22023");
+        assert_eq!(
+            err.message,
+            "PARTITIONS must be at least 1, got -99999999999999999999"
+        );
+        assert_eq!(
+            check_count("LIMIT", 10_001).unwrap_err().message,
+            "LIMIT must be at most 10000, got 10001"
         );
     }
 

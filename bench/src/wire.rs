@@ -6,8 +6,8 @@
 //! cores the systems under test share with the load generator, that
 //! starved the CPU-bound systems more than the others and the native ratios
 //! disagreed with pgbench's. This client does what pgbench's `-M prepared`
-//! does on the wire: Parse once, then Bind, Execute and Sync a call, one
-//! write and the reads up to ReadyForQuery.
+//! does on the wire: Parse once, then Bind, Describe, Execute and Sync a
+//! call, one write and the reads up to ReadyForQuery.
 //!
 //! Trust authentication only (every cluster of the benchmark uses it).
 
@@ -146,6 +146,9 @@ impl RawConn {
                 frontend::BindError::Serialization(e) => e.into(),
             });
         }
+        // libpq's PQsendQueryPrepared, which pgbench -M prepared calls,
+        // describes the portal before executing it.
+        frontend::describe(b'P', "", &mut self.out)?;
         frontend::execute("", 0, &mut self.out)?;
         frontend::sync(&mut self.out);
         self.flush().await?;

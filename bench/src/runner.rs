@@ -100,32 +100,16 @@ pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Pr
     if !spec.ops.is_empty() && spec.ops.iter().all(Op::raw) {
         return run_slice_on_threads(spec, payloads, probes).await;
     }
-    let warmup = spec.warmup;
-    let mut connecting = JoinSet::new();
-    for (i, op) in spec.ops.iter().enumerate() {
-        connecting.spawn(open(
-            spec.cfg.clone(),
-            op.clone(),
-            payloads.clone(),
-            i,
-            warmup,
-        ));
-    }
-    let mut workers = Vec::new();
-    while let Some(r) = connecting.join_next().await {
-        match r.map_err(|e| e.to_string()).and_then(|w| w) {
-            Ok(w) => workers.push(w),
-            Err(e) => {
-                return Slice {
-                    error: Some(e),
-                    ..Slice::default()
-                }
+    let ops = spec.ops.into_iter().enumerate().collect();
+    let workers = match open_all(spec.cfg, ops, payloads, spec.warmup).await {
+        Ok(workers) => workers,
+        Err(e) => {
+            return Slice {
+                error: Some(e),
+                ..Slice::default()
             }
         }
-    }
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
+    };
     if !spec.label.is_empty() {
         eprintln!("bench: timing {}", spec.label);
     }
@@ -135,21 +119,10 @@ pub async fn run_slice(spec: SliceSpec<'_>, payloads: &Arc<Payloads>, probes: Pr
         start,
         deadline: start + spec.duration,
         budget: spec.budget,
-        stop: stop.clone(),
-        done: done.clone(),
+        stop: Arc::new(AtomicBool::new(false)),
+        done: Arc::new(AtomicU64::new(0)),
     };
-    let mut running = JoinSet::new();
-    for w in workers {
-        running.spawn(drive(w, timing.clone()));
-    }
-    let mut runs = Vec::new();
-    let mut error = None;
-    while let Some(r) = running.join_next().await {
-        match r {
-            Ok(run) => runs.push(run),
-            Err(e) => error = Some(e.to_string()),
-        }
-    }
+    let (runs, error) = drive_all(workers, &timing).await;
     let cpu = probes.sample() - cpu0;
     let mut slice = tally(runs, &timing, cpu);
     if slice.error.is_none() {
@@ -210,17 +183,12 @@ async fn run_slice_on_threads(
                 }
             };
             runtime.block_on(async move {
-                let mut connecting = JoinSet::new();
-                for (i, op) in share {
-                    connecting.spawn(open(cfg.clone(), op, payloads.clone(), i, warmup));
-                }
-                let mut workers = Vec::new();
-                while let Some(r) = connecting.join_next().await {
-                    match r.map_err(|e| e.to_string()).and_then(|w| w) {
-                        Ok(w) => workers.push(w),
-                        Err(e) => fail(e),
-                    }
-                }
+                let workers = open_all(&cfg, share, &payloads, warmup)
+                    .await
+                    .unwrap_or_else(|e| {
+                        fail(e);
+                        Vec::new()
+                    });
                 connected.wait();
                 started.wait();
                 let Some(start) = *lock(&start_at) else {
@@ -234,20 +202,11 @@ async fn run_slice_on_threads(
                     stop,
                     done,
                 };
-                let mut running = JoinSet::new();
-                for w in workers {
-                    running.spawn(drive(w, timing.clone()));
+                let (mut runs, error) = drive_all(workers, &timing).await;
+                if let Some(e) = error {
+                    fail(e);
                 }
-                let (mut runs, mut keep) = (Vec::new(), Vec::new());
-                while let Some(r) = running.join_next().await {
-                    match r {
-                        Ok(mut run) => {
-                            keep.extend(run.worker.take());
-                            runs.push(run);
-                        }
-                        Err(e) => fail(e.to_string()),
-                    }
-                }
+                let keep: Vec<Worker> = runs.iter_mut().filter_map(|r| r.worker.take()).collect();
                 let _ = results.send(runs);
                 let _ = released.recv();
                 drop(keep);
@@ -316,6 +275,42 @@ async fn run_slice_on_threads(
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Opens the connections of `ops` (each with its number) at once; the
+/// first failure if any failed.
+async fn open_all(
+    cfg: &Config,
+    ops: Vec<(usize, Op)>,
+    payloads: &Arc<Payloads>,
+    warmup: bool,
+) -> Result<Vec<Worker>, String> {
+    let mut connecting = JoinSet::new();
+    for (i, op) in ops {
+        connecting.spawn(open(cfg.clone(), op, payloads.clone(), i, warmup));
+    }
+    let mut workers = Vec::new();
+    while let Some(r) = connecting.join_next().await {
+        workers.push(r.map_err(|e| e.to_string()).and_then(|w| w)?);
+    }
+    Ok(workers)
+}
+
+/// Every worker driven to the end of the slice at once; a worker task that
+/// failed outright is the error.
+async fn drive_all(workers: Vec<Worker>, timing: &Timing) -> (Vec<Run>, Option<String>) {
+    let mut running = JoinSet::new();
+    for w in workers {
+        running.spawn(drive(w, timing.clone()));
+    }
+    let (mut runs, mut error) = (Vec::new(), None);
+    while let Some(r) = running.join_next().await {
+        match r {
+            Ok(run) => runs.push(run),
+            Err(e) => error = Some(e.to_string()),
+        }
+    }
+    (runs, error)
 }
 
 /// One connection, opened and (if asked) warmed with one untimed request.

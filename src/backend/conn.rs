@@ -48,7 +48,7 @@ pub enum BackendError {
     Auth(String),
     /// The pool had no connection to give within its timeout.
     #[error("backend pool: timed out {}", pool_timeout_stage(.0))]
-    PoolTimeout(deadpool::managed::TimeoutType),
+    PoolTimeout(super::pool::TimeoutType),
     /// The pool was closed.
     #[error("backend pool is closed")]
     PoolClosed,
@@ -87,12 +87,11 @@ impl BackendError {
     }
 }
 
-fn pool_timeout_stage(stage: &deadpool::managed::TimeoutType) -> &'static str {
-    use deadpool::managed::TimeoutType;
+fn pool_timeout_stage(stage: &super::pool::TimeoutType) -> &'static str {
+    use super::pool::TimeoutType;
     match stage {
         TimeoutType::Wait => "waiting for a free connection",
         TimeoutType::Create => "connecting",
-        TimeoutType::Recycle => "checking a returned connection",
     }
 }
 

@@ -148,10 +148,7 @@ async fn fire_batch(
     sealing: &Sealing,
     careful: bool,
 ) -> Result<usize, ExecError> {
-    let mut conn = pool
-        .get()
-        .await
-        .map_err(|e| ExecError::Lost(crate::backend::BackendError::from(e)))?;
+    let mut conn = pool::checkout(pool).await.map_err(ExecError::Lost)?;
     let result = fire_on(&mut Calls::new(&mut conn, CallEnd::Flush), sealing, careful).await;
     if let Err(e) = &result {
         if !matches!(e, ExecError::Failed(_)) {

@@ -32,7 +32,7 @@ use crate::protocol::SqlState;
 pub fn backend_unavailable(e: &BackendError) -> SqlError {
     match e.cause() {
         BackendError::Server(fields) => fields.clone(),
-        BackendError::PoolTimeout(deadpool::managed::TimeoutType::Wait) => SqlError::error(
+        BackendError::PoolTimeout(crate::backend::pool::TimeoutType::Wait) => SqlError::error(
             SqlState::TOO_MANY_CONNECTIONS,
             "no backend connection became free in time: every connection of the pool is held \
              by other sessions (see --pool-size and --pool-wait-timeout)",
@@ -98,7 +98,7 @@ pub fn statement_error(e: &StatementError) -> Option<SqlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use deadpool::managed::TimeoutType;
+    use crate::backend::pool::TimeoutType;
 
     #[test]
     fn a_pool_that_stays_full_is_53300_and_a_failed_connect_08006() {

@@ -221,7 +221,7 @@ impl Metrics {
         }
     }
 
-    /// Each pool's role and deadpool status.
+    /// Each pool's role and status.
     pub fn pool_status(&self) -> Vec<PoolStatus> {
         let pools = match self.pools.read() {
             Ok(p) => p,

@@ -5,7 +5,7 @@
 
 use super::Evaluators;
 use crate::backend::call::CallEnd;
-use crate::backend::{pool, BackendError};
+use crate::backend::pool;
 use crate::calls::queues::PopRow;
 use crate::calls::stream_cycle::ActiveRow;
 use crate::calls::streams::{Eval, EvalRow};
@@ -154,10 +154,7 @@ async fn on_tenant_role(
             "the stream's tenant has no backend role to evaluate its expressions with (a user with passthrough full or read_only)",
         )));
     };
-    let mut conn = eval_pool
-        .get()
-        .await
-        .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
+    let mut conn = pool::checkout(&eval_pool).await.map_err(ExecError::Lost)?;
     let call = Eval {
         sql,
         messages: input,

@@ -346,10 +346,7 @@ async fn on_tenant_role(
             "a stream's expressions run with the tenant's own backend role, and this tenant has none (its users have passthrough none)",
         )));
     };
-    let mut conn = eval_pool
-        .get()
-        .await
-        .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
+    let mut conn = pool::checkout(&eval_pool).await.map_err(ExecError::Lost)?;
     let tried = conn
         .run(
             &Eval {

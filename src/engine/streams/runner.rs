@@ -103,10 +103,7 @@ async fn round(
     sealing: &Sealing,
 ) -> Result<bool, ExecError> {
     let streams = {
-        let mut conn = pool
-            .get()
-            .await
-            .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
+        let mut conn = pool::checkout(pool).await.map_err(ExecError::Lost)?;
         let rows = conn.run(&Active, CallEnd::Sync).await;
         pool::release(conn);
         rows?
@@ -153,7 +150,7 @@ async fn round(
 
 async fn note_error(pool: &Pool, stream: &ActiveRow, e: &ExecError) {
     tracing::warn!("stream {} ({}): {e}", stream.name, stream.tenant);
-    if let Ok(mut conn) = pool.get().await {
+    if let Ok(mut conn) = pool::checkout(pool).await {
         let error = e.to_string();
         let _ = conn
             .run(
@@ -228,10 +225,7 @@ async fn cycle(
         auto_ack: false,
         wait: None,
     };
-    let mut conn = pool
-        .get()
-        .await
-        .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
+    let mut conn = pool::checkout(pool).await.map_err(ExecError::Lost)?;
     let claimed = conn
         .run(
             &Pop {
@@ -574,10 +568,7 @@ async fn idle_flush(
     spec: &Spec,
     idle_ms: i64,
 ) -> Result<(), ExecError> {
-    let mut conn = pool
-        .get()
-        .await
-        .map_err(|e| ExecError::Lost(BackendError::from(e)))?;
+    let mut conn = pool::checkout(pool).await.map_err(ExecError::Lost)?;
     let quiet = conn
         .run(
             &IdlePartitions {

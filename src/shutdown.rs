@@ -16,14 +16,75 @@
 //! dropped without [`Server::shutdown`](crate::server::Server::shutdown)
 //! stops listening all the same.
 
+use futures::task::AtomicWaker;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use tokio_util::sync::CancellationToken;
 
 /// The trigger, owned by the server.
 #[derive(Default)]
 pub struct Shutdown {
-    drain: CancellationToken,
-    terminate: CancellationToken,
-    stop: CancellationToken,
+    drain: Step,
+    terminate: Step,
+    stop: Step,
+}
+
+/// One step: a token for the tasks that wait on it now and then, and the
+/// watches of the tasks that wait on it between every two requests.
+#[derive(Default)]
+struct Step {
+    token: CancellationToken,
+    watches: Arc<Watches>,
+}
+
+#[derive(Default)]
+struct Watches {
+    list: Mutex<WatchList>,
+}
+
+#[derive(Default)]
+struct WatchList {
+    watches: Vec<Weak<WatchState>>,
+    /// Length after the last sweep of watches that are gone.
+    swept: usize,
+}
+
+impl Step {
+    fn begin(&self) {
+        self.token.cancel();
+        self.watches.fire();
+    }
+
+    fn signal(&self) -> ShutdownSignal {
+        ShutdownSignal {
+            token: self.token.clone(),
+            watches: self.watches.clone(),
+        }
+    }
+}
+
+impl Watches {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WatchList> {
+        // A panic while the lock was held left a valid list behind.
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fire(&self) {
+        for watch in self.lock().watches.iter().filter_map(Weak::upgrade) {
+            watch.fire();
+        }
+    }
+
+    fn add(&self, watch: &Arc<WatchState>) {
+        let mut list = self.lock();
+        // Watches of tasks that ended are swept once the list has doubled
+        // since the last sweep: the list stays within twice the live ones.
+        if list.watches.len() >= 2 * list.swept.max(16) {
+            list.watches.retain(|w| w.strong_count() > 0);
+            list.swept = list.watches.len();
+        }
+        list.watches.push(Arc::downgrade(watch));
+    }
 }
 
 impl Shutdown {
@@ -33,40 +94,34 @@ impl Shutdown {
 
     /// A signal of the last step, for a background loop.
     pub fn signal(&self) -> ShutdownSignal {
-        ShutdownSignal {
-            token: self.stop.clone(),
-        }
+        self.stop.signal()
     }
 
     /// A signal of the first step: stop accepting, close idle sessions.
     pub fn drain_signal(&self) -> ShutdownSignal {
-        ShutdownSignal {
-            token: self.drain.clone(),
-        }
+        self.drain.signal()
     }
 
     /// A signal of the second step: close every session now.
     pub fn terminate_signal(&self) -> ShutdownSignal {
-        ShutdownSignal {
-            token: self.terminate.clone(),
-        }
+        self.terminate.signal()
     }
 
     /// Step 1; idempotent.
     pub fn begin_drain(&self) {
-        self.drain.cancel();
+        self.drain.begin();
     }
 
     /// Step 2 (and step 1 if it has not begun); idempotent.
     pub fn terminate(&self) {
-        self.drain.cancel();
-        self.terminate.cancel();
+        self.drain.begin();
+        self.terminate.begin();
     }
 
     /// Every step at once; idempotent.
     pub fn begin(&self) {
         self.terminate();
-        self.stop.cancel();
+        self.stop.begin();
     }
 }
 
@@ -80,6 +135,7 @@ impl Drop for Shutdown {
 #[derive(Clone)]
 pub struct ShutdownSignal {
     token: CancellationToken,
+    watches: Arc<Watches>,
 }
 
 impl ShutdownSignal {
@@ -93,13 +149,59 @@ impl ShutdownSignal {
         self.token.is_cancelled()
     }
 
-    /// A signal of the same step for one task alone: waiting on it touches
-    /// only that task's own node, so many sessions waiting at once never
-    /// contend on one lock (the child leaves the tree when dropped).
-    pub fn child(&self) -> ShutdownSignal {
-        ShutdownSignal {
-            token: self.token.child_token(),
+    /// A watch of this step for one task that waits on it again and again
+    /// (a session, between every two requests): waiting on it costs no
+    /// lock and no allocation, and many tasks waiting at once share
+    /// nothing. Taking one locks the step's list once.
+    pub fn watch(&self) -> Watch {
+        let state = Arc::new(WatchState::default());
+        self.watches.add(&state);
+        // Begun before the watch was listed: the firing missed it.
+        if self.token.is_cancelled() {
+            state.fire();
         }
+        Watch { state }
+    }
+}
+
+/// One task's watch on one step of the shutdown ([`ShutdownSignal::watch`]).
+pub struct Watch {
+    state: Arc<WatchState>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    fired: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl WatchState {
+    fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+impl Watch {
+    pub fn has_begun(&self) -> bool {
+        self.state.fired.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the step has begun (at once if it already has). Only
+    /// the task that owns the watch waits on it.
+    pub async fn begun(&mut self) {
+        std::future::poll_fn(|cx| {
+            if self.has_begun() {
+                return std::task::Poll::Ready(());
+            }
+            self.state.waker.register(cx.waker());
+            if self.has_begun() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
     }
 }
 
@@ -131,10 +233,13 @@ mod tests {
             shutdown.terminate_signal(),
             shutdown.signal(),
         );
-        let child = drain.child();
+        let mut watch = drain.watch();
+        assert!(!watch.has_begun());
         shutdown.begin_drain();
-        assert!(drain.has_begun() && child.has_begun());
-        child.begun().await;
+        assert!(drain.has_begun() && watch.has_begun());
+        watch.begun().await;
+        // A watch taken after the step began has begun too.
+        drain.watch().begun().await;
         assert!(!terminate.has_begun() && !stop.has_begun());
         shutdown.terminate();
         assert!(terminate.has_begun() && !stop.has_begun());

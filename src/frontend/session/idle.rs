@@ -4,9 +4,9 @@
 //! once.
 //!
 //! This is also where a session notices the shutdown drain: the wait for
-//! the client has one more branch, on a signal of the session's own (a
-//! child of the server's, so sessions never contend on one lock), which
-//! costs nothing until it fires. Once the drain has begun, the session
+//! the client has one more branch, on a watch of the session's own (a flag
+//! and a waker: waiting on it takes no lock, so sessions never contend on
+//! one), which costs nothing until it fires. Once the drain has begun, the session
 //! closes with 57P01 at its first idle point between transactions (at once
 //! if it is idle now); inside a transaction block it goes on until the
 //! block ends or the drain timeout passes, whichever comes first.
@@ -14,7 +14,7 @@
 use super::canned;
 use super::{End, Session};
 use crate::protocol::{self, FrameError, Message};
-use crate::shutdown::ShutdownSignal;
+use crate::shutdown::Watch;
 
 /// What came while the client was idle.
 enum Idle {
@@ -37,22 +37,22 @@ const BEGIN_HELD_FOR: std::time::Duration = std::time::Duration::from_millis(1);
 /// The shutdown as one session watches it.
 pub(super) struct Stopping {
     /// Fires when the drain begins.
-    drain: ShutdownSignal,
+    drain: Watch,
     /// Taken once the drain has begun; fires when its timeout passes.
-    terminate: Option<ShutdownSignal>,
+    terminate: Option<Watch>,
 }
 
 impl Stopping {
     pub(super) fn new(shared: &crate::frontend::Shared) -> Stopping {
         Stopping {
-            drain: shared.shutdown.child(),
+            drain: shared.shutdown.watch(),
             terminate: None,
         }
     }
 
-    /// The signal of the step still to come.
-    fn next(&self) -> &ShutdownSignal {
-        self.terminate.as_ref().unwrap_or(&self.drain)
+    /// The watch of the step still to come.
+    fn next(&mut self) -> &mut Watch {
+        self.terminate.as_mut().unwrap_or(&mut self.drain)
     }
 }
 
@@ -107,11 +107,16 @@ impl Session {
                         std::future::pending().await
                     }
                 };
+                // In a fixed order (no random draw per wait): what the
+                // backend sent unasked first, as PostgreSQL sends it before
+                // reading the next command; the client's message before
+                // the timers, which it makes moot.
                 let waiting = async {
                     tokio::select! {
-                        next = read => Idle::Client(next),
+                        biased;
                         msg = unsolicited => Idle::Backend(msg),
                         n = notified => Idle::Notified(n),
+                        next = read => Idle::Client(next),
                         _ = limit => Idle::TimedOut,
                         _ = send_begin => Idle::SendBegin,
                     }
@@ -160,7 +165,7 @@ impl Session {
                 Idle::Notified(None) => self.notifications = None,
                 Idle::Stopping => {
                     if self.stopping.terminate.is_none() {
-                        self.stopping.terminate = Some(self.shared.terminate.child());
+                        self.stopping.terminate = Some(self.shared.terminate.watch());
                     }
                 }
             }

@@ -31,11 +31,35 @@ impl Session {
             self.local_error(e);
             return Ok(());
         }
-        let query: Arc<str> = Arc::from(&*text.view);
         // Sent again on other connections as the client sent it.
         let raw: Option<Arc<[u8]>> = text.is_transcoded().then(|| Arc::from(p.query));
-        let param_types: Arc<[u32]> = Arc::from(p.param_types.as_slice());
-        let effect = match rewrite::classify(&text.view) {
+        // A driver that parses the same text again unnamed (libpq's
+        // PQexecParams, JDBC below its prepare threshold, psycopg,
+        // node-postgres) gets the verdict the text had last time: it
+        // depends on the text alone.
+        let again = self
+            .statements
+            .get("")
+            .filter(|prev| {
+                prev.dialect.is_none()
+                    && raw.is_none()
+                    && prev.raw.is_none()
+                    && *prev.query == *text.view
+                    && *prev.param_types == *p.param_types
+                    && self.passthrough != Passthrough::None
+            })
+            .map(|prev| (prev.query.clone(), prev.param_types.clone(), prev.effect));
+        let (query, param_types, classified) = match again {
+            Some((query, param_types, effect)) => {
+                (query, param_types, Command::Passthrough(effect))
+            }
+            None => (
+                Arc::from(&*text.view),
+                Arc::from(p.param_types.as_slice()),
+                rewrite::classify(&text.view),
+            ),
+        };
+        let effect = match classified {
             Command::Passthrough(_) if self.passthrough == Passthrough::None => {
                 self.local_error(canned::passthrough_refused());
                 return Ok(());

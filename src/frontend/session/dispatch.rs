@@ -127,6 +127,8 @@ pub struct Session {
     pub(super) stopping: super::idle::Stopping,
     /// The session in the admin view's list, while it lives.
     pub(super) observed: ClientEntry,
+    /// Verdicts of the plain simple queries sent lately (`simple.rs`).
+    pub(super) verdicts: super::simple::Verdicts,
 }
 
 impl Session {
@@ -196,6 +198,7 @@ impl Session {
             notifications: None,
             stopping,
             observed,
+            verdicts: Default::default(),
         }
     }
 

@@ -15,6 +15,50 @@ use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
 use std::ops::Range;
 
+/// Simple-query texts a session remembers the verdicts of.
+const VERDICTS_KEPT: usize = 4;
+
+/// The verdicts of the last few plain simple queries a session sent:
+/// clients send the same few texts again and again (`BEGIN`, `COMMIT`, a
+/// poll, a health check), and a verdict depends on the text alone.
+#[derive(Default)]
+pub(super) struct Verdicts {
+    kept: Vec<(Box<str>, Vec<(Range<usize>, SessionEffect)>)>,
+    /// The entry the next new text replaces, once all are taken.
+    next: usize,
+}
+
+impl Verdicts {
+    /// `rewrite::classify_script`, from memory when `sql` was seen lately.
+    fn classify_script(&mut self, sql: &str) -> Vec<(Range<usize>, Command)> {
+        if let Some((_, verdicts)) = self.kept.iter().find(|(text, _)| **text == *sql) {
+            return verdicts
+                .iter()
+                .map(|(range, effect)| (range.clone(), Command::Passthrough(*effect)))
+                .collect();
+        }
+        let commands = rewrite::classify_script(sql);
+        // Only plain SQL is kept: dialect statements carry their parse.
+        let plain: Option<Vec<_>> = commands
+            .iter()
+            .map(|(range, command)| match command {
+                Command::Passthrough(effect) => Some((range.clone(), *effect)),
+                _ => None,
+            })
+            .collect();
+        if let Some(plain) = plain.filter(|_| sql.len() <= 4096) {
+            let entry = (Box::from(sql), plain);
+            if self.kept.len() < VERDICTS_KEPT {
+                self.kept.push(entry);
+            } else {
+                self.kept[self.next] = entry;
+                self.next = (self.next + 1) % VERDICTS_KEPT;
+            }
+        }
+        commands
+    }
+}
+
 impl Session {
     pub(super) async fn simple_query(&mut self, msg: &Message) -> Result<(), End> {
         let bytes = match frontend::query(msg) {
@@ -23,7 +67,7 @@ impl Session {
         };
         let text = ClientText::read(bytes, &self.client_encoding);
         let sql: &str = &text.view;
-        let commands = rewrite::classify_script(sql);
+        let commands = self.verdicts.classify_script(sql);
         let plain = |c: &Command| matches!(c, Command::Passthrough(_));
         // A BEGIN answered ahead goes with this message only when it is one
         // plain statement forwarded as it is; anything else reads it first.
@@ -374,4 +418,54 @@ fn discards_all(sql: &str) -> bool {
         (w.next(), w.next(), w.next()),
         (Some(a), Some(b), None) if a.eq_ignore_ascii_case("DISCARD") && b.eq_ignore_ascii_case("ALL")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(commands: &[(Range<usize>, Command)]) -> Vec<(Range<usize>, String)> {
+        commands
+            .iter()
+            .map(|(r, c)| {
+                let kind = match c {
+                    Command::Passthrough(e) => format!("{e:?}"),
+                    Command::Dialect(_) => "dialect".to_string(),
+                    Command::Invalid(_) => "invalid".to_string(),
+                };
+                (r.clone(), kind)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn remembered_verdicts_are_the_classifier_s() {
+        let mut verdicts = Verdicts::default();
+        let texts = [
+            "SELECT 1",
+            "BEGIN; SELECT 2; COMMIT",
+            "SET search_path = x",
+            "PUSH INTO q VALUES ('1')",
+            "POP FROM",
+            "LISTEN a; SELECT 3",
+            "DISCARD ALL",
+            "SELECT 1",
+        ];
+        // Every text several times over, more texts than are kept.
+        for _ in 0..3 {
+            for text in texts {
+                assert_eq!(
+                    shape(&verdicts.classify_script(text)),
+                    shape(&rewrite::classify_script(text)),
+                    "{text}"
+                );
+            }
+        }
+        assert!(verdicts.kept.len() <= VERDICTS_KEPT);
+        // Dialect statements are never kept.
+        assert!(verdicts
+            .kept
+            .iter()
+            .all(|(t, _)| !t.starts_with("PUSH") && !t.starts_with("POP")));
+    }
 }

@@ -15,6 +15,9 @@ use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
 use std::ops::Range;
 
+/// One statement of a remembered text: where it is, what it does.
+type Verdict = (Range<usize>, SessionEffect);
+
 /// Simple-query texts a session remembers the verdicts of.
 const VERDICTS_KEPT: usize = 4;
 
@@ -23,7 +26,7 @@ const VERDICTS_KEPT: usize = 4;
 /// poll, a health check), and a verdict depends on the text alone.
 #[derive(Default)]
 pub(super) struct Verdicts {
-    kept: Vec<(Box<str>, Vec<(Range<usize>, SessionEffect)>)>,
+    kept: Vec<(Box<str>, Vec<Verdict>)>,
     /// The entry the next new text replaces, once all are taken.
     next: usize,
 }

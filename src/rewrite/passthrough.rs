@@ -2,7 +2,7 @@
 //! needs to know about it is whether it leaves session state behind that a
 //! transaction-pooled backend connection cannot carry to another client.
 
-use super::split::{quoted_name, tokens, words, TokenKind};
+use super::split::{quoted_name, tokens, words, Token, TokenKind};
 
 /// What a passthrough statement does to the session beyond its transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,7 +337,13 @@ pub fn transaction_control(sql: &str) -> Option<Control> {
 }
 
 pub fn session_effect(sql: &str) -> SessionEffect {
-    let words: Vec<&str> = words(sql).collect();
+    // One pass of the tokenizer: the words and the literals come from it.
+    let toks = tokens(sql);
+    let words: Vec<&str> = toks
+        .iter()
+        .filter(|t| t.kind == TokenKind::Word)
+        .map(|t| &sql[t.range.clone()])
+        .collect();
     let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
     let forgets = (is(0, "DEALLOCATE") && (is(1, "ALL") || (is(1, "PREPARE") && is(2, "ALL"))))
         || (is(0, "DISCARD") && (is(1, "ALL") || is(1, "PLANS")));
@@ -360,7 +366,7 @@ pub fn session_effect(sql: &str) -> SessionEffect {
             .any(|p| p[0].eq_ignore_ascii_case("WITH") && p[1].eq_ignore_ascii_case("HOLD")),
         _ => false,
     };
-    let pins = pins || makes_temp_objects(sql, &words);
+    let pins = pins || makes_temp_objects(sql, &toks, &words);
     let calls_pinning_function = words
         .iter()
         .any(|w| PINNING_FUNCTIONS.iter().any(|f| w.eq_ignore_ascii_case(f)));
@@ -382,7 +388,7 @@ const AFTER_TEMP: &[&str] = &["TABLE", "SEQUENCE", "VIEW", "RECURSIVE"];
 /// session may ever see: the TEMP keyword, or the `pg_temp` schema named
 /// in any form (`pg_temp.f`, `"pg_temp"`, `pg_temp_3`). Errs on the side
 /// of pinning.
-fn makes_temp_objects(sql: &str, words: &[&str]) -> bool {
+fn makes_temp_objects(sql: &str, toks: &[Token], words: &[&str]) -> bool {
     let is_any = |w: &str, list: &[&str]| list.iter().any(|k| w.eq_ignore_ascii_case(k));
     let temp_keyword = words.iter().enumerate().any(|(i, w)| {
         (w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY"))
@@ -394,11 +400,13 @@ fn makes_temp_objects(sql: &str, words: &[&str]) -> bool {
     if temp_keyword {
         return true;
     }
-    let toks = tokens(sql);
     let names_temp_schema = toks.iter().any(|t| {
         let text = &sql[t.range.clone()];
         match t.kind {
-            TokenKind::Word => text.to_ascii_lowercase().starts_with("pg_temp"),
+            TokenKind::Word => text
+                .as_bytes()
+                .get(..7)
+                .is_some_and(|head| head.eq_ignore_ascii_case(b"pg_temp")),
             TokenKind::Quoted => text.starts_with("\"pg_temp"),
             _ => false,
         }

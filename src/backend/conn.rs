@@ -48,7 +48,7 @@ pub enum BackendError {
     Auth(String),
     /// The pool had no connection to give within its timeout.
     #[error("backend pool: timed out {}", pool_timeout_stage(.0))]
-    PoolTimeout(super::pool::TimeoutType),
+    PoolTimeout(TimeoutType),
     /// The pool was closed.
     #[error("backend pool is closed")]
     PoolClosed,
@@ -87,8 +87,16 @@ impl BackendError {
     }
 }
 
-fn pool_timeout_stage(stage: &super::pool::TimeoutType) -> &'static str {
-    use super::pool::TimeoutType;
+/// Which step of a pool checkout ran out of time (`super::pool`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutType {
+    /// Every connection stayed held by others.
+    Wait,
+    /// Opening a new connection.
+    Create,
+}
+
+fn pool_timeout_stage(stage: &TimeoutType) -> &'static str {
     match stage {
         TimeoutType::Wait => "waiting for a free connection",
         TimeoutType::Create => "connecting",

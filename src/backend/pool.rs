@@ -14,6 +14,7 @@
 //! permit sets a timer, and only one that finds no idle connection opens
 //! one.
 
+pub use super::conn::TimeoutType;
 use super::conn::{BackendConn, BackendError};
 use super::target::BackendTarget;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,15 +29,6 @@ pub const MAX_PREPARED_PER_CONNECTION: usize = 1000;
 
 /// The longest opening a connection may take.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Which step of a checkout ran out of time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeoutType {
-    /// Every connection stayed held by others.
-    Wait,
-    /// Opening a new connection.
-    Create,
-}
 
 /// A pool of connections to one target (cheap to clone: it is shared).
 #[derive(Clone)]

@@ -127,24 +127,25 @@ impl Pool {
             let Some(mut conn) = self.inner.idle_stack().pop() else {
                 break;
             };
+            // Counted until handed out, also if this checkout is dropped
+            // while the connection is checked.
+            let counted = Counted(&self.inner.size);
             if recycle(&mut conn).await {
+                std::mem::forget(counted);
                 return Ok(slot.fill(conn));
             }
-            self.inner.size.fetch_sub(1, Ordering::Relaxed);
         }
         self.inner.size.fetch_add(1, Ordering::Relaxed);
+        let counted = Counted(&self.inner.size);
         let made =
             tokio::time::timeout(CREATE_TIMEOUT, BackendConn::connect(&self.inner.target)).await;
         match made {
-            Ok(Ok(conn)) => Ok(slot.fill(Box::new(conn))),
-            Ok(Err(e)) => {
-                self.inner.size.fetch_sub(1, Ordering::Relaxed);
-                Err(e)
+            Ok(Ok(conn)) => {
+                std::mem::forget(counted);
+                Ok(slot.fill(Box::new(conn)))
             }
-            Err(_) => {
-                self.inner.size.fetch_sub(1, Ordering::Relaxed);
-                Err(BackendError::PoolTimeout(TimeoutType::Create))
-            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(BackendError::PoolTimeout(TimeoutType::Create)),
         }
     }
 }
@@ -188,6 +189,16 @@ impl Drop for Slot {
         if let Some(pool) = self.0.take() {
             pool.permits.add_permits(1);
         }
+    }
+}
+
+/// A connection counted in the pool's size that is neither idle nor
+/// handed out yet: uncounted when dropped (it was closed, or never opened).
+struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -307,5 +318,33 @@ mod tests {
             assert_eq!((status.size, status.available, status.waiting), (0, 0, 0));
         }
         assert!(build_pool(unreachable_target(), 0).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_checkout_dropped_while_connecting_leaves_nothing_counted() {
+        // A server that accepts and never answers: connecting hangs.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a listener");
+        let port = listener.local_addr().expect("an address").port();
+        let held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                kept.push(socket);
+            }
+        });
+        let config: tokio_postgres::Config = format!("host=127.0.0.1 port={port} user=nobody")
+            .parse()
+            .expect("a config");
+        let target = Arc::new(BackendTarget::from_config(&config).expect("a target"));
+        let pool = build_pool(target, 1).expect("a pool");
+        for _ in 0..2 {
+            let dropped = tokio::time::timeout(Duration::from_millis(100), checkout(&pool)).await;
+            assert!(dropped.is_err(), "connecting should hang");
+            let status = pool.status();
+            assert_eq!((status.size, status.available, status.waiting), (0, 0, 0));
+            assert_eq!(pool.inner.permits.available_permits(), 1);
+        }
+        held.abort();
     }
 }

@@ -677,6 +677,59 @@ async fn an_idle_listener_gets_notifications_at_once_with_its_own_pid() {
     assert_eq!(own.reader().i32().unwrap(), listener.backend_pid);
 }
 
+/// A flood of notifications never holds back a listener's own queries:
+/// waiting between two messages, the session reads the client first, and
+/// delivers notifications while it is idle, as PostgreSQL does.
+#[tokio::test]
+async fn a_flood_of_notifications_does_not_hold_back_the_listener_s_queries() {
+    use common::raw::Raw;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let proxy = Proxy::start("listen_flood").await;
+    let mut listener = Raw::connect(proxy.addr).await;
+    let r = listener.simple("LISTEN flood").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut senders = Vec::new();
+    for _ in 0..2 {
+        let client = proxy.connect().await;
+        let stop = stop.clone();
+        senders.push(tokio::spawn(async move {
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                client
+                    .batch_execute("SELECT pg_notify('flood', 'x') FROM generate_series(1, 5000)")
+                    .await
+                    .unwrap();
+                sent += 5000;
+            }
+            sent
+        }));
+    }
+    // The flood is flowing before the listener asks anything.
+    listener
+        .next_within(Duration::from_secs(10))
+        .await
+        .expect("notifications arrive");
+    let mut notified = 0usize;
+    for i in 0..50 {
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            listener.simple(&format!("SELECT {i}")),
+        )
+        .await
+        .expect("the listener's query was answered during the flood");
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        notified += r.messages.iter().filter(|m| m.tag == b'A').count();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut sent = 0;
+    for s in senders {
+        sent += s.await.unwrap();
+    }
+    assert!(sent >= 5000 && notified > 0, "sent {sent}, seen {notified}");
+}
+
 /// LISTEN costs no backend connection: with a pool of two, ten idle
 /// listeners and clients running SQL coexist, every listener gets every
 /// notification, the sender's pid is the proxy pid of the sending session,

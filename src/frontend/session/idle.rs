@@ -107,16 +107,17 @@ impl Session {
                         std::future::pending().await
                     }
                 };
-                // In a fixed order (no random draw per wait): what the
-                // backend sent unasked first, as PostgreSQL sends it before
-                // reading the next command; the client's message before
-                // the timers, which it makes moot.
+                // In a fixed order (no random draw per wait): the client's
+                // message first, so a flood of notifications never holds
+                // back its queries (what the backend sends unasked stays
+                // in order: the relay meets it before the replies); the
+                // timers last, which a message makes moot.
                 let waiting = async {
                     tokio::select! {
                         biased;
+                        next = read => Idle::Client(next),
                         msg = unsolicited => Idle::Backend(msg),
                         n = notified => Idle::Notified(n),
-                        next = read => Idle::Client(next),
                         _ = limit => Idle::TimedOut,
                         _ = send_begin => Idle::SendBegin,
                     }

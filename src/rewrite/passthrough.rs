@@ -337,6 +337,14 @@ pub fn transaction_control(sql: &str) -> Option<Control> {
 }
 
 pub fn session_effect(sql: &str) -> SessionEffect {
+    if plainly_without_effect(sql) {
+        return SessionEffect::None;
+    }
+    effect_by_tokens(sql)
+}
+
+/// `session_effect` from the statement's tokens.
+fn effect_by_tokens(sql: &str) -> SessionEffect {
     // One pass of the tokenizer: the words and the literals come from it.
     let toks = tokens(sql);
     let words: Vec<&str> = toks
@@ -375,6 +383,51 @@ pub fn session_effect(sql: &str) -> SessionEffect {
     } else {
         SessionEffect::None
     }
+}
+
+/// First words of the statements `session_effect` judges by their first
+/// words.
+const EFFECT_FIRST_WORDS: &[&str] = &[
+    "DEALLOCATE",
+    "DISCARD",
+    "SET",
+    "RESET",
+    "LISTEN",
+    "PREPARE",
+    "LOAD",
+    "DO",
+    "DECLARE",
+];
+
+/// Whether a statement has no session effect, decided without tokenizing
+/// it (most statements, and the ones a busy client sends): its first word
+/// starts none of the statements that have one, and no word that could
+/// give it one appears anywhere in its text — `temp` (TEMP, TEMPORARY,
+/// pg_temp) nor a part of every `PINNING_FUNCTIONS` name. A text where one
+/// does appear, in a literal or a comment too, takes the full look.
+fn plainly_without_effect(sql: &str) -> bool {
+    let Some(first) = words(sql).next() else {
+        return false;
+    };
+    if EFFECT_FIRST_WORDS
+        .iter()
+        .any(|w| first.eq_ignore_ascii_case(w))
+    {
+        return false;
+    }
+    let bytes = sql.as_bytes();
+    let at = |i: usize, needle: &[u8]| {
+        bytes
+            .get(i..i + needle.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(needle))
+    };
+    !(0..bytes.len()).any(|i| match bytes[i].to_ascii_lowercase() {
+        b't' => at(i, b"temp"),
+        b'a' => at(i, b"advisory_lock"),
+        b's' => at(i, b"set_config") || at(i, b"setseed"),
+        b'd' => at(i, b"dblink_connect"),
+        _ => false,
+    })
 }
 
 /// Words before TEMP / TEMPORARY where it is the keyword (`CREATE [OR
@@ -421,6 +474,54 @@ fn makes_temp_objects(sql: &str, toks: &[Token], words: &[&str]) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_quick_look_never_passes_what_the_tokens_would_not() {
+        use super::*;
+        // Every pinning function and temp object is left to the full look.
+        for f in PINNING_FUNCTIONS {
+            for sql in [
+                format!("SELECT {f}(1)"),
+                format!("select x.{}()", f.to_uppercase()),
+            ] {
+                assert!(!plainly_without_effect(&sql), "{sql}");
+                assert_eq!(session_effect(&sql), SessionEffect::Pins, "{sql}");
+            }
+        }
+        let statements = [
+            "SELECT 1",
+            "UPDATE pgbench_accounts SET abalance = abalance + -4711 WHERE aid = 42",
+            "INSERT INTO t VALUES ('temp')",
+            "SELECT 'set_config' AS s -- advisory_lock",
+            "CREATE TEMP TABLE t (a int)",
+            "create temporary view v as select 1",
+            "SELECT * INTO TEMP x FROM y",
+            "SELECT * FROM pg_temp.t",
+            "SELECT * FROM \"pg_temp_3\".t",
+            "/* c */ SET search_path = x",
+            "  set local a = 1",
+            "DO $$ BEGIN CREATE TEMP TABLE q (); END $$",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            "DISCARD ALL",
+            "WITH a AS (SELECT 1) SELECT * FROM a",
+            "SELECT tempo, attempts FROM t",
+            "",
+            "-- only a comment",
+        ];
+        for sql in statements {
+            if plainly_without_effect(sql) {
+                assert_eq!(effect_by_tokens(sql), SessionEffect::None, "{sql}");
+            }
+            assert_eq!(session_effect(sql), effect_by_tokens(sql), "{sql}");
+        }
+        // The common statements take the quick look.
+        assert!(plainly_without_effect(
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7"
+        ));
+        assert!(plainly_without_effect(
+            "INSERT INTO h (tid, bid) VALUES (1, 2)"
+        ));
+    }
 
     #[test]
     fn listen_statements_the_proxy_can_serve() {

@@ -11,6 +11,7 @@
 pub mod bind;
 pub mod build;
 pub mod dialect;
+pub mod effect;
 pub mod passthrough;
 mod scan;
 pub mod split;

@@ -1,0 +1,220 @@
+//! What a plain statement does to the session beyond its transaction: the
+//! one thing the proxy must know of SQL it passes on, since session state
+//! cannot follow a client from one pooled backend connection to another.
+
+use super::split::{tokens, words, Token, TokenKind};
+
+/// What a passthrough statement does to the session beyond its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEffect {
+    /// Nothing outlives the transaction: the connection may be pooled.
+    None,
+    /// Session state (SET, LISTEN, PREPARE, temp tables, session advisory
+    /// locks, WITH HOLD cursors, …): the session keeps its backend
+    /// connection until it ends.
+    Pins,
+    /// `DEALLOCATE ALL` / `DISCARD ALL|PLANS`: every prepared statement on
+    /// the connection goes, the proxy's own included, so the connection's
+    /// bookkeeping must be dropped with them.
+    ForgetsPrepared,
+}
+
+/// Functions whose effect outlives the transaction.
+const PINNING_FUNCTIONS: &[&str] = &[
+    "pg_advisory_lock",
+    "pg_advisory_lock_shared",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_lock_shared",
+    "set_config",
+    "dblink_connect",
+    // The backend's random() sequence: seeded for this session only, and
+    // its later draws come from the same backend, as on PostgreSQL.
+    "setseed",
+];
+
+pub fn session_effect(sql: &str) -> SessionEffect {
+    if plainly_without_effect(sql) {
+        return SessionEffect::None;
+    }
+    effect_by_tokens(sql)
+}
+
+/// `session_effect` from the statement's tokens.
+fn effect_by_tokens(sql: &str) -> SessionEffect {
+    // One pass of the tokenizer: the words and the literals come from it.
+    let toks = tokens(sql);
+    let words: Vec<&str> = toks
+        .iter()
+        .filter(|t| t.kind == TokenKind::Word)
+        .map(|t| &sql[t.range.clone()])
+        .collect();
+    let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
+    let forgets = (is(0, "DEALLOCATE") && (is(1, "ALL") || (is(1, "PREPARE") && is(2, "ALL"))))
+        || (is(0, "DISCARD") && (is(1, "ALL") || is(1, "PLANS")));
+    if forgets {
+        return SessionEffect::ForgetsPrepared;
+    }
+    let pins = match words.first() {
+        None => false,
+        // SET LOCAL and SET TRANSACTION end with the transaction.
+        Some(w) if w.eq_ignore_ascii_case("SET") => !(is(1, "LOCAL") || is(1, "TRANSACTION")),
+        Some(w) if w.eq_ignore_ascii_case("RESET") => true,
+        Some(w) if w.eq_ignore_ascii_case("LISTEN") => true,
+        Some(w) if w.eq_ignore_ascii_case("PREPARE") => !is(1, "TRANSACTION"),
+        Some(w) if w.eq_ignore_ascii_case("LOAD") => true,
+        // A DO block's code runs now, and may SET, create temp objects or
+        // take session locks in SQL the proxy cannot read.
+        Some(w) if w.eq_ignore_ascii_case("DO") => true,
+        Some(w) if w.eq_ignore_ascii_case("DECLARE") => words
+            .windows(2)
+            .any(|p| p[0].eq_ignore_ascii_case("WITH") && p[1].eq_ignore_ascii_case("HOLD")),
+        _ => false,
+    };
+    let pins = pins || makes_temp_objects(sql, &toks, &words);
+    let calls_pinning_function = words
+        .iter()
+        .any(|w| PINNING_FUNCTIONS.iter().any(|f| w.eq_ignore_ascii_case(f)));
+    if pins || calls_pinning_function {
+        SessionEffect::Pins
+    } else {
+        SessionEffect::None
+    }
+}
+
+/// First words of the statements `session_effect` judges by their first
+/// words.
+const EFFECT_FIRST_WORDS: &[&str] = &[
+    "DEALLOCATE",
+    "DISCARD",
+    "SET",
+    "RESET",
+    "LISTEN",
+    "PREPARE",
+    "LOAD",
+    "DO",
+    "DECLARE",
+];
+
+/// Whether a statement has no session effect, decided without tokenizing
+/// it (most statements, and the ones a busy client sends): its first word
+/// starts none of the statements that have one, and no word that could
+/// give it one appears anywhere in its text — `temp` (TEMP, TEMPORARY,
+/// pg_temp) nor a part of every `PINNING_FUNCTIONS` name. A text where one
+/// does appear, in a literal or a comment too, takes the full look.
+fn plainly_without_effect(sql: &str) -> bool {
+    let Some(first) = words(sql).next() else {
+        return false;
+    };
+    if EFFECT_FIRST_WORDS
+        .iter()
+        .any(|w| first.eq_ignore_ascii_case(w))
+    {
+        return false;
+    }
+    let bytes = sql.as_bytes();
+    let at = |i: usize, needle: &[u8]| {
+        bytes
+            .get(i..i + needle.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(needle))
+    };
+    !(0..bytes.len()).any(|i| match bytes[i].to_ascii_lowercase() {
+        b't' => at(i, b"temp"),
+        b'a' => at(i, b"advisory_lock"),
+        b's' => at(i, b"set_config") || at(i, b"setseed"),
+        b'd' => at(i, b"dblink_connect"),
+        _ => false,
+    })
+}
+
+/// Words before TEMP / TEMPORARY where it is the keyword (`CREATE [OR
+/// REPLACE] [GLOBAL | LOCAL] TEMP …`, `SELECT … INTO TEMP t`), and words
+/// after it (`TEMP TABLE | SEQUENCE | VIEW | RECURSIVE VIEW`); a column
+/// named `temp` is neither.
+const BEFORE_TEMP: &[&str] = &["CREATE", "REPLACE", "GLOBAL", "LOCAL", "INTO"];
+const AFTER_TEMP: &[&str] = &["TABLE", "SEQUENCE", "VIEW", "RECURSIVE"];
+
+/// Whether the statement may create temporary objects, which only their
+/// session may ever see: the TEMP keyword, or the `pg_temp` schema named
+/// in any form (`pg_temp.f`, `"pg_temp"`, `pg_temp_3`). Errs on the side
+/// of pinning.
+fn makes_temp_objects(sql: &str, toks: &[Token], words: &[&str]) -> bool {
+    let is_any = |w: &str, list: &[&str]| list.iter().any(|k| w.eq_ignore_ascii_case(k));
+    let temp_keyword = words.iter().enumerate().any(|(i, w)| {
+        (w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY"))
+            && ((i > 0 && is_any(words[i - 1], BEFORE_TEMP))
+                || words
+                    .get(i + 1)
+                    .is_some_and(|next| is_any(next, AFTER_TEMP)))
+    });
+    if temp_keyword {
+        return true;
+    }
+    let names_temp_schema = toks.iter().any(|t| {
+        let text = &sql[t.range.clone()];
+        match t.kind {
+            TokenKind::Word => text
+                .as_bytes()
+                .get(..7)
+                .is_some_and(|head| head.eq_ignore_ascii_case(b"pg_temp")),
+            TokenKind::Quoted => text.starts_with("\"pg_temp"),
+            _ => false,
+        }
+    });
+    let do_block_mentions_temp = words.first().is_some_and(|w| w.eq_ignore_ascii_case("DO"))
+        && toks.iter().any(|t| {
+            t.kind == TokenKind::Quoted
+                && sql[t.range.clone()].to_ascii_lowercase().contains("temp")
+        });
+    names_temp_schema || do_block_mentions_temp
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_quick_look_never_passes_what_the_tokens_would_not() {
+        use super::*;
+        // Every pinning function and temp object is left to the full look.
+        for f in PINNING_FUNCTIONS {
+            for sql in [
+                format!("SELECT {f}(1)"),
+                format!("select x.{}()", f.to_uppercase()),
+            ] {
+                assert!(!plainly_without_effect(&sql), "{sql}");
+                assert_eq!(session_effect(&sql), SessionEffect::Pins, "{sql}");
+            }
+        }
+        let statements = [
+            "SELECT 1",
+            "UPDATE pgbench_accounts SET abalance = abalance + -4711 WHERE aid = 42",
+            "INSERT INTO t VALUES ('temp')",
+            "SELECT 'set_config' AS s -- advisory_lock",
+            "CREATE TEMP TABLE t (a int)",
+            "create temporary view v as select 1",
+            "SELECT * INTO TEMP x FROM y",
+            "SELECT * FROM pg_temp.t",
+            "SELECT * FROM \"pg_temp_3\".t",
+            "/* c */ SET search_path = x",
+            "  set local a = 1",
+            "DO $$ BEGIN CREATE TEMP TABLE q (); END $$",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            "DISCARD ALL",
+            "WITH a AS (SELECT 1) SELECT * FROM a",
+            "SELECT tempo, attempts FROM t",
+            "",
+            "-- only a comment",
+        ];
+        for sql in statements {
+            if plainly_without_effect(sql) {
+                assert_eq!(effect_by_tokens(sql), SessionEffect::None, "{sql}");
+            }
+            assert_eq!(session_effect(sql), effect_by_tokens(sql), "{sql}");
+        }
+        // The common statements take the quick look.
+        assert!(plainly_without_effect(
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 7"
+        ));
+        assert!(plainly_without_effect(
+            "INSERT INTO h (tid, bid) VALUES (1, 2)"
+        ));
+    }
+}

@@ -191,9 +191,8 @@ impl Watch {
     /// the task that owns the watch waits on it.
     pub async fn begun(&mut self) {
         std::future::poll_fn(|cx| {
-            if self.has_begun() {
-                return std::task::Poll::Ready(());
-            }
+            // Registered before the flag is read: a firing in between
+            // wakes this waker.
             self.state.waker.register(cx.waker());
             if self.has_begun() {
                 std::task::Poll::Ready(())

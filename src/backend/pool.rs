@@ -107,7 +107,7 @@ impl Pool {
         let permit = match self.inner.permits.try_acquire() {
             Ok(p) => p,
             Err(_) => {
-                let _waiting = Waiting::new(&self.inner.waiting);
+                let _waiting = Counted::add(&self.inner.waiting);
                 let acquire = self.inner.permits.acquire();
                 let acquired = match wait {
                     None => acquire.await,
@@ -135,8 +135,7 @@ impl Pool {
                 return Ok(slot.fill(conn));
             }
         }
-        self.inner.size.fetch_add(1, Ordering::Relaxed);
-        let counted = Counted(&self.inner.size);
+        let counted = Counted::add(&self.inner.size);
         let made =
             tokio::time::timeout(CREATE_TIMEOUT, BackendConn::connect(&self.inner.target)).await;
         match made {
@@ -192,27 +191,19 @@ impl Drop for Slot {
     }
 }
 
-/// A connection counted in the pool's size that is neither idle nor
-/// handed out yet: uncounted when dropped (it was closed, or never opened).
+/// One count in a gauge, taken back when dropped: a checkout waiting for
+/// a permit (`waiting`), or a connection counted in `size` that is neither
+/// idle nor handed out yet (it was closed, or never opened, if dropped).
 struct Counted<'a>(&'a AtomicUsize);
 
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Counts a checkout waiting for a permit while it lives.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn new(count: &'a AtomicUsize) -> Waiting<'a> {
+impl<'a> Counted<'a> {
+    fn add(count: &'a AtomicUsize) -> Counted<'a> {
         count.fetch_add(1, Ordering::Relaxed);
-        Waiting(count)
+        Counted(count)
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }

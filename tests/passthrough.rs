@@ -187,6 +187,82 @@ async fn portal_is_fetched_in_chunks() {
     assert_eq!(raw.simple("COMMIT").await.status, b'I');
 }
 
+/// Tag and body of every message of one exchange.
+fn frames(r: &common::raw::Replies) -> Vec<(u8, Vec<u8>)> {
+    r.messages
+        .iter()
+        .map(|m| (m.tag, m.body.to_vec()))
+        .collect()
+}
+
+#[tokio::test]
+async fn result_rows_arrive_exactly_as_postgresql_sends_them() {
+    let proxy = Proxy::start("rows_as_sent").await;
+    let mut through = Raw::connect(proxy.addr).await;
+    let mut direct = Raw::connect_direct(&proxy.direct).await;
+    // Many rows, NULLs, empty strings, rows larger than any read buffer,
+    // and a result cut short by an error after thousands of rows.
+    let simple = [
+        "SELECT g, CASE WHEN g % 7 = 0 THEN NULL ELSE repeat('x', g % 300) END, '' \
+         FROM generate_series(1, 60000) g",
+        "SELECT repeat(md5(g::text), 8000 * g) FROM generate_series(1, 4) g",
+        "SELECT 1 / (g - 30000) FROM generate_series(1, 40000) g",
+        "SELECT 1; SELECT g FROM generate_series(1, 3) g; SELECT 'after'",
+    ];
+    for sql in simple {
+        let (a, b) = (through.simple(sql).await, direct.simple(sql).await);
+        assert!(!b.rows.is_empty(), "{sql}");
+        assert_eq!(frames(&a), frames(&b), "{sql}");
+    }
+    // Extended: a portal fetched in chunks inside a block, then a pipeline
+    // whose second statement fails after its rows started.
+    for raw in [&mut through, &mut direct] {
+        raw.simple("BEGIN").await;
+    }
+    let chunks = [
+        frontend::build_parse(
+            "",
+            "SELECT g, repeat('y', g % 50) FROM generate_series(1, 9000) g",
+            &[],
+        ),
+        bind_text("p", "", &[]),
+        execute("p", 4000),
+        execute("p", 4000),
+        execute("p", 4000),
+        sync(),
+    ];
+    let failing = [
+        frontend::build_parse("", "SELECT g FROM generate_series(1, 5000) g", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        frontend::build_parse(
+            "",
+            "SELECT 1 / (g - 2500) FROM generate_series(1, 5000) g",
+            &[],
+        ),
+        bind_text("", "", &[]),
+        execute("", 0),
+        frontend::build_parse("", "SELECT 3", &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+        sync(),
+    ];
+    for pipeline in [&chunks[..], &failing[..]] {
+        through.send(pipeline).await;
+        direct.send(pipeline).await;
+        let (a, b) = (
+            through.read_until_ready().await,
+            direct.read_until_ready().await,
+        );
+        assert!(!b.rows.is_empty());
+        assert_eq!(frames(&a), frames(&b));
+    }
+    // The session goes on.
+    assert_eq!(through.simple("ROLLBACK").await.status, b'I');
+    let r = through.simple("SELECT 4").await;
+    assert_eq!(r.rows, vec![vec![Some("4".into())]]);
+}
+
 #[tokio::test]
 async fn error_mid_pipeline_skips_to_sync_and_the_session_goes_on() {
     let proxy = Proxy::start("pipeline_error").await;

@@ -369,6 +369,33 @@ impl BackendConn {
         }
     }
 
+    /// Moves the complete DataRow messages at the front of what was read
+    /// onto `out`, framed as they came, in one copy; how many bytes. Rows
+    /// change nothing the proxy tracks, so a result's rows go to the
+    /// client without being taken apart one by one; the first other
+    /// message (or a row not yet whole, or a length `recv` would refuse)
+    /// stays for `recv`.
+    pub fn relay_rows(&mut self, out: &mut BytesMut) -> usize {
+        let buf = &self.read_buf[..];
+        let mut end = 0;
+        while let Some(header) = buf.get(end..end + 5) {
+            if header[0] != tag::DATA_ROW {
+                break;
+            }
+            let len = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+            let Ok(len) = usize::try_from(len) else { break };
+            if len < 4 || len > MAX_BACKEND_MESSAGE || buf.len() - end <= len {
+                break;
+            }
+            end += 1 + len;
+        }
+        if end > 0 {
+            out.extend_from_slice(&buf[..end]);
+            bytes::Buf::advance(&mut self.read_buf, end);
+        }
+        end
+    }
+
     /// A broken connection's error, marked when a request was in flight.
     fn lost(&self, cause: BackendError) -> BackendError {
         if self.awaiting_reply {
@@ -567,4 +594,49 @@ pub fn quote_ident(name: &str) -> String {
 /// E'' literal, with backslashes and quotes escaped.
 pub fn quote_literal(value: &str) -> String {
     format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Message;
+
+    fn framed(msgs: &[(u8, &[u8])]) -> BytesMut {
+        let mut out = BytesMut::new();
+        for (t, body) in msgs {
+            Message::new(*t, body.to_vec()).encode(&mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn rows_go_across_whole_and_the_rest_stays_for_recv() {
+        let (ours, _theirs) = tokio::io::duplex(64);
+        let mut conn = BackendConn::new(Box::new(ours));
+        let rows = framed(&[(tag::DATA_ROW, b"\0\x01\0\0\0\x011"), (tag::DATA_ROW, b"")]);
+        let mut read = rows.clone();
+        // A third row not yet whole.
+        let third = framed(&[(tag::DATA_ROW, b"\0\x01\0\0\0\x012")]);
+        read.extend_from_slice(&third[..7]);
+        conn.read_buf = read;
+        let mut out = BytesMut::new();
+        assert_eq!(conn.relay_rows(&mut out), rows.len());
+        assert_eq!(out, rows);
+        assert_eq!(conn.read_buf[..], third[..7]);
+        // Whole now, with the CommandComplete behind it.
+        conn.read_buf.extend_from_slice(&third[7..]);
+        conn.read_buf
+            .extend_from_slice(&framed(&[(tag::COMMAND_COMPLETE, b"SELECT 3\0")]));
+        out.clear();
+        assert_eq!(conn.relay_rows(&mut out), third.len());
+        assert_eq!(out, third);
+        assert_eq!(conn.read_buf[0], tag::COMMAND_COMPLETE);
+        assert_eq!(conn.relay_rows(&mut out), 0);
+        // A length recv would refuse is left to recv.
+        conn.read_buf = BytesMut::from(&[tag::DATA_ROW, 0, 0, 0, 2, 0][..]);
+        assert_eq!(conn.relay_rows(&mut out), 0);
+        conn.read_buf = BytesMut::from(&[tag::DATA_ROW, 0xff, 0xff, 0xff, 0xff, 0][..]);
+        assert_eq!(conn.relay_rows(&mut out), 0);
+        assert_eq!(conn.read_buf.len(), 6);
+    }
 }

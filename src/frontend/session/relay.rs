@@ -67,6 +67,18 @@ impl Session {
             if !self.replies.owed() {
                 return Ok(());
             }
+            // Rows already read go across in one copy (an exchange
+            // answered ahead is not the client's: its messages are read
+            // one by one).
+            if !self.replies.answered_ahead() {
+                if let Some(conn) = self.lease.conn_mut() {
+                    if conn.relay_rows(self.client.buffer()) > 0
+                        && self.client.buffered() > CLIENT_FLUSH_THRESHOLD
+                    {
+                        self.client.flush().await?;
+                    }
+                }
+            }
             let msg = match self.next_reply().await {
                 None => return Ok(()),
                 Some(Ok(m)) => m,

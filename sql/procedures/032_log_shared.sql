@@ -287,6 +287,7 @@ DECLARE
     v_here       BIGINT;
     v_head       SMALLINT;
     v_hw         BIGINT;
+    v_due        BOOLEAN;
     v_gap_to     BIGINT;
     v_i          INTEGER;
     v_run_from   BIGINT;
@@ -403,17 +404,27 @@ BEGIN
             END IF;
         END IF;
 
-        -- The head, and the highest row (offsets above it were never
-        -- delivered).
-        SELECT r.state INTO v_head FROM queen.log_shared_records r
-        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-          AND r.message_offset = v_cursor + 1;
+        -- The head, the highest row (offsets above it were never
+        -- delivered) and whether anything delivered before is due again,
+        -- in one statement (each costs its executor start-up): most POPs
+        -- find nothing due and skip the redelivery statement below. What
+        -- becomes due after this look is served by the next POP.
         -- ORDER BY ... LIMIT 1, not max(): a generic plan made while the
         -- table was small aggregated every row of the (partition, group)
         -- for it, on every call, as the table grew.
-        SELECT r.message_offset INTO v_hw FROM queen.log_shared_records r
-        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-        ORDER BY r.message_offset DESC LIMIT 1;
+        SELECT (SELECT r.state FROM queen.log_shared_records r
+                WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                  AND r.message_offset = v_cursor + 1),
+               (SELECT r.message_offset FROM queen.log_shared_records r
+                WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                ORDER BY r.message_offset DESC LIMIT 1),
+               EXISTS (SELECT 1 FROM queen.log_shared_records r
+                       WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                         AND r.state = 1 AND r.available_at <= v_now)
+               OR EXISTS (SELECT 1 FROM queen.log_shared_records r
+                          WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                            AND r.state = 0 AND r.lease_expires_at <= v_now)
+        INTO v_head, v_hw, v_due;
         v_hw := GREATEST(v_hw, v_cursor);
         -- A finished head is moved over once the window holds 64 rows (or
         -- is full), or when everything written was delivered (the last
@@ -470,53 +481,59 @@ BEGIN
             -- Each candidate probed by its key and locked there (LATERAL
             -- ... LIMIT 1), then updated by its tuple id: plans that read
             -- rows by key whatever the statistics say.
-            WITH cand AS (
-                SELECT DISTINCT d.message_offset
-                FROM (
-                    (SELECT r.message_offset
-                     FROM queen.log_shared_records r
-                     WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-                       AND r.state = 1 AND r.available_at <= v_now
-                     ORDER BY r.available_at
-                     LIMIT v_want)
-                    UNION ALL
-                    (SELECT r.message_offset
-                     FROM queen.log_shared_records r
-                     WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-                       AND r.state = 0 AND r.lease_expires_at <= v_now
-                     ORDER BY r.lease_expires_at
-                     LIMIT v_want)
-                ) d
-                WHERE d.message_offset > v_cursor
-                ORDER BY d.message_offset
-                LIMIT v_want
-            ), due AS (
-                SELECT l.tid
-                FROM cand c
-                CROSS JOIN LATERAL (
-                    SELECT r.ctid AS tid
-                    FROM queen.log_shared_records r
-                    WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-                      AND r.message_offset = c.message_offset
-                      AND ((r.state = 1 AND r.available_at <= v_now)
-                           OR (r.state = 0 AND r.lease_expires_at <= v_now))
-                    LIMIT 1
-                    FOR UPDATE SKIP LOCKED) l
-            ), upd AS (
-                UPDATE queen.log_shared_records r
-                SET retry_count = r.retry_count + (r.state = 0)::INTEGER,
-                    state = CASE WHEN r.state = 0 AND r.retry_count + 1 > v_q.retry_limit THEN 3
-                                 WHEN p_auto_ack THEN 2 ELSE 0 END,
-                    lease_token = v_token, lease_expires_at = v_expires, available_at = NULL
-                WHERE r.ctid = ANY (ARRAY(SELECT d.tid FROM due d))
-                RETURNING r.message_offset, r.retry_count, r.state
-            )
-            SELECT array_agg(u.message_offset ORDER BY u.message_offset) FILTER (WHERE u.state <> 3),
-                   array_agg(u.retry_count ORDER BY u.message_offset) FILTER (WHERE u.state <> 3),
-                   array_agg(u.message_offset ORDER BY u.message_offset) FILTER (WHERE u.state = 3),
-                   array_agg(u.retry_count ORDER BY u.message_offset) FILTER (WHERE u.state = 3)
-            INTO v_offs, v_retries, v_dead, v_dead_n
-            FROM upd u;
+            v_offs := NULL;
+            v_retries := NULL;
+            v_dead := NULL;
+            v_dead_n := NULL;
+            IF v_due THEN
+                WITH cand AS (
+                    SELECT DISTINCT d.message_offset
+                    FROM (
+                        (SELECT r.message_offset
+                         FROM queen.log_shared_records r
+                         WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                           AND r.state = 1 AND r.available_at <= v_now
+                         ORDER BY r.available_at
+                         LIMIT v_want)
+                        UNION ALL
+                        (SELECT r.message_offset
+                         FROM queen.log_shared_records r
+                         WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                           AND r.state = 0 AND r.lease_expires_at <= v_now
+                         ORDER BY r.lease_expires_at
+                         LIMIT v_want)
+                    ) d
+                    WHERE d.message_offset > v_cursor
+                    ORDER BY d.message_offset
+                    LIMIT v_want
+                ), due AS (
+                    SELECT l.tid
+                    FROM cand c
+                    CROSS JOIN LATERAL (
+                        SELECT r.ctid AS tid
+                        FROM queen.log_shared_records r
+                        WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                          AND r.message_offset = c.message_offset
+                          AND ((r.state = 1 AND r.available_at <= v_now)
+                               OR (r.state = 0 AND r.lease_expires_at <= v_now))
+                        LIMIT 1
+                        FOR UPDATE SKIP LOCKED) l
+                ), upd AS (
+                    UPDATE queen.log_shared_records r
+                    SET retry_count = r.retry_count + (r.state = 0)::INTEGER,
+                        state = CASE WHEN r.state = 0 AND r.retry_count + 1 > v_q.retry_limit THEN 3
+                                     WHEN p_auto_ack THEN 2 ELSE 0 END,
+                        lease_token = v_token, lease_expires_at = v_expires, available_at = NULL
+                    WHERE r.ctid = ANY (ARRAY(SELECT d.tid FROM due d))
+                    RETURNING r.message_offset, r.retry_count, r.state
+                )
+                SELECT array_agg(u.message_offset ORDER BY u.message_offset) FILTER (WHERE u.state <> 3),
+                       array_agg(u.retry_count ORDER BY u.message_offset) FILTER (WHERE u.state <> 3),
+                       array_agg(u.message_offset ORDER BY u.message_offset) FILTER (WHERE u.state = 3),
+                       array_agg(u.retry_count ORDER BY u.message_offset) FILTER (WHERE u.state = 3)
+                INTO v_offs, v_retries, v_dead, v_dead_n
+                FROM upd u;
+            END IF;
             IF v_dead IS NOT NULL THEN
                 FOR v_i IN 1 .. cardinality(v_dead) LOOP
                     PERFORM queen.log_shared_give_up_v1(v_cand.id, p_group, v_dead[v_i],
@@ -806,21 +823,24 @@ BEGIN
     ) l;
 
     IF l_pid IS NOT NULL THEN
-        -- The settlements now, by tuple id (the rows are held).
-        UPDATE queen.log_shared_records r SET state = 2
-        WHERE r.ctid = ANY (ARRAY(SELECT a.tid FROM unnest(l_tid, l_answer) AS a(tid, answer)
-                                  WHERE a.answer = 'acked'));
-        UPDATE queen.log_shared_records r
-        SET retry_count = r.retry_count + 1, lease_expires_at = NULL,
-            state = CASE WHEN r.retry_count + 1 > q.retry_limit THEN 3 ELSE 1 END,
-            available_at = CASE WHEN r.retry_count + 1 > q.retry_limit THEN NULL
-                                ELSE v_now + make_interval(secs => q.retry_delay / 1000.0) END
-        FROM queen.log_partitions p
-        JOIN queen.queues q ON q.id = p.queue_id
-        WHERE r.ctid = ANY (ARRAY(SELECT a.tid FROM unnest(l_tid, l_answer) AS a(tid, answer)
-                                  WHERE a.answer IN ('retry', 'dead_lettered')))
-          AND p.id = r.partition_id;
-        IF v_failed THEN
+        -- The settlements now, by tuple id (the rows are held): an ACK
+        -- only acknowledges, a FAILED only fails (each statement not run
+        -- costs its executor start-up).
+        IF NOT v_failed THEN
+            UPDATE queen.log_shared_records r SET state = 2
+            WHERE r.ctid = ANY (ARRAY(SELECT a.tid FROM unnest(l_tid, l_answer) AS a(tid, answer)
+                                      WHERE a.answer = 'acked'));
+        ELSE
+            UPDATE queen.log_shared_records r
+            SET retry_count = r.retry_count + 1, lease_expires_at = NULL,
+                state = CASE WHEN r.retry_count + 1 > q.retry_limit THEN 3 ELSE 1 END,
+                available_at = CASE WHEN r.retry_count + 1 > q.retry_limit THEN NULL
+                                    ELSE v_now + make_interval(secs => q.retry_delay / 1000.0) END
+            FROM queen.log_partitions p
+            JOIN queen.queues q ON q.id = p.queue_id
+            WHERE r.ctid = ANY (ARRAY(SELECT a.tid FROM unnest(l_tid, l_answer) AS a(tid, answer)
+                                      WHERE a.answer IN ('retry', 'dead_lettered')))
+              AND p.id = r.partition_id;
             FOR v_i IN 1 .. cardinality(l_pid) LOOP
                 CONTINUE WHEN l_answer[v_i] IS DISTINCT FROM 'dead_lettered';
                 PERFORM queen.log_shared_give_up_v1(l_pid[v_i], l_grp[v_i], l_off[v_i],
@@ -829,15 +849,22 @@ BEGIN
             END LOOP;
         END IF;
 
-        -- The start moves over what was finished (never waiting for it).
-        FOR v_pair IN
-            SELECT DISTINCT a.pid, a.grp
-            FROM unnest(l_pid, l_grp, l_answer) AS a(pid, grp, answer)
-            WHERE a.answer IN ('acked', 'dead_lettered')
-            ORDER BY 1, 2
-        LOOP
-            PERFORM queen.log_shared_compact_v1(v_pair.pid, v_pair.grp, 64);
-        END LOOP;
+        -- The start moves over what was finished (never waiting for it);
+        -- one row (a worker's ACK of its job) needs no list of pairs.
+        IF cardinality(l_pid) = 1 THEN
+            IF l_answer[1] IN ('acked', 'dead_lettered') THEN
+                PERFORM queen.log_shared_compact_v1(l_pid[1], l_grp[1], 64);
+            END IF;
+        ELSE
+            FOR v_pair IN
+                SELECT DISTINCT a.pid, a.grp
+                FROM unnest(l_pid, l_grp, l_answer) AS a(pid, grp, answer)
+                WHERE a.answer IN ('acked', 'dead_lettered')
+                ORDER BY 1, 2
+            LOOP
+                PERFORM queen.log_shared_compact_v1(v_pair.pid, v_pair.grp, 64);
+            END LOOP;
+        END IF;
     END IF;
 
     -- Answers by position: a receipt named twice answers as its first
@@ -847,6 +874,13 @@ BEGIN
     FOR v_i IN 1 .. COALESCE(cardinality(l_first), 0) LOOP
         v_answer[l_first[v_i]] := l_answer[v_i];
     END LOOP;
+    IF v_n = 1 THEN
+        -- One receipt (a worker's ACK of its job): no statement needed.
+        idx := 0;
+        status := COALESCE(rtrim(v_answer[1], '!'), 'stale');
+        RETURN NEXT;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT (n.ord - 1)::INTEGER, COALESCE(rtrim(v_answer[n.first], '!'), 'stale')
     FROM (SELECT u.ord, min(u.ord) OVER (PARTITION BY u.pid, u.grp, u.off, u.tok)::INTEGER AS first

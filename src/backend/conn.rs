@@ -384,7 +384,7 @@ impl BackendConn {
             }
             let len = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
             let Ok(len) = usize::try_from(len) else { break };
-            if len < 4 || len > MAX_BACKEND_MESSAGE || buf.len() - end <= len {
+            if !(4..=MAX_BACKEND_MESSAGE).contains(&len) || buf.len() - end <= len {
                 break;
             }
             end += 1 + len;

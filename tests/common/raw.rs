@@ -148,3 +148,13 @@ pub fn execute(portal: &str, max_rows: i32) -> Message {
 pub fn sync() -> Message {
     frontend::sync()
 }
+
+/// Parse, Bind and Execute of `sql` as the unnamed statement and portal,
+/// every row at once: one statement of an extended-protocol pipeline.
+pub fn unnamed(sql: &str) -> [Message; 3] {
+    [
+        frontend::build_parse("", sql, &[]),
+        bind_text("", "", &[]),
+        execute("", 0),
+    ]
+}

@@ -4,7 +4,7 @@
 mod common;
 
 use common::proxy::Proxy;
-use common::raw::{bind_text, execute, sync, unnamed, Raw};
+use common::raw::{bind_text, execute, pipeline, sync, Raw};
 use queenwire::protocol::frontend;
 use std::time::{Duration, Instant};
 
@@ -231,16 +231,14 @@ async fn result_rows_arrive_exactly_as_postgresql_sends_them() {
         execute("p", 4000),
         sync(),
     ];
-    let mut failing = [
-        unnamed("SELECT g FROM generate_series(1, 5000) g"),
-        unnamed("SELECT 1 / (g - 2500) FROM generate_series(1, 5000) g"),
-        unnamed("SELECT 3"),
-    ]
-    .concat();
-    failing.push(sync());
-    for pipeline in [&chunks[..], &failing[..]] {
-        through.send(pipeline).await;
-        direct.send(pipeline).await;
+    let failing = pipeline(&[
+        "SELECT g FROM generate_series(1, 5000) g",
+        "SELECT 1 / (g - 2500) FROM generate_series(1, 5000) g",
+        "SELECT 3",
+    ]);
+    for msgs in [&chunks[..], &failing[..]] {
+        through.send(msgs).await;
+        direct.send(msgs).await;
         let (a, b) = (
             through.read_until_ready().await,
             direct.read_until_ready().await,
@@ -258,14 +256,12 @@ async fn result_rows_arrive_exactly_as_postgresql_sends_them() {
 async fn error_mid_pipeline_skips_to_sync_and_the_session_goes_on() {
     let proxy = Proxy::start("pipeline_error").await;
     let mut raw = Raw::connect(proxy.addr).await;
-    let mut pipeline = [
-        unnamed("SELECT 1"),
-        unnamed("SELECT * FROM no_such_table"),
-        unnamed("SELECT 3"),
-    ]
-    .concat();
-    pipeline.push(sync());
-    raw.send(&pipeline).await;
+    raw.send(&pipeline(&[
+        "SELECT 1",
+        "SELECT * FROM no_such_table",
+        "SELECT 3",
+    ]))
+    .await;
     let r = raw.read_until_ready().await;
     assert_eq!(r.rows, vec![vec![Some("1".into())]]);
     assert_eq!(r.errors.len(), 1);

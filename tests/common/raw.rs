@@ -149,12 +149,16 @@ pub fn sync() -> Message {
     frontend::sync()
 }
 
-/// Parse, Bind and Execute of `sql` as the unnamed statement and portal,
-/// every row at once: one statement of an extended-protocol pipeline.
-pub fn unnamed(sql: &str) -> [Message; 3] {
-    [
-        frontend::build_parse("", sql, &[]),
-        bind_text("", "", &[]),
-        execute("", 0),
-    ]
+/// An extended-protocol pipeline of these statements, then Sync: each
+/// one Parse, Bind and Execute of the unnamed statement and portal, every
+/// row at once.
+pub fn pipeline(statements: &[&str]) -> Vec<Message> {
+    let mut msgs = Vec::with_capacity(statements.len() * 3 + 1);
+    for sql in statements {
+        msgs.push(frontend::build_parse("", sql, &[]));
+        msgs.push(bind_text("", "", &[]));
+        msgs.push(execute("", 0));
+    }
+    msgs.push(sync());
+    msgs
 }

@@ -56,9 +56,9 @@ usage: queenwire-bench [--quick] [--rounds N] [--secs S] [--concurrency 1,8,32]
   --transport    how every client reaches every system, and queenwire its
                  backend: tcp on 127.0.0.1 (default) or unix sockets
   --pgbench      the pgbench mode: the headline cells as pgbench scripts
-                 (bench/pgbench/), -M simple and -M prepared, beside their
-                 native twins, and PgBouncer beside queenwire for select1
-                 and TPC-B
+                 (bench/pgbench/), -M simple and -M prepared, each round
+                 with its native twin, and PgBouncer beside queenwire for
+                 select1 and TPC-B
   --queenwire    the queenwire binary (default: built next to this one)
   --keep         keep the data directory (/tmp/qwbench-PID)
   --soak [MIN]   the soak mode instead (default 30 minutes; --soak --help)
@@ -167,7 +167,7 @@ struct Args {
     keep: bool,
     transport: Transport,
     pgbench: bool,
-    /// `--only` was given (the pgbench mode sets `only` to its twins).
+    /// `--only` was given (the pgbench mode sets `only` to no native cell).
     only_given: bool,
 }
 
@@ -287,13 +287,10 @@ fn parse_args() -> Result<Args, String> {
         a.concurrency = vec![8];
     }
     if a.pgbench {
-        // The native twins of the pgbench cells, at the pgbench cells' C.
+        // The pgbench cells run their native twins in their own rounds
+        // (pgbench.rs): no other native cell unless asked for.
         if a.only.is_none() {
-            a.only = Some(
-                ["push1", "push1_100p", "push100", "autoack100", "select1"]
-                    .map(String::from)
-                    .to_vec(),
-            );
+            a.only = Some(Vec::new());
         }
         if conc.is_none() {
             a.concurrency = vec![pgbench::CLIENTS];
@@ -620,7 +617,12 @@ impl Bench {
             .is_none_or(|l| l.iter().any(|x| system.starts_with(x.as_str())))
     }
 
+    /// Whether the native cell `w` runs. In the pgbench mode the pgbench
+    /// cells' twins run in the pgbench cells' rounds instead.
     fn wants(&self, w: &str) -> bool {
+        if self.args.pgbench && pgbench::TWINS.contains(&w) {
+            return false;
+        }
         self.args
             .only
             .as_ref()
@@ -787,28 +789,8 @@ impl Bench {
             self.quiet_check("select1").await;
             for &c in &concurrency {
                 for round in 0..self.args.rounds {
-                    for (system, cfg) in [
-                        ("queenwire", self.proxy_cfg.clone()),
-                        ("direct", self.direct_cfg.clone()),
-                    ] {
-                        if !self.runs(system) {
-                            continue;
-                        }
-                        let slice = run_slice(
-                            SliceSpec {
-                                cfg: &cfg,
-                                ops: vec![Op::Select1; c],
-                                duration: duration(self.args.secs),
-                                budget: None,
-                                warmup: true,
-                                label: format!("select1 C={c} {system}"),
-                            },
-                            &self.payloads,
-                            self.probes,
-                        )
-                        .await;
-                        self.record("select1", system, c, round, slice);
-                    }
+                    let secs = self.args.secs;
+                    self.select1_round(c, round, secs).await;
                 }
             }
         }
@@ -827,6 +809,80 @@ impl Bench {
         Ok(())
     }
 
+    /// One round of the select1 cell: a slice of `secs` through queenwire,
+    /// then one directly.
+    async fn select1_round(&mut self, c: usize, round: usize, secs: f64) {
+        for (system, cfg) in [
+            ("queenwire", self.proxy_cfg.clone()),
+            ("direct", self.direct_cfg.clone()),
+        ] {
+            if !self.runs(system) {
+                continue;
+            }
+            let slice = run_slice(
+                SliceSpec {
+                    cfg: &cfg,
+                    ops: vec![Op::Select1; c],
+                    duration: duration(secs),
+                    budget: None,
+                    warmup: true,
+                    label: format!("select1 C={c} {system}"),
+                },
+                &self.payloads,
+                self.probes,
+            )
+            .await;
+            self.record("select1", system, c, round, slice);
+        }
+    }
+
+    /// One round of the native cell `workload` that a pgbench cell stands
+    /// beside, its two systems `a` and `b` only, slices of `secs` (a
+    /// consume cell's as its own rounds, ended by the queue's level): run
+    /// in the same round as its pgbench twin, so the two load generators
+    /// are compared on the same minutes of the machine.
+    pub(crate) async fn twin_round(
+        &mut self,
+        workload: &str,
+        a: &str,
+        b: &str,
+        round: usize,
+        secs: f64,
+    ) -> Result<(), BoxError> {
+        let c = pgbench::CLIENTS;
+        let push = |batch, shape| Some((batch, shape));
+        let shape = match workload {
+            "push1" => push(1, PushShape::OnePartition),
+            "push1_100p" => push(1, PushShape::Spread),
+            "push100" => push(100, PushShape::OnePartition),
+            _ => None,
+        };
+        if let Some((batch, shape)) = shape {
+            return self
+                .push_round(workload, batch, c, shape, round, &[a, b], secs)
+                .await;
+        }
+        match workload {
+            "select1" => {
+                self.select1_round(c, round, secs).await;
+                Ok(())
+            }
+            "autoack100" => {
+                if !self.levels.contains_key("qw:cons_p1000") {
+                    self.setup_consume_queues().await?;
+                }
+                let systems: Vec<(&str, &str)> =
+                    [("queenwire 1000p", "qw:cons_p1000"), ("pgmq", "pgmq:cons")]
+                        .into_iter()
+                        .filter(|(s, _)| *s == a || *s == b)
+                        .collect();
+                self.consume_round(workload, 100, true, c, &systems, round)
+                    .await
+            }
+            other => Err(format!("no native twin {other}").into()),
+        }
+    }
+
     // ---- push ------------------------------------------------------------
 
     async fn push_workload(
@@ -837,67 +893,86 @@ impl Bench {
         shape: PushShape,
     ) -> Result<(), BoxError> {
         for round in 0..self.args.rounds {
-            for system in ["queenwire", "pgmq", "INSERT", "direct"] {
-                if !self.runs(system) {
-                    continue;
-                }
-                let queue = self.next_name("push");
-                // One queue, or one per client.
-                let names: Vec<String> = if shape == PushShape::QueuePerClient {
-                    (0..c).map(|i| format!("{queue}_{i}")).collect()
-                } else {
-                    vec![queue]
-                };
-                let mut cfg = None;
-                let mut ops = Vec::with_capacity(names.len());
-                for name in &names {
-                    let Some((conf, op)) = self.push_target(system, name, batch, shape).await?
-                    else {
-                        break;
-                    };
-                    cfg = Some(conf);
-                    ops.push(op);
-                }
-                let Some(cfg) = cfg else {
-                    continue;
-                };
-                let ops = match ops.as_slice() {
-                    [one] => vec![one.clone(); c],
-                    _ => ops,
-                };
-                let slice = run_slice(
-                    SliceSpec {
-                        cfg: &cfg,
-                        ops,
-                        duration: duration(self.args.secs),
-                        budget: None,
-                        warmup: true,
-                        label: format!("{w} C={c} {system}"),
-                    },
-                    &self.payloads,
-                    self.probes,
-                )
-                .await;
-                // Clean up so every slice starts from the same state. A
-                // queenwire queue is left in place: its messages share the
-                // queen tables with every queue, and deleting them leaves
-                // dead rows that slowed the next slice by up to a third
-                // (pgmq's queue is a table of its own, dropped whole).
-                match system {
-                    "queenwire" | "direct" => {}
-                    "pgmq" => {
-                        for name in &names {
-                            self.pg_admin
-                                .execute("SELECT pgmq.drop_queue($1)", &[name])
-                                .await?;
-                        }
-                    }
-                    _ => {
-                        self.pg_admin.batch_execute("TRUNCATE bench_insert").await?;
-                    }
-                }
-                self.record(w, system, c, round, slice);
+            let systems = ["queenwire", "pgmq", "INSERT", "direct"];
+            let secs = self.args.secs;
+            self.push_round(w, batch, c, shape, round, &systems, secs)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One round of a push cell: a slice of `secs` for each of `systems`
+    /// in turn, each into a fresh queue.
+    #[allow(clippy::too_many_arguments)]
+    async fn push_round(
+        &mut self,
+        w: &str,
+        batch: usize,
+        c: usize,
+        shape: PushShape,
+        round: usize,
+        systems: &[&str],
+        secs: f64,
+    ) -> Result<(), BoxError> {
+        for &system in systems {
+            if !self.runs(system) {
+                continue;
             }
+            let queue = self.next_name("push");
+            // One queue, or one per client.
+            let names: Vec<String> = if shape == PushShape::QueuePerClient {
+                (0..c).map(|i| format!("{queue}_{i}")).collect()
+            } else {
+                vec![queue]
+            };
+            let mut cfg = None;
+            let mut ops = Vec::with_capacity(names.len());
+            for name in &names {
+                let Some((conf, op)) = self.push_target(system, name, batch, shape).await? else {
+                    break;
+                };
+                cfg = Some(conf);
+                ops.push(op);
+            }
+            let Some(cfg) = cfg else {
+                continue;
+            };
+            let ops = match ops.as_slice() {
+                [one] => vec![one.clone(); c],
+                _ => ops,
+            };
+            let slice = run_slice(
+                SliceSpec {
+                    cfg: &cfg,
+                    ops,
+                    duration: duration(secs),
+                    budget: None,
+                    warmup: true,
+                    label: format!("{w} C={c} {system}"),
+                },
+                &self.payloads,
+                self.probes,
+            )
+            .await;
+            // Clean up so every slice starts from the same state. A
+            // queenwire queue is left in place: its messages share the
+            // queen tables with every queue, and deleting them leaves
+            // dead rows that slowed the next slice by up to a third
+            // (pgmq's queue is a table of its own, dropped whole).
+            match system {
+                "queenwire" | "direct" => {}
+                "pgmq" => {
+                    for name in &names {
+                        self.pg_admin
+                            .execute("SELECT pgmq.drop_queue($1)", &[name])
+                            .await?;
+                    }
+                }
+                _ => {
+                    self.pg_admin.batch_execute("TRUNCATE bench_insert").await?;
+                }
+            }
+            self.record(w, system, c, round, slice);
         }
         Ok(())
     }
@@ -1079,67 +1154,83 @@ impl Bench {
         c: usize,
         systems: &[(&str, &str)],
     ) -> Result<(), BoxError> {
-        let secs = self.args.secs;
         for round in 0..self.args.rounds {
-            for &(system, key) in systems {
-                if !self.runs(system) {
-                    continue;
-                }
-                let default = if limit == 1 { 6_000.0 } else { 150_000.0 };
-                let want = ((self.estimate(w, system, c, default) * secs * 2.0) as u64)
-                    .clamp(2_000, self.args.prefill_cap);
-                let level = self.levels[key];
-                if level < want {
-                    self.prefill(key, want - level).await?;
-                }
-                let level = self.levels[key];
-                let (cfg, op) = match system {
-                    "pgmq" if auto_ack => (
-                        self.direct_cfg.clone(),
-                        Op::PgmqPop {
-                            queue: key.trim_start_matches("pgmq:").into(),
-                            limit,
-                        },
-                    ),
-                    "pgmq" => (
-                        self.direct_cfg.clone(),
-                        Op::PgmqReadDelete {
-                            queue: key.trim_start_matches("pgmq:").into(),
-                            limit,
-                        },
-                    ),
-                    _ => (
-                        self.proxy_cfg.clone(),
-                        Op::QwPop {
-                            queue: key.trim_start_matches("qw:").into(),
-                            limit,
-                            auto_ack,
-                            group: None,
-                            wait: None,
-                        },
-                    ),
-                };
-                let slice = run_slice(
-                    SliceSpec {
-                        cfg: &cfg,
-                        ops: vec![op; c],
-                        duration: duration(secs),
-                        budget: Some(level),
-                        warmup: false,
-                        label: format!("{w} C={c} {system}"),
-                    },
-                    &self.payloads,
-                    self.probes,
-                )
-                .await;
-                let left = level.saturating_sub(slice.msgs);
-                self.levels.insert(key.into(), left);
-                if slice.error.is_none() && slice.msgs >= level {
-                    let note = "drained: prefill too small".to_string();
-                    self.cell(w, system, c).note = note;
-                }
-                self.record(w, system, c, round, slice);
+            self.consume_round(w, limit, auto_ack, c, systems, round)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One round of a consume cell: a slice for each of `systems` in turn,
+    /// each queue first topped up to about twice what its slice takes.
+    async fn consume_round(
+        &mut self,
+        w: &str,
+        limit: usize,
+        auto_ack: bool,
+        c: usize,
+        systems: &[(&str, &str)],
+        round: usize,
+    ) -> Result<(), BoxError> {
+        let secs = self.args.secs;
+        for &(system, key) in systems {
+            if !self.runs(system) {
+                continue;
             }
+            let default = if limit == 1 { 6_000.0 } else { 150_000.0 };
+            let want = ((self.estimate(w, system, c, default) * secs * 2.0) as u64)
+                .clamp(2_000, self.args.prefill_cap);
+            let level = self.levels[key];
+            if level < want {
+                self.prefill(key, want - level).await?;
+            }
+            let level = self.levels[key];
+            let (cfg, op) = match system {
+                "pgmq" if auto_ack => (
+                    self.direct_cfg.clone(),
+                    Op::PgmqPop {
+                        queue: key.trim_start_matches("pgmq:").into(),
+                        limit,
+                    },
+                ),
+                "pgmq" => (
+                    self.direct_cfg.clone(),
+                    Op::PgmqReadDelete {
+                        queue: key.trim_start_matches("pgmq:").into(),
+                        limit,
+                    },
+                ),
+                _ => (
+                    self.proxy_cfg.clone(),
+                    Op::QwPop {
+                        queue: key.trim_start_matches("qw:").into(),
+                        limit,
+                        auto_ack,
+                        group: None,
+                        wait: None,
+                    },
+                ),
+            };
+            let slice = run_slice(
+                SliceSpec {
+                    cfg: &cfg,
+                    ops: vec![op; c],
+                    duration: duration(secs),
+                    budget: Some(level),
+                    warmup: false,
+                    label: format!("{w} C={c} {system}"),
+                },
+                &self.payloads,
+                self.probes,
+            )
+            .await;
+            let left = level.saturating_sub(slice.msgs);
+            self.levels.insert(key.into(), left);
+            if slice.error.is_none() && slice.msgs >= level {
+                let note = "drained: prefill too small".to_string();
+                self.cell(w, system, c).note = note;
+            }
+            self.record(w, system, c, round, slice);
         }
         Ok(())
     }

@@ -121,6 +121,9 @@ pub const CELL_NAMES: &[&str] = &[
     "tpcb",
 ];
 
+/// The native cells the pgbench cells stand beside (their `twin`s).
+pub const TWINS: &[&str] = &["push1", "push1_100p", "push100", "autoack100", "select1"];
+
 const BOTH: &[Mode] = &[Mode::Simple, Mode::Prepared];
 
 const CELLS: &[PgCell] = &[
@@ -417,6 +420,13 @@ impl Bench {
                             }
                         }
                     }
+                }
+                // The native twin in the same round, slices as long as a
+                // pgbench run: the two load generators measured on the
+                // same minutes of the machine, whose speed drifts.
+                if let Some((workload, a, b)) = cell.twin {
+                    self.twin_round(workload, a, b, round, f64::from(secs))
+                        .await?;
                 }
             }
         }

@@ -107,9 +107,9 @@ CREATE OR REPLACE FUNCTION queen.log_push_one_v1(
 ) RETURNS BIGINT
 LANGUAGE plpgsql
 -- Generic plans: the statements' plans do not depend on the array values,
--- and re-planning them per call cost 14 % of PostgreSQL's CPU on push100.
--- Measured 2026-11-30 (2 cores, quick bench, C=8): push100 305k -> 399k
--- msg/s, push1 8.3k -> 8.9k msg/s.
+-- and planning them on every call costs 14 % of PostgreSQL's CPU on
+-- push100 (2 cores, C=8: 305k msg/s with custom plans against 399k with
+-- generic ones; push1 8.3k against 8.9k).
 SET plan_cache_mode = force_generic_plan
 -- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
@@ -278,9 +278,9 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
                 partition_id BIGINT)
 LANGUAGE plpgsql
 -- Generic plans: the statements' plans do not depend on the array values,
--- and re-planning them per call cost 14 % of PostgreSQL's CPU on push100.
--- Measured 2026-11-30 (2 cores, quick bench, C=8): push100 305k -> 399k
--- msg/s, push1 8.3k -> 8.9k msg/s.
+-- and planning them on every call costs 14 % of PostgreSQL's CPU on
+-- push100 (2 cores, C=8: 305k msg/s with custom plans against 399k with
+-- generic ones; push1 8.3k against 8.9k).
 SET plan_cache_mode = force_generic_plan
 -- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
@@ -448,8 +448,8 @@ BEGIN
     -- can refuse the push, so a partition this call creates is born with its
     -- offsets allocated (last_offset, last_write_at): no lock, no UPDATE and
     -- no second version of the row, whose index entries and foreign-key
-    -- re-check (the row is this transaction's) a new partition used to pay
-    -- for. Nobody sees it before the commit. With a check to make, the
+    -- re-check (the row is this transaction's) an UPDATE after the INSERT
+    -- would cost. Nobody sees it before the commit. With a check to make, the
     -- partitions are created empty and allocated below, after the checks,
     -- so that a refused push leaves them empty.
     v_now := clock_timestamp();
@@ -643,10 +643,10 @@ BEGIN
     -- stamped exactly, since its POP holds a partition until that long
     -- after its last write.
     --
-    -- Measured 2026-12-02 against one statement whose CTEs joined the
-    -- input to the UPDATE by hash joins, after separate statements for the
-    -- guard, each check, the queue, its key, the partition count and the
-    -- lock: this shape is cheaper.
+    -- Measured against two other shapes, this one is the cheapest: one
+    -- statement whose CTEs join the input to the UPDATE by hash joins, and
+    -- separate statements for the guard, each check, the queue, its key,
+    -- the partition count and the lock.
     IF NOT v_allocated THEN
         -- Each partition's messages: a sum over the segments per name is
         -- the cheapest for a few partitions and quadratic for many (one

@@ -148,7 +148,7 @@ LANGUAGE plpgsql
 -- planned again on every call (0.2 ms and 0.13 ms per POP LIMIT 1 at 1,000
 -- partitions); every statement here is written so that its plan does not
 -- depend on the values (candidates probed by id, LIMITs on every range
--- read). Measured 2026-12-01.
+-- read).
 SET plan_cache_mode = force_generic_plan
 -- Index reads only, whatever the statistics (docs/internals/storage.md).
 SET enable_seqscan = off
@@ -289,13 +289,12 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Two queries, one opened: a FOR over their UNION ALL started both
-    -- plans on every call (executor start-up was 21 % of PostgreSQL's CPU
-    -- under POP ... WAIT traffic, the sort over the union 10 %). Measured
-    -- 2026-12-01 with pgbench against PostgreSQL, one client, 1,000
-    -- partitions, LIMIT 1 AUTO ACK, two alternating runs each: with three
-    -- candidates 0.61 and 0.85 ms -> 0.53 and 0.60 ms per call; over the
-    -- whole queue 4.07 and 3.96 ms -> 3.25 and 2.94 ms.
+    -- Two queries, one opened: a FOR over their UNION ALL starts both plans
+    -- on every call (executor start-up is then 21 % of PostgreSQL's CPU
+    -- under POP ... WAIT traffic, the sort over the union 10 %). pgbench
+    -- against PostgreSQL, one client, 1,000 partitions, LIMIT 1 AUTO ACK:
+    -- with three candidates 0.53-0.60 ms a call against the union's
+    -- 0.61-0.85; over the whole queue 2.94-3.25 ms against 3.96-4.07.
     IF p_candidates IS NULL THEN
         OPEN v_cur FOR
             -- The whole queue (no candidates): every partition with something

@@ -74,7 +74,7 @@ const RETAINED_BYTES_PAGE: i32 = 100;
 /// 300/s): with [`Pace::GENTLE`] and the
 /// purge read downwards from first_offset (006), PUSH/POP p99 during a pass
 /// 1.37x / 1.31x and 1.27x / 1.39x of without, the pass 11 s, the longest
-/// step 7.6 ms; docs/internals/storage.md has the history.
+/// step 7.6 ms; docs/internals/storage.md has what each part is worth.
 pub const STEP_SEGMENTS: i32 = 200;
 /// Steps on one partition per pass before moving on, so one huge backlog
 /// does not starve the others.

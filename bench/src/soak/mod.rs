@@ -1,4 +1,4 @@
-//! `--soak MINUTES`: resource bounds over time (issue 17, item 4), not CI.
+//! `--soak MINUTES`: resource bounds over time, not run by CI.
 //!
 //! One queenwire in front of one embedded PostgreSQL, then three parts in
 //! turn on that same process:

@@ -57,10 +57,10 @@ pub(super) struct Key {
 /// at C=8: 85,321-94,301 msg/s with one lane, 116,791-125,656 with two,
 /// the same CPU a message; four lanes were no better). POPs of fewer
 /// messages keep one lane: their writes are mostly fixed cost and commit,
-/// which two lanes would pay twice for half the batch (two lanes for
-/// every POP, measured 2026-12-06 in alternating runs: popack1 at 1,000
-/// partitions 4,356-4,435 -> 3,836-3,867 msg/s, on one shared partition
-/// 4,612-4,811 -> 2,441-2,578).
+/// which two lanes would pay twice for half the batch (alternating runs,
+/// popack1 at 1,000 partitions: 4,356-4,435 msg/s with one lane, 3,836-
+/// 3,867 with two for every POP; on one shared partition 4,612-4,811
+/// against 2,441-2,578).
 const SPLIT_FROM: i32 = 16;
 
 /// How long a POP lane's write waits for the sessions it answered (the

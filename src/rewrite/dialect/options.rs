@@ -177,7 +177,7 @@ impl QueueOption {
     /// Option names are matched case-insensitively, as PostgreSQL folds
     /// unquoted reloption names.
     pub fn from_name(name: &str) -> Option<QueueOption> {
-        // `encryption` is the and Queen's short name of the column.
+        // `encryption`: Queen's short name of the column.
         if name.eq_ignore_ascii_case("encryption") {
             return Some(QueueOption::EncryptionEnabled);
         }

@@ -316,6 +316,149 @@ async fn a_waiting_pop_gets_a_failed_message_back_once_its_retry_delay_passed() 
     );
 }
 
+/// The state of one message of a shared group: (state, retry count).
+async fn record_state(
+    direct: &impl tokio_postgres::GenericClient,
+    key: &(i64, String, i64),
+) -> (i16, i32) {
+    let row = direct
+        .query_one(
+            "SELECT state, retry_count FROM queen.log_shared_records \
+             WHERE partition_id = $1 AND consumer_group = $2 AND message_offset = $3",
+            &[&key.0, &key.1, &key.2],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// `log_ack_shared_v1` of one receipt, and of the same receipt named twice
+/// (the general path, every receipt a batch of its own), each in a
+/// transaction rolled back: (its answer, the row after it) for both.
+async fn ack_one_and_twice(
+    direct: &mut Client,
+    key: &(i64, String, i64),
+    token: uuid::Uuid,
+    tenant: uuid::Uuid,
+) -> [(String, (i16, i32)); 2] {
+    let mut out = Vec::new();
+    for times in [1usize, 2] {
+        let tx = direct.transaction().await.unwrap();
+        let rows = tx
+            .query(
+                "SELECT status FROM queen.log_ack_shared_v1($1, $2, $3, $4, false, NULL, $5) \
+                 ORDER BY idx",
+                &[
+                    &vec![key.0; times],
+                    &vec![key.2; times],
+                    &vec![key.1.clone(); times],
+                    &vec![token; times],
+                    &tenant,
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), times);
+        let status: String = rows[0].get(0);
+        let state = record_state(&tx, key).await;
+        tx.rollback().await.unwrap();
+        out.push((status, state));
+    }
+    [out[0].clone(), out[1].clone()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_of_one_receipt_answers_and_settles_as_a_batch_of_it_does() {
+    let proxy = Proxy::start("shared_one_ack").await;
+    let client = proxy.connect().await;
+    let mut direct = proxy.connect_direct().await;
+    client
+        .batch_execute("CREATE QUEUE one_ack WITH (ordered = false, retry_delay = '1h')")
+        .await
+        .unwrap();
+    push_numbers(&client, "one_ack", "Default", 0..6).await;
+    let popped = rows(&client, "POP FROM one_ack LIMIT 6").await;
+    assert_eq!(popped.len(), 6);
+    let leased: Vec<((i64, String, i64), uuid::Uuid)> = direct
+        .query(
+            "SELECT partition_id, consumer_group::TEXT, message_offset, lease_token \
+             FROM queen.log_shared_records WHERE state = 0 ORDER BY message_offset",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| ((r.get(0), r.get(1), r.get(2)), r.get(3)))
+        .collect();
+    assert_eq!(leased.len(), 6);
+    let tenant = queenwire::engine::DEFAULT_TENANT;
+    // Message 1 acknowledged, message 2 failed (waits out an hour), message
+    // 3's lease expired: each through the proxy or as time would leave it.
+    assert_eq!(ack(&client, &popped[1], "").await, "acked");
+    assert_eq!(ack(&client, &popped[2], " FAILED").await, "retry");
+    direct
+        .execute(
+            "UPDATE queen.log_shared_records SET lease_expires_at = now() - interval '1 second' \
+             WHERE partition_id = $1 AND consumer_group = $2 AND message_offset = $3",
+            &[&leased[3].0 .0, &leased[3].0 .1, &leased[3].0 .2],
+        )
+        .await
+        .unwrap();
+    let other = uuid::Uuid::now_v7();
+    let cases = [
+        ("a live lease", &leased[0].0, leased[0].1, tenant, "acked"),
+        (
+            "acknowledged before",
+            &leased[1].0,
+            leased[1].1,
+            tenant,
+            "acked",
+        ),
+        (
+            "failed, waiting to retry",
+            &leased[2].0,
+            leased[2].1,
+            tenant,
+            "stale",
+        ),
+        (
+            "an expired lease",
+            &leased[3].0,
+            leased[3].1,
+            tenant,
+            "stale",
+        ),
+        ("another token", &leased[4].0, other, tenant, "stale"),
+        ("another tenant", &leased[5].0, leased[5].1, other, "stale"),
+    ];
+    for (what, key, token, tenant, want) in cases {
+        let [one, twice] = ack_one_and_twice(&mut direct, key, token, tenant).await;
+        assert_eq!(one.0, want, "{what}: one receipt");
+        assert_eq!(
+            one, twice,
+            "{what}: one receipt against the same named twice"
+        );
+    }
+    // An offset never delivered has no row: stale either way.
+    let missing = (leased[0].0 .0, leased[0].0 .1.clone(), 1_000_000i64);
+    for times in [1usize, 2] {
+        let rows = direct
+            .query(
+                "SELECT status FROM queen.log_ack_shared_v1($1, $2, $3, $4) ORDER BY idx",
+                &[
+                    &vec![missing.0; times],
+                    &vec![missing.2; times],
+                    &vec![missing.1.clone(); times],
+                    &vec![leased[0].1; times],
+                ],
+            )
+            .await
+            .unwrap();
+        let status: String = rows[0].get(0);
+        assert_eq!(status, "stale");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wildcard_pop_serves_shared_queues_of_its_namespace() {
     let proxy = Proxy::start("shared_namespace").await;

@@ -751,6 +751,10 @@ DECLARE
     v_answer TEXT[];
     v_i      INTEGER;
     v_pair   RECORD;
+    -- One receipt: its (partition, group) window after the ACK.
+    v_cursor BIGINT;
+    v_last   BIGINT;
+    v_hw     BIGINT;
 BEGIN
     IF session_user <> current_user THEN
         PERFORM queen.tenant_guard_v1(p_tenant);
@@ -762,6 +766,59 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    -- One plain ACK of one receipt (a worker's ACK of its job): the same
+    -- answers in two statements, not five and a call (each costs its
+    -- executor start-up). The UPDATE judges the row itself, so a
+    -- concurrent change to it (a RENEW, another ACK) is judged on the
+    -- version it leaves; its RETURNING reads the window the start moves
+    -- over (log_shared_compact_v1's own test, without the call).
+    IF v_n = 1 AND NOT v_failed THEN
+        idx := 0;
+        PERFORM pg_advisory_xact_lock_shared(queen.log_queue_lock_key_v1(q.id))
+        FROM queen.log_partitions p
+        JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
+        WHERE p.id = p_partition_ids[1];
+        IF NOT FOUND THEN
+            status := 'stale';
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        UPDATE queen.log_shared_records r SET state = 2
+        WHERE r.partition_id = p_partition_ids[1]
+          AND r.consumer_group = p_groups[1]::TEXT COLLATE "C"
+          AND r.message_offset = p_offsets[1]
+          AND r.lease_token = p_lease_tokens[1]
+          AND r.state = 0 AND r.lease_expires_at > v_now
+        RETURNING (SELECT c.cursor_offset FROM queen.log_consumers c
+                   WHERE c.partition_id = r.partition_id
+                     AND c.consumer_group = r.consumer_group),
+                  (SELECT p.last_offset FROM queen.log_partitions p
+                   WHERE p.id = r.partition_id),
+                  (SELECT r2.message_offset FROM queen.log_shared_records r2
+                   WHERE r2.partition_id = r.partition_id
+                     AND r2.consumer_group = r.consumer_group
+                   ORDER BY r2.message_offset DESC LIMIT 1)
+        INTO v_cursor, v_last, v_hw;
+        IF FOUND THEN
+            IF v_hw - v_cursor >= 64 OR v_hw >= v_last THEN
+                PERFORM queen.log_shared_compact_v1(p_partition_ids[1], p_groups[1], 0);
+            END IF;
+            status := 'acked';
+        ELSIF EXISTS (SELECT 1 FROM queen.log_shared_records r
+                      WHERE r.partition_id = p_partition_ids[1]
+                        AND r.consumer_group = p_groups[1]::TEXT COLLATE "C"
+                        AND r.message_offset = p_offsets[1]
+                        AND r.lease_token = p_lease_tokens[1]
+                        AND r.state = 2 AND r.lease_expires_at IS NOT NULL) THEN
+            -- Acknowledged before with this receipt: acked again.
+            status := 'acked';
+        ELSE
+            status := 'stale';
+        END IF;
+        RETURN NEXT;
         RETURN;
     END IF;
 

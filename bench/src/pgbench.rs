@@ -971,6 +971,26 @@ mod tests {
     }
 
     #[test]
+    fn the_hundred_message_scripts_carry_the_benchmarks_own_payloads() {
+        // All different, as the native cells send them: one JSON object
+        // repeated a hundred times compresses into a fraction of a segment
+        // and flattered queenwire's PUSH by a third.
+        for name in ["qw_push100.sql", "pgmq_push100.sql", "insert_push100.sql"] {
+            let text = super::SCRIPTS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, t)| *t)
+                .unwrap_or_else(|| panic!("{name}: no such script"));
+            let objects: Vec<&str> = text
+                .split('\'')
+                .filter(|part| part.starts_with('{'))
+                .collect();
+            let expected: Vec<String> = (0..100).map(crate::payload::payload_spaced).collect();
+            assert_eq!(objects, expected, "{name}");
+        }
+    }
+
+    #[test]
     fn scripts_have_no_stray_variables() {
         // pgbench takes `:name` anywhere in a script as a variable (a
         // `::` cast is left alone).

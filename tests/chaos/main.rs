@@ -12,7 +12,9 @@
 //! and ACK are retried after 08006 / 08007 / a dropped connection; a POP
 //! whose reply was lost is simply popped again (its lease expires); a
 //! `BEGIN; POP; INSERT; ACK; COMMIT` whose COMMIT had an unknown outcome
-//! looks for its effect row.
+//! (or was answered 08006) asks PostgreSQL what became of its transaction
+//! (`txid_status`, once it is no longer in progress); a COMMIT answered
+//! 08006 whose transaction committed fails the test.
 //!
 //! `the_checker_sees_a_lost_effect` proves the checker can fail: a consumer
 //! that drops one acknowledged message (as a client told `stale` for an ACK
@@ -29,7 +31,7 @@ use common::binary::Queenwire;
 use ledger::{check, Acked, Fault, Ledgers, Report};
 use processes::Cluster;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -173,6 +175,13 @@ async fn transactional_consumer(
         if conn.query(&insert).await.is_err() {
             continue;
         }
+        // The block's transaction id: what became of a COMMIT whose answer
+        // was lost is PostgreSQL's to say (txid_status), once it is no
+        // longer in progress.
+        let xid = match conn.query("SELECT txid_current() AS xid").await {
+            Ok(r) => col(&r[0], "xid"),
+            Err(_) => continue,
+        };
         let ack_sent = Instant::now();
         match conn
             .query(&format!("ACK {}", quote(&col(row, "receipt"))))
@@ -188,20 +197,16 @@ async fn transactional_consumer(
         }
         let committed = match conn.query("COMMIT").await {
             Ok(_) => true,
-            Err(Failure::Unknown) => {
-                // Did the block commit? Its effect row says.
-                let check = format!(
-                    "SELECT count(*) AS n FROM chaos_effects WHERE txn = {}",
-                    quote(&txn)
-                );
-                loop {
-                    if let Ok(r) = conn.query(&check).await {
-                        break col(&r[0], "n") != "0";
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+            Err(Failure::Failed(_)) => false,
+            Err(failure) => {
+                // Unknown outcome, or 08006 (not sent): did the block
+                // commit? A COMMIT told 08006 must not have.
+                let committed = resolved(&mut conn, &xid).await;
+                if committed && failure == Failure::NotSent {
+                    COMMITTED_NOT_SENT.fetch_add(1, Ordering::Relaxed);
                 }
+                committed
             }
-            Err(_) => false,
         };
         if committed {
             ledgers.effects_committed.lock().unwrap().push(txn.clone());
@@ -214,6 +219,23 @@ async fn transactional_consumer(
                 ack_sent,
             });
         }
+    }
+}
+
+/// COMMITs answered 08006 (not sent) whose transaction committed.
+static COMMITTED_NOT_SENT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether transaction `xid` committed, once it is no longer in progress.
+async fn resolved(conn: &mut Conn, xid: &str) -> bool {
+    let check = format!("SELECT txid_status({xid}) AS s");
+    loop {
+        if let Ok(r) = conn.query(&check).await {
+            match col(&r[0], "s").as_str() {
+                "in progress" => {}
+                status => break status == "committed",
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -379,6 +401,11 @@ async fn serving_after(cfg: &tokio_postgres::Config) -> Duration {
 
 fn assert_clean(report: &Report) {
     assert!(report.pushed > 100, "too little work: {report:?}");
+    assert_eq!(
+        COMMITTED_NOT_SENT.load(Ordering::Relaxed),
+        0,
+        "a COMMIT answered 08006 committed"
+    );
     assert_eq!(
         (
             report.lost,

@@ -226,14 +226,17 @@ async fn transactional_consumer(
 static COMMITTED_NOT_SENT: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether transaction `xid` committed, once it is no longer in progress.
+/// After an immediate shutdown an id whose assignment never reached the
+/// WAL is "in the future" (an error): that transaction did not commit, as a
+/// commit record would have carried it. A lost connection is asked again.
 async fn resolved(conn: &mut Conn, xid: &str) -> bool {
     let check = format!("SELECT txid_status({xid}) AS s");
     loop {
-        if let Ok(r) = conn.query(&check).await {
-            match col(&r[0], "s").as_str() {
-                "in progress" => {}
-                status => break status == "committed",
-            }
+        match conn.query(&check).await {
+            Ok(r) if col(&r[0], "s") == "in progress" => {}
+            Ok(r) => break col(&r[0], "s") == "committed",
+            Err(Failure::Failed(_)) => break false,
+            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

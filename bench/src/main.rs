@@ -620,7 +620,7 @@ impl Bench {
     /// Whether the native cell `w` runs. In the pgbench mode the pgbench
     /// cells' twins run in the pgbench cells' rounds instead.
     fn wants(&self, w: &str) -> bool {
-        if self.args.pgbench && pgbench::TWINS.contains(&w) {
+        if self.args.pgbench && pgbench::is_twin(w) {
             return false;
         }
         self.args

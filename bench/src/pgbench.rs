@@ -121,8 +121,12 @@ pub const CELL_NAMES: &[&str] = &[
     "tpcb",
 ];
 
-/// The native cells the pgbench cells stand beside (their `twin`s).
-pub const TWINS: &[&str] = &["push1", "push1_100p", "push100", "autoack100", "select1"];
+/// Whether the native cell `workload` is a pgbench cell's `twin`.
+pub fn is_twin(workload: &str) -> bool {
+    CELLS
+        .iter()
+        .any(|c| c.twin.is_some_and(|(t, _, _)| t == workload))
+}
 
 const BOTH: &[Mode] = &[Mode::Simple, Mode::Prepared];
 

@@ -840,3 +840,124 @@ async fn sixteen_consumers_of_one_shared_partition_finish_every_message_once_acr
 async fn two_queenwire_processes_share_one_shared_group_and_finish_every_message_once() {
     shared_ledger("shared_ledger_two", 2, 0).await;
 }
+
+/// What a claim returned, the lease's token and expiry left out (each call
+/// draws its own): (partition, state, retry_count, from, to, base, blob).
+type Claim = (i64, String, i32, i64, i64, i64, Vec<u8>);
+
+/// `log_pop_shared_new_v1` and then `log_pop_shared_v1` on the same state,
+/// each in a transaction rolled back.
+async fn claim_both_ways(
+    direct: &mut Client,
+    queue_id: uuid::Uuid,
+    partition_id: i64,
+    (limit, max_partitions, partition_limit): (i32, i32, Option<i32>),
+) -> [Vec<Claim>; 2] {
+    let one = "SELECT partition_id, state, retry_count, from_offset, to_offset, base_offset, blob \
+               FROM queen.log_pop_shared_new_v1($1, '__QUEUE_MODE__', $2, $3, \
+                    make_interval(secs => 30), false, $4, 10000, $5)";
+    let whole =
+        "SELECT partition_id, state, retry_count, from_offset, to_offset, base_offset, blob \
+                 FROM queen.log_pop_shared_v1($1, NULL, '__QUEUE_MODE__', $2, $3, \
+                      make_interval(secs => 30), NULL, false, $6, ARRAY[$4]::BIGINT[], $5)";
+    let tenant = queenwire::engine::DEFAULT_TENANT;
+    let mut out = Vec::new();
+    for sql in [one, whole] {
+        let tx = direct.transaction().await.unwrap();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &queue_id,
+            &limit,
+            &max_partitions,
+            &partition_id,
+            &partition_limit,
+            &tenant,
+        ];
+        let n = if sql == one { 5 } else { 6 };
+        let claims: Vec<Claim> = tx
+            .query(sql, &params[..n])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    r.get(1),
+                    r.get(2),
+                    r.get(3),
+                    r.get(4),
+                    r.get(5),
+                    r.get(6),
+                )
+            })
+            .collect();
+        tx.rollback().await.unwrap();
+        out.push(claims);
+    }
+    [out[0].clone(), out[1].clone()]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_new_offsets_in_one_statement_answers_as_the_whole_judgement_does() {
+    let proxy = Proxy::start("shared_one_claim").await;
+    let client = proxy.connect().await;
+    let mut direct = proxy.connect_direct().await;
+    client
+        .batch_execute("CREATE QUEUE one_claim WITH (ordered = false, retry_delay = 0)")
+        .await
+        .unwrap();
+    // Three segments of five messages.
+    for part in 0..3 {
+        push_numbers(&client, "one_claim", "Default", part * 5..part * 5 + 5).await;
+    }
+    // The group's consumer row, and a lease at the head.
+    let head = rows(&client, "POP FROM one_claim").await;
+    assert_eq!(number(&head[0]), 0);
+    let ids = direct
+        .query_one(
+            "SELECT q.id, p.id FROM queen.queues q JOIN queen.log_partitions p ON p.queue_id = q.id \
+             WHERE q.name = 'one_claim'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (queue_id, partition_id): (uuid::Uuid, i64) = (ids.get(0), ids.get(1));
+    let shapes = [
+        ("one message", (1, 1, None)),
+        ("across segments", (7, 1, None)),
+        ("claims of three for a fused POP", (8, 3, Some(3))),
+    ];
+    for (what, shape) in shapes {
+        let [one, whole] = claim_both_ways(&mut direct, queue_id, partition_id, shape).await;
+        assert!(!one.is_empty(), "{what}: claimed nothing");
+        assert_eq!(one, whole, "{what}");
+    }
+    // An offset another transaction is claiming is skipped: two runs.
+    let holder = proxy.connect_direct().await;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('__QUEUE_MODE__:{partition_id}', 3))"
+        ))
+        .await
+        .unwrap();
+    let [one, whole] = claim_both_ways(&mut direct, queue_id, partition_id, (4, 1, None)).await;
+    // Rows: a run cut where offset 5 begins a segment.
+    let runs: Vec<(i64, i64)> = one.iter().map(|c| (c.3, c.4)).collect();
+    assert_eq!(
+        runs,
+        [(1, 2), (4, 4), (5, 5)],
+        "around the offset being claimed"
+    );
+    assert_eq!(one, whole, "around the offset being claimed");
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    // A message due again: left to the whole judgement, which redelivers it.
+    assert_eq!(ack(&client, &head[0], " FAILED").await, "retry");
+    let [one, whole] = claim_both_ways(&mut direct, queue_id, partition_id, (2, 1, None)).await;
+    assert!(one.is_empty(), "claimed past a message due again: {one:?}");
+    assert_eq!(
+        whole.iter().map(|c| (c.2, c.3, c.4)).collect::<Vec<_>>(),
+        [(1, 0, 0), (0, 1, 1)]
+    );
+    // Through the proxy, the same: the retry first, then new offsets.
+    let popped = rows(&client, "POP FROM one_claim LIMIT 3").await;
+    assert_eq!(popped.iter().map(number).collect::<Vec<_>>(), [0, 1, 2]);
+}

@@ -282,6 +282,20 @@ BEGIN
 
     -- A shared group (032): each message leased on its own.
     IF NOT COALESCE(v_queue.group_ordered, v_queue.ordered) THEN
+        -- One candidate and nothing but new offsets to claim: one
+        -- statement (032, log_pop_shared_new_v1); anything else, or
+        -- nothing claimed there, the whole judgement.
+        IF cardinality(p_candidates) = 1 AND p_partition IS NULL
+           AND v_queue.window_buffer = 0 AND v_queue.delayed_processing = 0 THEN
+            RETURN QUERY
+            SELECT * FROM queen.log_pop_shared_new_v1(v_queue.id, v_group, p_limit,
+                                                      p_max_partitions, v_lease, p_auto_ack,
+                                                      p_candidates[1], v_queue.max_in_flight,
+                                                      p_partition_limit);
+            IF FOUND THEN
+                RETURN;
+            END IF;
+        END IF;
         RETURN QUERY
         SELECT * FROM queen.log_pop_shared_v1(v_queue.id, p_partition, v_group, p_limit,
                                               p_max_partitions, v_lease, v_sub_at, p_auto_ack,

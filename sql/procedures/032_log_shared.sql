@@ -212,6 +212,30 @@ BEGIN
 END
 $$;
 
+-- The segments of a partition that hold offsets p_from..p_to, in offset
+-- order: the one p_from falls in and those after it up to p_to. LANGUAGE
+-- sql and one SELECT, so a caller's LATERAL inlines it (its probes stay
+-- index reads in the caller's plan). Judged rows (NULL offsets) get none.
+CREATE OR REPLACE FUNCTION queen.log_run_segments_v1(
+    p_partition_id BIGINT,
+    p_from         BIGINT,
+    p_to           BIGINT
+) RETURNS TABLE (base_offset BIGINT, message_count INTEGER, blob BYTEA)
+LANGUAGE sql STABLE
+AS $$
+    SELECT s1.base_offset, s1.message_count, s1.blob
+    FROM queen.log_segments s1
+    WHERE s1.partition_id = p_partition_id
+      AND s1.base_offset >= COALESCE(
+              (SELECT s2.base_offset FROM queen.log_segments s2
+               WHERE s2.partition_id = p_partition_id AND s2.base_offset <= p_from
+               ORDER BY s2.base_offset DESC LIMIT 1),
+              p_from)
+      AND s1.base_offset <= p_to
+    ORDER BY s1.base_offset
+    LIMIT (p_to - p_from + 1)
+$$;
+
 -- log_pop_shared_new_v1: the common shared claim in one statement (each
 -- statement of log_pop_shared_v1 costs its executor start-up: one
 -- candidate LIMIT 1 claim there ran 0.30 ms in PostgreSQL, here 0.19).
@@ -326,18 +350,7 @@ BEGIN
            s.base_offset, s.blob
     FROM runs x
     CROSS JOIN ok
-    CROSS JOIN LATERAL (
-        SELECT s1.base_offset, s1.message_count, s1.blob
-        FROM queen.log_segments s1
-        WHERE s1.partition_id = ok.id
-          AND s1.base_offset >= COALESCE(
-                  (SELECT s2.base_offset FROM queen.log_segments s2
-                   WHERE s2.partition_id = ok.id AND s2.base_offset <= x.f
-                   ORDER BY s2.base_offset DESC LIMIT 1),
-                  x.f)
-          AND s1.base_offset <= x.t
-        ORDER BY s1.base_offset
-        LIMIT (x.t - x.f + 1)) s
+    CROSS JOIN LATERAL queen.log_run_segments_v1(ok.id, x.f, x.t) s
     ORDER BY x.f, s.base_offset;
 END
 $$;
@@ -807,18 +820,8 @@ BEGIN
            s.base_offset, s.blob
     FROM unnest(o_pid, o_pname, o_state, o_until, o_token, o_expires, o_retry, o_from, o_to)
          WITH ORDINALITY AS x(pid, pname, st, until, tok, exp, retry, f, t, ord)
-    LEFT JOIN LATERAL (
-        SELECT s1.base_offset, s1.message_count, s1.blob
-        FROM queen.log_segments s1
-        WHERE x.st IN ('shared', 'shared+') AND s1.partition_id = x.pid
-          AND s1.base_offset >= COALESCE(
-                  (SELECT s2.base_offset FROM queen.log_segments s2
-                   WHERE s2.partition_id = x.pid AND s2.base_offset <= x.f
-                   ORDER BY s2.base_offset DESC LIMIT 1),
-                  x.f)
-          AND s1.base_offset <= x.t
-        ORDER BY s1.base_offset
-        LIMIT (x.t - x.f + 1)) s ON true
+    LEFT JOIN LATERAL queen.log_run_segments_v1(x.pid, x.f, x.t) s
+           ON x.st IN ('shared', 'shared+')
     WHERE x.st NOT IN ('shared', 'shared+') OR s.blob IS NOT NULL
     ORDER BY x.ord, s.base_offset;
 END

@@ -422,6 +422,68 @@ async fn a_begin_answered_ahead_opens_the_block_postgresql_opens() {
     assert_eq!(via.simple("SELECT 1").await.status, b'I');
 }
 
+/// A dialect statement right after a BEGIN answered ahead goes to
+/// PostgreSQL in the same write as the BEGIN (the connection reads the
+/// BEGIN's replies before its own), over either protocol: it runs inside
+/// the block, a ROLLBACK undoes it, a COMMIT keeps it. A dialect statement
+/// that needs no backend leaves the BEGIN to go on its own.
+#[tokio::test]
+async fn a_dialect_statement_after_a_begin_answered_ahead_runs_in_its_block() {
+    let proxy = Proxy::start("begin_dialect").await;
+    let direct = proxy.connect_direct().await;
+    let mut via = Raw::connect(proxy.addr).await;
+    via.simple("CREATE QUEUE bd").await;
+    let segments = || async {
+        direct
+            .query_one(
+                "SELECT count(*) FROM queen.log_segments s \
+                 JOIN queen.log_partitions p ON p.id = s.partition_id \
+                 JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'bd'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    // Simple protocol.
+    for (end, want) in [("ROLLBACK", 0), ("COMMIT", 1)] {
+        assert_eq!(via.simple("BEGIN").await.status, b'T');
+        let r = via.simple("PUSH INTO bd VALUES ('{}')").await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.status, b'T');
+        let r = via.simple("SAVEPOINT s").await;
+        assert!(r.errors.is_empty(), "not in the block: {:?}", r.errors);
+        assert_eq!(via.simple(end).await.status, b'I');
+        assert_eq!(segments().await, want, "after {end}");
+    }
+    // Extended protocol: the Bind of a statement prepared before.
+    via.send(&[
+        frontend::build_parse("push", "PUSH INTO bd VALUES ('{}')", &[]),
+        sync(),
+    ])
+    .await;
+    assert_eq!(via.read_until_ready().await.status, b'I');
+    for (end, want) in [("ROLLBACK", 1), ("COMMIT", 2)] {
+        assert_eq!(via.simple("BEGIN").await.status, b'T');
+        via.send(&[bind_text("", "push", &[]), execute("", 0), sync()])
+            .await;
+        let r = via.read_until_ready().await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.status, b'T');
+        assert_eq!(via.simple(end).await.status, b'I');
+        assert_eq!(segments().await, want, "after {end}");
+    }
+    // A statement the proxy answers alone: the block is still PostgreSQL's.
+    assert_eq!(via.simple("BEGIN").await.status, b'T');
+    let r = via.simple("SHOW QUEENWIRE POOLS").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    until_open_blocks(&direct, 1, "the BEGIN never reached PostgreSQL").await;
+    let r = via.simple("SAVEPOINT t").await;
+    assert!(r.errors.is_empty(), "not in the block: {:?}", r.errors);
+    assert_eq!(via.simple("COMMIT").await.status, b'I');
+    assert_eq!(via.simple("SELECT 1").await.status, b'I');
+}
+
 /// Waits (at most 10 s) until PostgreSQL shows `n` sessions idle in a
 /// transaction block.
 async fn until_open_blocks(direct: &tokio_postgres::Client, n: i64, what: &str) {

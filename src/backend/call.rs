@@ -5,7 +5,7 @@
 
 use super::conn::{BackendConn, BackendError};
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, Message, SqlError};
+use crate::protocol::{self, Message, SqlError, TxStatus};
 use postgres_protocol::message::frontend as pp;
 
 /// Parameters and results of the proxy's own calls travel in binary.
@@ -210,6 +210,37 @@ impl BackendConn {
                         other as char, spec.name
                     )));
                 }
+            }
+        }
+    }
+}
+
+impl BackendConn {
+    /// Ends the current extended-protocol exchange: Sync, then everything up
+    /// to ReadyForQuery; returns the transaction status. An error before
+    /// the ReadyForQuery is returned once it has come (the status is then
+    /// updated too): the implicit transaction the Sync ended failed to
+    /// commit (a deferred constraint, a serialization failure), or a
+    /// message sent before the Sync failed and its error was not read.
+    pub async fn sync(&mut self) -> Result<TxStatus, BackendError> {
+        self.write(|b| {
+            pp::sync(b);
+            Ok::<(), BackendError>(())
+        })?;
+        self.flush().await?;
+        let mut error = None;
+        loop {
+            let msg = self.recv().await?;
+            match msg.tag {
+                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
+                tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
+                tag::READY_FOR_QUERY => {
+                    return match error {
+                        Some(e) => Err(BackendError::Server(e)),
+                        None => Ok(self.status()),
+                    };
+                }
+                _ => {}
             }
         }
     }

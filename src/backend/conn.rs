@@ -150,6 +150,15 @@ pub struct BackendConn {
     /// Bytes reached the socket since the last ReadyForQuery: if the
     /// connection breaks now, what they asked has an unknown outcome.
     awaiting_reply: bool,
+    /// Exchanges of a client's BEGIN the session answered ahead and handed
+    /// over ([`BackendConn::take_answered_begin`]): `recv` reads their
+    /// replies before any other message.
+    answered_begins: u8,
+    /// Bytes of those BEGINs still at the front of `write_buf`.
+    begin_bytes: usize,
+    /// Something was sent behind them: once their replies are read, a
+    /// reply is still owed.
+    sent_behind_begin: bool,
 }
 
 impl BackendConn {
@@ -174,6 +183,9 @@ impl BackendConn {
             status: TxStatus::Idle,
             broken: false,
             awaiting_reply: false,
+            answered_begins: 0,
+            begin_bytes: 0,
+            sent_behind_begin: false,
         }
     }
 
@@ -308,7 +320,8 @@ impl BackendConn {
         !(self.broken
             || self.status.in_transaction()
             || self.has_unflushed()
-            || self.awaiting_reply)
+            || self.awaiting_reply
+            || self.answered_begins > 0)
     }
 
     /// Whether a request was sent since the last ReadyForQuery (its
@@ -344,6 +357,10 @@ impl BackendConn {
         }
         self.write_buf.clear();
         self.awaiting_reply |= written > 0;
+        if self.answered_begins > 0 && written > self.begin_bytes {
+            self.sent_behind_begin = true;
+        }
+        self.begin_bytes = 0;
         match failure {
             None => Ok(()),
             Some(e) => {
@@ -353,7 +370,34 @@ impl BackendConn {
         }
     }
 
+    /// The next message of the connection, after the replies of a BEGIN
+    /// answered ahead and handed over, which are read here and go no
+    /// further: whoever reads next (the proxy's own call, the session's
+    /// relay) sees the messages that follow as if it had sent the BEGIN
+    /// itself and read them. Anything else that comes meanwhile (a notice,
+    /// a notification) is returned as it comes.
     pub async fn recv(&mut self) -> Result<Message, BackendError> {
+        loop {
+            let m = self.read_one().await?;
+            if self.answered_begins == 0 {
+                return Ok(m);
+            }
+            match m.tag {
+                tag::COMMAND_COMPLETE => {}
+                tag::READY_FOR_QUERY => {
+                    self.answered_begins -= 1;
+                    self.awaiting_reply = self.sent_behind_begin;
+                    if self.answered_begins == 0 {
+                        self.sent_behind_begin = false;
+                    }
+                }
+                tag::ERROR_RESPONSE => return Err(self.block_not_begun(&m)),
+                _ => return Ok(m),
+            }
+        }
+    }
+
+    async fn read_one(&mut self) -> Result<Message, BackendError> {
         match read_message(&mut self.stream, &mut self.read_buf, MAX_BACKEND_MESSAGE).await {
             Ok(m) => {
                 if m.tag == tag::READY_FOR_QUERY {
@@ -367,6 +411,36 @@ impl BackendConn {
                 Err(self.lost(e.into()))
             }
         }
+    }
+
+    /// A client's BEGIN, answered ahead and queued here by the session
+    /// (`begin_sent_ahead`), is to be read by this connection itself: it
+    /// goes with whatever is sent next, in one write, and `recv` reads its
+    /// replies first, so the statement that follows costs no round trip
+    /// of its own for the BEGIN.
+    pub fn take_answered_begin(&mut self) {
+        self.answered_begins += 1;
+        self.begin_bytes = self.write_buf.len();
+    }
+
+    /// Whether a BEGIN handed over is still to be sent.
+    pub fn answered_begin_unsent(&self) -> bool {
+        self.answered_begins > 0 && self.has_unflushed()
+    }
+
+    /// PostgreSQL failed a BEGIN the client was told had begun its block
+    /// (outside a block it cannot fail, so the backend is broken): what was
+    /// sent with it ran outside the block, so its outcome is not what the
+    /// client expects. The connection is not used again.
+    fn block_not_begun(&mut self, error: &Message) -> BackendError {
+        self.broken = true;
+        self.answered_begins = 0;
+        self.sent_behind_begin = false;
+        let cause = SqlError::parse(&error.body);
+        BackendError::OutcomeUnknown(Box::new(BackendError::Protocol(format!(
+            "the backend did not begin the transaction block whose BEGIN was answered: {}",
+            cause.message
+        ))))
     }
 
     /// Moves the complete DataRow messages at the front of what was read
@@ -552,34 +626,6 @@ impl BackendConn {
                 // unknown, so it must not be reused.
                 self.broken = true;
                 Err(e)
-            }
-        }
-    }
-}
-
-impl BackendConn {
-    /// Ends the current extended-protocol exchange: Sync, then everything up
-    /// to ReadyForQuery; returns the transaction status. An error before
-    /// the ReadyForQuery is returned once it has come (the status is then
-    /// updated too): the implicit transaction the Sync ended failed to
-    /// commit (a deferred constraint, a serialization failure), or a
-    /// message sent before the Sync failed and its error was not read.
-    pub async fn sync(&mut self) -> Result<TxStatus, BackendError> {
-        pp::sync(&mut self.write_buf);
-        self.flush().await?;
-        let mut error = None;
-        loop {
-            let msg = self.recv().await?;
-            match msg.tag {
-                tag::PARAMETER_STATUS => self.note_parameter_status(&msg),
-                tag::ERROR_RESPONSE => error = Some(SqlError::parse(&msg.body)),
-                tag::READY_FOR_QUERY => {
-                    return match error {
-                        Some(e) => Err(BackendError::Server(e)),
-                        None => Ok(self.status),
-                    };
-                }
-                _ => {}
             }
         }
     }

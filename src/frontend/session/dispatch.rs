@@ -253,7 +253,12 @@ impl Session {
             // message's path, it flushes the connection); only a plain
             // simple query is forwarded behind it unread (`simple.rs`).
             self.txn.begin_unsent = false;
-            if !matches!(msg.tag, tag::TERMINATE | tag::QUERY) && self.replies.answered_ahead() {
+            // The Bind of a dialect statement is answered by the proxy and
+            // its Execute runs calls: they take the BEGIN along.
+            if !matches!(msg.tag, tag::TERMINATE | tag::QUERY)
+                && self.replies.answered_ahead()
+                && !(msg.tag == tag::BIND && self.binds_dialect(&msg) && self.hand_over_begin())
+            {
                 // On a broken connection the pipeline then skips to Sync.
                 self.settle_begin().await?;
             }
@@ -280,6 +285,11 @@ impl Session {
                 }
             }
             self.relay_if_backlogged().await?;
+            // A BEGIN handed over that nothing took along yet is sent if
+            // the client waits (`idle::next_message`).
+            if self.lease.conn().is_some_and(|c| c.answered_begin_unsent()) {
+                self.txn.begin_unsent = true;
+            }
             self.observed_between_messages();
         }
     }

@@ -207,6 +207,16 @@ impl Session {
         Some((global, prepared.effect))
     }
 
+    /// Whether `msg`, a Bind, binds a dialect statement (which the proxy
+    /// answers itself).
+    pub(super) fn binds_dialect(&self, msg: &Message) -> bool {
+        frontend::bind(msg).is_ok_and(|b| {
+            self.statements
+                .get(b.statement)
+                .is_some_and(|p| p.dialect.is_some())
+        })
+    }
+
     pub(super) async fn bind(&mut self, msg: &Message) -> Result<(), End> {
         let b = match frontend::bind(msg) {
             Ok(b) => b,

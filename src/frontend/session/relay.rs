@@ -91,6 +91,22 @@ impl Session {
         }
     }
 
+    /// Hands a BEGIN answered ahead (`simple::begin_ahead`) over to its
+    /// connection, which reads the BEGIN's replies itself before anything
+    /// else it reads: a dialect statement's calls then go in the same
+    /// write as the BEGIN, with no round trip of their own for it. Whether
+    /// it was handed over (a connection held, nothing else owed).
+    pub(super) fn hand_over_begin(&mut self) -> bool {
+        let Some(conn) = self.lease.conn_mut() else {
+            return false;
+        };
+        if !self.replies.hand_over_answered() {
+            return false;
+        }
+        conn.take_answered_begin();
+        true
+    }
+
     /// Reads the replies of a BEGIN answered ahead (`simple::begin_ahead`)
     /// before a message that does not go behind it unread. Whether the
     /// session may go on with the message: on a connection that broke

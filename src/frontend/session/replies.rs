@@ -163,6 +163,18 @@ impl<U> Replies<U> {
         matches!(self.pending.front(), Some(Expect::Answered))
     }
 
+    /// The exchange answered ahead at the front, and nothing behind it, is
+    /// no longer this queue's to read (the connection reads its replies
+    /// itself: `BackendConn::take_answered_begin`). Whether it was.
+    pub fn hand_over_answered(&mut self) -> bool {
+        if self.pending.len() == 1 && self.answered_ahead() {
+            self.pending.clear();
+            true
+        } else {
+            false
+        }
+    }
+
     /// One message from the backend.
     pub fn on_backend(&mut self, msg: &Message) -> Seen<U> {
         if self.answered_ahead() {

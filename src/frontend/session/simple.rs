@@ -72,13 +72,19 @@ impl Session {
         let sql: &str = &text.view;
         let commands = self.verdicts.classify_script(sql);
         let plain = |c: &Command| matches!(c, Command::Passthrough(_));
-        // A BEGIN answered ahead goes with this message only when it is one
-        // plain statement forwarded as it is; anything else reads it first.
-        if self.replies.answered_ahead()
-            && !forwarded_whole(sql, &commands)
-            && !self.settle_begin().await?
-        {
-            return self.finish_simple_query().await;
+        // A BEGIN answered ahead goes with this message when it is one
+        // plain statement forwarded as it is, or dialect statements only
+        // (their calls go with it: `hand_over_begin`); anything else reads
+        // it first.
+        if self.replies.answered_ahead() {
+            let dialect_only = commands
+                .iter()
+                .all(|(_, c)| matches!(c, Command::Dialect(_)));
+            let goes_along =
+                forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin());
+            if !goes_along && !self.settle_begin().await? {
+                return self.finish_simple_query().await;
+            }
         }
         if self.passthrough == Passthrough::None && commands.iter().any(|(_, c)| plain(c)) {
             self.local_error(canned::passthrough_refused());

@@ -473,6 +473,23 @@ async fn a_dialect_statement_after_a_begin_answered_ahead_runs_in_its_block() {
         assert_eq!(via.simple(end).await.status, b'I');
         assert_eq!(segments().await, want, "after {end}");
     }
+    // Extended protocol: an unnamed Parse in the block, as drivers below
+    // their prepare threshold send it.
+    for (end, want) in [("ROLLBACK", 2), ("COMMIT", 3)] {
+        assert_eq!(via.simple("BEGIN").await.status, b'T');
+        via.send(&[
+            frontend::build_parse("", "PUSH INTO bd VALUES ('{}')", &[]),
+            bind_text("", "", &[]),
+            execute("", 0),
+            sync(),
+        ])
+        .await;
+        let r = via.read_until_ready().await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.status, b'T');
+        assert_eq!(via.simple(end).await.status, b'I');
+        assert_eq!(segments().await, want, "after {end}");
+    }
     // A statement the proxy answers alone: the block is still PostgreSQL's.
     assert_eq!(via.simple("BEGIN").await.status, b'T');
     let r = via.simple("SHOW QUEENWIRE POOLS").await;

@@ -253,11 +253,11 @@ impl Session {
             // message's path, it flushes the connection); only a plain
             // simple query is forwarded behind it unread (`simple.rs`).
             self.txn.begin_unsent = false;
-            // The Bind of a dialect statement is answered by the proxy and
-            // its Execute runs calls: they take the BEGIN along.
+            // The Parse and Bind of a dialect statement are answered by the
+            // proxy and its Execute runs calls: they take the BEGIN along.
             if !matches!(msg.tag, tag::TERMINATE | tag::QUERY)
                 && self.replies.answered_ahead()
-                && !(msg.tag == tag::BIND && self.binds_dialect(&msg) && self.hand_over_begin())
+                && !(self.dialect_message(&msg) && self.hand_over_begin())
             {
                 // On a broken connection the pipeline then skips to Sync.
                 self.settle_begin().await?;
@@ -291,6 +291,15 @@ impl Session {
                 self.txn.begin_unsent = true;
             }
             self.observed_between_messages();
+        }
+    }
+
+    /// Whether `msg` parses or binds a dialect statement.
+    fn dialect_message(&self, msg: &Message) -> bool {
+        match msg.tag {
+            tag::PARSE => self.parses_dialect(msg),
+            tag::BIND => self.binds_dialect(msg),
+            _ => false,
         }
     }
 

@@ -207,6 +207,15 @@ impl Session {
         Some((global, prepared.effect))
     }
 
+    /// Whether `msg`, a Parse, parses a dialect statement (which the proxy
+    /// answers itself).
+    pub(super) fn parses_dialect(&self, msg: &Message) -> bool {
+        frontend::parse(msg).is_ok_and(|p| {
+            let text = ClientText::read(p.query, &self.client_encoding);
+            matches!(rewrite::classify(&text.view), Command::Dialect(_))
+        })
+    }
+
     /// Whether `msg`, a Bind, binds a dialect statement (which the proxy
     /// answers itself).
     pub(super) fn binds_dialect(&self, msg: &Message) -> bool {

@@ -150,14 +150,14 @@ pub struct BackendConn {
     /// Bytes reached the socket since the last ReadyForQuery: if the
     /// connection breaks now, what they asked has an unknown outcome.
     awaiting_reply: bool,
-    /// Exchanges of a client's BEGIN the session answered ahead and handed
-    /// over ([`BackendConn::take_answered_begin`]): `recv` reads their
-    /// replies before any other message.
-    answered_begins: u8,
-    /// Bytes of those BEGINs still at the front of `write_buf`.
+    /// A client's BEGIN the session answered ahead and handed over
+    /// ([`BackendConn::take_answered_begin`]): `recv` reads its replies
+    /// before any other message.
+    answered_begin: bool,
+    /// Bytes of that BEGIN still at the front of `write_buf`.
     begin_bytes: usize,
-    /// Something was sent behind them: once their replies are read, a
-    /// reply is still owed.
+    /// Something was sent behind it: once its replies are read, a reply is
+    /// still owed.
     sent_behind_begin: bool,
 }
 
@@ -183,7 +183,7 @@ impl BackendConn {
             status: TxStatus::Idle,
             broken: false,
             awaiting_reply: false,
-            answered_begins: 0,
+            answered_begin: false,
             begin_bytes: 0,
             sent_behind_begin: false,
         }
@@ -321,7 +321,7 @@ impl BackendConn {
             || self.status.in_transaction()
             || self.has_unflushed()
             || self.awaiting_reply
-            || self.answered_begins > 0)
+            || self.answered_begin)
     }
 
     /// Whether a request was sent since the last ReadyForQuery (its
@@ -357,7 +357,7 @@ impl BackendConn {
         }
         self.write_buf.clear();
         self.awaiting_reply |= written > 0;
-        if self.answered_begins > 0 && written > self.begin_bytes {
+        if self.answered_begin && written > self.begin_bytes {
             self.sent_behind_begin = true;
         }
         self.begin_bytes = 0;
@@ -379,17 +379,15 @@ impl BackendConn {
     pub async fn recv(&mut self) -> Result<Message, BackendError> {
         loop {
             let m = self.read_one().await?;
-            if self.answered_begins == 0 {
+            if !self.answered_begin {
                 return Ok(m);
             }
             match m.tag {
                 tag::COMMAND_COMPLETE => {}
                 tag::READY_FOR_QUERY => {
-                    self.answered_begins -= 1;
+                    self.answered_begin = false;
                     self.awaiting_reply = self.sent_behind_begin;
-                    if self.answered_begins == 0 {
-                        self.sent_behind_begin = false;
-                    }
+                    self.sent_behind_begin = false;
                 }
                 tag::ERROR_RESPONSE => return Err(self.block_not_begun(&m)),
                 _ => return Ok(m),
@@ -419,13 +417,13 @@ impl BackendConn {
     /// replies first, so the statement that follows costs no round trip
     /// of its own for the BEGIN.
     pub fn take_answered_begin(&mut self) {
-        self.answered_begins += 1;
+        self.answered_begin = true;
         self.begin_bytes = self.write_buf.len();
     }
 
     /// Whether a BEGIN handed over is still to be sent.
     pub fn answered_begin_unsent(&self) -> bool {
-        self.answered_begins > 0 && self.has_unflushed()
+        self.answered_begin && self.has_unflushed()
     }
 
     /// PostgreSQL failed a BEGIN the client was told had begun its block
@@ -434,7 +432,7 @@ impl BackendConn {
     /// client expects. The connection is not used again.
     fn block_not_begun(&mut self, error: &Message) -> BackendError {
         self.broken = true;
-        self.answered_begins = 0;
+        self.answered_begin = false;
         self.sent_behind_begin = false;
         let cause = SqlError::parse(&error.body);
         BackendError::OutcomeUnknown(Box::new(BackendError::Protocol(format!(

@@ -156,8 +156,12 @@ BEGIN
     END IF;
     -- The finished prefix above the start, up to 256 rows a call: it
     -- ends before the first unfinished row or the first offset without a
-    -- row (never delivered, or a claim rolled back: it must still come).
-    SELECT COALESCE(min(x.o) FILTER (WHERE x.state < 2 OR x.o <> v_c.cursor_offset + x.rn) - 1,
+    -- row (never delivered, or a claim rolled back or not yet committed:
+    -- it must still come). The n-th row above the start is at start + n
+    -- while there is no such offset, so the new start is the offset the
+    -- first row that breaks the prefix should have had, less one.
+    SELECT COALESCE(min(v_c.cursor_offset + x.rn)
+                        FILTER (WHERE x.state < 2 OR x.o <> v_c.cursor_offset + x.rn) - 1,
                     max(x.o))
     INTO v_start
     FROM (SELECT r.message_offset AS o, r.state,

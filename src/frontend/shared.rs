@@ -223,6 +223,23 @@ impl SessionHandle {
     fn backend(&self) -> Option<BackendKey> {
         self.backend.lock().ok().and_then(|g| *g)
     }
+
+    /// Cancels the statement the session runs: a wait of the proxy's own
+    /// (a POP … WAIT) if one is in progress, else whatever runs on the
+    /// backend connection the session holds. A statement waiting in the
+    /// proxy runs nothing on that backend: the cancel is its alone. Sent
+    /// on to that backend as well, it would arrive after the 57014 and
+    /// could cancel the client's next statement instead (seen with
+    /// pgjdbc's setQueryTimeout: the SELECT 1 after the wait).
+    pub async fn cancel_statement(&self, target: &BackendTarget) -> std::io::Result<()> {
+        if self.cancel.cancel() {
+            return Ok(());
+        }
+        match self.backend() {
+            Some(key) => target.cancel(key).await,
+            None => Ok(()),
+        }
+    }
 }
 
 /// Sessions by the (pid, secret) key the proxy gave their clients.
@@ -253,18 +270,8 @@ impl CancelRegistry {
             .ok()
             .and_then(|map| map.get(&(pid, secret)).cloned());
         let Some(handle) = handle else { return };
-        // A statement waiting in the proxy (a POP … WAIT) runs nothing on
-        // the backend the session may hold: the cancel is its alone. Sent
-        // on to that backend as well, it would arrive after the 57014 and
-        // could cancel the client's next statement instead (seen with
-        // pgjdbc's setQueryTimeout: the SELECT 1 after the wait).
-        if handle.cancel.cancel() {
-            return;
-        }
-        if let Some(key) = handle.backend() {
-            if let Err(e) = target.cancel(key).await {
-                tracing::warn!("forwarding a cancel request failed: {e}");
-            }
+        if let Err(e) = handle.cancel_statement(target).await {
+            tracing::warn!("forwarding a cancel request failed: {e}");
         }
     }
 }
@@ -278,14 +285,8 @@ impl CancelRegistry {
             Err(_) => return,
         };
         let cancels = handles.into_iter().map(|handle| async move {
-            // As `cancel` does.
-            if handle.cancel.cancel() {
-                return;
-            }
-            if let Some(key) = handle.backend() {
-                if let Err(e) = target.cancel(key).await {
-                    tracing::debug!("cancelling a statement at shutdown failed: {e}");
-                }
+            if let Err(e) = handle.cancel_statement(target).await {
+                tracing::debug!("cancelling a statement at shutdown failed: {e}");
             }
         });
         futures::future::join_all(cancels).await;

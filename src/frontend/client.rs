@@ -114,6 +114,23 @@ impl Client {
         read_message(&mut self.stream, &mut self.read_buf, max_len).await
     }
 
+    /// Resolves once the client has closed its socket (or the socket
+    /// broke). What the client sends meanwhile is read into the buffer
+    /// `read` takes messages from, up to `read_ahead` bytes; past that it
+    /// is left in the socket and the client's leaving goes unnoticed until
+    /// the session reads it, as a client that pipelines that much while a
+    /// statement runs has to wait for it anyway.
+    pub async fn gone(&mut self, read_ahead: usize) {
+        use tokio::io::AsyncReadExt;
+        while self.read_buf.len() < read_ahead {
+            match self.stream.read_buf(&mut self.read_buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+        std::future::pending().await
+    }
+
     pub fn peer(&self) -> Option<Peer> {
         self.stream.peer()
     }

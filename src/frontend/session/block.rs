@@ -346,7 +346,7 @@ impl Session {
         commands: &[(std::ops::Range<usize>, crate::rewrite::Command)],
         plan: ScriptPlan,
     ) -> Result<(), End> {
-        if !self.ensure_backend(super::lease::For::Client).await {
+        if !self.ensure_backend(super::lease::For::Client).await? {
             return Ok(());
         }
         if plan == ScriptPlan::Implicit {

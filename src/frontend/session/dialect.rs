@@ -4,12 +4,13 @@
 
 use super::dispatch::Txn;
 use super::lease::{For, Lease};
-use super::{rows, End, Session};
+use super::{gone, rows, End, Session};
 use crate::backend::{BackendConn, BackendError};
 use crate::engine::lend::CancelSignal;
 use crate::engine::lock_order::LockOrder;
 use crate::engine::values::Cell;
 use crate::engine::{CallEnd, Lender, Outcome, StatementError, TxnView};
+use crate::frontend::client::Client;
 use crate::frontend::errors::statement_error;
 use crate::frontend::SessionHandle;
 use crate::protocol::{self, SqlError, SqlState};
@@ -72,15 +73,17 @@ impl Lender for Lent<'_> {
 }
 
 impl Session {
-    /// The session's connection and transaction, lent to the engine.
-    fn lend(&mut self, end: CallEnd) -> Lent<'_> {
-        Lent {
+    /// The session's connection and transaction, lent to the engine; the
+    /// client stays the session's, watched while the statement runs.
+    fn lend(&mut self, end: CallEnd) -> (Lent<'_>, &mut Client) {
+        let lent = Lent {
             replies_owed: self.replies.owed(),
             lease: &mut self.lease,
             txn: &mut self.txn,
             handle: &self.handle,
             end,
-        }
+        };
+        (lent, &mut self.client)
     }
 
     /// Runs one dialect statement; `end` says how its calls end when it is
@@ -140,11 +143,22 @@ impl Session {
             self.refuse(refusal, end).await?;
             return Ok(None);
         }
-        let engine = self.shared.engine.clone();
+        let shared = self.shared.clone();
         let tenant = self.tenant;
-        let mut lent = self.lend(end);
+        let (mut lent, client) = self.lend(end);
         let fused = matches!(stmt.as_ref(), Statement::Push(_)) && lent.view().detached();
-        let result = engine.execute(&mut lent, stmt, params, tenant).await;
+        let handle = lent.handle;
+        let statement = shared.engine.execute(&mut lent, stmt, params, tenant);
+        let result = match gone::cancelled_if_gone(client, handle, &shared.target, statement).await
+        {
+            Ok(result) => result,
+            Err(end) => {
+                // A cancel sent for the statement may still be on its way
+                // to the connection: it serves nobody again.
+                self.lease.discard();
+                return Err(end);
+            }
+        };
         // The statement's work is in the backend's current transaction: a
         // later POP of this pipeline must not end it early to park.
         if !fused {
@@ -174,7 +188,7 @@ impl Session {
     /// after making the backend fail the statement as well.
     pub(super) async fn refuse(&mut self, refusal: SqlError, end: CallEnd) -> Result<(), End> {
         let engine = self.shared.engine.clone();
-        let mut lent = self.lend(end);
+        let (mut lent, _) = self.lend(end);
         match engine.refuse(&mut lent, refusal).await {
             StatementError::Lost(e) => Err(self.backend_lost(e).await),
             other => {

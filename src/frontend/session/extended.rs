@@ -98,7 +98,7 @@ impl Session {
                 return Ok(());
             }
         };
-        if !self.ensure_backend(For::Client).await {
+        if !self.ensure_backend(For::Client).await? {
             return Ok(());
         }
         if p.name.is_empty() {
@@ -267,7 +267,7 @@ impl Session {
             return Ok(());
         }
         self.portals.remove_local(b.portal);
-        if !self.ensure_backend(For::Client).await {
+        if !self.ensure_backend(For::Client).await? {
             return Ok(());
         }
         let Some((backend_name, effect)) = self.ensure_statement(b.statement) else {
@@ -308,7 +308,7 @@ impl Session {
                     self.reply_local(rows::describe_columns(stmt.columns(), &[]));
                     return Ok(());
                 }
-                if !self.ensure_backend(For::Client).await {
+                if !self.ensure_backend(For::Client).await? {
                     return Ok(());
                 }
                 let Some((backend_name, _)) = self.ensure_statement(name) else {

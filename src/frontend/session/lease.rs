@@ -184,11 +184,13 @@ impl Lease {
     }
 
     /// The client is gone: a connection in a transaction, pinned, or busy
-    /// (its query is cancelled) is closed, and PostgreSQL rolls back; an
-    /// idle one goes back to the pool.
-    pub fn finish(&mut self, busy: bool, target: &Arc<BackendTarget>) {
+    /// (replies owed to the client, or a request of the proxy's own
+    /// unanswered: its query is cancelled) is closed, and PostgreSQL rolls
+    /// back; an idle one goes back to the pool.
+    pub fn finish(&mut self, replies_owed: bool, target: &Arc<BackendTarget>) {
         self.handle.set_backend(None);
         let Some(conn) = self.conn.take() else { return };
+        let busy = replies_owed || conn.awaiting_reply();
         if busy {
             let key = conn.key();
             let target = target.clone();

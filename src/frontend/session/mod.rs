@@ -6,6 +6,7 @@
 //! - `lease` — the backend connection: which pool, when held, pinning;
 //! - `relay` — forwarding to the backend and relaying its replies;
 //! - `idle` — waiting for the client, relaying what the backend sends unasked;
+//! - `gone` — a client that leaves while its statement runs;
 //! - `settings` — startup settings as the session's defaults after RESET;
 //! - `simple`, `extended`, `copy` — the simple and extended query
 //!   protocols and COPY FROM STDIN;
@@ -21,6 +22,7 @@ mod copy;
 mod dialect;
 mod dispatch;
 mod extended;
+mod gone;
 mod idle;
 mod lease;
 mod portals;

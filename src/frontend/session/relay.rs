@@ -5,7 +5,7 @@ use super::dispatch::Undo;
 use super::dispatch::CLIENT_FLUSH_THRESHOLD;
 use super::lease::For;
 use super::replies::{Expect, Seen};
-use super::{End, Session};
+use super::{gone, End, Session};
 use crate::backend::BackendError;
 use crate::frontend::errors::{self, backend_unavailable};
 use crate::protocol::{self, Message, TxStatus};
@@ -18,8 +18,12 @@ const BACKEND_BACKLOG: usize = 64 * 1024;
 impl Session {
     /// Takes a backend connection for `purpose` unless one is held, telling
     /// the client if none can be had. Whether the session has one now.
-    pub(super) async fn ensure_backend(&mut self, purpose: For) -> bool {
-        match self.lease.acquire(purpose).await {
+    /// `Err` when the client left while the session waited for one.
+    pub(super) async fn ensure_backend(&mut self, purpose: For) -> Result<bool, End> {
+        // Waiting for the pool drops nothing that matters when the client
+        // leaves: a connection not yet handed over goes back.
+        let acquired = gone::unless_gone(&mut self.client, self.lease.acquire(purpose)).await?;
+        Ok(match acquired {
             Ok(conn) => {
                 // A notification this connection sends is the session's.
                 if self.shared.listen.active() {
@@ -32,7 +36,7 @@ impl Session {
                 self.local_error(backend_unavailable(&e));
                 false
             }
-        }
+        })
     }
 
     /// Sends `msg` to the held connection; `expect` is its reply.
@@ -46,16 +50,18 @@ impl Session {
 
     /// The held connection's next message, after sending what is buffered
     /// for it; `None` without a connection (the replies owed will not
-    /// come).
-    async fn next_reply(&mut self) -> Option<Result<Message, BackendError>> {
+    /// come); `Err` when the client left meanwhile.
+    async fn next_reply(&mut self) -> Result<Option<Result<Message, BackendError>>, End> {
         let Some(conn) = self.lease.conn_mut() else {
             self.replies.lost();
-            return None;
+            return Ok(None);
         };
-        Some(match conn.flush().await {
-            Ok(()) => conn.recv().await,
-            Err(e) => Err(e),
-        })
+        if let Err(e) = conn.flush().await {
+            return Ok(Some(Err(e)));
+        }
+        Ok(Some(
+            gone::unless_gone(&mut self.client, conn.recv()).await?,
+        ))
     }
 
     /// Relays backend replies until every expected one has arrived.
@@ -81,7 +87,7 @@ impl Session {
                     }
                 }
             }
-            let msg = match self.next_reply().await {
+            let msg = match self.next_reply().await? {
                 None => return Ok(()),
                 Some(Ok(m)) => m,
                 Some(Err(e)) => return Err(self.backend_lost(e).await),
@@ -117,7 +123,7 @@ impl Session {
     /// between two statements; ReadyForQuery then says Idle.
     pub(super) async fn settle_begin(&mut self) -> Result<bool, End> {
         while self.replies.answered_ahead() {
-            match self.next_reply().await {
+            match self.next_reply().await? {
                 None => return Ok(true),
                 Some(Ok(msg)) => self.on_backend_message(msg).await?,
                 Some(Err(e)) => {

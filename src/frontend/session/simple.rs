@@ -144,7 +144,7 @@ impl Session {
                     return self.finish_simple_query().await;
                 }
             }
-            if !self.ensure_backend(For::Client).await {
+            if !self.ensure_backend(For::Client).await? {
                 return self.finish_simple_query().await;
             }
             self.before_plain(commands.iter().map(|(r, _)| &sql[r.clone()]))
@@ -187,7 +187,7 @@ impl Session {
     /// (`idle::next_message`), so the block's start (`now()`) is that much
     /// later at most, as if the network were that much slower.
     async fn begin_ahead(&mut self, msg: &Message, statement: &str, tag: &str) -> Result<(), End> {
-        if !self.ensure_backend(For::Client).await {
+        if !self.ensure_backend(For::Client).await? {
             return self.finish_simple_query().await;
         }
         self.before_plain(std::iter::once(statement)).await?;
@@ -227,7 +227,7 @@ impl Session {
     pub(super) async fn function_call(&mut self, msg: &Message) -> Result<(), End> {
         if self.passthrough == Passthrough::None {
             self.local_error(canned::passthrough_refused());
-        } else if self.ensure_backend(For::Client).await {
+        } else if self.ensure_backend(For::Client).await? {
             self.forward(msg, Expect::Query);
             self.drain().await?;
         }
@@ -291,7 +291,7 @@ impl Session {
         for (range, command) in commands {
             let ok = match command {
                 Command::Passthrough(effect) => {
-                    if !self.ensure_backend(For::Client).await {
+                    if !self.ensure_backend(For::Client).await? {
                         break;
                     }
                     if let Some(ok) = self.script_listen(&sql[range.clone()]).await? {
@@ -360,7 +360,7 @@ impl Session {
             let Some(conn) = self.lease.conn_mut() else {
                 return Ok(false);
             };
-            let msg = match conn.recv().await {
+            let msg = match super::gone::unless_gone(&mut self.client, conn.recv()).await? {
                 Ok(m) => m,
                 Err(e) => return Err(self.backend_lost(e).await),
             };

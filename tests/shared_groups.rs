@@ -262,6 +262,34 @@ async fn messages_of_a_rolled_back_claim_come_back_after_the_messages_behind_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_change_refused_counts_the_messages_not_finished() {
+    let proxy = Proxy::start("shared_refusal_count").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE rc WITH (ordered = false, retry_delay = '30s')")
+        .await
+        .unwrap();
+    push_numbers(&client, "rc", "Default", 0..4).await;
+    let got = rows(&client, "POP FROM rc LIMIT 4").await;
+    assert_eq!(got.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // 0 waits for its retry, 1 is leased, 2 and 3 are finished.
+    assert_eq!(ack(&client, &got[0], " FAILED").await, "retry");
+    assert_eq!(ack(&client, &got[2], "").await, "acked");
+    assert_eq!(ack(&client, &got[3], "").await, "acked");
+    let err = client
+        .simple_query("ALTER QUEUE rc SET (ordered = true)")
+        .await
+        .expect_err("a type change with messages in flight");
+    let db = err.as_db_error().expect("an ErrorResponse");
+    assert_eq!(db.code().code(), "55000");
+    assert!(
+        db.message().contains("has 2 message(s)"),
+        "{}",
+        db.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ephemeral_queue_refuses_shared_groups() {
     let proxy = Proxy::start("shared_ephemeral").await;
     let client = proxy.connect().await;
@@ -276,6 +304,19 @@ async fn an_ephemeral_queue_refuses_shared_groups() {
     assert_eq!(
         sql_error(&client, "ALTER GROUP g ON eph SET (ordered = false)").await,
         "0A000"
+    );
+    assert_eq!(
+        sql_error(
+            &client,
+            "CREATE QUEUE eph2 WITH (class = 'ephemeral', ordered = false)"
+        )
+        .await,
+        "0A000"
+    );
+    // Refused whole: the queue was not made.
+    assert_eq!(
+        sql_error(&client, "ALTER QUEUE eph2 SET (retry_limit = 1)").await,
+        "42704"
     );
 }
 

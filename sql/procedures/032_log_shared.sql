@@ -1244,6 +1244,8 @@ DECLARE
     v_name  TEXT;
     v_count BIGINT;
     v_pid   BIGINT;
+    v_start BIGINT;
+    v_prev  BIGINT;
 BEGIN
     SELECT q.name INTO v_name FROM queen.queues q WHERE q.id = p_queue_id;
     PERFORM 1 FROM queen.log_consumers c
@@ -1259,15 +1261,27 @@ BEGIN
             WHERE p.queue_id = p_queue_id AND c.consumer_group = p_group
             ORDER BY c.partition_id
         LOOP
-            PERFORM queen.log_shared_compact_v1(v_pid, p_group);
+            -- A call moves the start over at most 256 rows.
+            v_prev := NULL;
+            LOOP
+                v_start := queen.log_shared_compact_v1(v_pid, p_group);
+                EXIT WHEN v_start IS NOT DISTINCT FROM v_prev;
+                v_prev := v_start;
+            END LOOP;
         END LOOP;
-        SELECT count(*) INTO v_count
-        FROM queen.log_shared_records r
-        JOIN queen.log_consumers c
-          ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
-        JOIN queen.log_partitions p ON p.id = c.partition_id
-        WHERE p.queue_id = p_queue_id AND r.consumer_group = p_group
-          AND r.message_offset > c.cursor_offset;
+        -- Rows above a start that no longer moves mean an offset there is
+        -- unfinished: leased, waiting for its retry, or without a row (a
+        -- claim rolled back). Those are what the refusal counts.
+        SELECT COALESCE(sum(x.open), 0) INTO v_count
+        FROM (SELECT max(r.message_offset) - c.cursor_offset
+                     - count(*) FILTER (WHERE r.state >= 2) AS open
+              FROM queen.log_shared_records r
+              JOIN queen.log_consumers c
+                ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
+              JOIN queen.log_partitions p ON p.id = c.partition_id
+              WHERE p.queue_id = p_queue_id AND r.consumer_group = p_group
+                AND r.message_offset > c.cursor_offset
+              GROUP BY c.partition_id, c.cursor_offset) x;
         IF v_count > 0 THEN
             RAISE EXCEPTION 'group "%" on queue "%" has % message(s) leased or awaiting redelivery; its type can change once they are acknowledged or dead-lettered',
                 p_group, v_name, v_count USING ERRCODE = '55000';

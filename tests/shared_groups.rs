@@ -290,6 +290,46 @@ async fn a_type_change_refused_counts_the_messages_not_finished() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_messages_gives_each_message_of_a_shared_group_its_own_state() {
+    let proxy = Proxy::start("shared_browse").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE sb WITH (ordered = false, retry_delay = '30s')")
+        .await
+        .unwrap();
+    push_numbers(&client, "sb", "Default", 0..5).await;
+    let got = rows(&client, "POP FROM sb LIMIT 4").await;
+    assert_eq!(got.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // 0 finished, 1 failed (waiting for its retry), 2 acked behind it,
+    // 3 still leased, 4 never delivered.
+    assert_eq!(ack(&client, &got[0], "").await, "acked");
+    assert_eq!(ack(&client, &got[1], " FAILED").await, "retry");
+    assert_eq!(ack(&client, &got[2], "").await, "acked");
+    // Past the 100 ms a POP's extra claim is held for the session's next.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let browse = rows(&client, "SHOW MESSAGES FROM sb").await;
+    let states: Vec<(u64, String)> = browse
+        .iter()
+        .map(|r| (number(r), col(r, "state")))
+        .collect();
+    let want: Vec<(u64, String)> = [
+        (0, "consumed"),
+        (1, "pending"),
+        (2, "consumed"),
+        (3, "leased"),
+        (4, "pending"),
+    ]
+    .iter()
+    .map(|(n, s)| (*n, s.to_string()))
+    .collect();
+    assert_eq!(states, want);
+    // SHOW MESSAGE says the same of one message.
+    let id = col(&browse[3], "message_id");
+    let one = rows(&client, &format!("SHOW MESSAGE {} FROM sb", quote(&id))).await;
+    assert_eq!(col(&one[0], "state"), "leased");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ephemeral_queue_refuses_shared_groups() {
     let proxy = Proxy::start("shared_ephemeral").await;
     let client = proxy.connect().await;

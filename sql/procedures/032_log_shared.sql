@@ -1391,3 +1391,56 @@ AS $$
       ON m.queue_id = q.id AND m.consumer_group = g.consumer_group
     ORDER BY g.queue, g.consumer_group
 $$;
+
+-- The consumer state of one (partition, group) as the browse rows carry it:
+-- the cursor (-1 when the group has no row there), the batch of a live lease
+-- and the offsets of it acked so far, and the offsets dead-lettered by the
+-- group; for a shared group there is no batch: lease_from and
+-- lease_to are NULL, lease_acked holds the offsets above the start that are
+-- finished (acked, or dead without a DLQ row), and leased the offsets held
+-- by a live lease (NULL for an ordered group). Takes no locks.
+DROP FUNCTION IF EXISTS queen.log_browse_state_v1(BIGINT, TEXT);
+CREATE OR REPLACE FUNCTION queen.log_browse_state_v2(
+    p_partition_id BIGINT,
+    p_group        TEXT,
+    OUT cursor_offset  BIGINT,
+    OUT lease_from     BIGINT,
+    OUT lease_to       BIGINT,
+    OUT lease_acked    BIGINT[],
+    OUT dead_lettered  BIGINT[],
+    OUT leased         BIGINT[]
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT COALESCE(c.cursor_offset, -1),
+           CASE WHEN NOT g.shared AND c.lease_expires_at > now() THEN c.batch_from END,
+           CASE WHEN NOT g.shared AND c.lease_expires_at > now() THEN c.batch_to END,
+           CASE WHEN g.shared
+                THEN ARRAY(SELECT r.message_offset FROM queen.log_shared_records r
+                           WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+                             AND r.message_offset > COALESCE(c.cursor_offset, -1)
+                             AND r.state >= 2
+                           ORDER BY r.message_offset)
+                WHEN c.lease_expires_at > now() THEN c.batch_acked END,
+           (SELECT array_agg(d.message_offset) FROM queen.log_dlq d
+            WHERE d.partition_id = p_partition_id AND d.consumer_group = p_group),
+           CASE WHEN g.shared
+                THEN ARRAY(SELECT r.message_offset FROM queen.log_shared_records r
+                           WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+                             AND r.message_offset > COALESCE(c.cursor_offset, -1)
+                             AND r.state = 0 AND r.lease_expires_at > now()
+                           ORDER BY r.message_offset) END
+    FROM (SELECT 1) one
+    LEFT JOIN queen.log_consumers c
+           ON c.partition_id = p_partition_id AND c.consumer_group = p_group
+    CROSS JOIN LATERAL (
+        SELECT NOT COALESCE(
+                   (SELECT m.ordered FROM queen.consumer_groups_metadata m
+                    JOIN queen.log_partitions p ON p.queue_id = m.queue_id
+                    WHERE p.id = p_partition_id AND m.consumer_group = p_group),
+                   (SELECT q.ordered FROM queen.log_partitions p
+                    JOIN queen.queues q ON q.id = p.queue_id
+                    WHERE p.id = p_partition_id),
+                   true) AS shared) g
+$$;
+

@@ -330,6 +330,29 @@ async fn show_messages_gives_each_message_of_a_shared_group_its_own_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_pushed_behind_leased_ones_is_popped_at_once() {
+    let proxy = Proxy::start("shared_fed").await;
+    let client = proxy.connect().await;
+    let holder = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE fed WITH (ordered = false)")
+        .await
+        .unwrap();
+    push_numbers(&client, "fed", "Default", 0..1).await;
+    assert_eq!(rows(&holder, "POP FROM fed").await.len(), 1);
+    for n in 1..11 {
+        // Everything there is leased: nothing to give, and the partition
+        // waits for a lease to end ...
+        assert!(rows(&client, "POP FROM fed").await.is_empty());
+        // ... until a push puts a new message there.
+        push_numbers(&client, "fed", "Default", n..n + 1).await;
+        let got = rows(&client, "POP FROM fed").await;
+        assert_eq!(got.iter().map(number).collect::<Vec<_>>(), [n], "push {n}");
+        assert_eq!(ack(&client, &got[0], "").await, "acked");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ephemeral_queue_refuses_shared_groups() {
     let proxy = Proxy::start("shared_ephemeral").await;
     let client = proxy.connect().await;

@@ -350,7 +350,7 @@ impl Engine {
                     Cell::opt_text(d.msg.transaction_id),
                     Cell::opt_text(d.msg.trace_id),
                     Cell::Int4(d.retry_count),
-                    Cell::Timestamptz(d.msg.created_at_micros),
+                    Cell::unix_micros(d.msg.created_at_micros),
                     Cell::timestamp(d.lease.map(|(_, at)| at)),
                 ]
             })

@@ -1,5 +1,6 @@
-//! Timestamps through queenwire: fire times printed as PostgreSQL prints
-//! them over its whole range.
+//! Timestamps through queenwire: literals read in the session's TimeZone
+//! wherever the statement runs, and fire times printed as PostgreSQL
+//! prints them over its whole range.
 
 mod common;
 
@@ -85,4 +86,66 @@ async fn fire_times_print_as_postgresql_prints_them_and_infinite_ones_are_refuse
         .await
         .iter()
         .all(|r| r["key"].as_deref() != Some("inf")));
+}
+
+#[tokio::test]
+async fn timestamp_literals_are_read_in_the_sessions_time_zone() {
+    let proxy = Proxy::start("timestamps_zone").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("SET TimeZone = 'Asia/Kolkata'")
+        .await
+        .unwrap();
+    let midnight = "SCHEDULE INTO tz KEY a AT '2030-01-01 00:00' VALUES ('1')";
+    assert_eq!(
+        value(&client, midnight, "fire_at").await,
+        "2029-12-31 18:30:00+00"
+    );
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(
+        value(&client, midnight, "fire_at").await,
+        "2029-12-31 18:30:00+00"
+    );
+    client.batch_execute("COMMIT").await.unwrap();
+    let text_at = client
+        .prepare_typed("SCHEDULE INTO tz KEY b AT $1 VALUES ('1')", &[Type::TEXT])
+        .await
+        .unwrap();
+    let bound = client
+        .query(&text_at, &[&"2030-01-01 00:00"])
+        .await
+        .unwrap();
+    let fire_at: SystemTime = bound[0].get("fire_at");
+    let kolkata_midnight = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_893_436_200);
+    assert_eq!(fire_at, kolkata_midnight);
+
+    // Three hours ahead on a UTC clock is two and a half hours ago in
+    // Kolkata: a message pushed now is after it only when read there.
+    rows(&client, "PUSH INTO tz2 VALUES ('1')").await;
+    let local = value(
+        &client,
+        "SELECT to_char(now() AT TIME ZONE 'UTC' + interval '3 hours', 'YYYY-MM-DD HH24:MI:SS') AS t",
+        "t",
+    )
+    .await;
+    let subscribed = format!("POP FROM tz2 GROUP g1 SUBSCRIBE FROM '{local}' AUTO ACK");
+    assert_eq!(rows(&client, &subscribed).await.len(), 1, "{subscribed}");
+    rows(&client, "POP FROM tz2 GROUP g2 SUBSCRIBE FROM NOW").await;
+    rows(
+        &client,
+        &format!("SEEK GROUP g2 ON tz2 TO TIMESTAMP '{local}'"),
+    )
+    .await;
+    assert_eq!(
+        rows(&client, "POP FROM tz2 GROUP g2").await.len(),
+        1,
+        "SEEK"
+    );
+
+    // Back in the server's zone, the same text is another instant.
+    client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
+    assert_eq!(
+        value(&client, midnight, "fire_at").await,
+        "2030-01-01 00:00:00+00"
+    );
 }

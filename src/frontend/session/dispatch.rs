@@ -321,13 +321,15 @@ impl Session {
         End::Fatal(err.message)
     }
 
-    /// A ParameterStatus for the client, whose encoding the proxy follows.
+    /// A ParameterStatus for the client, whose encoding and reading
+    /// settings (`Lease::note_reported`) the proxy follows.
     pub(super) fn client_parameter_status(&mut self, msg: &Message) {
         let mut r = msg.reader();
         if let (Ok(name), Ok(value)) = (r.cstr(), r.cstr()) {
             if name.eq_ignore_ascii_case("client_encoding") {
                 self.client_encoding = ClientEncoding::from_name(value);
             }
+            self.lease.note_reported(name, value);
         }
         self.client.send(msg);
     }

@@ -27,10 +27,12 @@ pub fn passthrough_refused() -> SqlError {
 }
 
 pub fn missing_statement(name: &str) -> SqlError {
-    SqlError::error(
-        SqlState::INVALID_SQL_STATEMENT_NAME,
-        format!("prepared statement \"{name}\" does not exist"),
-    )
+    let message = if name.is_empty() {
+        "unnamed prepared statement does not exist".to_string()
+    } else {
+        format!("prepared statement \"{name}\" does not exist")
+    };
+    SqlError::error(SqlState::INVALID_SQL_STATEMENT_NAME, message)
 }
 
 pub fn missing_portal(name: &str) -> SqlError {

@@ -1,8 +1,8 @@
 //! The client's prepared statements, as the proxy keeps them: named ones
-//! for the session's life (bounded), the unnamed one until replaced. A
-//! plain statement has a proxy-global name on backend connections, so it
-//! can be parsed again wherever the session lands; a dialect statement
-//! lives in the proxy only.
+//! for the session's life (bounded), the unnamed one until replaced or
+//! until a simple query destroys it. A plain statement has a proxy-global
+//! name on backend connections, so it can be parsed again wherever the
+//! session lands; a dialect statement lives in the proxy only.
 
 use super::canned;
 use crate::protocol::SqlError;

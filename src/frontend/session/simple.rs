@@ -68,6 +68,9 @@ impl Session {
             Ok(s) => s,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
+        // Whatever the query is, PostgreSQL drops the unnamed statement
+        // before it runs it; a later Bind of it fails with 26000 there.
+        self.statements.remove("");
         let text = ClientText::read(bytes, &self.client_encoding);
         let sql: &str = &text.view;
         let commands = self.verdicts.classify_script(sql);

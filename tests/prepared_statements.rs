@@ -74,3 +74,71 @@ async fn a_simple_query_destroys_the_unnamed_statement() {
     );
     assert!(answers[0][0].contains("26000"), "{:?}", answers[0]);
 }
+
+/// A DEALLOCATE ALL or DISCARD ALL that PostgreSQL refused leaves the
+/// session's statements as they were; one that ran drops them; DISCARD
+/// PLANS drops none.
+#[tokio::test]
+async fn a_refused_deallocate_all_or_discard_all_keeps_the_statements() {
+    let proxy = Proxy::start_with("prep_refused_discard", |c| c.pool_size = 2).await;
+    let scripts: [&[&str]; 7] = [
+        &["begin", "select 1/0", "deallocate all", "rollback"],
+        &["select 1; discard all"],
+        &["begin", "discard all", "rollback"],
+        &[
+            "begin",
+            "select 1",
+            "deallocate all",
+            "select 1/0",
+            "rollback",
+        ],
+        &["discard plans"],
+        &["deallocate all"],
+        &["select 1; deallocate all"],
+    ];
+    let mut answers = Vec::new();
+    for direct in [true, false] {
+        let mut out = Vec::new();
+        for script in scripts {
+            let mut raw = client(&proxy, direct).await;
+            let parsed = exchange(
+                &mut raw,
+                &[parse("k1", "select generate_series(1, 11)"), sync()],
+            )
+            .await;
+            assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+            for sql in script {
+                let r = simple(&mut raw, sql).await;
+                out.push(format!("{sql}: {}", outcome(&r)));
+            }
+            let r = exchange(&mut raw, &run("k1")).await;
+            out.push(format!("k1 after {script:?}: {}", outcome(&r)));
+        }
+        // In a pipeline: a statement parsed after the DEALLOCATE ALL stays.
+        let mut raw = client(&proxy, direct).await;
+        exchange(&mut raw, &[parse("k1", "select 1"), sync()]).await;
+        let pipeline = [
+            parse("", "deallocate all"),
+            bind_text("", "", &[]),
+            execute("", 0),
+            parse("k2", "select 2"),
+            bind_text("", "k2", &[]),
+            execute("", 0),
+            sync(),
+        ];
+        out.push(format!(
+            "pipeline: {}",
+            outcome(&exchange(&mut raw, &pipeline).await)
+        ));
+        for name in ["k1", "k2"] {
+            let r = exchange(&mut raw, &run(name)).await;
+            out.push(format!("{name} after the pipeline: {}", outcome(&r)));
+        }
+        answers.push(out);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "PostgreSQL (left) vs queenwire (right)"
+    );
+    assert!(answers[0][4].contains("\"11\""), "{:?}", answers[0]);
+}

@@ -363,7 +363,9 @@ impl Session {
             self.local_error(canned::missing_portal(portal));
             return Ok(());
         }
+        let mut forgets_prepared = false;
         if let Some((effect, query)) = self.portals.backend_effect(portal) {
+            forgets_prepared = effect == SessionEffect::ForgetsPrepared;
             let listening = self.shareable_listen(&query);
             if let Some(listening) = listening.clone() {
                 // What came before it decides: an open block (a BEGIN
@@ -394,6 +396,11 @@ impl Session {
         self.observed.passthrough_executes += 1;
         self.txn.executed_since_sync = true;
         self.forward(msg, Expect::Execute);
+        if forgets_prepared {
+            // Its CommandComplete forgets the statements there are now:
+            // read before the pipeline's later Parses add any.
+            self.relay_earlier_replies().await?;
+        }
         Ok(())
     }
 

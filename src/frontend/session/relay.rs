@@ -211,9 +211,9 @@ impl Session {
             return Ok(());
         }
         if msg.tag == crate::protocol::tags::backend::COMMAND_COMPLETE {
-            // A COMMIT carries out its block's LISTENs before the client
-            // sees it.
-            self.block_command_complete(&msg.body).await;
+            // What a statement did to the session is settled before the
+            // client sees it complete.
+            self.backend_command_complete(&msg.body).await;
         }
         if let Seen::Ready(status) = seen {
             // What the end of the exchange brings goes before its

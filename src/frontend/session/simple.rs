@@ -129,8 +129,6 @@ impl Session {
                         self.shared.listen.forget(self.id, channel);
                     }
                 }
-            } else if self.notifications.is_some() && discards_all(statement) {
-                self.shared.listen.forget(self.id, None);
             } else if self.txn.block.has_pending()
                 && rewrite::passthrough::transaction_control(statement)
                     == Some(rewrite::passthrough::Control::Prepare)
@@ -238,23 +236,35 @@ impl Session {
     }
 
     /// What a passthrough statement (`sql`) does to the session beyond
-    /// its transaction.
+    /// its transaction, as it is sent. A `ForgetsPrepared` statement
+    /// forgets at its CommandComplete (`backend_command_complete`).
     pub(super) fn apply_effect(&mut self, effect: SessionEffect, sql: &str) {
         match effect {
             SessionEffect::Pins => self.lease.pin(),
-            SessionEffect::ForgetsPrepared => self.forget_prepared(),
+            SessionEffect::ForgetsPrepared => {}
             SessionEffect::None => return,
         }
         self.txn.reset.note(sql);
     }
 
-    /// The client deallocates every statement: so does the proxy, on the
-    /// connection and in the session.
-    pub(super) fn forget_prepared(&mut self) {
-        self.statements.clear_named();
-        if let Some(conn) = self.lease.conn_mut() {
-            conn.forget_prepared();
+    /// A CommandComplete of the backend's, before the client gets it. A
+    /// `DEALLOCATE ALL` or `DISCARD ALL` that ran took every prepared
+    /// statement of the connection with it, so the proxy forgets them, on
+    /// the connection and in the session (and `DISCARD ALL` every LISTEN);
+    /// one PostgreSQL refused (in a failed block, in a transaction block)
+    /// took nothing. A COMMIT carries out its block's LISTENs.
+    pub(super) async fn backend_command_complete(&mut self, body: &[u8]) {
+        let tag = body.strip_suffix(&[0]).unwrap_or(body);
+        if tag == b"DEALLOCATE ALL" || tag == b"DISCARD ALL" {
+            self.statements.clear_named();
+            if let Some(conn) = self.lease.conn_mut() {
+                conn.forget_prepared();
+            }
         }
+        if tag == b"DISCARD ALL" && self.notifications.is_some() {
+            self.shared.listen.forget(self.id, None);
+        }
+        self.block_command_complete(body).await;
     }
 
     async fn finish_simple_query(&mut self) -> Result<(), End> {
@@ -387,7 +397,7 @@ impl Session {
                     self.client_parameter_status(&msg);
                 }
                 tag::COMMAND_COMPLETE => {
-                    self.block_command_complete(&msg.body).await;
+                    self.backend_command_complete(&msg.body).await;
                     self.client.send(&msg);
                 }
                 tag::NOTIFICATION_RESPONSE => {
@@ -421,15 +431,6 @@ fn forwarded_whole(sql: &str, commands: &[(Range<usize>, Command)]) -> bool {
         && rewrite::passthrough::deallocated_name(statement).is_none()
         && rewrite::passthrough::transaction_control(statement)
             != Some(rewrite::passthrough::Control::Prepare)
-}
-
-/// `DISCARD ALL`, which also ends every LISTEN.
-fn discards_all(sql: &str) -> bool {
-    let mut w = rewrite::split::words(sql);
-    matches!(
-        (w.next(), w.next(), w.next()),
-        (Some(a), Some(b), None) if a.eq_ignore_ascii_case("DISCARD") && b.eq_ignore_ascii_case("ALL")
-    )
 }
 
 #[cfg(test)]

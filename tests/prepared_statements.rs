@@ -142,3 +142,113 @@ async fn a_refused_deallocate_all_or_discard_all_keeps_the_statements() {
     );
     assert!(answers[0][4].contains("\"11\""), "{:?}", answers[0]);
 }
+
+/// SQL naming the proxy's name of another session's statement fails as
+/// for a statement the client never prepared, and never reaches
+/// PostgreSQL: the statement stays, and its session still runs it.
+#[tokio::test]
+async fn another_session_s_statement_cannot_be_dropped_or_run_through_its_proxy_name() {
+    // One backend connection: the second session lands on the first one's.
+    let proxy = Proxy::start_with("prep_other_session", |c| c.pool_size = 1).await;
+    let setup = proxy.connect_direct().await;
+    setup
+        .batch_execute("CREATE TABLE prep_t (x int)")
+        .await
+        .unwrap();
+    // The proxy's name for the first session's statement, as the second
+    // one sees it in pg_prepared_statements.
+    let name = {
+        let mut a = client(&proxy, false).await;
+        exchange(
+            &mut a,
+            &[parse("secret_stmt", "select 'password' = $1::text"), sync()],
+        )
+        .await;
+        let mut b = client(&proxy, false).await;
+        let r = simple(&mut b, "select name from pg_prepared_statements").await;
+        let names: Vec<String> = r.rows.iter().filter_map(|row| row[0].clone()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        names[0].clone()
+    };
+    let upper = name.to_uppercase();
+    let quoted = format!("\"{name}\"");
+    let unicode = format!("U&\"!0071{}\" UESCAPE '!'", name.strip_prefix('q').unwrap());
+    let statements = [
+        format!("deallocate {name}"),
+        format!("deallocate prepare {upper}"),
+        format!("deallocate {quoted}"),
+        format!("deallocate {unicode}"),
+        format!("execute {name}('password')"),
+        format!("explain (costs off) execute {upper}('password')"),
+        format!("create table prep_copy as execute {name}('password')"),
+        format!("insert into prep_t values (1); execute {name}('password')"),
+        "select count(*) from prep_t".to_string(),
+    ];
+    // After these the second session is pinned to the one connection: a
+    // name of its own that only looks like the proxy's, and a Bind of the
+    // proxy's name.
+    let pinning = [
+        "prepare qw_0123456789abcdef_1 as select 7",
+        "execute qw_0123456789abcdef_1",
+        "deallocate qw_0123456789abcdef_1",
+    ];
+    let mut answers = Vec::new();
+    for direct in [true, false] {
+        let mut a = client(&proxy, direct).await;
+        exchange(
+            &mut a,
+            &[parse("secret_stmt", "select 'password' = $1::text"), sync()],
+        )
+        .await;
+        let mut b = client(&proxy, direct).await;
+        let mut out = Vec::new();
+        for sql in &statements {
+            out.push(format!("{sql}: {}", outcome(&simple(&mut b, sql).await)));
+        }
+        // Over the extended protocol: PostgreSQL fails it at Execute, the
+        // proxy at Parse, with the same error.
+        let sql = format!("execute {name}('password')");
+        let pipeline = [
+            parse("", &sql),
+            bind_text("", "", &[]),
+            execute("", 0),
+            sync(),
+        ];
+        let r = exchange(&mut b, &pipeline).await;
+        out.push(format!("extended: {}", outcome(&r)));
+        let mut bind = vec![
+            bind_text("", "secret_stmt", &[Some("password")]),
+            execute("", 0),
+            sync(),
+        ];
+        let r = exchange(&mut a, &bind).await;
+        out.push(format!("owner: {}", outcome(&r)));
+        for sql in pinning {
+            out.push(format!("{sql}: {}", outcome(&simple(&mut b, sql).await)));
+        }
+        bind[0] = bind_text("", &name, &[Some("x")]);
+        out.push(format!("bind: {}", outcome(&exchange(&mut b, &bind).await)));
+        answers.push(out);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "PostgreSQL (left) vs queenwire (right)"
+    );
+    assert!(answers[1][0].contains("26000"), "{:?}", answers[1]);
+    let owner = answers[1].iter().find(|a| a.starts_with("owner"));
+    assert!(
+        owner.is_some_and(|o| o.contains("Some(\"t\")")),
+        "{:?}",
+        answers[1]
+    );
+    // PREPARE of a name the proxy gives its statements is refused: it
+    // would be the name of one of them.
+    let mut b = client(&proxy, false).await;
+    let r = simple(&mut b, &format!("prepare {name} as select 1")).await;
+    assert_eq!(
+        r.errors.first().map(|e| e.code()),
+        Some("42939"),
+        "{:?}",
+        r.errors
+    );
+}

@@ -9,8 +9,9 @@ use crate::engine::CallEnd;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::encoding::ClientText;
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, frontend, Message, TxStatus};
+use crate::protocol::{self, frontend, Message, SqlError, TxStatus};
 use crate::rewrite::passthrough::Listening;
+use crate::rewrite::statement_names::NamedBy;
 use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
 use std::ops::Range;
@@ -75,6 +76,9 @@ impl Session {
         let sql: &str = &text.view;
         let commands = self.verdicts.classify_script(sql);
         let plain = |c: &Command| matches!(c, Command::Passthrough(_));
+        let names_reserved = commands
+            .iter()
+            .any(|(r, c)| plain(c) && self.reserved_name_refusal(&sql[r.clone()]).is_some());
         // A BEGIN answered ahead goes with this message when it is one
         // plain statement forwarded as it is, or dialect statements only
         // (their calls go with it: `hand_over_begin`); anything else reads
@@ -83,8 +87,8 @@ impl Session {
             let dialect_only = commands
                 .iter()
                 .all(|(_, c)| matches!(c, Command::Dialect(_)));
-            let goes_along =
-                forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin());
+            let goes_along = !names_reserved
+                && (forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin()));
             if !goes_along && !self.settle_begin().await? {
                 return self.finish_simple_query().await;
             }
@@ -103,6 +107,9 @@ impl Session {
                     return Ok(self.client.flush().await?);
                 }
             }
+        }
+        if names_reserved {
+            return self.run_refusing_script(&text, &commands).await;
         }
         if let [(range, Command::Passthrough(_))] = commands.as_slice() {
             let statement = &sql[range.clone()];
@@ -140,7 +147,7 @@ impl Session {
         if commands.iter().all(|(_, c)| plain(c)) {
             if commands.len() > 1 {
                 let statements = commands.iter().map(|(r, _)| &sql[r.clone()]);
-                if let Some(plan) = self.listen_script_plan(statements) {
+                if let Some(plan) = self.script_plan(statements, false) {
                     self.run_listen_script(&text, &commands, plan).await?;
                     return self.finish_simple_query().await;
                 }
@@ -220,6 +227,38 @@ impl Session {
                 self.finish_simple_query().await
             }
         }
+    }
+
+    /// The refusal of a plain statement that names a prepared statement
+    /// by a name the proxy reserves (`StatementNames::reserved_in`): as for
+    /// a statement the session does not have, and without reaching
+    /// PostgreSQL, where another session's statement has that name.
+    pub(super) fn reserved_name_refusal(&self, sql: &str) -> Option<SqlError> {
+        let (by, name) = self.shared.statement_names.reserved_in(sql)?;
+        Some(match by {
+            NamedBy::Prepare => canned::reserved_statement_name(&name),
+            NamedBy::Execute | NamedBy::Deallocate => canned::missing_statement(&name),
+        })
+    }
+
+    /// A simple query with a statement `reserved_name_refusal` refuses:
+    /// statement by statement, that one failing as PostgreSQL's own error
+    /// would. Several statements outside a block run in a block of the
+    /// proxy's, as PostgreSQL's implicit transaction, rolled back at the
+    /// refusal.
+    async fn run_refusing_script(
+        &mut self,
+        text: &ClientText<'_>,
+        commands: &[(Range<usize>, Command)],
+    ) -> Result<(), End> {
+        let statements = commands.iter().map(|(r, _)| &text.view[r.clone()]);
+        match self.script_plan(statements, true) {
+            Some(plan) if commands.len() > 1 => {
+                self.run_listen_script(text, commands, plan).await?
+            }
+            _ => self.run_script(text, commands).await?,
+        }
+        self.finish_simple_query().await
     }
 
     /// A fast-path FunctionCall (libpq's large-object API uses it): plain
@@ -303,6 +342,15 @@ impl Session {
         let sql: &str = &text.view;
         for (range, command) in commands {
             let ok = match command {
+                Command::Passthrough(_)
+                    if self.reserved_name_refusal(&sql[range.clone()]).is_some() =>
+                {
+                    if let Some(refusal) = self.reserved_name_refusal(&sql[range.clone()]) {
+                        self.refuse(refusal, CallEnd::Sync).await?;
+                    }
+                    self.after_own_transaction().await;
+                    false
+                }
                 Command::Passthrough(effect) => {
                     if !self.ensure_backend(For::Client).await {
                         break;

@@ -252,3 +252,34 @@ async fn another_session_s_statement_cannot_be_dropped_or_run_through_its_proxy_
         r.errors
     );
 }
+
+/// PostgreSQL's errors about a statement being bound name it as the
+/// client does, not by the proxy's name for it.
+#[tokio::test]
+async fn errors_about_a_statement_name_the_client_s_statement() {
+    let proxy = Proxy::start("prep_error_names").await;
+    let mut answers = Vec::new();
+    for direct in [true, false] {
+        let mut raw = client(&proxy, direct).await;
+        exchange(
+            &mut raw,
+            &[parse("two", "select $1::int + $2::int"), sync()],
+        )
+        .await;
+        let r = exchange(
+            &mut raw,
+            &[bind_text("", "two", &[Some("1")]), execute("", 0), sync()],
+        )
+        .await;
+        answers.push(outcome(&r));
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "PostgreSQL (left) vs queenwire (right)"
+    );
+    assert!(
+        answers[0].contains("statement \\\"two\\\""),
+        "{}",
+        answers[0]
+    );
+}

@@ -321,6 +321,11 @@ impl StatementNames {
         Arc::from(format!("{}{n}", self.prefix))
     }
 
+    /// What every name the proxy gives statements starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Whether `name` is one the proxy gives statements (or could).
     pub fn reserves(&self, name: &str) -> bool {
         name.starts_with(&self.prefix)

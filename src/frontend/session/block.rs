@@ -311,11 +311,14 @@ pub(super) enum ScriptPlan {
 
 impl Session {
     /// Whether (and how) a script of plain `statements` with LISTEN or
-    /// UNLISTEN among them runs statement by statement; `None`: forwarded
-    /// whole, on the session's own connection, which its LISTEN pins.
-    pub(super) fn listen_script_plan<'a>(
+    /// UNLISTEN among them (or any, when `refusing`: one the proxy refuses)
+    /// runs statement by statement; `None`: forwarded whole, on the
+    /// session's own connection, which its LISTEN pins (or, `refusing`,
+    /// statement by statement outside any block).
+    pub(super) fn script_plan<'a>(
         &self,
         statements: impl Iterator<Item = &'a str>,
+        refusing: bool,
     ) -> Option<ScriptPlan> {
         if self.lease.pinned()
             || self.lease.status() == TxStatus::Failed
@@ -339,7 +342,7 @@ impl Session {
                 _ => in_block &= open,
             }
         }
-        if !listens {
+        if !listens && !refusing {
             None
         } else if in_block {
             Some(ScriptPlan::InBlock)

@@ -584,6 +584,12 @@ impl Session {
             let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
             self.forward(&frontend::sync(), Expect::Sync);
             self.drain().await?;
+            if self.replies.held_for_client() {
+                // A COPY FROM STDIN took the Sync: the exchange goes on
+                // up to the client's next one.
+                self.observed.passthrough_executes += executes;
+                return Ok(self.client.flush().await?);
+            }
             if executes > 0 {
                 self.passthrough_done(executes as usize, began, errors);
             }

@@ -64,7 +64,9 @@ impl Session {
             while let Some(local) = self.replies.next_local() {
                 self.client.send(&local);
             }
-            if !self.replies.owed() {
+            // After an extended-protocol COPY FROM STDIN the backend
+            // answers once the client's next Sync or Flush reaches it.
+            if !self.replies.owed() || self.replies.held_for_client() {
                 return Ok(());
             }
             // Rows already read go across in one copy (an exchange
@@ -138,6 +140,7 @@ impl Session {
         }
         if let Some(conn) = self.lease.conn_mut() {
             conn.send(&protocol::frontend::flush());
+            self.replies.flush_sent();
         }
         self.drain().await
     }

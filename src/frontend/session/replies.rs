@@ -82,6 +82,9 @@ pub struct Replies<U> {
     /// After an error in the extended protocol, messages are discarded
     /// until Sync, as PostgreSQL does.
     skipping: bool,
+    /// The replies owed stay in the backend's output until the client's
+    /// next Sync or Flush reaches it (see `copy_in_started`).
+    held_for_client: bool,
 }
 
 impl<U> Default for Replies<U> {
@@ -89,6 +92,7 @@ impl<U> Default for Replies<U> {
         Replies {
             pending: VecDeque::new(),
             skipping: false,
+            held_for_client: false,
         }
     }
 }
@@ -96,7 +100,21 @@ impl<U> Default for Replies<U> {
 impl<U> Replies<U> {
     /// A message went to the backend; `expect` is its reply.
     pub fn expect(&mut self, expect: Expect<U>) {
+        if matches!(expect, Expect::Sync) {
+            self.held_for_client = false;
+        }
         self.pending.push_back(expect);
+    }
+
+    /// A Flush of the proxy's own went to the backend: what it owes comes.
+    pub fn flush_sent(&mut self) {
+        self.held_for_client = false;
+    }
+
+    /// Whether the replies owed wait for the client's next Sync or Flush:
+    /// reading them before it sends one would wait for good.
+    pub fn held_for_client(&self) -> bool {
+        self.held_for_client && self.owed()
     }
 
     /// A reply the proxy makes itself: `Some` when it is the client's turn
@@ -146,15 +164,19 @@ impl<U> Replies<U> {
     /// The backend connection is gone: nothing more will come.
     pub fn lost(&mut self) {
         self.pending.clear();
+        self.held_for_client = false;
     }
 
-    /// COPY FROM STDIN started in the extended protocol: the backend
-    /// ignores a Sync that reaches it during COPY and the client sends
-    /// another after CopyDone, so the replies queued behind this Execute
-    /// will not come.
+    /// COPY FROM STDIN started. In the extended protocol the backend
+    /// ignores a Sync (or Flush) that reaches it during COPY, so the
+    /// replies queued behind this Execute will not come; after CopyDone or
+    /// CopyFail it goes on with the client's next messages, and, as after
+    /// any Execute, sends nothing until a Sync or Flush of the client's
+    /// (libpq sends a Sync with CopyDone) asks it to.
     pub fn copy_in_started(&mut self) {
         if matches!(self.pending.front(), Some(Expect::Execute)) {
             self.pending.truncate(1);
+            self.held_for_client = true;
         }
     }
 
@@ -431,10 +453,14 @@ mod tests {
         assert_eq!(r.on_backend(&msg(tag::BIND_COMPLETE)), Seen::Relay);
         assert_eq!(r.on_backend(&msg(tag::COPY_IN_RESPONSE)), Seen::CopyIn);
         r.copy_in_started();
-        // The client's own Sync after CopyDone brings the ReadyForQuery.
-        assert_eq!(r.on_backend(&msg(tag::COMMAND_COMPLETE)), Seen::Relay);
-        assert!(!r.owed());
+        // The Execute's reply comes once the client's own Sync after
+        // CopyDone reaches the backend, with its ReadyForQuery.
+        assert!(r.owed());
+        assert!(r.held_for_client());
         r.expect(Expect::Sync);
+        assert!(!r.held_for_client());
+        assert_eq!(r.on_backend(&msg(tag::COMMAND_COMPLETE)), Seen::Relay);
+        assert!(r.owed());
         assert_eq!(
             r.on_backend(&ready(TxStatus::Idle)),
             Seen::Ready(TxStatus::Idle)

@@ -262,6 +262,97 @@ async fn messages_of_a_rolled_back_claim_come_back_after_the_messages_behind_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_change_refused_counts_the_messages_not_finished() {
+    let proxy = Proxy::start("shared_refusal_count").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE rc WITH (ordered = false, retry_delay = '30s')")
+        .await
+        .unwrap();
+    push_numbers(&client, "rc", "Default", 0..4).await;
+    let got = rows(&client, "POP FROM rc LIMIT 4").await;
+    assert_eq!(got.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // 0 waits for its retry, 1 is leased, 2 and 3 are finished.
+    assert_eq!(ack(&client, &got[0], " FAILED").await, "retry");
+    assert_eq!(ack(&client, &got[2], "").await, "acked");
+    assert_eq!(ack(&client, &got[3], "").await, "acked");
+    let err = client
+        .simple_query("ALTER QUEUE rc SET (ordered = true)")
+        .await
+        .expect_err("a type change with messages in flight");
+    let db = err.as_db_error().expect("an ErrorResponse");
+    assert_eq!(db.code().code(), "55000");
+    assert!(
+        db.message().contains("has 2 message(s)"),
+        "{}",
+        db.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_messages_gives_each_message_of_a_shared_group_its_own_state() {
+    let proxy = Proxy::start("shared_browse").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE sb WITH (ordered = false, retry_delay = '30s')")
+        .await
+        .unwrap();
+    push_numbers(&client, "sb", "Default", 0..5).await;
+    let got = rows(&client, "POP FROM sb LIMIT 4").await;
+    assert_eq!(got.iter().map(number).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // 0 finished, 1 failed (waiting for its retry), 2 acked behind it,
+    // 3 still leased, 4 never delivered.
+    assert_eq!(ack(&client, &got[0], "").await, "acked");
+    assert_eq!(ack(&client, &got[1], " FAILED").await, "retry");
+    assert_eq!(ack(&client, &got[2], "").await, "acked");
+    // Past the 100 ms a POP's extra claim is held for the session's next.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let browse = rows(&client, "SHOW MESSAGES FROM sb").await;
+    let states: Vec<(u64, String)> = browse
+        .iter()
+        .map(|r| (number(r), col(r, "state")))
+        .collect();
+    let want: Vec<(u64, String)> = [
+        (0, "consumed"),
+        (1, "pending"),
+        (2, "consumed"),
+        (3, "leased"),
+        (4, "pending"),
+    ]
+    .iter()
+    .map(|(n, s)| (*n, s.to_string()))
+    .collect();
+    assert_eq!(states, want);
+    // SHOW MESSAGE says the same of one message.
+    let id = col(&browse[3], "message_id");
+    let one = rows(&client, &format!("SHOW MESSAGE {} FROM sb", quote(&id))).await;
+    assert_eq!(col(&one[0], "state"), "leased");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_pushed_behind_leased_ones_is_popped_at_once() {
+    let proxy = Proxy::start("shared_fed").await;
+    let client = proxy.connect().await;
+    let holder = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE fed WITH (ordered = false)")
+        .await
+        .unwrap();
+    push_numbers(&client, "fed", "Default", 0..1).await;
+    assert_eq!(rows(&holder, "POP FROM fed").await.len(), 1);
+    for n in 1..11 {
+        // Everything there is leased: nothing to give, and the partition
+        // waits for a lease to end ...
+        assert!(rows(&client, "POP FROM fed").await.is_empty());
+        // ... until a push puts a new message there.
+        push_numbers(&client, "fed", "Default", n..n + 1).await;
+        let got = rows(&client, "POP FROM fed").await;
+        assert_eq!(got.iter().map(number).collect::<Vec<_>>(), [n], "push {n}");
+        assert_eq!(ack(&client, &got[0], "").await, "acked");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ephemeral_queue_refuses_shared_groups() {
     let proxy = Proxy::start("shared_ephemeral").await;
     let client = proxy.connect().await;
@@ -276,6 +367,19 @@ async fn an_ephemeral_queue_refuses_shared_groups() {
     assert_eq!(
         sql_error(&client, "ALTER GROUP g ON eph SET (ordered = false)").await,
         "0A000"
+    );
+    assert_eq!(
+        sql_error(
+            &client,
+            "CREATE QUEUE eph2 WITH (class = 'ephemeral', ordered = false)"
+        )
+        .await,
+        "0A000"
+    );
+    // Refused whole: the queue was not made.
+    assert_eq!(
+        sql_error(&client, "ALTER QUEUE eph2 SET (retry_limit = 1)").await,
+        "42704"
     );
 }
 

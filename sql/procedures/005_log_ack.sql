@@ -675,7 +675,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF p_extend_ms <= 0 THEN
-        RAISE EXCEPTION 'log_renew_v1: the extension must be positive' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'RENEW needs a positive FOR duration' USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
         RETURN;

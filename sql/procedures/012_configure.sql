@@ -69,8 +69,10 @@ BEGIN
             IF v_num < (v_ints ->> v_key)::NUMERIC
                OR v_num > (CASE WHEN v_key = 'max_queue_size' THEN 9223372036854775807
                                 ELSE 2147483647 END) THEN
-                RAISE EXCEPTION 'queue option % is out of range (at least %), got %',
-                    v_key, v_ints ->> v_key, v_value
+                RAISE EXCEPTION 'queue option % is out of range (% to %), got %',
+                    v_key, v_ints ->> v_key,
+                    CASE WHEN v_key = 'max_queue_size' THEN 9223372036854775807
+                         ELSE 2147483647 END, v_value
                     USING ERRCODE = '22023';
             END IF;
             v_norm := v_norm || jsonb_build_object(v_key, trunc(v_num));

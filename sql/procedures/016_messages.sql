@@ -12,31 +12,8 @@
 -- engine decodes the frames (src/engine/frame.rs) and decides each
 -- message's state, exactly as POP decodes what log_pop_v1 returns.
 
--- The consumer state of one (partition, group) as the browse rows carry it:
--- the cursor (-1 when the group has no row there), the batch of a live lease
--- and the offsets of it acked so far, and the offsets dead-lettered by the
--- group. Takes no locks.
-CREATE OR REPLACE FUNCTION queen.log_browse_state_v1(
-    p_partition_id BIGINT,
-    p_group        TEXT,
-    OUT cursor_offset  BIGINT,
-    OUT lease_from     BIGINT,
-    OUT lease_to       BIGINT,
-    OUT lease_acked    BIGINT[],
-    OUT dead_lettered  BIGINT[]
-)
-LANGUAGE sql STABLE
-AS $$
-    SELECT COALESCE(c.cursor_offset, -1),
-           CASE WHEN c.lease_expires_at > now() THEN c.batch_from END,
-           CASE WHEN c.lease_expires_at > now() THEN c.batch_to END,
-           CASE WHEN c.lease_expires_at > now() THEN c.batch_acked END,
-           (SELECT array_agg(d.message_offset) FROM queen.log_dlq d
-            WHERE d.partition_id = p_partition_id AND d.consumer_group = p_group)
-    FROM (SELECT 1) one
-    LEFT JOIN queen.log_consumers c
-           ON c.partition_id = p_partition_id AND c.consumer_group = p_group
-$$;
+-- The group's state beside each segment comes from log_browse_state_v2
+-- (032: it reads shared groups' records too).
 
 -- SHOW MESSAGES FROM queue [PARTITION p] [GROUP g] [FROM ...] [LIMIT k]:
 -- the segments holding the first p_limit messages at or after the start, in
@@ -52,7 +29,7 @@ $$;
 -- p_group NULL is queue mode ('__QUEUE_MODE__').
 -- Errors: 42704 unknown queue, partition or group (a named group that never
 -- popped the queue); 22023 p_limit < 1 or p_from_offset < 0. Takes no locks.
-CREATE OR REPLACE FUNCTION queen.log_browse_v1(
+CREATE OR REPLACE FUNCTION queen.log_browse_v2(
     p_queue       TEXT,
     p_partition   TEXT DEFAULT NULL,
     p_group       TEXT DEFAULT NULL,
@@ -71,7 +48,8 @@ CREATE OR REPLACE FUNCTION queen.log_browse_v1(
     lease_from     BIGINT,
     lease_to       BIGINT,
     lease_acked    BIGINT[],
-    dead_lettered  BIGINT[]
+    dead_lettered  BIGINT[],
+    leased         BIGINT[]
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -114,7 +92,7 @@ BEGIN
         v_from := CASE WHEN p_from_time IS NOT NULL
                        THEN queen.log_cursor_at_v1(v_part.id, p_from_time, p_tenant) + 1
                        ELSE COALESCE(p_from_offset, 0) END;
-        SELECT * INTO v_state FROM queen.log_browse_state_v1(v_part.id, v_group);
+        SELECT * INTO v_state FROM queen.log_browse_state_v2(v_part.id, v_group);
         v_first := true;
         FOR v_seg IN
             SELECT s.base_offset, s.message_count, s.blob
@@ -138,6 +116,7 @@ BEGIN
             lease_to := v_state.lease_to;
             lease_acked := v_state.lease_acked;
             dead_lettered := v_state.dead_lettered;
+            leased := v_state.leased;
             RETURN NEXT;
             IF v_first AND p_from_time IS NOT NULL THEN
                 v_left := v_left - 1;
@@ -157,6 +136,38 @@ BEGIN
 END
 $$;
 
+-- log_browse_v2 without `leased` (a shared group's messages above its
+-- start read as pending).
+CREATE OR REPLACE FUNCTION queen.log_browse_v1(
+    p_queue       TEXT,
+    p_partition   TEXT DEFAULT NULL,
+    p_group       TEXT DEFAULT NULL,
+    p_from_offset BIGINT DEFAULT NULL,
+    p_from_time   TIMESTAMPTZ DEFAULT NULL,
+    p_limit       INTEGER DEFAULT 100,
+    p_tenant      UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    partition_name TEXT,
+    base_offset    BIGINT,
+    message_count  INTEGER,
+    blob           BYTEA,
+    from_offset    BIGINT,
+    from_time      TIMESTAMPTZ,
+    cursor_offset  BIGINT,
+    lease_from     BIGINT,
+    lease_to       BIGINT,
+    lease_acked    BIGINT[],
+    dead_lettered  BIGINT[]
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT b.partition_name, b.base_offset, b.message_count, b.blob, b.from_offset,
+           b.from_time, b.cursor_offset, b.lease_from, b.lease_to,
+           CASE WHEN b.leased IS NULL THEN b.lease_acked END, b.dead_lettered
+    FROM queen.log_browse_v2(p_queue, p_partition, p_group, p_from_offset, p_from_time,
+                             p_limit, p_tenant) b
+$$;
+
 -- SHOW MESSAGE 'id' FROM queue [GROUP g]: the segments of the queue that
 -- may hold the message, found by time: a message id is a UUIDv7 whose
 -- millisecond timestamp the engine passes as p_around, and the frame's
@@ -167,7 +178,7 @@ $$;
 -- scan of the queue's segment rows (not their blobs); log_segments has no
 -- time index by design (the seed's: the PK is the pop path).
 -- Errors: 42704 unknown queue or group, as log_browse_v1. Takes no locks.
-CREATE OR REPLACE FUNCTION queen.log_browse_message_v1(
+CREATE OR REPLACE FUNCTION queen.log_browse_message_v2(
     p_queue  TEXT,
     p_around TIMESTAMPTZ,
     p_group  TEXT DEFAULT NULL,
@@ -183,7 +194,8 @@ CREATE OR REPLACE FUNCTION queen.log_browse_message_v1(
     lease_from     BIGINT,
     lease_to       BIGINT,
     lease_acked    BIGINT[],
-    dead_lettered  BIGINT[]
+    dead_lettered  BIGINT[],
+    leased         BIGINT[]
 )
 LANGUAGE plpgsql STABLE
 AS $$
@@ -205,15 +217,42 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT p.name::TEXT, s.base_offset, s.message_count, s.blob, s.base_offset, NULL::TIMESTAMPTZ,
-           st.cursor_offset, st.lease_from, st.lease_to, st.lease_acked, st.dead_lettered
+           st.cursor_offset, st.lease_from, st.lease_to, st.lease_acked, st.dead_lettered, st.leased
     FROM queen.log_partitions p
     JOIN queen.log_segments s ON s.partition_id = p.id
-    CROSS JOIN LATERAL queen.log_browse_state_v1(p.id, v_group) st
+    CROSS JOIN LATERAL queen.log_browse_state_v2(p.id, v_group) st
     WHERE p.queue_id = v_queue_id
       AND s.min_created_at <= p_around + INTERVAL '1 second'
       AND s.max_created_at >= p_around - INTERVAL '1 second'
     ORDER BY p.name, s.base_offset;
 END
+$$;
+
+-- log_browse_message_v2 without `leased`.
+CREATE OR REPLACE FUNCTION queen.log_browse_message_v1(
+    p_queue  TEXT,
+    p_around TIMESTAMPTZ,
+    p_group  TEXT DEFAULT NULL,
+    p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    partition_name TEXT,
+    base_offset    BIGINT,
+    message_count  INTEGER,
+    blob           BYTEA,
+    from_offset    BIGINT,
+    from_time      TIMESTAMPTZ,
+    cursor_offset  BIGINT,
+    lease_from     BIGINT,
+    lease_to       BIGINT,
+    lease_acked    BIGINT[],
+    dead_lettered  BIGINT[]
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT b.partition_name, b.base_offset, b.message_count, b.blob, b.from_offset,
+           b.from_time, b.cursor_offset, b.lease_from, b.lease_to,
+           CASE WHEN b.leased IS NULL THEN b.lease_acked END, b.dead_lettered
+    FROM queen.log_browse_message_v2(p_queue, p_around, p_group, p_tenant) b
 $$;
 
 -- REPLAY DLQ FROM queue [PARTITION p] [GROUP g] [WHERE reason LIKE x]

@@ -48,6 +48,60 @@ $$;
 -- the group's consumer state (as SHOW MESSAGES), from which the engine
 -- takes the frame and decides the state. At most p_limit messages.
 -- Errors: 22023 p_limit < 1. Takes no locks.
+CREATE OR REPLACE FUNCTION queen.trace_messages_v2(
+    p_trace_id TEXT,
+    p_limit    INTEGER DEFAULT 1000,
+    p_tenant   UUID DEFAULT '00000000-0000-0000-0000-000000000001'
+) RETURNS TABLE (
+    queue          TEXT,
+    message_id     UUID,
+    message_offset BIGINT,
+    consumer_group TEXT,
+    partition_name TEXT,
+    base_offset    BIGINT,
+    message_count  INTEGER,
+    blob           BYTEA,
+    from_offset    BIGINT,
+    from_time      TIMESTAMPTZ,
+    cursor_offset  BIGINT,
+    lease_from     BIGINT,
+    lease_to       BIGINT,
+    lease_acked    BIGINT[],
+    dead_lettered  BIGINT[],
+    leased         BIGINT[]
+)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM queen.tenant_guard_v1(p_tenant);
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+    WITH t AS (
+        SELECT t.message_id, t.partition_id, t.message_offset, t.base_offset, t.created_at
+        FROM queen.log_traces t
+        WHERE t.tenant_id = p_tenant AND t.trace_id = p_trace_id
+        ORDER BY t.created_at, t.message_id
+        LIMIT p_limit
+    )
+    SELECT q.name::TEXT, t.message_id, t.message_offset, m.consumer_group::TEXT, p.name::TEXT,
+           s.base_offset, s.message_count, s.blob, t.message_offset, NULL::TIMESTAMPTZ,
+           COALESCE(st.cursor_offset, -1), st.lease_from, st.lease_to, st.lease_acked, st.dead_lettered, st.leased
+    FROM t
+    JOIN queen.log_partitions p ON p.id = t.partition_id
+    JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
+    JOIN queen.log_segments s ON s.partition_id = t.partition_id AND s.base_offset = t.base_offset
+    LEFT JOIN queen.consumer_groups_metadata m ON m.queue_id = q.id
+    LEFT JOIN LATERAL queen.log_browse_state_v2(p.id, m.consumer_group) st
+           ON m.consumer_group IS NOT NULL
+    ORDER BY t.created_at, t.message_id, m.consumer_group;
+END
+$$;
+
+
+-- trace_messages_v2 without `leased`.
 CREATE OR REPLACE FUNCTION queen.trace_messages_v1(
     p_trace_id TEXT,
     p_limit    INTEGER DEFAULT 1000,
@@ -69,32 +123,11 @@ CREATE OR REPLACE FUNCTION queen.trace_messages_v1(
     lease_acked    BIGINT[],
     dead_lettered  BIGINT[]
 )
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
-#variable_conflict use_column
-BEGIN
-    PERFORM queen.tenant_guard_v1(p_tenant);
-    IF p_limit IS NULL OR p_limit < 1 THEN
-        RAISE EXCEPTION 'limit must be at least 1' USING ERRCODE = '22023';
-    END IF;
-    RETURN QUERY
-    WITH t AS (
-        SELECT t.message_id, t.partition_id, t.message_offset, t.base_offset, t.created_at
-        FROM queen.log_traces t
-        WHERE t.tenant_id = p_tenant AND t.trace_id = p_trace_id
-        ORDER BY t.created_at, t.message_id
-        LIMIT p_limit
-    )
-    SELECT q.name::TEXT, t.message_id, t.message_offset, m.consumer_group::TEXT, p.name::TEXT,
-           s.base_offset, s.message_count, s.blob, t.message_offset, NULL::TIMESTAMPTZ,
-           COALESCE(st.cursor_offset, -1), st.lease_from, st.lease_to, st.lease_acked, st.dead_lettered
-    FROM t
-    JOIN queen.log_partitions p ON p.id = t.partition_id
-    JOIN queen.queues q ON q.id = p.queue_id AND q.tenant_id = p_tenant
-    JOIN queen.log_segments s ON s.partition_id = t.partition_id AND s.base_offset = t.base_offset
-    LEFT JOIN queen.consumer_groups_metadata m ON m.queue_id = q.id
-    LEFT JOIN LATERAL queen.log_browse_state_v1(p.id, m.consumer_group) st
-           ON m.consumer_group IS NOT NULL
-    ORDER BY t.created_at, t.message_id, m.consumer_group;
-END
+    SELECT b.queue, b.message_id, b.message_offset, b.consumer_group,
+           b.partition_name, b.base_offset, b.message_count, b.blob, b.from_offset,
+           b.from_time, b.cursor_offset, b.lease_from, b.lease_to,
+           CASE WHEN b.leased IS NULL THEN b.lease_acked END, b.dead_lettered
+    FROM queen.trace_messages_v2(p_trace_id, p_limit, p_tenant) b
 $$;

@@ -70,6 +70,22 @@ BEGIN
 END
 $$;
 
+-- Refuses (22008) a fire time of infinity or -infinity: a timer at
+-- infinity never fires, and one at -infinity has no time to show or to
+-- recur from. Takes no locks.
+CREATE OR REPLACE FUNCTION queen.timer_fire_time_finite_v1(p_fire_at TIMESTAMPTZ)
+RETURNS VOID
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NOT isfinite(p_fire_at) THEN
+        RAISE EXCEPTION 'a timer''s fire time must be finite, not %', p_fire_at
+            USING ERRCODE = '22008',
+                  HINT = 'Give a time PostgreSQL can reach, or no timer at all.';
+    END IF;
+END
+$$;
+
 -- Schedules (or replaces) the unfired timer p_key of queue p_queue: returns
 -- the stored fire_at. p_partition NULL = 'Default'. p_payload must be JSON
 -- text (22023 otherwise). A fire_at in the past fires at the next claim.
@@ -102,6 +118,7 @@ BEGIN
         RAISE EXCEPTION 'timer_schedule_v1: a tenant, a queue, a key, a payload and a fire time are required (partition NULL = Default)'
             USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.timer_fire_time_finite_v1(p_fire_at);
     BEGIN
         PERFORM p_payload::JSON;
     EXCEPTION WHEN invalid_text_representation THEN

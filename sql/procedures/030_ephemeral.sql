@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS queen.ephemeral_peers (
 --   22023  an unknown class, max_length / max_bytes below 1, a negative ttl,
 --          an unknown overflow, a quota option without class = ephemeral
 --          (CREATE) or on a durable queue (ALTER), any error of 012;
---   0A000  ALTER of a queue's class (it is fixed at creation).
+--   0A000  ALTER of a queue's class (it is fixed at creation); ordered =
+--          false with class = ephemeral.
 -- Locks: those of configure_queue_v1, then the queue's ephemeral_queues row.
 CREATE OR REPLACE FUNCTION queen.ephemeral_configure_v1(
     p_queue   TEXT,
@@ -145,6 +146,12 @@ BEGIN
     END IF;
     v_result := queen.configure_queue_v1(p_queue, v_options, p_mode, p_tenant);
     IF v_result = 'created' AND v_class = 'ephemeral' THEN
+        -- As ALTER: an ephemeral queue's groups are ordered only.
+        IF EXISTS (SELECT 1 FROM queen.queues q
+                   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND NOT q.ordered) THEN
+            RAISE EXCEPTION 'queue "%" is ephemeral: its groups are ordered only', p_queue
+                USING ERRCODE = '0A000';
+        END IF;
         INSERT INTO queen.ephemeral_queues (queue_id, max_length, max_bytes, ttl_ms, overflow)
         SELECT q.id, v_len, v_bytes, COALESCE(v_ttl, 0), COALESCE(v_over, 'reject')
         FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;

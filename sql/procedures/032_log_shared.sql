@@ -1116,7 +1116,7 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF p_extend_ms <= 0 THEN
-        RAISE EXCEPTION 'log_renew_shared_v1: the extension must be positive' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'RENEW needs a positive FOR duration' USING ERRCODE = '22023';
     END IF;
     IF v_n = 0 THEN
         RETURN;
@@ -1244,6 +1244,8 @@ DECLARE
     v_name  TEXT;
     v_count BIGINT;
     v_pid   BIGINT;
+    v_start BIGINT;
+    v_prev  BIGINT;
 BEGIN
     SELECT q.name INTO v_name FROM queen.queues q WHERE q.id = p_queue_id;
     PERFORM 1 FROM queen.log_consumers c
@@ -1259,15 +1261,27 @@ BEGIN
             WHERE p.queue_id = p_queue_id AND c.consumer_group = p_group
             ORDER BY c.partition_id
         LOOP
-            PERFORM queen.log_shared_compact_v1(v_pid, p_group);
+            -- A call moves the start over at most 256 rows.
+            v_prev := NULL;
+            LOOP
+                v_start := queen.log_shared_compact_v1(v_pid, p_group);
+                EXIT WHEN v_start IS NOT DISTINCT FROM v_prev;
+                v_prev := v_start;
+            END LOOP;
         END LOOP;
-        SELECT count(*) INTO v_count
-        FROM queen.log_shared_records r
-        JOIN queen.log_consumers c
-          ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
-        JOIN queen.log_partitions p ON p.id = c.partition_id
-        WHERE p.queue_id = p_queue_id AND r.consumer_group = p_group
-          AND r.message_offset > c.cursor_offset;
+        -- Rows above a start that no longer moves mean an offset there is
+        -- unfinished: leased, waiting for its retry, or without a row (a
+        -- claim rolled back). Those are what the refusal counts.
+        SELECT COALESCE(sum(x.open), 0) INTO v_count
+        FROM (SELECT max(r.message_offset) - c.cursor_offset
+                     - count(*) FILTER (WHERE r.state >= 2) AS open
+              FROM queen.log_shared_records r
+              JOIN queen.log_consumers c
+                ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
+              JOIN queen.log_partitions p ON p.id = c.partition_id
+              WHERE p.queue_id = p_queue_id AND r.consumer_group = p_group
+                AND r.message_offset > c.cursor_offset
+              GROUP BY c.partition_id, c.cursor_offset) x;
         IF v_count > 0 THEN
             RAISE EXCEPTION 'group "%" on queue "%" has % message(s) leased or awaiting redelivery; its type can change once they are acknowledged or dead-lettered',
                 p_group, v_name, v_count USING ERRCODE = '55000';
@@ -1377,3 +1391,56 @@ AS $$
       ON m.queue_id = q.id AND m.consumer_group = g.consumer_group
     ORDER BY g.queue, g.consumer_group
 $$;
+
+-- The consumer state of one (partition, group) as the browse rows carry it:
+-- the cursor (-1 when the group has no row there), the batch of a live lease
+-- and the offsets of it acked so far, and the offsets dead-lettered by the
+-- group; for a shared group there is no batch: lease_from and
+-- lease_to are NULL, lease_acked holds the offsets above the start that are
+-- finished (acked, or dead without a DLQ row), and leased the offsets held
+-- by a live lease (NULL for an ordered group). Takes no locks.
+DROP FUNCTION IF EXISTS queen.log_browse_state_v1(BIGINT, TEXT);
+CREATE OR REPLACE FUNCTION queen.log_browse_state_v2(
+    p_partition_id BIGINT,
+    p_group        TEXT,
+    OUT cursor_offset  BIGINT,
+    OUT lease_from     BIGINT,
+    OUT lease_to       BIGINT,
+    OUT lease_acked    BIGINT[],
+    OUT dead_lettered  BIGINT[],
+    OUT leased         BIGINT[]
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT COALESCE(c.cursor_offset, -1),
+           CASE WHEN NOT g.shared AND c.lease_expires_at > now() THEN c.batch_from END,
+           CASE WHEN NOT g.shared AND c.lease_expires_at > now() THEN c.batch_to END,
+           CASE WHEN g.shared
+                THEN ARRAY(SELECT r.message_offset FROM queen.log_shared_records r
+                           WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+                             AND r.message_offset > COALESCE(c.cursor_offset, -1)
+                             AND r.state >= 2
+                           ORDER BY r.message_offset)
+                WHEN c.lease_expires_at > now() THEN c.batch_acked END,
+           (SELECT array_agg(d.message_offset) FROM queen.log_dlq d
+            WHERE d.partition_id = p_partition_id AND d.consumer_group = p_group),
+           CASE WHEN g.shared
+                THEN ARRAY(SELECT r.message_offset FROM queen.log_shared_records r
+                           WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+                             AND r.message_offset > COALESCE(c.cursor_offset, -1)
+                             AND r.state = 0 AND r.lease_expires_at > now()
+                           ORDER BY r.message_offset) END
+    FROM (SELECT 1) one
+    LEFT JOIN queen.log_consumers c
+           ON c.partition_id = p_partition_id AND c.consumer_group = p_group
+    CROSS JOIN LATERAL (
+        SELECT NOT COALESCE(
+                   (SELECT m.ordered FROM queen.consumer_groups_metadata m
+                    JOIN queen.log_partitions p ON p.queue_id = m.queue_id
+                    WHERE p.id = p_partition_id AND m.consumer_group = p_group),
+                   (SELECT q.ordered FROM queen.log_partitions p
+                    JOIN queen.queues q ON q.id = p.queue_id
+                    WHERE p.id = p_partition_id),
+                   true) AS shared) g
+$$;
+

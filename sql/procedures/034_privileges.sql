@@ -117,10 +117,10 @@ DECLARE
         'timer_schedule_v1', 'timer_cancel_v1', 'timer_list_v1',
         'timer_schedule_v2', 'timer_list_v2',
         'tenant_visible_v1',
-        'log_browse_v1', 'log_browse_message_v1',
+        'log_browse_v1', 'log_browse_message_v1', 'log_browse_v2', 'log_browse_message_v2',
         'consumer_groups_v1', 'consumer_group_detail_v1', 'lagging_partitions_v1',
         'consumer_group_subscribe_v1',
-        'dlq_replay_take_v1', 'trace_messages_v1', 'status_v1', 'queue_ops_v1',
+        'dlq_replay_take_v1', 'trace_messages_v1', 'trace_messages_v2', 'status_v1', 'queue_ops_v1',
         'stream_create_v1', 'stream_drop_v1', 'stream_set_paused_v1',
         'stream_list_v1', 'stream_show_v1'];
     v_engine TEXT[] := ARRAY[

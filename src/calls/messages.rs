@@ -1,5 +1,5 @@
 //! The messages surface (`sql/procedures/016_messages.sql`): browsing
-//! without leasing (`log_browse_v1`, `log_browse_message_v1`), which return
+//! without leasing (`log_browse_v2`, `log_browse_message_v2`), which return
 //! whole segments with the group's consumer state beside them (the engine
 //! decodes the frames and decides each message's state), and the first half
 //! of REPLAY DLQ (`dlq_replay_take_v1`; the second is an ordinary push).
@@ -11,8 +11,8 @@ use std::time::SystemTime;
 use uuid::Uuid;
 
 calls! {
-    pub const BROWSE = "qw_browse_v1" {
-        SELECT * FROM queen.log_browse_v1;
+    pub const BROWSE = "qw_browse_v2" {
+        SELECT * FROM queen.log_browse_v2;
         pub struct Browse<'a> {
             queue: &'a str = TEXT,
             partition: Option<&'a str> = TEXT,
@@ -37,17 +37,22 @@ calls! {
             from_time: Option<SystemTime> = TIMESTAMPTZ,
             /// -1 when the group has no cursor on the partition.
             cursor_offset: i64 = INT8,
-            /// The batch of a live lease, and which offsets of it are acked.
+            /// The batch of a live lease, and which offsets of it are acked
+            /// (a shared group: no batch, and the offsets above the start
+            /// that are finished).
             lease_from: Option<i64> = INT8,
             lease_to: Option<i64> = INT8,
             lease_acked: Option<Vec<i64>> = INT8_ARRAY,
             /// Offsets the group dead-lettered.
             dead_lettered: Option<Vec<i64>> = INT8_ARRAY,
+            /// A shared group's offsets under a live lease; `None` for an
+            /// ordered group.
+            leased: Option<Vec<i64>> = INT8_ARRAY,
         }
     }
 
-    pub const BROWSE_MESSAGE = "qw_browse_message_v1" {
-        SELECT * FROM queen.log_browse_message_v1;
+    pub const BROWSE_MESSAGE = "qw_browse_message_v2" {
+        SELECT * FROM queen.log_browse_message_v2;
         pub struct BrowseMessage<'a> {
             queue: &'a str = TEXT,
             /// The millisecond timestamp of the message id (UUIDv7).
@@ -67,11 +72,12 @@ calls! {
             lease_to: INT8,
             lease_acked: INT8_ARRAY,
             dead_lettered: INT8_ARRAY,
+            leased: INT8_ARRAY,
         }
     }
 
-    pub const TRACE = "qw_trace_messages_v1" {
-        SELECT * FROM queen.trace_messages_v1;
+    pub const TRACE = "qw_trace_messages_v2" {
+        SELECT * FROM queen.trace_messages_v2;
         pub struct Trace<'a> {
             trace_id: &'a str = TEXT,
             limit: i32 = INT4,
@@ -93,6 +99,7 @@ calls! {
             lease_to: INT8,
             lease_acked: INT8_ARRAY,
             dead_lettered: INT8_ARRAY,
+            leased: INT8_ARRAY,
         }
     }
 
@@ -128,6 +135,16 @@ impl SegmentRow {
         }
         if offset <= self.cursor_offset {
             return "consumed";
+        }
+        if let Some(leased) = &self.leased {
+            // A shared group: each message on its own.
+            return if leased.contains(&offset) {
+                "leased"
+            } else if has(&self.lease_acked) {
+                "consumed"
+            } else {
+                "pending"
+            };
         }
         match (self.lease_from, self.lease_to) {
             (Some(from), Some(to)) if (from..=to).contains(&offset) => {
@@ -182,7 +199,33 @@ mod tests {
             lease_to: Some(5),
             lease_acked: Some(vec![4]),
             dead_lettered: Some(vec![1]),
+            leased: None,
         }
+    }
+
+    #[test]
+    fn a_shared_group_s_message_is_leased_finished_or_pending_on_its_own() {
+        let r = SegmentRow {
+            lease_from: None,
+            lease_to: None,
+            lease_acked: Some(vec![5]),
+            leased: Some(vec![3, 6]),
+            ..row()
+        };
+        let states: Vec<&str> = (0..8).map(|o| r.state(o)).collect();
+        assert_eq!(
+            states,
+            [
+                "consumed",
+                "dead_lettered",
+                "consumed",
+                "leased",
+                "pending",
+                "consumed",
+                "leased",
+                "pending"
+            ]
+        );
     }
 
     #[test]

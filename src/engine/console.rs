@@ -7,7 +7,7 @@
 //! only — except without a users file, where every client is a trusted
 //! loopback client acting as queenwire's own role and sees them all.
 
-use super::values::{micros, Cell};
+use super::values::Cell;
 use crate::metrics::{Kind, Metrics};
 use crate::rewrite::dialect::console::Console;
 use std::sync::atomic::Ordering;
@@ -42,7 +42,7 @@ pub fn rows(m: &Metrics, view: Console, tenant: Uuid) -> Vec<Vec<Cell>> {
                     Cell::Uuid(c.tenant),
                     Cell::Text(c.state().as_str().to_string()),
                     Cell::Bool(c.pinned()),
-                    Cell::Timestamptz(micros(c.since)),
+                    Cell::timestamp(Some(c.since)),
                     Cell::Text(c.application_name.clone()),
                     Cell::Text(c.client_addr.clone()),
                     c.backend_pid().map_or(Cell::Null, Cell::Int4),

@@ -20,7 +20,7 @@ use crate::backend::BackendError;
 use crate::calls::admin::ConfigureMode;
 use crate::metrics::{Metrics, Waiting};
 use crate::protocol::SqlError;
-use crate::protocol::{SqlState, TxStatus};
+use crate::protocol::SqlState;
 use crate::rewrite::build::admin;
 use crate::rewrite::dialect::ack::{Ack, AckOutcome};
 use crate::rewrite::dialect::console::Console;
@@ -92,7 +92,10 @@ impl Engine {
         tenant: Uuid,
     ) -> Result<Outcome, StatementError> {
         let began = std::time::Instant::now();
-        let result = self.dispatch(lender, stmt, params, tenant).await;
+        let result = match lender.view().refuse_if_failed() {
+            Ok(()) => self.dispatch(lender, stmt, params, tenant).await,
+            Err(refused) => Err(StatementError::Failed(refused)),
+        };
         self.metrics
             .statement(stmt.kind(), began.elapsed(), result.is_ok());
         result
@@ -108,7 +111,7 @@ impl Engine {
     ) -> Result<Outcome, StatementError> {
         let p = Params(params);
         match stmt {
-            Statement::Console(view) => console_view(lender, &self.metrics, *view, stmt, tenant),
+            Statement::Console(view) => console_view(&self.metrics, *view, stmt, tenant),
             Statement::Push(push) => {
                 let done = match self
                     .ephemeral_push(lender, stmt, push, &p, tenant)
@@ -145,11 +148,7 @@ impl Engine {
             }
             Statement::Ack(ack) => {
                 let plain = matches!(ack.outcome, AckOutcome::Success);
-                let done = match self
-                    .ephemeral_ack(lender, stmt, ack, &p, tenant)
-                    .await
-                    .transpose()
-                {
+                let done = match self.ephemeral_ack(stmt, ack, &p, tenant).await.transpose() {
                     Some(done) => self.settle(lender, done).await,
                     None if plain && lender.view().detached() => {
                         self.fused_ack(stmt, ack, &p, tenant).await
@@ -167,7 +166,7 @@ impl Engine {
             }
             Statement::Renew(renew) => {
                 match self
-                    .ephemeral_renew(lender, stmt, renew, &p, tenant)
+                    .ephemeral_renew(stmt, renew, &p, tenant)
                     .await
                     .transpose()
                 {
@@ -414,7 +413,11 @@ impl Engine {
             Ok(conn) => run(&mut Calls::new(conn, end)).await.map(Into::into),
             Err(e) => Err(ExecError::Lost(e)),
         };
-        lender.lock_order().ran(stmt, in_block);
+        // A statement that failed took no lock the block keeps: the block
+        // is over, or rolled back to a savepoint from before it.
+        if result.is_ok() {
+            lender.lock_order().ran(stmt, in_block);
+        }
         let ran = self.settle(lender, result).await?;
         Ok(Outcome {
             tag: stmt.command_tag(ran.rows.len()),
@@ -446,7 +449,9 @@ impl Engine {
             let _waiting = pop.wait.is_some().then(|| Waiting::begin(&self.metrics));
             self.pop(lender, pop, params, tenant).await
         };
-        lender.lock_order().ran(stmt, in_block);
+        if result.is_ok() {
+            lender.lock_order().ran(stmt, in_block);
+        }
         self.settle(lender, result).await
     }
 
@@ -567,21 +572,13 @@ fn fused_error(e: ExecError) -> StatementError {
     }
 }
 
-/// The admin view needs no backend; inside a failed transaction block it
-/// is refused as PostgreSQL refuses any statement there.
-fn console_view<L: Lender>(
-    lender: &mut L,
+/// The admin view needs no backend.
+fn console_view(
     metrics: &Metrics,
     view: Console,
     stmt: &Statement,
     tenant: Uuid,
 ) -> Result<Outcome, StatementError> {
-    if lender.view().status == TxStatus::Failed {
-        return Err(StatementError::Failed(SqlError::error(
-            SqlState::IN_FAILED_SQL_TRANSACTION,
-            "current transaction is aborted, commands ignored until end of transaction block",
-        )));
-    }
     let rows = console::rows(metrics, view, tenant);
     Ok(Outcome {
         tag: stmt.command_tag(rows.len()),

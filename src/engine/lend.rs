@@ -5,7 +5,7 @@
 
 use super::lock_order::LockOrder;
 use crate::backend::{BackendConn, BackendError};
-use crate::protocol::TxStatus;
+use crate::protocol::{SqlError, SqlState, TxStatus};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -67,6 +67,19 @@ impl TxnView {
     /// connection).
     pub fn detached(&self) -> bool {
         !self.pinned && !self.pipeline_open && !self.status.in_transaction()
+    }
+
+    /// In a failed transaction block every statement but the block's end
+    /// is refused, as PostgreSQL refuses it: before its arguments are
+    /// read, so a bad argument does not hide the block's state.
+    pub fn refuse_if_failed(&self) -> Result<(), SqlError> {
+        if self.status == TxStatus::Failed {
+            return Err(SqlError::error(
+                SqlState::IN_FAILED_SQL_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        Ok(())
     }
 }
 

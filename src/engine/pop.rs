@@ -318,7 +318,7 @@ fn decode_claimed(
             Cell::opt_text(f.transaction_id),
             Cell::opt_text(f.trace_id),
             Cell::Int4(row.retry_count),
-            Cell::Timestamptz(f.created_at_micros),
+            Cell::unix_micros(f.created_at_micros),
             Cell::timestamp(row.lease_expires_at),
         ]);
     }

@@ -113,8 +113,7 @@ fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, SqlError> {
             let b = fixed(8)?;
             let mut a = [0u8; 8];
             a.copy_from_slice(b);
-            let since_2000 = i64::from_be_bytes(a);
-            format_timestamptz(since_2000.saturating_add(946_684_800_000_000))
+            format_timestamptz(i64::from_be_bytes(a))
         }
         other => {
             return Err(SqlError::error(
@@ -147,6 +146,21 @@ mod tests {
                 Some("abc".into())
             ]
         );
+    }
+
+    #[test]
+    fn binary_timestamps_become_postgresql_text_at_both_ends() {
+        let cases: [(i64, &str); 3] = [
+            (0, "2000-01-01 00:00:00+00"),
+            (i64::MAX, "infinity"),
+            (i64::MIN, "-infinity"),
+        ];
+        for (since_2000, text) in cases {
+            let bytes = since_2000.to_be_bytes();
+            let params: Vec<Option<&[u8]>> = vec![Some(&bytes)];
+            let out = bind_params_as_text(&params, &[1], &[oid::TIMESTAMPTZ]).unwrap();
+            assert_eq!(out, vec![Some(text.to_string())]);
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use super::slots::SessionSlots;
 use crate::backend::{BackendKey, BackendTarget, Pool};
 use crate::engine::Engine;
+use crate::rewrite::statement_names::{named_statements, NamedBy};
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -298,10 +299,9 @@ impl CancelRegistry {
 /// ever parsed from that Parse (again, where the session lands on a
 /// connection that lacks it) and never taken over from another session's,
 /// which may have been parsed before DDL this one saw. The names carry a
-/// random prefix drawn at start: a client's SQL-level `EXECUTE`,
-/// `DEALLOCATE` or `PREPARE` on a pooled connection cannot name another
-/// session's statement (or take a name the proxy will use) by guessing a
-/// counter.
+/// random prefix drawn at start, and every name with it is reserved: a
+/// client's SQL never names one (`reserved_in`), though any client can
+/// read them in `pg_prepared_statements`.
 pub struct StatementNames {
     prefix: String,
     next: AtomicU64,
@@ -320,5 +320,32 @@ impl StatementNames {
     pub fn fresh(&self) -> Arc<str> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         Arc::from(format!("{}{n}", self.prefix))
+    }
+
+    /// What every name the proxy gives statements starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether `name` is one the proxy gives statements (or could).
+    pub fn reserves(&self, name: &str) -> bool {
+        name.starts_with(&self.prefix)
+    }
+
+    /// The first reserved name `sql` names with PREPARE, EXECUTE or
+    /// DEALLOCATE. Only a text that spells the prefix (in any case) or has
+    /// a `U&"…"` identifier, which could spell it, is tokenized.
+    pub fn reserved_in(&self, sql: &str) -> Option<(NamedBy, String)> {
+        let prefix = self.prefix.as_bytes();
+        let mentioned = sql
+            .as_bytes()
+            .windows(prefix.len())
+            .any(|w| w.eq_ignore_ascii_case(prefix) || w[..3].eq_ignore_ascii_case(b"u&\""));
+        if !mentioned {
+            return None;
+        }
+        named_statements(sql)
+            .into_iter()
+            .find(|(_, name)| self.reserves(name))
     }
 }

@@ -13,9 +13,10 @@ pub enum SessionEffect {
     /// locks, WITH HOLD cursors, …): the session keeps its backend
     /// connection until it ends.
     Pins,
-    /// `DEALLOCATE ALL` / `DISCARD ALL|PLANS`: every prepared statement on
-    /// the connection goes, the proxy's own included, so the connection's
-    /// bookkeeping must be dropped with them.
+    /// `DEALLOCATE ALL` / `DISCARD ALL`: every prepared statement on the
+    /// connection goes, the proxy's own included, once PostgreSQL answers
+    /// it with CommandComplete (one it refused drops nothing); the session
+    /// forgets them then (`session::simple`).
     ForgetsPrepared,
 }
 
@@ -49,8 +50,9 @@ fn effect_by_tokens(sql: &str) -> SessionEffect {
         .map(|t| &sql[t.range.clone()])
         .collect();
     let is = |i: usize, kw: &str| words.get(i).is_some_and(|w| w.eq_ignore_ascii_case(kw));
+    // DISCARD PLANS drops cached plans only: the statements stay.
     let forgets = (is(0, "DEALLOCATE") && (is(1, "ALL") || (is(1, "PREPARE") && is(2, "ALL"))))
-        || (is(0, "DISCARD") && (is(1, "ALL") || is(1, "PLANS")));
+        || (is(0, "DISCARD") && is(1, "ALL"));
     if forgets {
         return SessionEffect::ForgetsPrepared;
     }

@@ -15,6 +15,7 @@ pub mod effect;
 pub mod passthrough;
 mod scan;
 pub mod split;
+pub mod statement_names;
 
 pub use passthrough::SessionEffect;
 use std::sync::Arc;

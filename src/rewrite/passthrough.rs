@@ -428,6 +428,7 @@ mod tests {
             session_effect("DISCARD ALL"),
             SessionEffect::ForgetsPrepared
         );
+        assert_eq!(session_effect("DISCARD PLANS"), SessionEffect::None);
         assert_eq!(deallocated_name("DEALLOCATE _pg3_0"), Some("_pg3_0".into()));
         assert_eq!(
             deallocated_name("DEALLOCATE PREPARE \"S 1\";"),

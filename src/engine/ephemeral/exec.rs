@@ -16,7 +16,7 @@ use crate::engine::lend::Lender;
 use crate::engine::receipt::{partition_of, Receipt};
 use crate::engine::values::{now_micros, Cell, Params};
 use crate::engine::{Engine, ExecError, Outcome};
-use crate::protocol::{SqlError, SqlState, TxStatus};
+use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::build::pop::pop_args;
 use crate::rewrite::dialect::ack::{Ack, AckOutcome, Renew};
 use crate::rewrite::dialect::pop::{Pop, PopFrom};
@@ -65,19 +65,6 @@ fn ephemeral_receipts(
     Ok(Some(out))
 }
 
-/// An ephemeral queue's statement in a failed transaction block is
-/// refused as PostgreSQL refuses any statement there.
-fn not_failed<L: Lender>(lender: &L) -> Result<(), ExecError> {
-    if lender.view().status == TxStatus::Failed {
-        return Err(SqlError::error(
-            SqlState::IN_FAILED_SQL_TRANSACTION,
-            "current transaction is aborted, commands ignored until end of transaction block",
-        )
-        .into());
-    }
-    Ok(())
-}
-
 fn outcome(stmt: &Statement, rows: Vec<Vec<Cell>>, commit: Option<Uuid>) -> Outcome {
     Outcome {
         tag: stmt.command_tag(rows.len()),
@@ -104,7 +91,6 @@ impl Engine {
         let Some(ref_) = self.ephemeral.ref_of(tenant, &queue) else {
             return Ok(None);
         };
-        not_failed(lender)?;
         self.serve_push(lender, stmt, push, params, ref_, queue, tenant)
             .await
             .map(Some)
@@ -128,16 +114,14 @@ impl Engine {
         let Some(ref_) = self.ephemeral.ref_of(tenant, &queue) else {
             return Ok(None);
         };
-        not_failed(lender)?;
         self.serve_pop(lender, stmt, pop, params, (tenant, ref_, &queue))
             .await
             .map(Some)
     }
 
     /// An ACK of ephemeral queues' receipts; `None` for durable ones.
-    pub(in crate::engine) async fn ephemeral_ack<L: Lender>(
+    pub(in crate::engine) async fn ephemeral_ack(
         &self,
-        lender: &mut L,
         stmt: &Statement,
         ack: &Ack,
         params: &Params<'_>,
@@ -146,7 +130,6 @@ impl Engine {
         let Some(receipts) = ephemeral_receipts(self, &ack.receipts, params)? else {
             return Ok(None);
         };
-        not_failed(lender)?;
         let failed = matches!(ack.outcome, AckOutcome::Failed { .. });
         let statuses = by_queue(
             &self.ephemeral,
@@ -168,9 +151,8 @@ impl Engine {
     }
 
     /// A RENEW of ephemeral queues' receipts; `None` for durable ones.
-    pub(in crate::engine) async fn ephemeral_renew<L: Lender>(
+    pub(in crate::engine) async fn ephemeral_renew(
         &self,
-        lender: &mut L,
         stmt: &Statement,
         renew: &Renew,
         params: &Params<'_>,
@@ -179,7 +161,6 @@ impl Engine {
         let Some(receipts) = ephemeral_receipts(self, &renew.receipts, params)? else {
             return Ok(None);
         };
-        not_failed(lender)?;
         let extend = renew
             .duration
             .as_ref()
@@ -369,7 +350,7 @@ impl Engine {
                     Cell::opt_text(d.msg.transaction_id),
                     Cell::opt_text(d.msg.trace_id),
                     Cell::Int4(d.retry_count),
-                    Cell::Timestamptz(d.msg.created_at_micros),
+                    Cell::unix_micros(d.msg.created_at_micros),
                     Cell::timestamp(d.lease.map(|(_, at)| at)),
                 ]
             })

@@ -126,9 +126,14 @@ pub(super) struct Via {
     plan: PopPlan,
 }
 
-/// A POP the fuser can take: one partition, chosen by the hot list.
+/// A POP the fuser can take: one partition, chosen by the hot list. A
+/// `SUBSCRIBE FROM` timestamp is read in its session's settings (its
+/// TimeZone), which the fuser's connection does not have.
 pub fn fusable(plan: &PopPlan) -> bool {
-    !plan.named_partition() && plan.max_partitions() == 1 && plan.sessions() == 1
+    !plan.named_partition()
+        && plan.max_partitions() == 1
+        && plan.sessions() == 1
+        && plan.args().subscribe_at.is_none()
 }
 
 impl Fuser {

@@ -124,10 +124,7 @@ impl Hotlist {
             .map(|v| v.iter().filter_map(Weak::upgrade).collect())
             .unwrap_or_default();
         for ring in &rings {
-            let mut state = ring.lock();
-            for id in partitions {
-                state.add(*id, false);
-            }
+            ring.lock().fed(partitions);
         }
         !rings.is_empty()
     }

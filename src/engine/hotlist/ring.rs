@@ -150,6 +150,10 @@ pub struct RingState {
     /// Parked ids (or parked ids looked at again) leased by a claim
     /// through this process: looked at every [`OWN_LEASE_LOOK_EVERY`].
     own: HashSet<i64>,
+    /// A POP through this ring claimed for a shared group: a push into a
+    /// partition parked as leased or waiting makes new messages claimable
+    /// there at once, so [`RingState::fed`] brings it back.
+    shared: bool,
     epoch: u64,
     seeded: bool,
     seeding: bool,
@@ -267,6 +271,14 @@ impl RingState {
             self.add(id, true);
         }
         self.full_due = true;
+    }
+
+    /// A push through this process committed into these partitions.
+    pub fn fed(&mut self, ids: &[i64]) {
+        let force = self.shared;
+        for id in ids {
+            self.add(*id, force);
+        }
     }
 
     /// Adds an id at the back of the rotation (or refreshes its epoch when
@@ -451,6 +463,7 @@ impl RingState {
             if j == Judgement::Drained {
                 drained.insert(id);
             } else {
+                self.shared |= j == Judgement::Shared;
                 verdict.entry(id).or_insert(j);
             }
         }

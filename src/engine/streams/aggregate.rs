@@ -378,7 +378,8 @@ impl AggState {
                 v.clone().unwrap_or_else(|| "null".into())
             }
             AggState::Time { best, .. } => best.map_or("null".to_string(), |t| {
-                crate::json::string(&crate::engine::values::format_timestamptz(t))
+                use crate::engine::values::{format_timestamptz, pg_from_unix_micros};
+                crate::json::string(&format_timestamptz(pg_from_unix_micros(t)))
             }),
             other => other.stored(),
         }

@@ -19,7 +19,7 @@
 //!   runner does: `window_end + grace <= now`), closing what is ripe by then.
 
 use super::aggregate::{AggError, AggState};
-use crate::engine::values::format_timestamptz;
+use crate::engine::values::{format_timestamptz, pg_from_unix_micros};
 use crate::json;
 use crate::rewrite::dialect::stream::AggFn;
 use std::collections::{BTreeMap, BTreeSet};
@@ -319,8 +319,8 @@ impl<'s> Partition<'s> {
         let mut out = format!(
             "{{\"key\": {}, \"window_start\": {}, \"window_end\": {}",
             json::string(&e.key),
-            json::string(&format_timestamptz(e.start)),
-            json::string(&format_timestamptz(e.end))
+            json::string(&format_timestamptz(pg_from_unix_micros(e.start))),
+            json::string(&format_timestamptz(pg_from_unix_micros(e.end)))
         );
         for (name, agg) in self.spec.names.iter().zip(&e.aggs) {
             out.push_str(&format!(", {}: {}", json::string(name), agg.emitted()));

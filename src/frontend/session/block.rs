@@ -7,15 +7,18 @@
 //! (`Control`) is matched, in order, with the CommandComplete that answers
 //! it, and the block's LISTENs are carried out at the COMMIT's reply,
 //! before the client sees it (a NOTIFY the client sends after its COMMIT
-//! returned reaches it).
+//! returned reaches it). The same following tells when the block's locks
+//! are gone, so that the lock order (`engine/lock_order.rs`) applies
+//! within one block only.
 
 use super::{End, Session};
+use crate::engine::lock_order::LockOrder;
 use crate::frontend::encoding::ClientEncoding;
 use crate::protocol::{self, TxStatus};
 use crate::rewrite::passthrough::{transaction_control, Control, Listening};
 use std::collections::VecDeque;
 
-/// The transaction block as far as its LISTENs need it.
+/// The transaction block as far as its LISTENs and its lock order need it.
 #[derive(Default)]
 pub(super) struct Block {
     /// A block is open: the last ReadyForQuery said so, or a BEGIN
@@ -27,6 +30,10 @@ pub(super) struct Block {
     savepoints: Vec<String>,
     /// What the block's LISTEN / UNLISTEN will do at COMMIT, in order.
     pending: Vec<Pending>,
+    /// What the block's dialect statements locked: released when the
+    /// block ends. A ROLLBACK TO keeps it, since the proxy does not follow
+    /// which statement ran after which savepoint.
+    pub(super) locks: LockOrder,
 }
 
 pub(super) struct Pending {
@@ -58,11 +65,13 @@ impl Block {
                     self.open = true;
                     self.savepoints.clear();
                     self.pending.clear();
+                    self.locks = LockOrder::default();
                 }
             }
             Control::Commit { chain } | Control::Rollback { chain } => {
                 let pending = std::mem::take(&mut self.pending);
                 self.savepoints.clear();
+                self.locks = LockOrder::default();
                 self.open = chain;
                 // A failed block's COMMIT answers ROLLBACK.
                 if matches!(control, Control::Commit { .. }) && tag == b"COMMIT" {
@@ -88,6 +97,7 @@ impl Block {
                 self.open = false;
                 self.savepoints.clear();
                 self.pending.clear();
+                self.locks = LockOrder::default();
             }
         }
         Vec::new()
@@ -100,6 +110,7 @@ impl Block {
         if !self.open {
             self.savepoints.clear();
             self.pending.clear();
+            self.locks = LockOrder::default();
         }
     }
 
@@ -300,11 +311,14 @@ pub(super) enum ScriptPlan {
 
 impl Session {
     /// Whether (and how) a script of plain `statements` with LISTEN or
-    /// UNLISTEN among them runs statement by statement; `None`: forwarded
-    /// whole, on the session's own connection, which its LISTEN pins.
-    pub(super) fn listen_script_plan<'a>(
+    /// UNLISTEN among them (or any, when `refusing`: one the proxy refuses)
+    /// runs statement by statement; `None`: forwarded whole, on the
+    /// session's own connection, which its LISTEN pins (or, `refusing`,
+    /// statement by statement outside any block).
+    pub(super) fn script_plan<'a>(
         &self,
         statements: impl Iterator<Item = &'a str>,
+        refusing: bool,
     ) -> Option<ScriptPlan> {
         if self.lease.pinned()
             || self.lease.status() == TxStatus::Failed
@@ -328,7 +342,7 @@ impl Session {
                 _ => in_block &= open,
             }
         }
-        if !listens {
+        if !listens && !refusing {
             None
         } else if in_block {
             Some(ScriptPlan::InBlock)

@@ -27,10 +27,27 @@ pub fn passthrough_refused() -> SqlError {
 }
 
 pub fn missing_statement(name: &str) -> SqlError {
-    SqlError::error(
-        SqlState::INVALID_SQL_STATEMENT_NAME,
-        format!("prepared statement \"{name}\" does not exist"),
-    )
+    let message = if name.is_empty() {
+        "unnamed prepared statement does not exist".to_string()
+    } else {
+        format!("prepared statement \"{name}\" does not exist")
+    };
+    SqlError::error(SqlState::INVALID_SQL_STATEMENT_NAME, message)
+}
+
+/// `PREPARE` of a name the proxy gives clients' protocol-level statements
+/// on its backend connections, worded as PostgreSQL refuses a reserved
+/// role name.
+pub fn reserved_statement_name(name: &str) -> SqlError {
+    let mut err = SqlError::error(
+        SqlState::RESERVED_NAME,
+        format!("prepared statement name \"{name}\" is reserved"),
+    );
+    err.detail = Some(
+        "queenwire gives names with this prefix to clients' protocol-level statements on its backend connections."
+            .into(),
+    );
+    err
 }
 
 pub fn missing_portal(name: &str) -> SqlError {

@@ -68,7 +68,7 @@ impl Lender for Lent<'_> {
     }
 
     fn lock_order(&mut self) -> &mut LockOrder {
-        &mut self.txn.locks
+        &mut self.txn.block.locks
     }
 }
 
@@ -185,10 +185,17 @@ impl Session {
     }
 
     /// Reports an error the proxy found (a statement it cannot parse),
-    /// after making the backend fail the statement as well.
+    /// after making the backend fail the statement as well. In a failed
+    /// block only a statement's syntax or encoding is reported as it is:
+    /// PostgreSQL checks the block's state right after its grammar, so
+    /// any other fault is the block's `25P02`.
     pub(super) async fn refuse(&mut self, refusal: SqlError, end: CallEnd) -> Result<(), End> {
         let engine = self.shared.engine.clone();
         let (mut lent, _) = self.lend(end);
+        let refusal = match lent.view().refuse_if_failed() {
+            Err(failed) if !before_the_block_is_checked(&refusal) => failed,
+            _ => refusal,
+        };
         match engine.refuse(&mut lent, refusal).await {
             StatementError::Lost(e) => Err(self.backend_lost(e).await),
             other => {
@@ -231,4 +238,11 @@ impl Session {
             }
         }
     }
+}
+
+/// Faults PostgreSQL reports even in a failed block: of a statement's
+/// text, found before the block's state is looked at.
+fn before_the_block_is_checked(refusal: &SqlError) -> bool {
+    let code = refusal.code();
+    code == SqlState::SYNTAX_ERROR.code() || code == SqlState::CHARACTER_NOT_IN_REPERTOIRE.code()
 }

@@ -6,7 +6,6 @@ use super::lease::{For, Lease};
 use super::portals::{LocalPortal, Portals};
 use super::prepared::{Prepared, Statements};
 use super::replies::Replies;
-use crate::engine::lock_order::LockOrder;
 use crate::frontend::client::Client;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::shared::{SessionHandle, Shared};
@@ -51,7 +50,6 @@ pub(super) struct Txn {
     pub(super) pushed: Vec<String>,
     /// Ephemeral PUSHes of the current transaction, applied if it committed.
     pub(super) ephemeral: Vec<uuid::Uuid>,
-    pub(super) locks: LockOrder,
     /// Startup settings the client reset in the exchange in progress.
     pub(super) reset: super::settings::Reset,
     /// A plain statement was executed on the backend since the last Sync
@@ -60,7 +58,8 @@ pub(super) struct Txn {
     /// LISTEN / UNLISTEN of the pipeline in progress served by the hub,
     /// settled at its Sync (see `extended::listen_in_pipeline`).
     pub(super) pipeline_listens: Vec<PipelineListen>,
-    /// The transaction block, followed for the LISTENs it holds back.
+    /// The transaction block, followed for the LISTENs it holds back and
+    /// the locks its dialect statements took.
     pub(super) block: super::block::Block,
     /// A BEGIN answered ahead waits in the connection's buffer for the
     /// client's next message (`simple::begin_ahead`).
@@ -322,13 +321,15 @@ impl Session {
         End::Fatal(err.message)
     }
 
-    /// A ParameterStatus for the client, whose encoding the proxy follows.
+    /// A ParameterStatus for the client, whose encoding and reading
+    /// settings (`Lease::note_reported`) the proxy follows.
     pub(super) fn client_parameter_status(&mut self, msg: &Message) {
         let mut r = msg.reader();
         if let (Ok(name), Ok(value)) = (r.cstr(), r.cstr()) {
             if name.eq_ignore_ascii_case("client_encoding") {
                 self.client_encoding = ClientEncoding::from_name(value);
             }
+            self.lease.note_reported(name, value);
         }
         self.client.send(msg);
     }

@@ -49,6 +49,7 @@ impl Session {
                     && self.passthrough != Passthrough::None
             })
             .map(|prev| (prev.query.clone(), prev.param_types.clone(), prev.effect));
+        let fresh = again.is_none();
         let (query, param_types, classified) = match again {
             Some((query, param_types, effect)) => {
                 (query, param_types, Command::Passthrough(effect))
@@ -64,7 +65,18 @@ impl Session {
                 self.local_error(canned::passthrough_refused());
                 return Ok(());
             }
-            Command::Passthrough(effect) => effect,
+            Command::Passthrough(effect) => {
+                // Refused at Parse, where PostgreSQL fails it at Execute:
+                // its text never reaches PostgreSQL.
+                if let Some(refusal) = self.reserved_name_refusal(&text.view).filter(|_| fresh) {
+                    self.relay_earlier_replies().await?;
+                    if !self.replies.skipping() {
+                        self.refuse(refusal, CallEnd::Flush).await?;
+                    }
+                    return Ok(());
+                }
+                effect
+            }
             Command::Dialect(stmt) => {
                 if let Err(unreadable) = text.readable(0..text.view.len(), &self.client_encoding) {
                     self.relay_earlier_replies().await?;
@@ -154,9 +166,13 @@ impl Session {
     /// may be one of SQL `PREPARE` (libpq's `PQexecPrepared` and
     /// `PQdescribePrepared` take those too): it lives on the session's own
     /// connection, which that `PREPARE` pinned, and PostgreSQL binds it or
-    /// says it does not exist.
+    /// says it does not exist. Never a name the proxy reserves: there it
+    /// may be another session's statement.
     fn backend_may_know(&self, name: &str) -> bool {
-        !name.is_empty() && self.lease.pinned() && self.lease.held()
+        !name.is_empty()
+            && self.lease.pinned()
+            && self.lease.held()
+            && !self.shared.statement_names.reserves(name)
     }
 
     fn backend_has(&self, global: &str) -> bool {
@@ -363,7 +379,9 @@ impl Session {
             self.local_error(canned::missing_portal(portal));
             return Ok(());
         }
+        let mut forgets_prepared = false;
         if let Some((effect, query)) = self.portals.backend_effect(portal) {
+            forgets_prepared = effect == SessionEffect::ForgetsPrepared;
             let listening = self.shareable_listen(&query);
             if let Some(listening) = listening.clone() {
                 // What came before it decides: an open block (a BEGIN
@@ -394,6 +412,11 @@ impl Session {
         self.observed.passthrough_executes += 1;
         self.txn.executed_since_sync = true;
         self.forward(msg, Expect::Execute);
+        if forgets_prepared {
+            // Its CommandComplete forgets the statements there are now:
+            // read before the pipeline's later Parses add any.
+            self.relay_earlier_replies().await?;
+        }
         Ok(())
     }
 

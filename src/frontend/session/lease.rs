@@ -5,8 +5,13 @@
 use crate::backend::{pool, BackendConn, BackendError, BackendTarget, Pool, PooledConn};
 use crate::frontend::SessionHandle;
 use crate::protocol::TxStatus;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// The settings that change how PostgreSQL reads a timestamp or an
+/// interval literal.
+const READING_SETTINGS: [&str; 3] = ["TimeZone", "DateStyle", "IntervalStyle"];
 
 /// Which pool a statement's connection comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +34,11 @@ pub struct Lease {
     engine_pool: Pool,
     /// Session parameters from the startup packet, as SQL value text.
     desired: BTreeMap<String, String>,
+    /// The settings that decide how PostgreSQL reads a literal, as the
+    /// session's connection reported them since the client changed them
+    /// (`SET TimeZone …`): a dialect statement on an engine connection
+    /// reads its timestamps as the client's own connection would.
+    reading: BTreeMap<String, String>,
     handle: Arc<SessionHandle>,
     /// Session pool mode: the first connection is kept for good.
     session_mode: bool,
@@ -58,6 +68,7 @@ impl Lease {
             role_pool,
             engine_pool,
             desired,
+            reading: BTreeMap::new(),
             handle,
             session_mode,
             wait,
@@ -79,7 +90,7 @@ impl Lease {
             if purpose == For::Client {
                 conn.mark_client_facing();
             }
-            if let Err(e) = conn.sync_parameters(&self.desired).await {
+            if let Err(e) = conn.sync_parameters(&self.settings_for(purpose)).await {
                 pool::release(conn);
                 return Err(e);
             }
@@ -96,6 +107,34 @@ impl Lease {
             Some(conn) => Ok(conn),
             None => Err(BackendError::Protocol("no backend connection held".into())),
         }
+    }
+
+    /// The session's connection reported `name = value`: remembered when
+    /// it is a setting literals are read in.
+    pub fn note_reported(&mut self, name: &str, value: &str) {
+        if READING_SETTINGS
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(name))
+        {
+            self.reading.insert(name.to_string(), value.to_string());
+        }
+    }
+
+    /// The settings a connection taken for `purpose` gets: a dialect
+    /// statement's reads literals in the session's current settings (a
+    /// client's connection has them itself: a SET pins it).
+    fn settings_for(&self, purpose: For) -> Cow<'_, BTreeMap<String, String>> {
+        if purpose == For::Client || self.reading.is_empty() {
+            return Cow::Borrowed(&self.desired);
+        }
+        let mut settings: BTreeMap<String, String> = self
+            .desired
+            .iter()
+            .filter(|(name, _)| !self.reading.keys().any(|r| r.eq_ignore_ascii_case(name)))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        settings.extend(self.reading.clone());
+        Cow::Owned(settings)
     }
 
     pub fn conn(&self) -> Option<&BackendConn> {

@@ -1,8 +1,8 @@
 //! The client's prepared statements, as the proxy keeps them: named ones
-//! for the session's life (bounded), the unnamed one until replaced. A
-//! plain statement has a proxy-global name on backend connections, so it
-//! can be parsed again wherever the session lands; a dialect statement
-//! lives in the proxy only.
+//! for the session's life (bounded), the unnamed one until replaced or
+//! until a simple query destroys it. A plain statement has a proxy-global
+//! name on backend connections, so it can be parsed again wherever the
+//! session lands; a dialect statement lives in the proxy only.
 
 use super::canned;
 use crate::protocol::SqlError;
@@ -145,9 +145,79 @@ impl Statements {
         old
     }
 
+    /// `body` (an ErrorResponse's) with each backend name of one of the
+    /// session's statements (`prefix` and a number) replaced by the
+    /// client's name for it, as PostgreSQL would name it talking to the
+    /// client directly; `None` when it names none. Fields are C strings,
+    /// and so are both names: the fields stay as they were.
+    pub fn in_client_names(&self, body: &[u8], prefix: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let (mut copied, mut from) = (0, 0);
+        while let Some(at) = body[from..].windows(prefix.len()).position(|w| w == prefix) {
+            let start = from + at;
+            let digits = body[start + prefix.len()..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+            let end = start + prefix.len() + digits;
+            let client = self.named.iter().find(|(_, p)| {
+                p.global
+                    .as_deref()
+                    .is_some_and(|g| g.as_bytes() == &body[start..end])
+            });
+            if let Some((name, _)) = client {
+                out.extend_from_slice(&body[copied..start]);
+                out.extend_from_slice(name.as_bytes());
+                copied = end;
+            }
+            from = end;
+        }
+        if copied == 0 {
+            return None;
+        }
+        out.extend_from_slice(&body[copied..]);
+        Some(out)
+    }
+
     /// `DEALLOCATE ALL` / `DISCARD ALL`: every named statement goes.
     pub fn clear_named(&mut self) {
         self.named.clear();
         self.named_bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(global: &str) -> Prepared {
+        Prepared {
+            query: Arc::from("select $1::int + $2::int"),
+            raw: None,
+            param_types: Arc::from(Vec::new()),
+            effect: SessionEffect::None,
+            global: Some(Arc::from(global)),
+            dialect: None,
+        }
+    }
+
+    #[test]
+    fn errors_name_the_session_s_statements_as_the_client_does() {
+        let mut statements = Statements::default();
+        statements.insert("two", prepared("qw_ab_1"));
+        statements.insert("S 3", prepared("qw_ab_12"));
+        let body =
+            b"SERROR\0Mprepared statement \"qw_ab_1\" requires 2, \"qw_ab_12\" and \"qw_ab_7\"\0\0";
+        let renamed = statements.in_client_names(body, b"qw_ab_").unwrap();
+        assert_eq!(
+            renamed,
+            b"SERROR\0Mprepared statement \"two\" requires 2, \"S 3\" and \"qw_ab_7\"\0\0"
+        );
+        // Names of no statement of the session's stay; nothing to rename.
+        assert_eq!(
+            statements.in_client_names(b"M\"qw_ab_7\"\0\0", b"qw_ab_"),
+            None
+        );
+        assert_eq!(statements.in_client_names(b"Mqw_ab_\0\0", b"qw_ab_"), None);
     }
 }

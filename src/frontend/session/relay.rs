@@ -170,6 +170,18 @@ impl Session {
         Ok(())
     }
 
+    /// An error of PostgreSQL's about one of the session's statements (a
+    /// Bind with the wrong number of parameters) names it by its backend
+    /// name: the client gets it with its own name there.
+    fn error_in_client_names(&self, msg: &Message) -> Option<Message> {
+        if msg.tag != crate::protocol::tags::backend::ERROR_RESPONSE {
+            return None;
+        }
+        let prefix = self.shared.statement_names.prefix().as_bytes();
+        let body = self.statements.in_client_names(&msg.body, prefix)?;
+        Some(Message::new(msg.tag, body))
+    }
+
     /// The backend sent the client an error: counted by SQLSTATE class.
     pub(super) fn backend_error(&mut self, msg: &Message) {
         let err = crate::protocol::SqlError::parse(&msg.body);
@@ -220,9 +232,9 @@ impl Session {
             return Ok(());
         }
         if msg.tag == crate::protocol::tags::backend::COMMAND_COMPLETE {
-            // A COMMIT carries out its block's LISTENs before the client
-            // sees it.
-            self.block_command_complete(&msg.body).await;
+            // What a statement did to the session is settled before the
+            // client sees it complete.
+            self.backend_command_complete(&msg.body).await;
         }
         if let Seen::Ready(status) = seen {
             // What the end of the exchange brings goes before its
@@ -249,7 +261,10 @@ impl Session {
             _ => {}
         }
         if !matches!(seen, Seen::Swallow) {
-            self.client.send(&msg);
+            match self.error_in_client_names(&msg) {
+                Some(renamed) => self.client.send(&renamed),
+                None => self.client.send(&msg),
+            }
         }
         if msg.tag == crate::protocol::tags::backend::ERROR_RESPONSE {
             self.backend_error(&msg);

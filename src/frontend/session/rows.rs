@@ -151,7 +151,7 @@ mod tests {
             Cell::Int4(7),
             Cell::Bool(true),
             Cell::Jsonb(r#"{"a":1}"#.into()),
-            Cell::Timestamptz(0),
+            Cell::unix_micros(0),
         ];
         let text = framed(&[row.clone(), row.clone()], &[], &ClientEncoding::Utf8);
         let one = expected(&[

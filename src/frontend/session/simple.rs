@@ -9,8 +9,9 @@ use crate::engine::CallEnd;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::encoding::ClientText;
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, frontend, Message, TxStatus};
+use crate::protocol::{self, frontend, Message, SqlError, TxStatus};
 use crate::rewrite::passthrough::Listening;
+use crate::rewrite::statement_names::NamedBy;
 use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
 use std::ops::Range;
@@ -68,10 +69,16 @@ impl Session {
             Ok(s) => s,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
+        // Whatever the query is, PostgreSQL drops the unnamed statement
+        // before it runs it; a later Bind of it fails with 26000 there.
+        self.statements.remove("");
         let text = ClientText::read(bytes, &self.client_encoding);
         let sql: &str = &text.view;
         let commands = self.verdicts.classify_script(sql);
         let plain = |c: &Command| matches!(c, Command::Passthrough(_));
+        let names_reserved = commands
+            .iter()
+            .any(|(r, c)| plain(c) && self.reserved_name_refusal(&sql[r.clone()]).is_some());
         // A BEGIN answered ahead goes with this message when it is one
         // plain statement forwarded as it is, or dialect statements only
         // (their calls go with it: `hand_over_begin`); anything else reads
@@ -80,8 +87,8 @@ impl Session {
             let dialect_only = commands
                 .iter()
                 .all(|(_, c)| matches!(c, Command::Dialect(_)));
-            let goes_along =
-                forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin());
+            let goes_along = !names_reserved
+                && (forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin()));
             if !goes_along && !self.settle_begin().await? {
                 return self.finish_simple_query().await;
             }
@@ -100,6 +107,9 @@ impl Session {
                     return Ok(self.client.flush().await?);
                 }
             }
+        }
+        if names_reserved {
+            return self.run_refusing_script(&text, &commands).await;
         }
         if let [(range, Command::Passthrough(_))] = commands.as_slice() {
             let statement = &sql[range.clone()];
@@ -126,8 +136,6 @@ impl Session {
                         self.shared.listen.forget(self.id, channel);
                     }
                 }
-            } else if self.notifications.is_some() && discards_all(statement) {
-                self.shared.listen.forget(self.id, None);
             } else if self.txn.block.has_pending()
                 && rewrite::passthrough::transaction_control(statement)
                     == Some(rewrite::passthrough::Control::Prepare)
@@ -139,7 +147,7 @@ impl Session {
         if commands.iter().all(|(_, c)| plain(c)) {
             if commands.len() > 1 {
                 let statements = commands.iter().map(|(r, _)| &sql[r.clone()]);
-                if let Some(plan) = self.listen_script_plan(statements) {
+                if let Some(plan) = self.script_plan(statements, false) {
                     self.run_listen_script(&text, &commands, plan).await?;
                     return self.finish_simple_query().await;
                 }
@@ -221,6 +229,38 @@ impl Session {
         }
     }
 
+    /// The refusal of a plain statement that names a prepared statement
+    /// by a name the proxy reserves (`StatementNames::reserved_in`): as for
+    /// a statement the session does not have, and without reaching
+    /// PostgreSQL, where another session's statement has that name.
+    pub(super) fn reserved_name_refusal(&self, sql: &str) -> Option<SqlError> {
+        let (by, name) = self.shared.statement_names.reserved_in(sql)?;
+        Some(match by {
+            NamedBy::Prepare => canned::reserved_statement_name(&name),
+            NamedBy::Execute | NamedBy::Deallocate => canned::missing_statement(&name),
+        })
+    }
+
+    /// A simple query with a statement `reserved_name_refusal` refuses:
+    /// statement by statement, that one failing as PostgreSQL's own error
+    /// would. Several statements outside a block run in a block of the
+    /// proxy's, as PostgreSQL's implicit transaction, rolled back at the
+    /// refusal.
+    async fn run_refusing_script(
+        &mut self,
+        text: &ClientText<'_>,
+        commands: &[(Range<usize>, Command)],
+    ) -> Result<(), End> {
+        let statements = commands.iter().map(|(r, _)| &text.view[r.clone()]);
+        match self.script_plan(statements, true) {
+            Some(plan) if commands.len() > 1 => {
+                self.run_listen_script(text, commands, plan).await?
+            }
+            _ => self.run_script(text, commands).await?,
+        }
+        self.finish_simple_query().await
+    }
+
     /// A fast-path FunctionCall (libpq's large-object API uses it): plain
     /// SQL as far as the proxy is concerned, answered like a simple query
     /// with FunctionCallResponse (or ErrorResponse) and ReadyForQuery.
@@ -235,23 +275,35 @@ impl Session {
     }
 
     /// What a passthrough statement (`sql`) does to the session beyond
-    /// its transaction.
+    /// its transaction, as it is sent. A `ForgetsPrepared` statement
+    /// forgets at its CommandComplete (`backend_command_complete`).
     pub(super) fn apply_effect(&mut self, effect: SessionEffect, sql: &str) {
         match effect {
             SessionEffect::Pins => self.lease.pin(),
-            SessionEffect::ForgetsPrepared => self.forget_prepared(),
+            SessionEffect::ForgetsPrepared => {}
             SessionEffect::None => return,
         }
         self.txn.reset.note(sql);
     }
 
-    /// The client deallocates every statement: so does the proxy, on the
-    /// connection and in the session.
-    pub(super) fn forget_prepared(&mut self) {
-        self.statements.clear_named();
-        if let Some(conn) = self.lease.conn_mut() {
-            conn.forget_prepared();
+    /// A CommandComplete of the backend's, before the client gets it. A
+    /// `DEALLOCATE ALL` or `DISCARD ALL` that ran took every prepared
+    /// statement of the connection with it, so the proxy forgets them, on
+    /// the connection and in the session (and `DISCARD ALL` every LISTEN);
+    /// one PostgreSQL refused (in a failed block, in a transaction block)
+    /// took nothing. A COMMIT carries out its block's LISTENs.
+    pub(super) async fn backend_command_complete(&mut self, body: &[u8]) {
+        let tag = body.strip_suffix(&[0]).unwrap_or(body);
+        if tag == b"DEALLOCATE ALL" || tag == b"DISCARD ALL" {
+            self.statements.clear_named();
+            if let Some(conn) = self.lease.conn_mut() {
+                conn.forget_prepared();
+            }
         }
+        if tag == b"DISCARD ALL" && self.notifications.is_some() {
+            self.shared.listen.forget(self.id, None);
+        }
+        self.block_command_complete(body).await;
     }
 
     async fn finish_simple_query(&mut self) -> Result<(), End> {
@@ -290,6 +342,15 @@ impl Session {
         let sql: &str = &text.view;
         for (range, command) in commands {
             let ok = match command {
+                Command::Passthrough(_)
+                    if self.reserved_name_refusal(&sql[range.clone()]).is_some() =>
+                {
+                    if let Some(refusal) = self.reserved_name_refusal(&sql[range.clone()]) {
+                        self.refuse(refusal, CallEnd::Sync).await?;
+                    }
+                    self.after_own_transaction().await;
+                    false
+                }
                 Command::Passthrough(effect) => {
                     if !self.ensure_backend(For::Client).await? {
                         break;
@@ -384,7 +445,7 @@ impl Session {
                     self.client_parameter_status(&msg);
                 }
                 tag::COMMAND_COMPLETE => {
-                    self.block_command_complete(&msg.body).await;
+                    self.backend_command_complete(&msg.body).await;
                     self.client.send(&msg);
                 }
                 tag::NOTIFICATION_RESPONSE => {
@@ -418,15 +479,6 @@ fn forwarded_whole(sql: &str, commands: &[(Range<usize>, Command)]) -> bool {
         && rewrite::passthrough::deallocated_name(statement).is_none()
         && rewrite::passthrough::transaction_control(statement)
             != Some(rewrite::passthrough::Control::Prepare)
-}
-
-/// `DISCARD ALL`, which also ends every LISTEN.
-fn discards_all(sql: &str) -> bool {
-    let mut w = rewrite::split::words(sql);
-    matches!(
-        (w.next(), w.next(), w.next()),
-        (Some(a), Some(b), None) if a.eq_ignore_ascii_case("DISCARD") && b.eq_ignore_ascii_case("ALL")
-    )
 }
 
 #[cfg(test)]

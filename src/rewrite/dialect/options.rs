@@ -220,7 +220,7 @@ impl QueueOption {
                     })
             }
             OptionKind::Integer => {
-                let value = parse_integer(text).map_err(|_| invalid("an integer"))?;
+                let value = parse_integer(text).map_err(|_| invalid("a 64-bit integer"))?;
                 let non_negative =
                     matches!(self, QueueOption::RetryLimit | QueueOption::MaxQueueSize);
                 if non_negative && value < 0 {
@@ -233,7 +233,7 @@ impl QueueOption {
             }
             OptionKind::Boolean => parse_bool(text)
                 .map(OptionValue::Boolean)
-                .ok_or_else(|| invalid("true, false, on or off")),
+                .ok_or_else(|| invalid("a boolean (true/false, on/off, yes/no, 1/0)")),
             OptionKind::Text => {
                 if text.len() > MAX_NAME_BYTES || text.chars().any(char::is_control) {
                     return Err(invalid(&format!(

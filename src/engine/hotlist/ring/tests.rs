@@ -333,3 +333,26 @@ fn ids_leased_here_are_looked_at_again_less_often_than_others() {
     r.settle(t, &[(1, Judgement::Empty), (2, Judgement::Empty)], false);
     assert_eq!((r.rotation_len(), r.parked_len()), (0, 0));
 }
+
+#[test]
+fn a_push_brings_back_a_waiting_partition_of_a_shared_group_only() {
+    let soon = SystemTime::now() + Duration::from_secs(3600);
+    for shared in [false, true] {
+        let mut r = seeded_ring(&[1, 2]);
+        let t = r.take(2).unwrap();
+        // Partition 1: all its messages leased (an ordered group's lease,
+        // or every message of a shared group's); 2 claimed.
+        let claim = if shared {
+            Judgement::Shared
+        } else {
+            Judgement::Claimed(Some(soon))
+        };
+        r.settle(t, &[(1, Judgement::Waiting(Some(soon))), (2, claim)], false);
+        assert_eq!(r.parked_len(), if shared { 1 } else { 2 });
+        // A push into 1: new messages a shared group can claim at once; an
+        // ordered group's lease still holds the partition.
+        r.fed(&[1]);
+        let parked = r.parked_len();
+        assert_eq!(parked, if shared { 0 } else { 2 }, "shared: {shared}");
+    }
+}

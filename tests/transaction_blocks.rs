@@ -1,0 +1,156 @@
+//! Dialect statements inside the client's transaction blocks: the lock
+//! order holds within one block only, and a failed block refuses every
+//! dialect statement as PostgreSQL refuses any statement there.
+
+mod common;
+
+use common::proxy::Proxy;
+use common::sql::rows;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Client;
+
+async fn code(client: &Client, sql: &str) -> String {
+    let err = client.simple_query(sql).await.expect_err(sql);
+    err.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+}
+
+/// The code of an extended-protocol statement with text parameters.
+async fn extended_code(client: &Client, sql: &str, params: &[&str]) -> String {
+    let types = vec![Type::TEXT; params.len()];
+    let statement = client.prepare_typed(sql, &types).await.unwrap();
+    let params: Vec<&(dyn ToSql + Sync)> =
+        params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+    let err = client.query(&statement, &params).await.expect_err(sql);
+    err.code()
+        .map(|c| c.code().to_string())
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+}
+
+#[tokio::test]
+async fn the_lock_order_holds_within_the_block_that_ran_a_queue_statement() {
+    let proxy = Proxy::start("blocks_lock_order").await;
+    let client = proxy.connect().await;
+    rows(
+        &client,
+        "PUSH INTO orders VALUES ('1'), ('2'), ('3'), ('4')",
+    )
+    .await;
+    // The idempotent consumer of the docs, block after block, over the
+    // extended protocol as drivers send it.
+    for i in 0..3 {
+        client.batch_execute("BEGIN").await.unwrap();
+        let key = format!("order-{i}");
+        client
+            .query("KV PUT dedup $1 'true' FOREVER IF ABSENT", &[&key])
+            .await
+            .unwrap_or_else(|e| panic!("block {i}: {e}"));
+        let popped = client.query("POP FROM orders", &[]).await.unwrap();
+        let receipt: String = popped[0].get("receipt");
+        client
+            .query("PUSH INTO invoices VALUES ('{}')", &[])
+            .await
+            .unwrap();
+        client.query("ACK $1", &[&receipt]).await.unwrap();
+        client.batch_execute("COMMIT").await.unwrap();
+    }
+    // A block that ends in any way takes its locks with it: ROLLBACK, a
+    // failed block's ROLLBACK or COMMIT, a script's own blocks.
+    for (end, fail) in [("ROLLBACK", false), ("ROLLBACK", true), ("COMMIT", true)] {
+        client.batch_execute("BEGIN").await.unwrap();
+        rows(&client, "POP FROM orders").await;
+        if fail {
+            assert_eq!(code(&client, "SELECT 1/0").await, "22012");
+        }
+        client.batch_execute(end).await.unwrap();
+        client.batch_execute("BEGIN").await.unwrap();
+        rows(&client, "KV PUT s k '1' FOREVER").await;
+        client.batch_execute("ROLLBACK").await.unwrap();
+    }
+    client
+        .simple_query(
+            "BEGIN; POP FROM orders; COMMIT; BEGIN; SCHEDULE INTO t KEY k AFTER 60 VALUES ('1'); COMMIT",
+        )
+        .await
+        .unwrap();
+    // A queue statement that failed took nothing the block keeps.
+    client.batch_execute("BEGIN; SAVEPOINT a").await.unwrap();
+    assert_eq!(
+        code(&client, "POP FROM orders GROUP g SUBSCRIBE FROM 'garbage'").await,
+        "22007"
+    );
+    client.batch_execute("ROLLBACK TO a").await.unwrap();
+    rows(&client, "KV PUT s k '1' FOREVER").await;
+    // Within the block the rule stands, a ROLLBACK TO included: the proxy
+    // does not follow which savepoint a queue statement came after.
+    rows(&client, "POP FROM orders").await;
+    client.batch_execute("SAVEPOINT b").await.unwrap();
+    assert_eq!(code(&client, "KV INCR s n FOREVER").await, "25000");
+    client.batch_execute("ROLLBACK TO b").await.unwrap();
+    assert_eq!(code(&client, "KV DELETE s k").await, "25000");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    rows(&client, "SELECT 1").await;
+}
+
+#[tokio::test]
+async fn a_failed_block_refuses_every_dialect_statement_with_25p02() {
+    let proxy = Proxy::start("blocks_failed").await;
+    let client = proxy.connect().await;
+    rows(&client, "PUSH INTO q VALUES ('1')").await;
+    rows(&client, "CREATE QUEUE eph WITH (class = 'ephemeral')").await;
+    let statements = [
+        "PUSH INTO q VALUES ('1')",
+        "PUSH INTO q VALUES ('not json')",
+        "PUSH INTO eph VALUES ('1')",
+        "POP FROM q",
+        "POP FROM eph",
+        "POP FROM q GROUP g SUBSCRIBE FROM 'garbage'",
+        "ACK 'garbage'",
+        "ACK 'garbage' FAILED",
+        "RENEW 'garbage' FOR 30",
+        "KV PUT s k '1' FOREVER",
+        "KV PUT s k 'not json' FOREVER",
+        "KV GET s k",
+        "KV INCR s n FOREVER",
+        "KV DELETE s k",
+        "KV LIST s",
+        "SCHEDULE INTO q KEY k AFTER 60 VALUES ('1')",
+        "SCHEDULE INTO q KEY k AT 'garbage' VALUES ('1')",
+        "CANCEL SCHEDULE k ON q",
+        "SHOW SCHEDULES",
+        "SHOW QUEUES",
+        "SHOW GROUPS ON q",
+        "SHOW QUEENWIRE CLIENTS",
+        "CREATE QUEUE other",
+        "CREATE QUEUE other WITH (retry_limit = 'x')",
+        "SEEK GROUP g ON q TO END",
+        "PURGE TENANT '00000000-0000-0000-0000-000000000001'",
+    ];
+    for sql in statements {
+        client.batch_execute("BEGIN").await.unwrap();
+        assert_eq!(code(&client, "SELECT 1/0").await, "22012");
+        assert_eq!(code(&client, sql).await, "25P02", "{sql}");
+        assert_eq!(code(&client, sql).await, "25P02", "{sql}, again");
+        client.batch_execute("ROLLBACK").await.unwrap();
+    }
+    // Over the extended protocol, with arguments bound to parameters.
+    let bound: [(&str, &[&str]); 4] = [
+        ("ACK $1", &["garbage"]),
+        ("KV PUT s $1 $2 FOREVER", &["k", "not json"]),
+        ("SCHEDULE INTO q KEY k AT $1 VALUES ('1')", &["garbage"]),
+        ("PUSH INTO $1 VALUES ('1')", &[""]),
+    ];
+    for (sql, params) in bound {
+        client.batch_execute("BEGIN").await.unwrap();
+        assert_eq!(code(&client, "SELECT 1/0").await, "22012");
+        assert_eq!(extended_code(&client, sql, params).await, "25P02", "{sql}");
+        client.batch_execute("ROLLBACK").await.unwrap();
+    }
+    // A syntax error is still one, as in PostgreSQL.
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(code(&client, "SELECT 1/0").await, "22012");
+    assert_eq!(code(&client, "KV PUT s").await, "42601");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    rows(&client, "KV PUT s k '1' FOREVER").await;
+}

@@ -80,8 +80,8 @@ impl Session {
             let dialect_only = commands
                 .iter()
                 .all(|(_, c)| matches!(c, Command::Dialect(_)));
-            let goes_along =
-                forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin());
+            let goes_along = !self.begin_connection_closed()
+                && (forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin()));
             if !goes_along && !self.settle_begin().await? {
                 return self.finish_simple_query().await;
             }

@@ -403,15 +403,30 @@ async fn an_ack_written_with_pops_whose_reply_is_lost_gets_08007() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_on_a_connection_that_broke_before_it_was_sent_gets_08006() {
     let s = setup("faults_unsent").await;
-    let client = s.proxy.connect().await;
-    client.batch_execute("BEGIN").await.unwrap();
-    s.cutter.cut();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let e = client
-        .simple_query("PUSH INTO jobs VALUES ('1')")
-        .await
-        .expect_err("the connection is gone");
-    assert_eq!(code(&e), "08006", "{e:?}");
+    // The BEGIN is answered at once and sent with the next statement, or
+    // alone a moment later: the connection breaks before it was sent, or
+    // after PostgreSQL began the block. Either way nothing of the next
+    // statement reached PostgreSQL.
+    for begin_sent in [false, true] {
+        for statement in ["PUSH INTO jobs VALUES ('1')", "SELECT 1"] {
+            let client = s.proxy.connect().await;
+            client.batch_execute("BEGIN").await.unwrap();
+            if begin_sent {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            s.cutter.cut();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let e = client
+                .simple_query(statement)
+                .await
+                .expect_err("the connection is gone");
+            assert_eq!(
+                code(&e),
+                "08006",
+                "{statement} (BEGIN sent: {begin_sent}): {e:?}"
+            );
+        }
+    }
     // A new session is served on a new connection.
     let again = s.proxy.connect().await;
     rows(&again, "SELECT 1").await;

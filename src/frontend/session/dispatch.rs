@@ -256,7 +256,8 @@ impl Session {
             // proxy and its Execute runs calls: they take the BEGIN along.
             if !matches!(msg.tag, tag::TERMINATE | tag::QUERY)
                 && self.replies.answered_ahead()
-                && !(self.dialect_message(&msg) && self.hand_over_begin())
+                && (self.begin_connection_closed()
+                    || !(self.dialect_message(&msg) && self.hand_over_begin()))
             {
                 // On a broken connection the pipeline then skips to Sync.
                 self.settle_begin().await?;

@@ -104,6 +104,18 @@ impl Session {
     /// else it reads: a dialect statement's calls then go in the same
     /// write as the BEGIN, with no round trip of their own for it. Whether
     /// it was handed over (a connection held, nothing else owed).
+    /// Whether the connection of a BEGIN answered ahead and already sent
+    /// was closed by the backend since (its end of stream is read without
+    /// waiting). The next message then does not go behind the BEGIN: the
+    /// BEGIN's replies are read first, so the message fails with 08006,
+    /// nothing of it sent, as on a block's connection that broke between
+    /// two statements, rather than with an unknown outcome.
+    pub(super) fn begin_connection_closed(&mut self) -> bool {
+        self.lease
+            .conn_mut()
+            .is_some_and(|conn| !conn.has_unflushed() && conn.closed_without_waiting())
+    }
+
     pub(super) fn hand_over_begin(&mut self) -> bool {
         let Some(conn) = self.lease.conn_mut() else {
             return false;

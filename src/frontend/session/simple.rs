@@ -88,6 +88,7 @@ impl Session {
                 .iter()
                 .all(|(_, c)| matches!(c, Command::Dialect(_)));
             let goes_along = !names_reserved
+                && !self.begin_connection_closed()
                 && (forwarded_whole(sql, &commands) || (dialect_only && self.hand_over_begin()));
             if !goes_along && !self.settle_begin().await? {
                 return self.finish_simple_query().await;

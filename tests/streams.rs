@@ -1414,7 +1414,8 @@ async fn min_and_max_over_text_and_timestamptz_follow_postgresql_s_order() {
 /// Microseconds since the epoch as an ISO 8601 text in UTC+05:30.
 fn chrono_like(us: i64) -> String {
     let shifted = us + 19_800_000_000;
-    let utc = queenwire::engine::values::format_timestamptz(shifted);
+    use queenwire::engine::values::{format_timestamptz, pg_from_unix_micros};
+    let utc = format_timestamptz(pg_from_unix_micros(shifted));
     // "YYYY-MM-DD HH:MM:SS[.f]+00" -> the same wall clock at +05:30.
     format!("{}+05:30", utc.trim_end_matches("+00"))
 }

@@ -283,3 +283,37 @@ async fn errors_about_a_statement_name_the_client_s_statement() {
         answers[0]
     );
 }
+
+/// A Bind that supplies more or fewer parameters than its statement takes
+/// is refused with PostgreSQL's own 08P01 and words, for a dialect
+/// statement as for plain SQL; a simple query naming `$1` gets 42P02.
+#[tokio::test]
+async fn a_wrong_parameter_count_is_refused_as_postgresql_refuses_it() {
+    let proxy = Proxy::start("prep_param_count").await;
+    let mut direct = client(&proxy, true).await;
+    let mut through = client(&proxy, false).await;
+    for supplied in [vec![], vec![Some("a"), Some("b")]] {
+        let bind = |sql: &str| {
+            [
+                parse("", sql),
+                bind_text("", "", &supplied),
+                execute("", 0),
+                sync(),
+            ]
+        };
+        let want = outcome(&exchange(&mut direct, &bind("SELECT $1::text")).await);
+        assert!(want.contains("08P01"), "{want}");
+        for sql in ["SELECT $1::text", "POP FROM jobs GROUP $1", "KV GET s $1"] {
+            let got = outcome(&exchange(&mut through, &bind(sql)).await);
+            assert_eq!(got, want, "{sql} with {} parameters", supplied.len());
+        }
+    }
+    let want = outcome(&simple(&mut direct, "SELECT $1").await);
+    assert!(want.contains("42P02"), "{want}");
+    for sql in ["PUSH INTO jobs VALUES ($1)", "KV GET s $1"] {
+        assert_eq!(outcome(&simple(&mut through, sql).await), want, "{sql}");
+    }
+    // The session goes on.
+    let after = simple(&mut through, "SELECT 'next'").await;
+    assert_eq!(after.rows, vec![vec![Some("next".to_string())]]);
+}

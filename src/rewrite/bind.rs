@@ -19,8 +19,10 @@ impl Params<'_> {
     fn get(&self, n: usize) -> Result<Option<&str>, SqlError> {
         match n.checked_sub(1).and_then(|i| self.0.get(i)) {
             Some(v) => Ok(v.as_deref()),
+            // Only a simple query can name one: a Bind supplies all its
+            // statement's. PostgreSQL's words and code.
             None => Err(SqlError::error(
-                SqlState::PROTOCOL_VIOLATION,
+                SqlState::UNDEFINED_PARAMETER,
                 format!("there is no parameter ${n}"),
             )),
         }
@@ -165,7 +167,7 @@ mod tests {
             p.duration(&Value::Param(4), "wait").unwrap(),
             Duration::from_secs(5)
         );
-        assert_eq!(p.text(&Value::Param(9), "x").unwrap_err().code(), "08P01");
+        assert_eq!(p.text(&Value::Param(9), "x").unwrap_err().code(), "42P02");
         let big = vec![Some(format!("\"{}\"", "a".repeat(200)))];
         assert_eq!(
             Params(&big)

@@ -35,6 +35,17 @@ pub fn missing_statement(name: &str) -> SqlError {
     SqlError::error(SqlState::INVALID_SQL_STATEMENT_NAME, message)
 }
 
+/// A Bind whose parameter count is not its statement's, worded as
+/// PostgreSQL words it.
+pub fn bind_count(supplied: usize, name: &str, required: usize) -> SqlError {
+    SqlError::error(
+        SqlState::PROTOCOL_VIOLATION,
+        format!(
+            "bind message supplies {supplied} parameters, but prepared statement \"{name}\" requires {required}"
+        ),
+    )
+}
+
 /// `PREPARE` of a name the proxy gives clients' protocol-level statements
 /// on its backend connections, worded as PostgreSQL refuses a reserved
 /// role name.

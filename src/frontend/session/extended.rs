@@ -258,7 +258,12 @@ impl Session {
             return Ok(());
         };
         if let Some(stmt) = &prepared.dialect {
-            let types = prepared.dialect_param_types(stmt, b.params.len());
+            let required = stmt.param_count().max(prepared.param_types.len());
+            if b.params.len() != required {
+                self.local_error(canned::bind_count(b.params.len(), b.statement, required));
+                return Ok(());
+            }
+            let types = prepared.dialect_param_types(stmt, required);
             match bind_params_as_text(&b.params, &b.param_formats, &types) {
                 Ok(params) => {
                     let portal = LocalPortal {

@@ -576,6 +576,20 @@ async fn reset_returns_to_the_client_s_startup_settings() {
     client.batch_execute("ROLLBACK").await.unwrap();
     let row = client.query_one(show, &[]).await.unwrap();
     assert_eq!(row.get::<_, String>(0), "German, DMY");
+
+    // A reset PostgreSQL refused or rolled back resets nothing: DISCARD
+    // ALL in a block, RESET ALL in an exchange an error ends.
+    for refused in [
+        "BEGIN; DISCARD ALL",
+        "SELECT 1; DISCARD ALL",
+        "RESET ALL; SELECT 1/0",
+        "SELECT 1/0; RESET ALL",
+    ] {
+        assert!(client.batch_execute(refused).await.is_err(), "{refused}");
+        client.batch_execute("ROLLBACK").await.ok();
+        let row = client.query_one(show, &[]).await.unwrap();
+        assert_eq!(row.get::<_, String>(0), "German, DMY", "{refused}");
+    }
 }
 
 #[tokio::test]

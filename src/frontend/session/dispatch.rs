@@ -390,7 +390,7 @@ impl Session {
         self.block_ready(status);
         let reset = std::mem::take(&mut self.txn.reset);
         // A failed block rolls the RESET back with everything else.
-        if reset.pending() && status != protocol::TxStatus::Failed {
+        if reset.pending(self.observed.backend_errors) && status != protocol::TxStatus::Failed {
             match self.lease.reapply_settings(|name| reset.covers(name)).await {
                 Ok(statuses) => {
                     for msg in statuses {

@@ -10,13 +10,22 @@ pub(super) struct Reset {
     all: bool,
     names: std::collections::HashSet<String>,
     set_since: std::collections::HashSet<String>,
+    /// The session's count of backend errors at the first reset noted: an
+    /// error after it ended the exchange's transaction (its RESET rolled
+    /// back with it, or refused, as `DISCARD ALL` in a block is).
+    errors_at_first: Option<u64>,
 }
 
 impl Reset {
-    /// A plain statement of the exchange, in order.
-    pub(super) fn note(&mut self, sql: &str) {
+    /// A plain statement of the exchange, in order (`errors`: the
+    /// session's count of backend errors before it ran).
+    pub(super) fn note(&mut self, sql: &str, errors: u64) {
         use crate::rewrite::passthrough::{resets, sets_setting, Resets};
-        match resets(sql) {
+        let reset = resets(sql);
+        if reset.is_some() && self.errors_at_first.is_none() {
+            self.errors_at_first = Some(errors);
+        }
+        match reset {
             Some(Resets::All) => {
                 self.all = true;
                 self.names.clear();
@@ -37,8 +46,12 @@ impl Reset {
         }
     }
 
-    pub(super) fn pending(&self) -> bool {
-        self.all || !self.names.is_empty()
+    /// Whether startup settings are to be set again, at the end of an
+    /// exchange that saw `errors` backend errors in all: not when one came
+    /// after the reset, which then did not take effect (an error ends the
+    /// exchange's implicit transaction, or fails its block).
+    pub(super) fn pending(&self, errors: u64) -> bool {
+        (self.all || !self.names.is_empty()) && self.errors_at_first == Some(errors)
     }
 
     /// Whether startup setting `name` was reset and not set again.

@@ -191,6 +191,12 @@ async fn bad_subscriptions_are_refused_and_change_nothing() {
     client.batch_execute("ROLLBACK").await.unwrap();
     // g was never registered: its first POP subscribes FROM BEGINNING.
     assert_eq!(take(&client, "q", "g").await.len(), 1);
+    // A POP's SUBSCRIBE FROM text that is no time is refused, whether the
+    // group is new or known, and the queue has messages or none.
+    for (queue, group) in [("q", "g"), ("q", "fresh"), ("nothing", "g")] {
+        let sql = format!("POP FROM {queue} GROUP {group} SUBSCRIBE FROM 'not a time'");
+        assert_eq!(code(&client, &sql).await, "22007", "{sql}");
+    }
 }
 
 #[tokio::test]

@@ -73,8 +73,11 @@ impl Hotlist {
         digest: &str,
         in_block: bool,
     ) -> Result<Claimed, ExecError> {
-        if plan.named_partition() {
-            // One partition by name: the unique index finds it.
+        if plan.named_partition() || plan.args().subscribe_at.is_some() {
+            // One partition by name: the unique index finds it. A POP
+            // that subscribes from a timestamp has PostgreSQL read its
+            // text even when the ring knows the queue empty, so a text
+            // that is no time is refused whatever the queue holds.
             return Ok(pop::pop_call(conn, plan, key, tenant, None).await?.0);
         }
         let ring = self.ring(tenant, &plan.queue, plan.group(), digest);

@@ -1139,3 +1139,30 @@ async fn a_claim_of_new_offsets_in_one_statement_answers_as_the_whole_judgement_
     let popped = rows(&client, "POP FROM one_claim LIMIT 3").await;
     assert_eq!(popped.iter().map(number).collect::<Vec<_>>(), [0, 1, 2]);
 }
+
+/// A worker's POP … ACK loop leaves a claim held for its next POP for a
+/// moment: a type change right after it gives that claim back first, for
+/// the group alone and for the queue, instead of counting it unfinished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_change_right_after_a_worker_s_ack_is_not_refused() {
+    let proxy = Proxy::start("shared_change_after_ack").await;
+    let client = proxy.connect().await;
+    client.batch_execute("CREATE QUEUE ta").await.unwrap();
+    push_numbers(&client, "ta", "Default", 0..20).await;
+    for change in [
+        "ALTER GROUP workers ON ta SET (ordered = false)",
+        "ALTER GROUP workers ON ta SET (ordered = true)",
+        "ALTER QUEUE ta SET (ordered = false)",
+        "ALTER QUEUE ta SET (ordered = true)",
+    ] {
+        let queue_wide = change.starts_with("ALTER QUEUE");
+        let group = if queue_wide { "" } else { " GROUP workers" };
+        let got = rows(&client, &format!("POP FROM ta{group}")).await;
+        assert_eq!(got.len(), 1, "{change}");
+        assert_eq!(ack(&client, &got[0], "").await, "acked");
+        client
+            .batch_execute(change)
+            .await
+            .unwrap_or_else(|e| panic!("{change}: {e:?}"));
+    }
+}

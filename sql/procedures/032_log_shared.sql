@@ -1243,6 +1243,7 @@ DECLARE
     v_now   TIMESTAMPTZ := clock_timestamp();
     v_name  TEXT;
     v_count BIGINT;
+    v_blocking BIGINT;
     v_pid   BIGINT;
     v_start BIGINT;
     v_prev  BIGINT;
@@ -1271,10 +1272,17 @@ BEGIN
         END LOOP;
         -- Rows above a start that no longer moves mean an offset there is
         -- unfinished: leased, waiting for its retry, or without a row (a
-        -- claim rolled back). Those are what the refusal counts.
-        SELECT COALESCE(sum(x.open), 0) INTO v_count
+        -- claim rolled back). Those are what the refusal counts. It is
+        -- refused when the ordered group would not deliver them as the
+        -- shared one would: a lease would be held twice, a retry count
+        -- forgotten, a finished message above them delivered again. Rows
+        -- given back undelivered (state 1, no failure: a claim held for a
+        -- consumer's next POP, say) are new messages to either type.
+        SELECT COALESCE(sum(x.open), 0), COALESCE(sum(x.blocking), 0)
+        INTO v_count, v_blocking
         FROM (SELECT max(r.message_offset) - c.cursor_offset
-                     - count(*) FILTER (WHERE r.state >= 2) AS open
+                     - count(*) FILTER (WHERE r.state >= 2) AS open,
+                     count(*) FILTER (WHERE r.state <> 1 OR r.retry_count > 0) AS blocking
               FROM queen.log_shared_records r
               JOIN queen.log_consumers c
                 ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
@@ -1282,7 +1290,7 @@ BEGIN
               WHERE p.queue_id = p_queue_id AND r.consumer_group = p_group
                 AND r.message_offset > c.cursor_offset
               GROUP BY c.partition_id, c.cursor_offset) x;
-        IF v_count > 0 THEN
+        IF v_blocking > 0 THEN
             RAISE EXCEPTION 'group "%" on queue "%" has % message(s) leased or awaiting redelivery; its type can change once they are acknowledged or dead-lettered',
                 p_group, v_name, v_count USING ERRCODE = '55000';
         END IF;

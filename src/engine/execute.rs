@@ -196,6 +196,11 @@ impl Engine {
                 self.on_session(lender, stmt, Within::Any, async |conn| {
                     let mode = ConfigureMode::Alter;
                     let call = admin::configure(&a.queue, &a.settings, mode, &p, tenant)?;
+                    let option = crate::rewrite::dialect::QueueOption::Ordered;
+                    if a.settings.iter().any(|s| s.option == option) {
+                        // A change of the groups' type: as for ALTER GROUP.
+                        self.fuser.give_back_group(tenant, &call.queue, None).await;
+                    }
                     self.configure(conn, &call, &a.settings).await?;
                     Ok(Vec::new())
                 })
@@ -240,6 +245,9 @@ impl Engine {
                         GroupChange::Ordered(ordered) => {
                             let call =
                                 admin::group_set_type(&a.queue, &a.group, ordered, &p, tenant)?;
+                            self.fuser
+                                .give_back_group(tenant, &call.queue, Some(&call.group))
+                                .await;
                             conn.run(&call).await?;
                             (call.queue, call.group)
                         }

@@ -120,6 +120,30 @@ impl Fuser {
         }
     }
 
+    /// Gives back every claim held here for a session of `group` (every
+    /// group: `None`) on `queue` (of `tenant`), whichever session it waits
+    /// for: a change of a group's type must not find the group's messages
+    /// held for a consumer that is not there. Claims held by another
+    /// queenwire are given back by it within [`HOLD_FOR`].
+    pub async fn give_back_group(&self, tenant: Uuid, queue: &str, group: Option<&str>) {
+        let of_group: Vec<Held> = {
+            let mut map = lock(&self.held);
+            let sessions: Vec<task::Id> = map
+                .iter()
+                .filter(|(_, h)| {
+                    h.key.tenant == tenant
+                        && h.key.queue() == queue
+                        && group.is_none_or(|g| h.key.group() == g)
+                })
+                .map(|(session, _)| *session)
+                .collect();
+            sessions.iter().filter_map(|s| map.remove(s)).collect()
+        };
+        for held in of_group {
+            self.give_back(held).await;
+        }
+    }
+
     /// Gives back every claim still held (the sessions are gone: a stop),
     /// so that a stop leaves no lease to expire.
     pub async fn give_back_all(&self) {

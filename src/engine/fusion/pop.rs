@@ -87,6 +87,10 @@ impl Key {
         &self.group
     }
 
+    pub(super) fn queue(&self) -> &str {
+        &self.queue
+    }
+
     fn of(plan: &PopPlan, tenant: Uuid) -> Key {
         let a = plan.args();
         Key {

@@ -284,7 +284,7 @@ impl Session {
             SessionEffect::ForgetsPrepared => {}
             SessionEffect::None => return,
         }
-        self.txn.reset.note(sql);
+        self.txn.reset.note(sql, self.observed.backend_errors);
     }
 
     /// A CommandComplete of the backend's, before the client gets it. A

@@ -154,3 +154,67 @@ async fn a_failed_block_refuses_every_dialect_statement_with_25p02() {
     client.batch_execute("ROLLBACK").await.unwrap();
     rows(&client, "KV PUT s k '1' FOREVER").await;
 }
+
+/// One extended-protocol pipeline that opens and ends blocks around
+/// dialect statements before its Sync: each POP commits or rolls back
+/// with the table row written beside it, so the two agree on what
+/// PostgreSQL committed (statements after a COMMIT and before the next
+/// BEGIN of the same pipeline join that BEGIN's block, as PostgreSQL has
+/// it).
+#[tokio::test]
+async fn dialect_statements_in_one_pipeline_follow_the_blocks_it_opens_and_ends() {
+    use common::raw::{pipeline, Raw};
+    let proxy = Proxy::start("blocks_pipeline").await;
+    let client = proxy.connect().await;
+    rows(
+        &client,
+        "PUSH INTO pj VALUES ('1'), ('2'), ('3'), ('4'), ('5')",
+    )
+    .await;
+    client
+        .batch_execute("CREATE TABLE pj_done (n int)")
+        .await
+        .unwrap();
+    let mut raw = Raw::connect(proxy.addr).await;
+    let pop = "POP FROM pj AUTO ACK";
+    let mark = "INSERT INTO pj_done VALUES (1)";
+    let exchanges: [&[&str]; 3] = [
+        &["BEGIN", pop, mark, "ROLLBACK"],
+        &["BEGIN", pop, mark, "COMMIT", pop, mark, "BEGIN", pop, mark],
+        &[pop, mark, "SELECT 1/0"],
+    ];
+    // Five messages, and the pipeline with the error runs twice.
+    for (i, statements) in exchanges.iter().enumerate() {
+        raw.send(&pipeline(statements)).await;
+        if i == 2 {
+            // The same as one simple query: one implicit transaction.
+            let r = raw.read_until_ready().await;
+            assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+            raw.send(&[queenwire::protocol::frontend::build_query(
+                &statements.join("; "),
+            )])
+            .await;
+        }
+        let r = raw.read_until_ready().await;
+        if r.status != b'I' {
+            let end = raw.simple("ROLLBACK").await;
+            assert!(end.errors.is_empty(), "{:?}", end.errors);
+        }
+        let done: i64 = client
+            .query_one("SELECT count(*) FROM pj_done", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let left = rows(&client, "SHOW MESSAGES FROM pj")
+            .await
+            .iter()
+            .filter(|m| m.get("state").cloned().flatten().as_deref() == Some("pending"))
+            .count() as i64;
+        assert_eq!(
+            left,
+            5 - done,
+            "pipeline {i}: {statements:?}: {:?}",
+            r.errors
+        );
+    }
+}

@@ -114,6 +114,18 @@ impl Client {
         read_message(&mut self.stream, &mut self.read_buf, max_len).await
     }
 
+    /// The type of the client's next message, when it has already
+    /// arrived: in the buffer, else in the socket (read without waiting:
+    /// a message written with the one before may come a moment later).
+    pub fn next_tag(&mut self) -> Option<u8> {
+        if self.read_buf.is_empty() {
+            use futures::FutureExt;
+            use tokio::io::AsyncReadExt;
+            let _ = self.stream.read_buf(&mut self.read_buf).now_or_never();
+        }
+        self.read_buf.first().copied()
+    }
+
     /// Resolves once the client has closed its socket (or the socket
     /// broke). What the client sends meanwhile is read into the buffer
     /// `read` takes messages from, up to `read_ahead` bytes; past that it

@@ -24,6 +24,8 @@ struct Lent<'s> {
     handle: &'s SessionHandle,
     /// Replies of this pipeline are still owed to the client.
     replies_owed: bool,
+    /// The client's pipeline goes on past this statement before its Sync.
+    continues: bool,
     end: CallEnd,
 }
 
@@ -39,7 +41,7 @@ impl Lender for Lent<'_> {
     fn view(&self) -> TxnView {
         TxnView {
             status: self.lease.status(),
-            pipeline_open: self.txn.forwarded_since_sync || self.replies_owed,
+            pipeline_open: self.txn.forwarded_since_sync || self.replies_owed || self.continues,
             pinned: self.lease.pinned(),
         }
     }
@@ -78,12 +80,25 @@ impl Session {
     fn lend(&mut self, end: CallEnd) -> (Lent<'_>, &mut Client) {
         let lent = Lent {
             replies_owed: self.replies.owed(),
+            continues: self.pipeline_continues(end),
             lease: &mut self.lease,
             txn: &mut self.txn,
             handle: &self.handle,
             end,
         };
         (lent, &mut self.client)
+    }
+
+    /// Whether an extended-protocol statement (its calls end with Flush)
+    /// is followed by more of its pipeline before the Sync: anything but a
+    /// Sync already sent after it, or nothing yet. PostgreSQL runs what
+    /// comes before a Sync in one implicit transaction, so the statement
+    /// runs in it, on the session's connection, and commits or rolls back
+    /// with the rest. Drivers send a statement's Execute and Sync in one
+    /// write, so a statement of its own still runs anywhere (fused).
+    fn pipeline_continues(&mut self, end: CallEnd) -> bool {
+        end == CallEnd::Flush
+            && self.client.next_tag() != Some(crate::protocol::tags::frontend::SYNC)
     }
 
     /// Runs one dialect statement; `end` says how its calls end when it is
@@ -113,6 +128,7 @@ impl Session {
         // points.
         let own_transaction = self.txn.forwarded_since_sync
             || self.replies.owed()
+            || self.pipeline_continues(end)
             || self.lease.status().in_transaction();
         if !self.lease.has_role_pool() || own_transaction {
             return self.run_on_session_connection(stmt, params, end).await;

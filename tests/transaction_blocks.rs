@@ -191,7 +191,7 @@ async fn dialect_statements_in_one_pipeline_follow_the_blocks_it_opens_and_ends(
             let r = raw.read_until_ready().await;
             assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
             raw.send(&[queenwire::protocol::frontend::build_query(
-                &statements.join("; "),
+                statements.join("; "),
             )])
             .await;
         }

@@ -217,4 +217,22 @@ async fn dialect_statements_in_one_pipeline_follow_the_blocks_it_opens_and_ends(
             r.errors
         );
     }
+    // The lock order of a block ends with it, within the pipeline too: a
+    // KV write after the COMMIT of a block that popped is not refused.
+    raw.send(&pipeline(&[
+        "BEGIN",
+        pop,
+        "COMMIT",
+        "KV PUT pj_seen 'k' '1' FOREVER",
+        "BEGIN",
+        "KV PUT pj_seen 'k2' '1' FOREVER",
+        pop,
+        "COMMIT",
+    ]))
+    .await;
+    let r = raw.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.status, b'I');
+    let kv = raw.simple("KV GET pj_seen 'k', 'k2'").await;
+    assert_eq!(kv.rows.len(), 2, "{:?}", kv.errors);
 }

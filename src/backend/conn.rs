@@ -487,15 +487,9 @@ impl BackendConn {
         !self.peer_closed() && self.read_buf.is_empty()
     }
 
-    /// Whether the backend has closed the connection, seen without
-    /// waiting (what it sent before stays for `recv`).
-    pub fn closed_without_waiting(&mut self) -> bool {
-        self.peer_closed()
-    }
-
     /// Reads whatever the backend already sent, without waiting (it stays
     /// in the read buffer for `recv`); whether the stream has ended.
-    fn peer_closed(&mut self) -> bool {
+    pub fn peer_closed(&mut self) -> bool {
         use futures::FutureExt;
         use tokio::io::AsyncReadExt;
         loop {

@@ -126,19 +126,14 @@ impl Fuser {
     /// held for a consumer that is not there. Claims held by another
     /// queenwire are given back by it within [`HOLD_FOR`].
     pub async fn give_back_group(&self, tenant: Uuid, queue: &str, group: Option<&str>) {
-        let of_group: Vec<Held> = {
-            let mut map = lock(&self.held);
-            let sessions: Vec<task::Id> = map
-                .iter()
-                .filter(|(_, h)| {
-                    h.key.tenant == tenant
-                        && h.key.queue() == queue
-                        && group.is_none_or(|g| h.key.group() == g)
-                })
-                .map(|(session, _)| *session)
-                .collect();
-            sessions.iter().filter_map(|s| map.remove(s)).collect()
-        };
+        let of_group: Vec<Held> = lock(&self.held)
+            .extract_if(|_, h| {
+                h.key.tenant == tenant
+                    && h.key.queue() == queue
+                    && group.is_none_or(|g| h.key.group() == g)
+            })
+            .map(|(_, held)| held)
+            .collect();
         for held in of_group {
             self.give_back(held).await;
         }

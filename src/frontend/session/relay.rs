@@ -99,11 +99,6 @@ impl Session {
         }
     }
 
-    /// Hands a BEGIN answered ahead (`simple::begin_ahead`) over to its
-    /// connection, which reads the BEGIN's replies itself before anything
-    /// else it reads: a dialect statement's calls then go in the same
-    /// write as the BEGIN, with no round trip of their own for it. Whether
-    /// it was handed over (a connection held, nothing else owed).
     /// Whether the connection of a BEGIN answered ahead and already sent
     /// was closed by the backend since (its end of stream is read without
     /// waiting). The next message then does not go behind the BEGIN: the
@@ -113,9 +108,14 @@ impl Session {
     pub(super) fn begin_connection_closed(&mut self) -> bool {
         self.lease
             .conn_mut()
-            .is_some_and(|conn| !conn.has_unflushed() && conn.closed_without_waiting())
+            .is_some_and(|conn| !conn.has_unflushed() && conn.peer_closed())
     }
 
+    /// Hands a BEGIN answered ahead (`simple::begin_ahead`) over to its
+    /// connection, which reads the BEGIN's replies itself before anything
+    /// else it reads: a dialect statement's calls then go in the same
+    /// write as the BEGIN, with no round trip of their own for it. Whether
+    /// it was handed over (a connection held, nothing else owed).
     pub(super) fn hand_over_begin(&mut self) -> bool {
         let Some(conn) = self.lease.conn_mut() else {
             return false;

@@ -236,3 +236,70 @@ async fn dialect_statements_in_one_pipeline_follow_the_blocks_it_opens_and_ends(
     let kv = raw.simple("KV GET pj_seen 'k', 'k2'").await;
     assert_eq!(kv.rows.len(), 2, "{:?}", kv.errors);
 }
+
+/// One job in a block: POP, ACK, and the names prepared on the connection.
+async fn bp_work(client: &Client) -> Vec<String> {
+    client.batch_execute("BEGIN").await.unwrap();
+    let popped = client.query("POP FROM bp_jobs", &[]).await.unwrap();
+    let receipt: String = popped[0].get("receipt");
+    let acked = client.query("ACK $1", &[&receipt]).await.unwrap();
+    assert_eq!(acked[0].get::<_, String>("status"), "acked");
+    let names = rows(
+        client,
+        "SELECT name FROM pg_prepared_statements ORDER BY name",
+    )
+    .await;
+    client.batch_execute("COMMIT").await.unwrap();
+    names
+        .into_iter()
+        .filter_map(|r| r.get("name").cloned().flatten())
+        .collect()
+}
+
+/// Queue statements in blocks are prepared once on the client's connection,
+/// under the prefix no client's SQL can name; SQL that drops them unseen
+/// (`DEALLOCATE ALL` run by a function) costs the one statement that next
+/// needs one of them there, as it costs a client's own statement.
+#[tokio::test]
+async fn queue_statements_in_blocks_are_prepared_once_under_the_reserved_prefix() {
+    let proxy = Proxy::start_with("blocks_prepared", |c| c.pool_size = 1).await;
+    let client = proxy.connect().await;
+    let pushed: Vec<String> = (0..12).map(|i| format!("('{i}')")).collect();
+    rows(
+        &client,
+        &format!("PUSH INTO bp_jobs VALUES {}", pushed.join(", ")),
+    )
+    .await;
+    client
+        .batch_execute("CREATE FUNCTION bp_forget() RETURNS void LANGUAGE sql AS 'DEALLOCATE ALL'")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen = bp_work(&client).await;
+    }
+    // The pop and the ACK, each prepared once under the reserved prefix.
+    let pop: Vec<&String> = seen.iter().filter(|n| n.ends_with("_qw_pop_v2")).collect();
+    assert_eq!(pop.len(), 1, "{seen:?}");
+    let reserved = pop[0].strip_suffix("qw_pop_v2").unwrap();
+    assert!(
+        reserved.len() == "qw_0123456789abcdef_".len() && reserved.starts_with("qw_"),
+        "{seen:?}"
+    );
+    assert_eq!(
+        code(&client, &format!("PREPARE {} AS SELECT 1", pop[0])).await,
+        "42939"
+    );
+    assert_eq!(
+        code(&client, &format!("DEALLOCATE {}", pop[0])).await,
+        "26000"
+    );
+    // The statement that meets the loss fails as PostgreSQL fails a Bind of
+    // a statement that is gone; the next block parses again and runs.
+    client.batch_execute("BEGIN").await.unwrap();
+    rows(&client, "SELECT bp_forget()").await;
+    assert_eq!(code(&client, "POP FROM bp_jobs").await, "26000");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let names = bp_work(&client).await;
+    assert!(names.iter().any(|n| n.ends_with("_qw_pop_v2")), "{names:?}");
+}

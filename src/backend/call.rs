@@ -5,7 +5,7 @@
 
 use super::conn::{BackendConn, BackendError};
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, Message, SqlError, TxStatus};
+use crate::protocol::{self, Message, SqlError, SqlState, TxStatus};
 use postgres_protocol::message::frontend as pp;
 
 /// Parameters and results of the proxy's own calls travel in binary.
@@ -118,6 +118,11 @@ impl BackendConn {
     /// send. With Sync the call ends its implicit transaction (commits, or
     /// rolls back on error) in the same round trip; inside a transaction
     /// block a Sync ends nothing.
+    ///
+    /// SQL a function runs (`EXECUTE 'DEALLOCATE ALL'` in PL/pgSQL) can
+    /// take the statement away unseen: the backend then refuses the Bind
+    /// with 26000, which the call returns, and the proxy forgets what it
+    /// prepared here, so the next call parses again.
     pub async fn call(
         &mut self,
         spec: &CallSpec,
@@ -132,16 +137,34 @@ impl BackendConn {
                 spec.params.len()
             )));
         }
-        // On a client's connection: the unnamed statement, parsed each time
-        // (it replaces the client's own unnamed one, which the session
-        // parses again when the client uses it next).
-        let statement = if self.client_facing { "" } else { spec.name };
-        let parse_sent = self.client_facing || !self.internal_prepared.contains(spec.name);
-        if parse_sent {
-            self.write(|b| pp::parse(statement, spec.sql, spec.params.iter().map(Type::oid), b))?;
-            if self.client_facing {
-                self.unnamed_owner = None;
+        let parsed_before = self.internal_prepared.contains(spec.name);
+        let done = self.call_once(spec, params, end).await;
+        if let Err(BackendError::Server(e)) = &done {
+            if parsed_before && e.state == SqlState::INVALID_SQL_STATEMENT_NAME {
+                self.internal_prepared.clear();
             }
+        }
+        done
+    }
+
+    async fn call_once(
+        &mut self,
+        spec: &CallSpec,
+        params: &[&(dyn ToSql + Sync)],
+        end: CallEnd,
+    ) -> Result<Vec<RawRow>, BackendError> {
+        // On a client's connection, under the prefix no client's SQL can
+        // name; prepared once per connection either way.
+        let prefixed;
+        let statement = match &self.client_facing {
+            Some(prefix) => {
+                prefixed = format!("{prefix}{}", spec.name);
+                prefixed.as_str()
+            }
+            None => spec.name,
+        };
+        if !self.internal_prepared.contains(spec.name) {
+            self.write(|b| pp::parse(statement, spec.sql, spec.params.iter().map(Type::oid), b))?;
         }
         let bound = self.write(|b| {
             pp::bind(
@@ -184,9 +207,7 @@ impl BackendConn {
             let msg = self.recv().await?;
             match msg.tag {
                 tag::PARSE_COMPLETE => {
-                    if !self.client_facing {
-                        self.internal_prepared.insert(spec.name);
-                    }
+                    self.internal_prepared.insert(spec.name);
                 }
                 tag::BIND_COMPLETE | tag::NOTICE_RESPONSE => {}
                 tag::PARAMETER_STATUS => self.note_parameter_status(&msg),

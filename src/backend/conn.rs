@@ -135,11 +135,12 @@ pub struct BackendConn {
     /// The proxy's own statements already prepared on this connection
     /// (`super::call`).
     pub(super) internal_prepared: HashSet<&'static str>,
-    /// A connection client SQL runs on: the proxy's own calls here (inside
-    /// a client's transaction block) use the unnamed statement, so nothing
-    /// of the proxy's stays behind under a name a client could collide
-    /// with or see in `pg_prepared_statements`.
-    pub(super) client_facing: bool,
+    /// A connection client SQL runs on, with the prefix its clients'
+    /// protocol-level statements are named with: the proxy's own calls here
+    /// (inside a client's transaction block) are prepared under that
+    /// prefix, which no client's SQL can name (`StatementNames`), so a
+    /// client's `PREPARE` never collides with them.
+    pub(super) client_facing: Option<Arc<str>>,
     /// Transaction status from the last ReadyForQuery: written by `recv`,
     /// which reads every message of the connection, and by nothing else
     /// but [`BackendConn::begin_sent_ahead`].
@@ -179,7 +180,7 @@ impl BackendConn {
             prepared: HashSet::new(),
             unnamed_owner: None,
             internal_prepared: HashSet::new(),
-            client_facing: false,
+            client_facing: None,
             status: TxStatus::Idle,
             broken: false,
             awaiting_reply: false,
@@ -200,10 +201,14 @@ impl BackendConn {
         &self.reported
     }
 
-    /// Client SQL runs on this connection: the proxy's own calls here use
-    /// the unnamed statement (`call.rs`).
-    pub fn mark_client_facing(&mut self) {
-        self.client_facing = true;
+    /// Client SQL runs on this connection: the proxy's own calls here are
+    /// prepared under `prefix` (`call.rs`). Those prepared before under
+    /// their own names are prepared again under it.
+    pub fn mark_client_facing(&mut self, prefix: &Arc<str>) {
+        if self.client_facing.is_none() {
+            self.internal_prepared.clear();
+            self.client_facing = Some(prefix.clone());
+        }
     }
 
     /// The connection may hold state the pool cannot vouch for (a

@@ -303,14 +303,14 @@ impl CancelRegistry {
 /// client's SQL never names one (`reserved_in`), though any client can
 /// read them in `pg_prepared_statements`.
 pub struct StatementNames {
-    prefix: String,
+    prefix: Arc<str>,
     next: AtomicU64,
 }
 
 impl Default for StatementNames {
     fn default() -> Self {
         StatementNames {
-            prefix: format!("qw_{:016x}_", rand::random::<u64>()),
+            prefix: Arc::from(format!("qw_{:016x}_", rand::random::<u64>())),
             next: AtomicU64::new(0),
         }
     }
@@ -327,9 +327,14 @@ impl StatementNames {
         &self.prefix
     }
 
+    /// The same, to keep.
+    pub fn shared_prefix(&self) -> Arc<str> {
+        self.prefix.clone()
+    }
+
     /// Whether `name` is one the proxy gives statements (or could).
     pub fn reserves(&self, name: &str) -> bool {
-        name.starts_with(&self.prefix)
+        name.starts_with(&*self.prefix)
     }
 
     /// The first reserved name `sql` names with PREPARE, EXECUTE or

@@ -185,6 +185,7 @@ impl Session {
                 handle.clone(),
                 shared.config.pool_mode == crate::frontend::PoolMode::Session,
                 shared.config.pool_wait_timeout,
+                shared.statement_names.shared_prefix(),
             ),
             shared,
             client,

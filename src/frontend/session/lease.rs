@@ -44,6 +44,9 @@ pub struct Lease {
     session_mode: bool,
     /// Longest wait for a free connection (`None`: unbounded).
     wait: Option<std::time::Duration>,
+    /// What the proxy's statement names on client connections start with
+    /// (`StatementNames::prefix`).
+    names_prefix: Arc<str>,
 }
 
 /// A connection set aside while a dialect statement runs on an engine
@@ -61,6 +64,7 @@ impl Lease {
         handle: Arc<SessionHandle>,
         session_mode: bool,
         wait: Option<std::time::Duration>,
+        names_prefix: Arc<str>,
     ) -> Lease {
         Lease {
             conn: None,
@@ -72,6 +76,7 @@ impl Lease {
             handle,
             session_mode,
             wait,
+            names_prefix,
         }
     }
 
@@ -88,7 +93,7 @@ impl Lease {
             // statement fails rather than wait for good.
             let mut conn = pool::checkout_within(pool, self.wait).await?;
             if purpose == For::Client {
-                conn.mark_client_facing();
+                conn.mark_client_facing(&self.names_prefix);
             }
             if let Err(e) = conn.sync_parameters(&self.settings_for(purpose)).await {
                 pool::release(conn);

@@ -754,6 +754,94 @@ async fn session_settings_pin_and_startup_parameters_follow_the_session() {
     assert_eq!(path, "pg_catalog");
 }
 
+/// Session state taken through a name spelled quoted, `U&"…"` or
+/// schema-qualified, or through `UPDATE pg_settings`, pins the session as
+/// the plain spelling does: no other client ever sees it.
+#[tokio::test]
+async fn session_state_pins_however_its_names_are_spelled() {
+    let proxy = Proxy::start_with("pinning_spelled", |c| c.pool_size = 2).await;
+    let default_path: String = proxy
+        .connect()
+        .await
+        .query_one("SHOW search_path", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let settings = [
+        r#"SELECT "set_config"('search_path', 'pg_catalog', false)"#,
+        r#"SELECT "pg_catalog"."set_config"('search_path', 'pg_catalog', false)"#,
+        r#"SELECT U&"set\005Fconfig"('search_path', 'pg_catalog', false)"#,
+        r#"SELECT u&"set!005Fconfig" UESCAPE '!' ('search_path', 'pg_catalog', false)"#,
+        "UPDATE pg_settings SET setting = 'pg_catalog' WHERE name = 'search_path'",
+        "UPDATE pg_catalog.pg_settings SET setting = 'pg_catalog' WHERE name = 'search_path'",
+    ];
+    for sql in settings {
+        let a = proxy.connect().await;
+        a.simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = proxy.connect().await;
+        for _ in 0..5 {
+            let path: String = b.query_one("SHOW search_path", &[]).await.unwrap().get(0);
+            assert_eq!(path, default_path, "{sql} reached another client");
+        }
+        let path: String = a.query_one("SHOW search_path", &[]).await.unwrap().get(0);
+        assert_eq!(path, "pg_catalog", "{sql}");
+    }
+    let locks = [
+        (r#"SELECT "pg_advisory_lock"(4711)"#, 4711i64),
+        (r#"SELECT pg_catalog."pg_advisory_lock"(4712)"#, 4712),
+        (r#"SELECT U&"pg\005Fadvisory\005Flock"(4713)"#, 4713),
+    ];
+    for (sql, key) in locks {
+        let a = proxy.connect().await;
+        a.simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let b = proxy.connect().await;
+        for _ in 0..5 {
+            let got: bool = b
+                .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&key])
+                .await
+                .unwrap()
+                .get(0);
+            assert!(!got, "{sql}: another client took the lock a holds");
+        }
+        drop(a);
+        // The session's end releases it.
+        let direct = proxy.connect_direct().await;
+        let mut held = 1;
+        for _ in 0..50 {
+            held = direct
+                .query_one(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1::int8::oid",
+                    &[&key],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0);
+            if held == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(held, 0, "{sql}: the lock outlived its session");
+    }
+    let a = proxy.connect().await;
+    a.simple_query(r#"CREATE TABLE U&"pg\005Ftemp".spelled_secret AS SELECT 1 AS x"#)
+        .await
+        .unwrap();
+    let b = proxy.connect().await;
+    for _ in 0..5 {
+        let seen: Option<String> = b
+            .query_one("SELECT to_regclass('pg_temp.spelled_secret')::text", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(seen, None, "another client sees a's temp table");
+    }
+}
+
 /// `setseed()` seeds the session's backend: its draws after it are
 /// PostgreSQL's sequence for that seed, and the seeded backend never
 /// serves another client (with a pool of one, the next client would

@@ -3,6 +3,7 @@
 //! cannot follow a client from one pooled backend connection to another.
 
 use super::split::{tokens, words, Token, TokenKind};
+use super::statement_names::name_at;
 
 /// What a passthrough statement does to the session beyond its transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +73,19 @@ fn effect_by_tokens(sql: &str) -> SessionEffect {
             .any(|p| p[0].eq_ignore_ascii_case("WITH") && p[1].eq_ignore_ascii_case("HOLD")),
         _ => false,
     };
-    let pins = pins || makes_temp_objects(sql, &toks, &words);
-    let calls_pinning_function = words
+    // Every name as PostgreSQL reads it: `"set_config"`, `U&"…"` and
+    // `pg_catalog.set_config` name the function `set_config` too.
+    let names: Vec<String> = (0..toks.len())
+        .filter_map(|i| name_at(sql, &toks, i))
+        .collect();
+    let pins = pins || makes_temp_objects(&words, &names, sql, &toks);
+    let calls_pinning_function = names
         .iter()
-        .any(|w| PINNING_FUNCTIONS.iter().any(|f| w.eq_ignore_ascii_case(f)));
-    if pins || calls_pinning_function {
+        .any(|n| PINNING_FUNCTIONS.contains(&n.as_str()));
+    // `UPDATE pg_settings SET setting = …` is a SET.
+    let updates_settings = names.iter().any(|n| n == "pg_settings")
+        && words.iter().any(|w| w.eq_ignore_ascii_case("UPDATE"));
+    if pins || calls_pinning_function || updates_settings {
         SessionEffect::Pins
     } else {
         SessionEffect::None
@@ -101,8 +110,9 @@ const EFFECT_FIRST_WORDS: &[&str] = &[
 /// it (most statements, and the ones a busy client sends): its first word
 /// starts none of the statements that have one, and no word that could
 /// give it one appears anywhere in its text — `temp` (TEMP, TEMPORARY,
-/// pg_temp) nor a part of every `PINNING_FUNCTIONS` name. A text where one
-/// does appear, in a literal or a comment too, takes the full look.
+/// pg_temp), a part of every `PINNING_FUNCTIONS` name, `pg_settings`, nor
+/// a `U&"…"` identifier, which can spell any of them. A text where one does
+/// appear, in a literal or a comment too, takes the full look.
 fn plainly_without_effect(sql: &str) -> bool {
     let Some(first) = words(sql).next() else {
         return false;
@@ -124,6 +134,8 @@ fn plainly_without_effect(sql: &str) -> bool {
         b'a' => at(i, b"advisory_lock"),
         b's' => at(i, b"set_config") || at(i, b"setseed"),
         b'd' => at(i, b"dblink_connect"),
+        b'p' => at(i, b"pg_settings"),
+        b'u' => at(i, b"u&\""),
         _ => false,
     })
 }
@@ -139,7 +151,7 @@ const AFTER_TEMP: &[&str] = &["TABLE", "SEQUENCE", "VIEW", "RECURSIVE"];
 /// session may ever see: the TEMP keyword, or the `pg_temp` schema named
 /// in any form (`pg_temp.f`, `"pg_temp"`, `pg_temp_3`). Errs on the side
 /// of pinning.
-fn makes_temp_objects(sql: &str, toks: &[Token], words: &[&str]) -> bool {
+fn makes_temp_objects(words: &[&str], names: &[String], sql: &str, toks: &[Token]) -> bool {
     let is_any = |w: &str, list: &[&str]| list.iter().any(|k| w.eq_ignore_ascii_case(k));
     let temp_keyword = words.iter().enumerate().any(|(i, w)| {
         (w.eq_ignore_ascii_case("TEMP") || w.eq_ignore_ascii_case("TEMPORARY"))
@@ -151,17 +163,8 @@ fn makes_temp_objects(sql: &str, toks: &[Token], words: &[&str]) -> bool {
     if temp_keyword {
         return true;
     }
-    let names_temp_schema = toks.iter().any(|t| {
-        let text = &sql[t.range.clone()];
-        match t.kind {
-            TokenKind::Word => text
-                .as_bytes()
-                .get(..7)
-                .is_some_and(|head| head.eq_ignore_ascii_case(b"pg_temp")),
-            TokenKind::Quoted => text.starts_with("\"pg_temp"),
-            _ => false,
-        }
-    });
+    // Folded, quoted or `U&"…"`: `pg_temp`, `pg_temp_3`.
+    let names_temp_schema = names.iter().any(|n| n.starts_with("pg_temp"));
     let do_block_mentions_temp = words.first().is_some_and(|w| w.eq_ignore_ascii_case("DO"))
         && toks.iter().any(|t| {
             t.kind == TokenKind::Quoted
@@ -202,6 +205,10 @@ mod tests {
             "DISCARD ALL",
             "WITH a AS (SELECT 1) SELECT * FROM a",
             "SELECT tempo, attempts FROM t",
+            "SELECT \"pg_advisory_lock\"(1)",
+            "SELECT U&\"pg\\005Fadvisory\\005Flock\"(1)",
+            "SELECT * FROM pg_settings",
+            "UPDATE pg_settings SET setting = 'x' WHERE name = 'search_path'",
             "",
             "-- only a comment",
         ];

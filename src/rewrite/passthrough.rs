@@ -471,6 +471,17 @@ mod tests {
             "SELECT set_config('a.b', 'c', false)",
             "SELECT setseed(0.5)",
             "LOAD 'auto_explain'",
+            // Names as PostgreSQL reads them, however spelled.
+            "SELECT \"pg_advisory_lock\"(4711)",
+            "SELECT pg_catalog.\"pg_advisory_lock\"(4711)",
+            "SELECT U&\"pg\\005Fadvisory\\005Flock\"(4712)",
+            "SELECT \"set_config\"('work_mem', '33MB', false)",
+            "SELECT \"pg_catalog\".\"set_config\"('work_mem', '33MB', false)",
+            "SELECT u&\"set!005Fconfig\" UESCAPE '!' ('DateStyle', 'German', false)",
+            "CREATE TABLE U&\"pg\\005Ftemp\".secret_t AS SELECT 1",
+            "UPDATE pg_settings SET setting = 'x' WHERE name = 'search_path'",
+            "update pg_catalog.pg_settings set setting = 'x' where name = 'work_mem'",
+            "WITH s AS (SELECT 1) UPDATE \"pg_settings\" SET setting = 'x' WHERE name = 'work_mem'",
         ] {
             assert_eq!(session_effect(sql), SessionEffect::Pins, "{sql}");
         }

@@ -52,7 +52,7 @@ pub fn named_statements(sql: &str) -> Vec<(NamedBy, String)> {
 }
 
 /// The identifier at token `i`, if one starts there.
-fn name_at(sql: &str, toks: &[Token], i: usize) -> Option<String> {
+pub(super) fn name_at(sql: &str, toks: &[Token], i: usize) -> Option<String> {
     let t = toks.get(i)?;
     let text = &sql[t.range.clone()];
     if unicode_identifier_at(sql, toks, i) {

@@ -518,3 +518,38 @@ async fn measure_retained(direct: &Client) -> Vec<(String, i32, i64, i64, bool)>
         })
         .collect()
 }
+
+/// A message retention removed while it was leased, then dead-lettered when
+/// its lease expired, has no payload: SHOW DLQ lists it with NULL payload
+/// and message id, and the session goes on.
+#[tokio::test]
+async fn a_dead_letter_whose_message_retention_removed_is_listed_without_payload() {
+    let proxy = quiet_proxy("retention_dlq_gone").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE gone_dlq WITH (retention_seconds = 1, retry_limit = 0)")
+        .await
+        .unwrap();
+    rows(&client, "PUSH INTO gone_dlq VALUES ('1'), ('2')").await;
+    let popped = rows(&client, "POP FROM gone_dlq LIMIT 1 LEASE '1s'").await;
+    assert_eq!(popped.len(), 1);
+    let direct = proxy.connect_direct().await;
+    let pid = partition_id(&direct, "gone_dlq", "Default").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    step(&direct, pid).await;
+    // The expired lease is a failure past the limit: dead-lettered.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        client.simple_query("POP FROM gone_dlq").await.unwrap();
+        let listed = rows(&client, "SHOW DLQ FROM gone_dlq").await;
+        if !listed.is_empty() || Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(listed.len(), 1, "the expired lease is dead-lettered");
+    assert_eq!(col(&listed[0], "offset"), "0");
+    assert_eq!(listed[0].get("payload").cloned().flatten(), None);
+    assert_eq!(listed[0].get("message_id").cloned().flatten(), None);
+    rows(&client, "SELECT 1").await;
+}

@@ -197,6 +197,9 @@ macro_rules! call {
     (@read $row:ident [$column:ident $($field:ident)?] BYTEA []) => {
         $row.bytes(stringify!($column))?.into()
     };
+    (@read $row:ident [$column:ident $($field:ident)?] BYTEA [default]) => {
+        $row.bytes_or_empty(stringify!($column))?.into()
+    };
     (@read $row:ident [$column:ident $($field:ident)?] $pg:ident []) => {
         $row.get(stringify!($column))?
     };

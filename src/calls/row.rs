@@ -161,6 +161,14 @@ impl<'a> Row<'a> {
         })
     }
 
+    /// A `bytea` column that may be NULL, as no bytes.
+    pub fn bytes_or_empty(&self, name: &str) -> Result<Bytes, DecodeError> {
+        match self.cell(name)? {
+            (_, None) => Ok(Bytes::new()),
+            _ => self.bytes(name),
+        }
+    }
+
     /// A `bytea` column, sharing the row's buffer (no copy).
     pub fn bytes(&self, name: &str) -> Result<Bytes, DecodeError> {
         let (column, range) = self.cell(name)?;

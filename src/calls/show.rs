@@ -72,7 +72,8 @@ calls! {
             tenant: Uuid = UUID,
         }
         /// A dead-lettered message: its segment, from which the engine takes the
-        /// frame at `message_offset`.
+        /// frame at `message_offset` (none when retention had removed the
+        /// segment before the message was dead-lettered).
         #[derive(Debug, Clone, PartialEq)]
         pub struct DlqRow {
             message_offset: i64 = INT8,
@@ -81,8 +82,8 @@ calls! {
             reason: Option<String> = TEXT,
             retry_count: i32 = INT4,
             failed_at: Option<SystemTime> = TIMESTAMPTZ,
-            base_offset: i64 = INT8,
-            blob: Bytes = BYTEA,
+            base_offset: Option<i64> = INT8,
+            blob: Bytes = BYTEA or default,
         }
     }
 }

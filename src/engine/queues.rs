@@ -419,10 +419,10 @@ pub async fn show_dlq(
         .await?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let frame = usize::try_from(r.message_offset - r.base_offset)
-            .ok()
-            .and_then(|skip| frame::decode_range(&r.blob, skip, 1, keys).ok())
-            .and_then(|mut v| v.pop());
+        let frame = r.base_offset.and_then(|base| {
+            let skip = usize::try_from(r.message_offset - base).ok()?;
+            frame::decode_range(&r.blob, skip, 1, keys).ok()?.pop()
+        });
         out.push(vec![
             frame
                 .as_ref()

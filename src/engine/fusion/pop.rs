@@ -17,6 +17,7 @@
 use super::{fail_all, outcome, unavailable, Batch, Fuser};
 use crate::backend::call::{CallEnd, Calls};
 use crate::backend::pool;
+use crate::backend::BackendConn;
 use crate::engine::acks::ack_receipts;
 use crate::engine::pop::PopPlan;
 use crate::engine::receipt::ReceiptKey;
@@ -191,31 +192,27 @@ impl Fuser {
         // claimed for it; an ACK is written whatever became of its session.
         let mut pops = Vec::with_capacity(jobs.len());
         let mut acks = Vec::new();
-        // The acking sessions a claim is held for (`hold.rs`).
-        let mut holders = Vec::new();
+        // The acking sessions a claim may be held for (`hold.rs`), one
+        // entry an ACK.
+        let mut may_hold = Vec::new();
         let hold = via.key.holds();
         for job in jobs {
             match job {
                 Job::Pop(j) if j.reply.is_closed() => {}
                 Job::Pop(j) => pops.push((j.statement, j.reply)),
                 Job::Ack(j, session) => {
-                    if let Some(session) = session.filter(|_| hold && !j.reply.is_closed()) {
-                        if !holders.contains(&session) {
-                            holders.push(session);
-                        }
-                    }
+                    may_hold.push(session.filter(|_| hold && !j.reply.is_closed()));
                     acks.push(j);
                 }
             }
         }
         let (plans, replies): (Vec<PopPlan>, Vec<_>) = pops.into_iter().unzip();
-        let Some(first) = plans.first().or(holders.first().map(|_| &via.plan)) else {
+        if plans.is_empty() && may_hold.iter().all(Option::is_none) {
             if !acks.is_empty() {
                 self.write_acks(Batch::of(acks), tenant).await;
             }
             return;
-        };
-        let plan = first.for_sessions(plans.len() + holders.len());
+        }
         let mut conn = match pool::checkout(&self.pool).await {
             Ok(c) => c,
             Err(e) => {
@@ -249,6 +246,28 @@ impl Fuser {
                 },
             }
         }
+        // A claim is held only for a session whose ACK acked every receipt:
+        // one answered `stale` (its lease gone: expired, or its group or
+        // queue reset or dropped since) claims nothing, and so recreates
+        // nothing a POP would create.
+        let mut holders = Vec::new();
+        if let Some((batch, status)) = &acked {
+            let mut statuses = status.iter();
+            for (n, session) in batch.sizes.iter().zip(&may_hold) {
+                let all_acked = statuses.by_ref().take(*n).all(|s| s == "acked");
+                if let Some(session) = session.filter(|s| all_acked && !holders.contains(s)) {
+                    holders.push(session);
+                }
+            }
+        }
+        let plan = match plans.first().or(holders.first().map(|_| &via.plan)) {
+            Some(first) => first.for_sessions(plans.len() + holders.len()),
+            None => {
+                // Nothing to claim: the ACKs' transaction commits alone.
+                self.commit_acks(&mut conn, acked).await;
+                return pool::release(conn);
+            }
+        };
         let hot = &self.announcer.waiters.hot;
         let together = hot
             .pop(
@@ -335,5 +354,27 @@ impl Fuser {
             }
         }
         pool::release(conn);
+    }
+
+    /// Commits the ACKs written with Flush (nothing else joined their
+    /// transaction), then answers them.
+    async fn commit_acks(&self, conn: &mut BackendConn, acked: Option<(Batch, Vec<String>)>) {
+        let Some((batch, status)) = acked else {
+            return;
+        };
+        match conn.sync().await {
+            Ok(crate::protocol::TxStatus::Idle) => {
+                self.released(&batch.receipts);
+                batch.answer(status);
+            }
+            Ok(_) => {
+                conn.do_not_reuse();
+                batch.fail(false, "the ack transaction did not commit");
+            }
+            Err(e) => {
+                conn.do_not_reuse();
+                batch.fail(e.outcome_unknown(), &e.to_string());
+            }
+        }
     }
 }

@@ -509,6 +509,45 @@ async fn temp_objects_are_visible_to_their_session_alone() {
     }
 }
 
+/// A connection pool's reset on release (asyncpg's `RESET ALL` among
+/// others) keeps its session poolable: sessions that ran it hold no
+/// backend connection while idle, and still see their startup settings.
+#[tokio::test]
+async fn a_pool_s_reset_on_release_does_not_pin_the_session() {
+    let proxy = Proxy::start_with("reset_unpinned", |c| {
+        c.pool_size = 1;
+        c.pool_wait_timeout = Some(std::time::Duration::from_secs(5));
+    })
+    .await;
+    let mut cfg = proxy.client_config();
+    cfg.application_name("pooled-app");
+    let mut idle = Vec::new();
+    for reset in [
+        "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;",
+        "RESET application_name",
+        "SET application_name TO DEFAULT",
+    ] {
+        let a = common::proxy::connect(&cfg).await;
+        a.batch_execute(reset).await.unwrap();
+        let name: String = a
+            .query_one("SHOW application_name", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(name, "pooled-app", "{reset}");
+        idle.push(a);
+        // With one backend connection, another client runs only if the
+        // idle session gave it back.
+        let b = proxy.connect().await;
+        let one: i32 = b
+            .query_one("SELECT 1", &[])
+            .await
+            .unwrap_or_else(|e| panic!("after {reset}: {e}"))
+            .get(0);
+        assert_eq!(one, 1);
+    }
+}
+
 #[tokio::test]
 async fn reset_returns_to_the_client_s_startup_settings() {
     let proxy = Proxy::start("startup_defaults").await;

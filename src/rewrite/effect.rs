@@ -19,6 +19,12 @@ pub enum SessionEffect {
     /// it with CommandComplete (one it refused drops nothing); the session
     /// forgets them then (`session::simple`).
     ForgetsPrepared,
+    /// `RESET`, `SET … TO DEFAULT`: a setting back to its default leaves
+    /// the connection as the pool keeps it once the session's startup
+    /// settings are set again after it (`session::settings`), as after
+    /// `DISCARD ALL`; a pool's reset on release (`RESET ALL`) keeps its
+    /// session poolable.
+    ResetsSettings,
 }
 
 /// Functions whose effect outlives the transaction.
@@ -57,11 +63,14 @@ fn effect_by_tokens(sql: &str) -> SessionEffect {
     if forgets {
         return SessionEffect::ForgetsPrepared;
     }
+    let back_to_default = || super::passthrough::resets(sql).is_some();
     let pins = match words.first() {
         None => false,
         // SET LOCAL and SET TRANSACTION end with the transaction.
-        Some(w) if w.eq_ignore_ascii_case("SET") => !(is(1, "LOCAL") || is(1, "TRANSACTION")),
-        Some(w) if w.eq_ignore_ascii_case("RESET") => true,
+        Some(w) if w.eq_ignore_ascii_case("SET") => {
+            !(is(1, "LOCAL") || is(1, "TRANSACTION") || back_to_default())
+        }
+        Some(w) if w.eq_ignore_ascii_case("RESET") => !back_to_default(),
         Some(w) if w.eq_ignore_ascii_case("LISTEN") => true,
         Some(w) if w.eq_ignore_ascii_case("PREPARE") => !is(1, "TRANSACTION"),
         Some(w) if w.eq_ignore_ascii_case("LOAD") => true,
@@ -87,9 +96,19 @@ fn effect_by_tokens(sql: &str) -> SessionEffect {
         && words.iter().any(|w| w.eq_ignore_ascii_case("UPDATE"));
     if pins || calls_pinning_function || updates_settings {
         SessionEffect::Pins
+    } else if words
+        .first()
+        .is_some_and(|w| is_any_of(w, &["RESET", "SET"]))
+        && back_to_default()
+    {
+        SessionEffect::ResetsSettings
     } else {
         SessionEffect::None
     }
+}
+
+fn is_any_of(word: &str, list: &[&str]) -> bool {
+    list.iter().any(|k| word.eq_ignore_ascii_case(k))
 }
 
 /// First words of the statements `session_effect` judges by their first

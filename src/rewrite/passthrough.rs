@@ -445,7 +445,8 @@ mod tests {
         for sql in [
             "SET search_path = public",
             "set TimeZone to 'UTC'",
-            "RESET ALL",
+            "RESET ROLE",
+            "RESET SESSION AUTHORIZATION",
             "LISTEN jobs",
             "PREPARE p AS SELECT 1",
             "CREATE TEMP TABLE t (id int)",
@@ -484,6 +485,20 @@ mod tests {
             "WITH s AS (SELECT 1) UPDATE \"pg_settings\" SET setting = 'x' WHERE name = 'work_mem'",
         ] {
             assert_eq!(session_effect(sql), SessionEffect::Pins, "{sql}");
+        }
+    }
+
+    #[test]
+    fn settings_put_back_to_their_defaults_do_not_pin() {
+        for sql in [
+            "RESET ALL",
+            "reset datestyle",
+            "RESET TIME ZONE",
+            "SET datestyle TO DEFAULT",
+            "SET SESSION timezone = DEFAULT",
+            "SET TIME ZONE LOCAL",
+        ] {
+            assert_eq!(session_effect(sql), SessionEffect::ResetsSettings, "{sql}");
         }
     }
 

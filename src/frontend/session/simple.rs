@@ -281,7 +281,7 @@ impl Session {
     pub(super) fn apply_effect(&mut self, effect: SessionEffect, sql: &str) {
         match effect {
             SessionEffect::Pins => self.lease.pin(),
-            SessionEffect::ForgetsPrepared => {}
+            SessionEffect::ForgetsPrepared | SessionEffect::ResetsSettings => {}
             SessionEffect::None => return,
         }
         self.txn.reset.note(sql, self.observed.backend_errors);

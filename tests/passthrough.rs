@@ -1337,6 +1337,37 @@ async fn a_cancelled_pop_wait_does_not_cancel_the_next_statement() {
     }
 }
 
+/// A cancel request ends a statement that waits for a backend connection
+/// (every one held by another session's transaction) with 57014, as
+/// PostgreSQL's cancel ends a statement waiting on a lock; the session goes
+/// on.
+#[tokio::test]
+async fn a_cancel_ends_a_wait_for_a_backend_connection() {
+    let proxy = Proxy::start_with("pool_wait_cancel", |c| {
+        c.pool_size = 1;
+        c.pool_wait_timeout = Some(Duration::from_secs(60));
+    })
+    .await;
+    let holder = proxy.connect().await;
+    let waiter = proxy.connect().await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let cancel = waiter.cancel_token();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel_query(tokio_postgres::NoTls).await
+    });
+    // A bound that catches the wait going on to its 60 s timeout.
+    let err = tokio::time::timeout(Duration::from_secs(20), waiter.batch_execute("SELECT 1"))
+        .await
+        .expect("the cancel did not end the wait")
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "57014", "{err}");
+    canceller.await.unwrap().unwrap();
+    holder.batch_execute("COMMIT").await.unwrap();
+    let one: i32 = waiter.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1, "the session goes on");
+}
+
 /// Every backend connection held by another session's transaction: a
 /// statement waits at most `--pool-wait-timeout`, then fails with 53300
 /// (simple and extended protocol alike), and the session goes on once a

@@ -101,6 +101,12 @@ impl Pool {
         }
     }
 
+    /// Whether a checkout now would find a connection, or room for one,
+    /// without waiting.
+    pub fn has_free(&self) -> bool {
+        self.inner.permits.available_permits() > 0
+    }
+
     /// A connection, waiting at most `wait` for one to be free (`None`:
     /// however long it takes).
     async fn get(&self, wait: Option<Duration>) -> Result<PooledConn, BackendError> {

@@ -49,6 +49,32 @@ pub struct Lease {
     names_prefix: Arc<str>,
 }
 
+/// A connection of `pool`; a cancel request for the session while it
+/// waits for one (every connection held by other sessions) ends the wait
+/// with PostgreSQL's 57014, as a cancel ends a statement waiting on a lock.
+async fn checkout_or_cancel(
+    pool: &Pool,
+    wait: Option<std::time::Duration>,
+    handle: &SessionHandle,
+) -> Result<PooledConn, BackendError> {
+    if pool.has_free() {
+        return pool::checkout_within(pool, wait).await;
+    }
+    let cancel = handle.cancel.clone();
+    let mut cancelled = std::pin::pin!(cancel.notify.notified());
+    cancelled.as_mut().enable();
+    // Nothing of the statement is on a backend: the cancel is the wait's.
+    let _waiting = cancel.waiting();
+    tokio::select! {
+        biased;
+        conn = pool::checkout_within(pool, wait) => conn,
+        () = cancelled => Err(BackendError::Server(crate::protocol::SqlError::error(
+            crate::protocol::SqlState::QUERY_CANCELED,
+            "canceling statement due to user request",
+        ))),
+    }
+}
+
 /// A connection set aside while a dialect statement runs on an engine
 /// connection (see [`Lease::set_aside`]).
 pub struct SetAside {
@@ -91,7 +117,7 @@ impl Lease {
             // Every connection may be held by other sessions' transactions
             // (or by sessions, in session mode): past the bound the
             // statement fails rather than wait for good.
-            let mut conn = pool::checkout_within(pool, self.wait).await?;
+            let mut conn = checkout_or_cancel(pool, self.wait, &self.handle).await?;
             if purpose == For::Client {
                 conn.mark_client_facing(&self.names_prefix);
             }

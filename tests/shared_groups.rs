@@ -1166,3 +1166,78 @@ async fn a_type_change_right_after_a_worker_s_ack_is_not_refused() {
             .unwrap_or_else(|e| panic!("{change}: {e:?}"));
     }
 }
+
+/// A claim held for a worker's next POP (made by the write that carried
+/// its ACK) is given back by SEEK, DROP GROUP and DROP QUEUE, and a stale
+/// ACK makes none: the next POP never returns a message from before the
+/// reset or of a dropped queue, and nothing dropped comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resets_and_drops_right_after_a_worker_s_ack_give_its_held_claim_back() {
+    let proxy = Proxy::start("shared_reset_after_ack").await;
+    let worker = proxy.connect().await;
+    let admin = proxy.connect().await;
+    for ordered in [false, true] {
+        for action in ["SEEK", "DROP GROUP", "DROP QUEUE", "stale ACK"] {
+            let queue = format!(
+                "hr_{}_{}",
+                if ordered { "o" } else { "s" },
+                action.replace(' ', "_").to_lowercase()
+            );
+            admin
+                .batch_execute(&format!("CREATE QUEUE {queue} WITH (ordered = {ordered})"))
+                .await
+                .unwrap();
+            push_numbers(&admin, &queue, "Default", 0..4).await;
+            let got = rows(&worker, &format!("POP FROM {queue} GROUP g LIMIT 1")).await;
+            assert_eq!(got.len(), 1, "{queue}");
+            if action == "stale ACK" {
+                admin
+                    .batch_execute(&format!("DROP QUEUE {queue}"))
+                    .await
+                    .unwrap();
+                assert_eq!(ack(&worker, &got[0], "").await, "stale", "{queue}");
+            } else {
+                assert_eq!(ack(&worker, &got[0], "").await, "acked", "{queue}");
+                let sql = match action {
+                    "SEEK" => format!("SEEK GROUP g ON {queue} TO END"),
+                    "DROP GROUP" => format!("DROP GROUP g ON {queue}"),
+                    _ => format!("DROP QUEUE {queue}"),
+                };
+                admin.batch_execute(&sql).await.unwrap();
+            }
+            // Before the next POP (a POP with a group recreates a queue that
+            // does not exist, by the seed's rule).
+            let exists = rows(&admin, "SHOW QUEUES")
+                .await
+                .iter()
+                .any(|r| col(r, "queue") == queue);
+            let next = worker
+                .simple_query(&format!("POP FROM {queue} GROUP g LIMIT 1"))
+                .await;
+            let next: Vec<u64> = match next {
+                Ok(messages) => messages
+                    .iter()
+                    .filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get("payload").map(|p| {
+                            p.trim_matches(|c: char| !c.is_ascii_digit())
+                                .parse()
+                                .unwrap()
+                        }),
+                        _ => None,
+                    })
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            match action {
+                // Past the end: nothing to deliver.
+                "SEEK" => assert_eq!(next, Vec::<u64>::new(), "{queue}"),
+                // A new group of the same name, not the old one's claim.
+                "DROP GROUP" => assert_ne!(next, [1], "{queue}"),
+                _ => {
+                    assert_eq!(next, Vec::<u64>::new(), "{queue}");
+                    assert!(!exists, "{queue} came back");
+                }
+            }
+        }
+    }
+}

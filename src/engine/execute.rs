@@ -209,6 +209,9 @@ impl Engine {
             Statement::DropQueue(d) => {
                 self.on_session(lender, stmt, Within::Any, async |conn| {
                     let queue = p.name(&d.queue, "queue")?;
+                    // Claims held for consumers' next POPs go first: none
+                    // may answer a POP with a message of a dropped queue.
+                    self.fuser.give_back_group(tenant, &queue, None).await;
                     let existed = queues::drop_queue(conn, &queue, tenant).await?;
                     if self.ephemeral.ref_of(tenant, &queue).is_some() {
                         self.ephemeral.refresh().await;
@@ -227,6 +230,11 @@ impl Engine {
             Statement::SeekGroup(s) => {
                 self.on_session(lender, stmt, Within::Any, async |conn| {
                     let call = admin::seek(s, &p, tenant)?;
+                    // A claim held for a consumer's next POP predates the
+                    // new position.
+                    self.fuser
+                        .give_back_group(tenant, &call.queue, Some(&call.group))
+                        .await;
                     conn.run(&call).await?;
                     let hot = &self.announcer.waiters.hot;
                     hot.repaired(tenant, &call.queue, &call.group);
@@ -261,6 +269,9 @@ impl Engine {
             Statement::DropGroup(d) => {
                 self.on_session(lender, stmt, Within::Any, async |conn| {
                     let call = admin::drop_group(d, &p, tenant)?;
+                    self.fuser
+                        .give_back_group(tenant, &call.queue, Some(&call.group))
+                        .await;
                     conn.run(&call).await?;
                     let hot = &self.announcer.waiters.hot;
                     hot.repaired(tenant, &call.queue, &call.group);

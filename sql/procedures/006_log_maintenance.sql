@@ -33,11 +33,15 @@
 -- message (max_created_at), so a message is never expired early. Only
 -- groups that have a cursor (have popped at least once) and whose partition
 -- is not leased are considered; a leased batch is the consumer's until its
--- lease ends.
+-- lease ends. A shared group (032) leases messages, not the partition: its
+-- pending messages above the start go one by one, its leased ones stay
+-- (queen.log_shared_expire_v1), at most its max_in_flight window a call.
 -- Returns how many messages were dead-lettered, at most p_limit.
 -- Locks: log_consumers rows FOR UPDATE SKIP LOCKED, (partition_id,
 -- consumer_group) ascending (maintenance never waits on a consumer or a
--- pop); then the leaf log_dlq. No partition or queue lock is taken.
+-- pop); then, for a shared group, log_shared_records rows and advisory
+-- keys, SKIP LOCKED and try-locks only; then the leaf log_dlq. No
+-- partition or queue lock is taken.
 CREATE OR REPLACE FUNCTION queen.log_expire_pending_v1(p_limit INTEGER)
 RETURNS INTEGER
 LANGUAGE plpgsql
@@ -45,16 +49,20 @@ AS $$
 DECLARE
     v_now      TIMESTAMPTZ := clock_timestamp();
     v_c        RECORD;
+    v_from     BIGINT;
     v_last     BIGINT;
     v_moved    INTEGER;
     v_total    INTEGER := 0;
 BEGIN
     FOR v_c IN
         SELECT c.partition_id, c.consumer_group, c.cursor_offset, c.retry_count,
-               q.max_wait_time_seconds, q.dead_letter_queue
+               q.max_wait_time_seconds, q.dead_letter_queue, q.max_in_flight,
+               p.first_offset, NOT COALESCE(m.ordered, q.ordered) AS shared
         FROM queen.log_consumers c
         JOIN queen.log_partitions p ON p.id = c.partition_id
         JOIN queen.queues q ON q.id = p.queue_id
+        LEFT JOIN queen.consumer_groups_metadata m
+               ON m.queue_id = q.id AND m.consumer_group = c.consumer_group
         WHERE q.max_wait_time_seconds > 0
           AND c.lease_token IS NULL
           AND p.last_offset > c.cursor_offset
@@ -62,16 +70,27 @@ BEGIN
         FOR UPDATE OF c SKIP LOCKED
     LOOP
         EXIT WHEN v_total >= p_limit;
+        -- A shared group's start is read as at least first_offset - 1, as
+        -- its POP reads it (032): retention took what lies below.
+        v_from := CASE WHEN v_c.shared THEN GREATEST(v_c.cursor_offset, v_c.first_offset - 1)
+                       ELSE v_c.cursor_offset END;
         -- The newest offset of the oldest run of expired segments after the
         -- cursor (segments are in offset order and, per partition, in
         -- write order, so their max_created_at grows with base_offset).
         SELECT max(s.base_offset + s.message_count - 1) INTO v_last
         FROM queen.log_segments s
         WHERE s.partition_id = v_c.partition_id
-          AND s.base_offset + s.message_count - 1 > v_c.cursor_offset
+          AND s.base_offset + s.message_count - 1 > v_from
           AND s.max_created_at < v_now - make_interval(secs => v_c.max_wait_time_seconds);
         CONTINUE WHEN v_last IS NULL;
-        v_last := LEAST(v_last, v_c.cursor_offset + (p_limit - v_total));
+        v_last := LEAST(v_last, v_from + (p_limit - v_total));
+        IF v_c.shared THEN
+            v_total := v_total + queen.log_shared_expire_v1(
+                v_c.partition_id, v_c.consumer_group, v_from,
+                LEAST(v_last, v_from + v_c.max_in_flight),
+                v_c.dead_letter_queue);
+            CONTINUE;
+        END IF;
 
         IF v_c.dead_letter_queue THEN
             INSERT INTO queen.log_dlq

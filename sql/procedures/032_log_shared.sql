@@ -18,6 +18,13 @@
 --     the highest row were never delivered. At most the queue's
 --     max_in_flight offsets lie between the start and the highest row: when
 --     that window is full, POP serves other partitions.
+--   * Offsets below the partition's first_offset are gone: retention
+--     deleted them (retention_seconds deletes what no group finished, and
+--     counts it as expired). They are never delivered: POP and compaction
+--     read the start as at least first_offset - 1, and compaction moves it
+--     there. Rows it leaves below the start go with the purge (until then
+--     a lease over a deleted message still acknowledges, as an ordered
+--     group's does).
 --   * The start moves over the finished prefix (log_shared_compact_v1, by
 --     POP and ACK, never waiting for the consumer row). Finished rows stay
 --     below it for about ten seconds more (purge_below / purge_at): an ACK
@@ -135,7 +142,7 @@ DECLARE
     v_start  BIGINT;
 BEGIN
     IF p_min_rows > 0 THEN
-        SELECT c.cursor_offset, p.last_offset,
+        SELECT c.cursor_offset, p.last_offset, p.first_offset,
                (SELECT r.message_offset FROM queen.log_shared_records r
                 WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
                 ORDER BY r.message_offset DESC LIMIT 1) AS hw
@@ -143,14 +150,19 @@ BEGIN
         FROM queen.log_consumers c
         JOIN queen.log_partitions p ON p.id = c.partition_id
         WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
-        IF NOT FOUND OR (v_c.hw - v_c.cursor_offset < p_min_rows AND v_c.hw < v_c.last_offset) THEN
+        IF NOT FOUND OR (v_c.hw - v_c.cursor_offset < p_min_rows AND v_c.hw < v_c.last_offset
+                         AND v_c.cursor_offset >= v_c.first_offset - 1) THEN
             RETURN v_c.cursor_offset;
         END IF;
     END IF;
-    SELECT c.cursor_offset, c.purge_below, c.purge_at INTO v_c
+    -- The start, read as at least first_offset - 1 (retention deleted
+    -- what lies below first_offset).
+    SELECT GREATEST(c.cursor_offset, p.first_offset - 1) AS cursor_offset,
+           c.cursor_offset AS stored, c.purge_below, c.purge_at INTO v_c
     FROM queen.log_consumers c
+    JOIN queen.log_partitions p ON p.id = c.partition_id
     WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group
-    FOR NO KEY UPDATE SKIP LOCKED;
+    FOR NO KEY UPDATE OF c SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -183,7 +195,7 @@ BEGIN
         SET cursor_offset = v_start, purge_below = v_start, purge_at = v_now,
             last_claimed_at = v_now
         WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
-    ELSIF v_start > v_c.cursor_offset THEN
+    ELSIF v_start > v_c.stored THEN
         UPDATE queen.log_consumers c
         SET cursor_offset = v_start, last_claimed_at = v_now
         WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
@@ -213,6 +225,109 @@ BEGIN
         UPDATE queen.log_consumers c SET failed_count = c.failed_count + 1
         WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
     END IF;
+END
+$$;
+
+-- max_wait_time_seconds for a shared group: log_expire_pending_v1 (006)
+-- calls it for offsets p_from + 1 .. p_to (above the start, in segments
+-- older than the queue allows) while it holds the group's consumer row.
+-- Only pending messages go, one by one: those never delivered (no row;
+-- claimed under the advisory try-lock a POP claims them under, so an
+-- offset a POP is claiming now is left to it) and those available again
+-- (state 1: waiting for retry_delay, or given back). A leased message is
+-- its holder's until the lease ends (an expired one is settled by the
+-- next POP, which counts the failure), and a finished one stays finished.
+-- Each goes to the DLQ (reason 'max_wait_time exceeded', its failures so
+-- far), or without one is counted as failed, and becomes a dead row
+-- (state 3): the start moves over it as over any finished message.
+-- Returns how many went.
+-- Locks: log_shared_records rows FOR UPDATE SKIP LOCKED and advisory
+-- try-locks per offset (never waits); leaf log_dlq; the log_consumers row
+-- (already the caller's) through log_shared_compact_v1.
+CREATE OR REPLACE FUNCTION queen.log_shared_expire_v1(
+    p_partition_id BIGINT,
+    p_group        TEXT,
+    p_from         BIGINT,
+    p_to           BIGINT,
+    p_store_dlq    BOOLEAN
+) RETURNS INTEGER
+LANGUAGE plpgsql
+-- Index reads only, one key at a time, as the POP's.
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_lock_text TEXT := p_group || ':' || p_partition_id;
+    v_offs      BIGINT[];
+    v_retries   INTEGER[];
+    v_n         INTEGER;
+    v_start     BIGINT;
+    v_prev      BIGINT;
+BEGIN
+    WITH avail AS (
+        SELECT r.ctid AS tid
+        FROM queen.log_shared_records r
+        WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+          AND r.message_offset > p_from AND r.message_offset <= p_to
+          AND r.state = 1
+        ORDER BY r.message_offset
+        FOR UPDATE SKIP LOCKED
+    ), upd AS (
+        UPDATE queen.log_shared_records r
+        SET state = 3, available_at = NULL
+        WHERE r.ctid = ANY (ARRAY(SELECT a.tid FROM avail a))
+        RETURNING r.message_offset, r.retry_count
+    ), ins AS (
+        INSERT INTO queen.log_shared_records AS r
+            (partition_id, consumer_group, message_offset, state, retry_count)
+        SELECT p_partition_id, p_group, g.o, 3, 0
+        FROM generate_series(p_from + 1, p_to) AS g(o)
+        WHERE NOT EXISTS (SELECT 1 FROM queen.log_shared_records r2
+                          WHERE r2.partition_id = p_partition_id
+                            AND r2.consumer_group = p_group
+                            AND r2.message_offset = g.o)
+          AND pg_try_advisory_xact_lock(hashtextextended(v_lock_text, g.o))
+        ON CONFLICT DO NOTHING
+        RETURNING r.message_offset, r.retry_count
+    )
+    SELECT array_agg(x.message_offset ORDER BY x.message_offset),
+           array_agg(x.retry_count ORDER BY x.message_offset)
+    INTO v_offs, v_retries
+    FROM (SELECT u.message_offset, u.retry_count FROM upd u
+          UNION ALL
+          SELECT i.message_offset, i.retry_count FROM ins i) x;
+    v_n := COALESCE(cardinality(v_offs), 0);
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+    IF p_store_dlq THEN
+        INSERT INTO queen.log_dlq
+            (partition_id, message_offset, consumer_group, reason, retry_count,
+             message_id, base_offset, blob)
+        SELECT p_partition_id, u.o, p_group, 'max_wait_time exceeded', u.n,
+               t.message_ids[u.o - s.base_offset + 1], s.base_offset, s.blob
+        FROM unnest(v_offs, v_retries) AS u(o, n)
+        LEFT JOIN LATERAL (
+            SELECT s1.base_offset, s1.blob
+            FROM queen.log_segments s1
+            WHERE s1.partition_id = p_partition_id AND s1.base_offset <= u.o
+            ORDER BY s1.base_offset DESC
+            LIMIT 1) s ON true
+        LEFT JOIN queen.log_txns t
+               ON t.partition_id = p_partition_id AND t.base_offset = s.base_offset;
+    ELSE
+        UPDATE queen.log_consumers c SET failed_count = c.failed_count + v_n
+        WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
+    END IF;
+    -- A call moves the start over at most 256 rows.
+    LOOP
+        v_start := queen.log_shared_compact_v1(p_partition_id, p_group);
+        EXIT WHEN v_start IS NOT DISTINCT FROM v_prev OR v_start >= p_to;
+        v_prev := v_start;
+    END LOOP;
+    RETURN v_n;
 END
 $$;
 
@@ -246,11 +361,12 @@ $$;
 -- It claims never-delivered offsets of one partition whose group already
 -- has its consumer row, and only when nothing else needs doing there:
 -- nothing due again (a retry or an expired lease), no gap at the head (a
--- claim rolled back), no finished head to move over. Otherwise, or when
--- it claims nothing, it returns no row and log_pop_v2 calls
--- log_pop_shared_v1, which does all of that. The rows and the claims are
--- log_pop_shared_v1's: runs of one segment, cut into claims of
--- p_partition_limit offsets when given, a claim's first row 'shared'.
+-- claim rolled back), no finished head to move over, nothing above the
+-- start deleted by retention. Otherwise, or when it claims nothing, it
+-- returns no row and log_pop_v2 calls log_pop_shared_v1, which does all
+-- of that. The rows and the claims are log_pop_shared_v1's: runs of one
+-- segment, cut into claims of p_partition_limit offsets when given, a
+-- claim's first row 'shared'.
 -- Locks: advisory try-locks per new offset (as log_pop_shared_v1).
 CREATE OR REPLACE FUNCTION queen.log_pop_shared_new_v1(
     p_queue_id        UUID,
@@ -308,6 +424,9 @@ BEGIN
           ON c1.partition_id = p.id AND c1.consumer_group = p_group
         WHERE p.id = p_partition_id AND p.queue_id = p_queue_id
           AND p.last_write_at IS NOT NULL AND c1.cursor_offset < p.last_offset
+          -- Retention deleted offsets above the start: the start moves
+          -- first (log_pop_shared_v1).
+          AND c1.cursor_offset >= p.first_offset - 1
           AND NOT EXISTS (SELECT 1 FROM queen.log_shared_records r
                           WHERE r.partition_id = p.id AND r.consumer_group = p_group
                             AND r.state = 1 AND r.available_at <= v_now)
@@ -441,6 +560,7 @@ DECLARE
     v_run_retry  INTEGER;
     v_run_first  INTEGER;
     v_want       BIGINT;
+    v_behind     BOOLEAN;
     o_pid        BIGINT[] := '{}';
     o_pname      TEXT[] := '{}';
     o_state      TEXT[] := '{}';
@@ -458,7 +578,8 @@ BEGIN
     IF p_candidates IS NULL THEN
         OPEN v_cur FOR
             SELECT p.id, p.name, (c.partition_id IS NOT NULL) AS has_row, c.cursor_offset,
-                   'ready'::TEXT AS st, NULL::TIMESTAMPTZ AS st_until, p.last_offset
+                   'ready'::TEXT AS st, NULL::TIMESTAMPTZ AS st_until, p.last_offset,
+                   p.first_offset
             FROM queen.log_partitions p
             LEFT JOIN queen.log_consumers c
                    ON c.partition_id = p.id AND c.consumer_group = p_group
@@ -485,10 +606,10 @@ BEGIN
                    CASE WHEN v_q.window_buffer > 0 AND p.last_write_at IS NOT NULL
                         THEN p.last_write_at + make_interval(secs => v_q.window_buffer)
                    END AS st_until,
-                   p.last_offset
+                   p.last_offset, p.first_offset
             FROM (SELECT DISTINCT u.id FROM unnest(p_candidates) AS u(id) WHERE u.id IS NOT NULL) AS k
             LEFT JOIN LATERAL (
-                SELECT p1.id, p1.name, p1.last_write_at, p1.last_offset
+                SELECT p1.id, p1.name, p1.last_write_at, p1.last_offset, p1.first_offset
                 FROM queen.log_partitions p1
                 WHERE p1.id = k.id AND p1.queue_id = p_queue_id
                 LIMIT 1) AS p ON true
@@ -550,6 +671,11 @@ BEGIN
                                  ELSE COALESCE(queen.log_cursor_at_v1(v_cand.id, p_sub_at, p_tenant), -1) END;
             END IF;
         END IF;
+        -- Retention deleted what lies below first_offset: expired, never
+        -- delivered. The start is read as at least first_offset - 1, and
+        -- moved there below.
+        v_behind := v_cursor < v_cand.first_offset - 1;
+        v_cursor := GREATEST(v_cursor, v_cand.first_offset - 1);
 
         -- The head, the highest row (offsets above it were never
         -- delivered) and whether anything delivered before is due again,
@@ -576,9 +702,10 @@ BEGIN
         -- A finished head is moved over once the window holds 64 rows (or
         -- is full), or when everything written was delivered (the last
         -- rows of a drained partition): the move writes the consumer row,
-        -- so not for every message.
-        IF v_head >= 2 AND (v_hw - v_cursor >= LEAST(64, v_q.max_in_flight)
-                            OR v_hw >= v_cand.last_offset) THEN
+        -- so not for every message. A start retention left behind
+        -- first_offset is moved there at once.
+        IF v_behind OR (v_head >= 2 AND (v_hw - v_cursor >= LEAST(64, v_q.max_in_flight)
+                                         OR v_hw >= v_cand.last_offset)) THEN
             v_cursor := GREATEST(v_cursor,
                                  COALESCE(queen.log_shared_compact_v1(v_cand.id, p_group), v_cursor));
         END IF;
@@ -625,6 +752,11 @@ BEGIN
             -- retry delay, given back, or whose lease expired), oldest first.
             -- An expired lease counts as a failure; past retry_limit the
             -- message is given up instead of delivered.
+            -- Oldest is by offset, not by when a row fell due (a claim
+            -- given back falls due at once, a failure after its
+            -- retry_delay): each kind's due rows are read by its partial
+            -- index (by time: due rows only, no more than the window
+            -- holds), and the oldest offsets of them taken.
             -- Each candidate probed by its key and locked there (LATERAL
             -- ... LIMIT 1), then updated by its tuple id: plans that read
             -- rows by key whatever the statistics say.
@@ -636,21 +768,28 @@ BEGIN
                 WITH cand AS (
                     SELECT DISTINCT d.message_offset
                     FROM (
-                        (SELECT r.message_offset
-                         FROM queen.log_shared_records r
-                         WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-                           AND r.state = 1 AND r.available_at <= v_now
-                         ORDER BY r.available_at
+                        (SELECT a.message_offset
+                         FROM (SELECT r.message_offset
+                               FROM queen.log_shared_records r
+                               WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                                 AND r.state = 1 AND r.available_at <= v_now
+                                 AND r.message_offset > v_cursor
+                               ORDER BY r.available_at
+                               LIMIT v_q.max_in_flight) a
+                         ORDER BY a.message_offset
                          LIMIT v_want)
                         UNION ALL
-                        (SELECT r.message_offset
-                         FROM queen.log_shared_records r
-                         WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
-                           AND r.state = 0 AND r.lease_expires_at <= v_now
-                         ORDER BY r.lease_expires_at
+                        (SELECT e.message_offset
+                         FROM (SELECT r.message_offset
+                               FROM queen.log_shared_records r
+                               WHERE r.partition_id = v_cand.id AND r.consumer_group = p_group
+                                 AND r.state = 0 AND r.lease_expires_at <= v_now
+                                 AND r.message_offset > v_cursor
+                               ORDER BY r.lease_expires_at
+                               LIMIT v_q.max_in_flight) e
+                         ORDER BY e.message_offset
                          LIMIT v_want)
                     ) d
-                    WHERE d.message_offset > v_cursor
                     ORDER BY d.message_offset
                     LIMIT v_want
                 ), due AS (
@@ -687,6 +826,9 @@ BEGIN
                                                         'lease expired', v_dead_n[v_i],
                                                         v_q.store_dlq, p_tenant);
                 END LOOP;
+                -- Dead-lettered is finished: the start moves over it as
+                -- after an ACK ... FAILED that dead-letters (same test).
+                PERFORM queen.log_shared_compact_v1(v_cand.id, p_group, 64);
             END IF;
             v_offs := COALESCE(v_offs, '{}');
             v_retries := COALESCE(v_retries, '{}');

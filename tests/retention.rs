@@ -553,3 +553,48 @@ async fn a_dead_letter_whose_message_retention_removed_is_listed_without_payload
     assert_eq!(listed[0].get("message_id").cloned().flatten(), None);
     rows(&client, "SELECT 1").await;
 }
+
+/// A shared group never leases what retention removed before delivery:
+/// those offsets are expired, not leased without a payload and later
+/// dead-lettered as failures.
+#[tokio::test]
+async fn a_shared_group_skips_what_retention_removed() {
+    let proxy = quiet_proxy("retention_shared_skip").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE QUEUE skipped WITH (ordered = false, retention_seconds = 1, retry_limit = 0)",
+        )
+        .await
+        .unwrap();
+    for n in 0..4 {
+        rows(&client, &format!("PUSH INTO skipped VALUES ('{n}')")).await;
+    }
+    let popped = rows(&client, "POP FROM skipped LIMIT 1").await;
+    assert_eq!(col(&popped[0], "offset"), "0");
+    let receipt = col(&popped[0], "receipt");
+    rows(&client, &format!("ACK '{receipt}'")).await;
+    let direct = proxy.connect_direct().await;
+    let pid = partition_id(&direct, "skipped", "Default").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    step(&direct, pid).await;
+    rows(&client, "PUSH INTO skipped VALUES ('4')").await;
+    let popped = rows(&client, "POP FROM skipped LIMIT 10 LEASE '1s'").await;
+    let got: Vec<String> = popped.iter().map(|r| col(r, "offset")).collect();
+    assert_eq!(got, ["4"]);
+    let leased: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM queen.log_shared_records r
+             WHERE r.partition_id = $1 AND r.state = 0",
+            &[&pid],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(leased, 1, "only the message delivered is leased");
+    let receipt = col(&popped[0], "receipt");
+    rows(&client, &format!("ACK '{receipt}'")).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(rows(&client, "POP FROM skipped LIMIT 10").await.is_empty());
+    assert!(rows(&client, "SHOW DLQ FROM skipped").await.is_empty());
+}

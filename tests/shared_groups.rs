@@ -1241,3 +1241,102 @@ async fn resets_and_drops_right_after_a_worker_s_ack_give_its_held_claim_back() 
         }
     }
 }
+
+/// The offsets of POP rows.
+fn offsets(popped: &[Row]) -> Vec<i64> {
+    popped
+        .iter()
+        .map(|r| col(r, "offset").parse().unwrap())
+        .collect()
+}
+
+/// Oldest first is by offset: a failed message due again comes before
+/// messages of a claim given back later (a worker's held claim it did not
+/// take), though those fell due first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_retry_comes_before_later_messages_given_back() {
+    let proxy = Proxy::start("shared_retry_order").await;
+    let worker = proxy.connect().await;
+    worker
+        .batch_execute("CREATE QUEUE ro WITH (ordered = false, retry_delay = '1s')")
+        .await
+        .unwrap();
+    push_numbers(&worker, "ro", "Default", 0..6).await;
+    let got = rows(&worker, "POP FROM ro LIMIT 3").await;
+    assert_eq!(offsets(&got), [0, 1, 2]);
+    assert_eq!(ack(&worker, &got[1], " FAILED").await, "retry");
+    // Acked in a write that claims 3..5 for this worker's next POP; not
+    // taken, that claim is given back after 100 ms.
+    let sql = format!(
+        "ACK {}, {}",
+        quote(&col(&got[0], "receipt")),
+        quote(&col(&got[2], "receipt"))
+    );
+    rows(&worker, &sql).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let other = proxy.connect().await;
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let got = rows(&other, "POP FROM ro LIMIT 1").await;
+        order.extend(offsets(&got));
+    }
+    assert_eq!(order, [1, 3, 4, 5]);
+}
+
+/// A message a POP dead-letters (its lease expired past retry_limit) is
+/// finished: the group's lag and the queue's pending drop at once.
+#[tokio::test]
+async fn a_message_dead_lettered_by_a_pop_leaves_no_lag() {
+    let proxy = Proxy::start("shared_dead_lag").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE dl WITH (ordered = false, retry_limit = 0)")
+        .await
+        .unwrap();
+    rows(&client, "PUSH INTO dl VALUES ('1')").await;
+    assert_eq!(rows(&client, "POP FROM dl LEASE '200ms'").await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rows(&client, "POP FROM dl").await.is_empty());
+    assert_eq!(rows(&client, "SHOW DLQ FROM dl").await.len(), 1);
+    let groups = rows(&client, "SHOW GROUPS ON dl").await;
+    assert_eq!(col(&groups[0], "lag"), "0", "{groups:?}");
+    let queues = rows(&client, "SHOW QUEUES").await;
+    let dl = queues.iter().find(|r| col(r, "queue") == "dl").unwrap();
+    assert_eq!(col(dl, "pending"), "0", "{dl:?}");
+}
+
+/// max_wait_time_seconds dead-letters a shared group's pending messages
+/// only: one under a live lease stays its holder's, whose ACK then acks it
+/// alone.
+#[tokio::test]
+async fn max_wait_spares_a_leased_shared_message() {
+    let proxy = Proxy::start("shared_max_wait").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE mw WITH (ordered = false, max_wait_time_seconds = 1)")
+        .await
+        .unwrap();
+    push_numbers(&client, "mw", "Default", 0..3).await;
+    let held = rows(&client, "POP FROM mw LIMIT 1 LEASE '5m'").await;
+    assert_eq!(offsets(&held), [0]);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let direct = proxy.connect_direct().await;
+    // The maintenance step, run now rather than on its own schedule.
+    let moved: i32 = direct
+        .query_one("SELECT queen.log_expire_pending_v1(1000)", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(moved, 2, "the two pending messages");
+    let mut dlq: Vec<String> = rows(&client, "SHOW DLQ FROM mw")
+        .await
+        .iter()
+        .map(|r| col(r, "offset"))
+        .collect();
+    dlq.sort();
+    assert_eq!(dlq, ["1", "2"]);
+    assert_eq!(ack(&client, &held[0], "").await, "acked");
+    assert!(rows(&client, "POP FROM mw").await.is_empty());
+    let groups = rows(&client, "SHOW GROUPS ON mw").await;
+    assert_eq!(col(&groups[0], "lag"), "0", "{groups:?}");
+}

@@ -2,7 +2,7 @@
 //! one thing the proxy must know of SQL it passes on, since session state
 //! cannot follow a client from one pooled backend connection to another.
 
-use super::split::{tokens, words, Token, TokenKind};
+use super::split::{quoted_name, tokens, words, Token, TokenKind};
 use super::statement_names::name_at;
 
 /// What a passthrough statement does to the session beyond its transaction.
@@ -63,7 +63,7 @@ fn effect_by_tokens(sql: &str) -> SessionEffect {
     if forgets {
         return SessionEffect::ForgetsPrepared;
     }
-    let back_to_default = || super::passthrough::resets(sql).is_some();
+    let back_to_default = || resets(sql).is_some();
     let pins = match words.first() {
         None => false,
         // SET LOCAL and SET TRANSACTION end with the transaction.
@@ -190,6 +190,74 @@ fn makes_temp_objects(words: &[&str], names: &[String], sql: &str, toks: &[Token
                 && sql[t.range.clone()].to_ascii_lowercase().contains("temp")
         });
     names_temp_schema || do_block_mentions_temp
+}
+
+/// Settings a statement puts back to their defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resets {
+    /// `RESET ALL`, `DISCARD ALL`.
+    All,
+    /// `RESET name`, `SET [SESSION] name TO DEFAULT` (lower case).
+    Setting(String),
+}
+
+/// What the statement resets, if anything. A later `SET name` of the same
+/// exchange is [`sets_setting`].
+pub fn resets(sql: &str) -> Option<Resets> {
+    let toks = tokens(sql);
+    let parts: Vec<(TokenKind, &str)> = toks
+        .iter()
+        .filter(|t| t.kind != TokenKind::Semicolon)
+        .map(|t| (t.kind, &sql[t.range.clone()]))
+        .collect();
+    let word = |i: usize, kw: &str| {
+        parts
+            .get(i)
+            .is_some_and(|(k, w)| *k == TokenKind::Word && w.eq_ignore_ascii_case(kw))
+    };
+    let name_at = |i: usize| -> Option<String> {
+        match parts.get(i)? {
+            (TokenKind::Word, w) => Some(w.to_ascii_lowercase()),
+            (TokenKind::Quoted, w) => quoted_name(w),
+            _ => None,
+        }
+    };
+    if word(0, "DISCARD") && word(1, "ALL") {
+        return Some(Resets::All);
+    }
+    // TIME ZONE is the SQL standard's spelling of timezone.
+    let time_zone_at = |i: usize| word(i, "TIME") && word(i + 1, "ZONE");
+    if word(0, "RESET") {
+        if word(1, "ALL") {
+            return Some(Resets::All);
+        }
+        if time_zone_at(1) {
+            return Some(Resets::Setting("timezone".into()));
+        }
+        if word(1, "SESSION") || word(1, "ROLE") {
+            return None;
+        }
+        return name_at(1).map(Resets::Setting);
+    }
+    if word(0, "SET") {
+        let at = if word(1, "SESSION") { 2 } else { 1 };
+        if word(1, "LOCAL") {
+            return None;
+        }
+        if time_zone_at(at) {
+            let value = at + 2;
+            let default =
+                (word(value, "DEFAULT") || word(value, "LOCAL")) && parts.len() == value + 1;
+            return default.then(|| Resets::Setting("timezone".into()));
+        }
+        let name = name_at(at)?;
+        let value_at = at + 1;
+        let to = word(value_at, "TO") || parts.get(value_at).is_some_and(|(_, w)| *w == "=");
+        if to && word(value_at + 1, "DEFAULT") && parts.len() == value_at + 2 {
+            return Some(Resets::Setting(name));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ pub(crate) fn char_position(sql: &str, byte: usize) -> usize {
     prefix.chars().count() + 1
 }
 
+#[derive(Clone)]
 pub(crate) struct Lexer<'a> {
     sql: &'a str,
     pos: usize,

@@ -404,6 +404,11 @@ fn recognize(sql: &str) -> Option<Family> {
         "CANCEL" | "CREATE" | "ALTER" | "DROP" | "SEEK" | "SHOW" | "REPLAY" => {
             let second = lexer.next_token().ok()?;
             let second = word(&second)?.to_ascii_uppercase();
+            // `SHOW queues . x` (spaced or with a comment) is PostgreSQL's
+            // SHOW of a qualified custom setting.
+            if first == "SHOW" && qualified_next(&lexer) {
+                return None;
+            }
             match (first.as_str(), second.as_str()) {
                 ("CANCEL", "SCHEDULE") => Family::CancelSchedule,
                 // PostgreSQL 15 has no STREAM object: CREATE/DROP/ALTER
@@ -470,6 +475,16 @@ fn recognize(sql: &str) -> Option<Family> {
         _ => return None,
     };
     Some(family)
+}
+
+/// Whether the next token goes on a qualified name (`. x`).
+fn qualified_next(lexer: &Lexer<'_>) -> bool {
+    let mut ahead = lexer.clone();
+    ahead.next_token().is_ok_and(|t| match t.kind {
+        TokenKind::Word(w) => w.starts_with('.'),
+        TokenKind::Symbol(c) => c == '.',
+        _ => false,
+    })
 }
 
 /// Whether another token follows (not `;`, not the end): `SHOW word` alone

@@ -32,6 +32,16 @@ fn postgresql_statements_that_share_the_dialect_s_first_words_are_not_ours() {
         "CREATE OR REPLACE FUNCTION stream() RETURNS int LANGUAGE sql AS 'select 1'",
         "CREATE OR",
         "DROP TABLE stream",
+        // A qualified custom setting, however spaced.
+        "SHOW queues . x",
+        "SHOW queues/**/.x",
+        "SHOW groups\n.x",
+        "SHOW dlq .x",
+        "SHOW messages . x",
+        "SHOW lagging . x",
+        "SHOW status . x",
+        "SHOW schedules . x",
+        "SHOW queenwire . x",
     ] {
         assert!(parse(sql).is_none(), "{sql} was taken by the dialect");
     }

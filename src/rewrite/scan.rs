@@ -80,6 +80,50 @@ pub(crate) fn quoted_end(
     Err(Unterminated)
 }
 
+/// The index just past an `E'…'` string opened by the quote at `open`,
+/// with its continuations: PostgreSQL reads `E'a'`, white space holding a
+/// newline (and `--` comments), then `'…'` as one string, the continuation
+/// with the escapes of the first part (`E'a'⏎'\''` is one string).
+pub(crate) fn escape_string_end(bytes: &[u8], open: usize) -> Result<usize, Unterminated> {
+    let mut end = quoted_end(bytes, open, b'\'', true)?;
+    while let Some(next) = continuation(bytes, end) {
+        end = quoted_end(bytes, next, b'\'', true)?;
+    }
+    Ok(end)
+}
+
+/// Where a string literal that ended at `at` continues: the quote after
+/// white space with a newline in it, as PostgreSQL's lexer reads
+/// `{quote}{whitespace_with_newline}{quote}`.
+fn continuation(bytes: &[u8], at: usize) -> Option<usize> {
+    let comment = |i: usize| bytes.get(i) == Some(&b'-') && bytes.get(i + 1) == Some(&b'-');
+    let line_end = |i: usize| {
+        bytes[i..]
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+            .map(|n| i + n)
+    };
+    let mut i = at;
+    // Horizontal space and comments, then a newline.
+    loop {
+        match bytes.get(i) {
+            Some(b' ' | b'\t' | b'\x0c') => i += 1,
+            Some(b'-') if comment(i) => i = line_end(i)?,
+            Some(b'\n' | b'\r') => break,
+            _ => return None,
+        }
+    }
+    // Any space, and comments that end with a newline.
+    loop {
+        match bytes.get(i) {
+            Some(b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'\x0b') => i += 1,
+            Some(b'-') if comment(i) => i = line_end(i)? + 1,
+            Some(b'\'') => return Some(i),
+            _ => return None,
+        }
+    }
+}
+
 /// A dollar-quoted string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DollarQuote {

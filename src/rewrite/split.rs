@@ -89,10 +89,9 @@ impl Iterator for Tokens<'_> {
                     continue;
                 }
                 b'\'' | b'"' => (TokenKind::Quoted, scan::quoted_end(bytes, i, c, false)),
-                b'E' | b'e' if bytes.get(i + 1) == Some(&b'\'') => (
-                    TokenKind::Quoted,
-                    scan::quoted_end(bytes, i + 1, b'\'', true),
-                ),
+                b'E' | b'e' if bytes.get(i + 1) == Some(&b'\'') => {
+                    (TokenKind::Quoted, scan::escape_string_end(bytes, i + 1))
+                }
                 b'$' => match scan::dollar_quote(self.sql, i) {
                     Some(quote) => (TokenKind::Quoted, quote.map(|q| q.end)),
                     // `$1` parameters and stray dollars.
@@ -214,6 +213,33 @@ mod tests {
         assert_eq!(
             split("SELECT 'a;b', \"c;d\", E'e\\';f'; SELECT 'it''s;'"),
             vec!["SELECT 'a;b', \"c;d\", E'e\\';f'", "SELECT 'it''s;'"]
+        );
+    }
+
+    #[test]
+    fn an_escape_string_continued_on_another_line_keeps_its_escapes() {
+        // PostgreSQL reads each as one string: the continuation after a
+        // newline is an escape string too.
+        let sql = "SELECT E'a'\n'\\'; PUSH INTO qa VALUES (''1''); --' AS v";
+        assert_eq!(split(sql), vec![sql]);
+        let sql = "SELECT e'a' -- c\n  -- d\n\t'\\';x' AS v; SELECT 2";
+        assert_eq!(
+            split(sql),
+            vec!["SELECT e'a' -- c\n  -- d\n\t'\\';x' AS v", "SELECT 2"]
+        );
+        let sql = "SELECT E'a'\n'\\''; SET search_path TO x; SELECT E'b'\n'\\''";
+        assert_eq!(
+            split(sql),
+            vec![
+                "SELECT E'a'\n'\\''",
+                "SET search_path TO x",
+                "SELECT E'b'\n'\\''"
+            ]
+        );
+        // Without a newline between them there is no continuation.
+        assert_eq!(
+            split("SELECT E'a' '\\'; SELECT 2"),
+            vec!["SELECT E'a' '\\'", "SELECT 2"]
         );
     }
 

@@ -149,3 +149,29 @@ async fn timestamp_literals_are_read_in_the_sessions_time_zone() {
         "2030-01-01 00:00:00+00"
     );
 }
+
+/// A duration past PostgreSQL's interval range is its 22008, for a WAIT, a
+/// LEASE and an ephemeral queue's RENEW … FOR alike, and the session goes
+/// on (a deadline that far once overflowed the clock and ended the
+/// session's task).
+#[tokio::test]
+async fn durations_past_the_interval_range_are_refused_not_fatal() {
+    let proxy = Proxy::start("durations_huge").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE eph_huge WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    rows(&client, "PUSH INTO eph_huge VALUES ('1')").await;
+    let held = rows(&client, "POP FROM eph_huge").await;
+    let receipt = held[0].get("receipt").cloned().flatten().unwrap();
+    for sql in [
+        "POP FROM empty_huge WAIT '9223372036854775807'".to_string(),
+        "POP FROM empty_huge WAIT '300000 years'".to_string(),
+        "POP FROM empty_huge LEASE '9223372036854775807'".to_string(),
+        format!("RENEW '{receipt}' FOR '9223372036854775807'"),
+    ] {
+        assert_eq!(code(&client, &sql).await, "22008", "{sql}");
+        rows(&client, "SELECT 1").await;
+    }
+}

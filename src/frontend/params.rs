@@ -38,6 +38,7 @@ pub fn bind_params_as_text(
             let Some(bytes) = value else { return Ok(None) };
             let oid = types.get(i).copied().unwrap_or(0);
             match result_format(formats, i) {
+                0 if oid == oid::BOOL => text_bool(bytes, i).map(Some),
                 0 => text(bytes, i).map(Some),
                 1 => binary(bytes, oid, i).map(Some),
                 other => Err(SqlError::error(
@@ -56,6 +57,26 @@ fn text(bytes: &[u8], i: usize) -> Result<String, SqlError> {
             format!("parameter ${} is not valid UTF-8", i + 1),
         )
     })
+}
+
+/// A text value declared `bool`, read as PostgreSQL reads boolean input
+/// (`TRUE`, `t`, `yes`, `on`, `1`, unique prefixes, any case, spaces
+/// around), as `true` or `false`: pgjdbc's setBoolean sends `TRUE`.
+fn text_bool(bytes: &[u8], i: usize) -> Result<String, SqlError> {
+    let raw = text(bytes, i)?;
+    let word = raw.trim().to_ascii_lowercase();
+    let prefix_of = |full: &str, min: usize| word.len() >= min && full.starts_with(word.as_str());
+    let value = if prefix_of("true", 1) || prefix_of("yes", 1) || word == "on" || word == "1" {
+        "true"
+    } else if prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2) || word == "0" {
+        "false"
+    } else {
+        return Err(SqlError::error(
+            SqlState::INVALID_TEXT_REPRESENTATION,
+            format!("invalid input syntax for type boolean: \"{raw}\""),
+        ));
+    };
+    Ok(value.to_string())
 }
 
 fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, SqlError> {
@@ -130,6 +151,24 @@ fn binary(bytes: &[u8], oid: u32, i: usize) -> Result<String, SqlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_declared_bool_is_read_as_postgresql_reads_booleans() {
+        let read = |v: &str| {
+            bind_params_as_text(&[Some(v.as_bytes())], &[0], &[oid::BOOL])
+                .map(|mut out| out.remove(0).unwrap())
+                .map_err(|e| e.code().to_string())
+        };
+        for t in ["TRUE", "t", "tr", "yes", "Y", "on", "1", " true "] {
+            assert_eq!(read(t), Ok("true".to_string()), "{t}");
+        }
+        for f in ["FALSE", "f", "no", "N", "off", "0"] {
+            assert_eq!(read(f), Ok("false".to_string()), "{f}");
+        }
+        for bad in ["o", "", "2", "maybe", "{}"] {
+            assert_eq!(read(bad), Err("22P02".to_string()), "{bad}");
+        }
+    }
 
     #[test]
     fn binary_parameters_become_text() {

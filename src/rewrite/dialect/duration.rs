@@ -312,6 +312,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseError> {
             format!("duration must not be negative: {}", quoted(text)),
         ));
     }
+    // PostgreSQL's interval ends at i64::MAX microseconds (about 292,000
+    // years); past it is its 22008, and a deadline that far would overflow
+    // the clock.
+    if nanos / 1_000 > i128::from(i64::MAX) {
+        return Err(out_of_range(text));
+    }
     let seconds = u64::try_from(nanos / NANOS_PER_SECOND).map_err(|_| out_of_range(text))?;
     let subsec = u32::try_from(nanos % NANOS_PER_SECOND).map_err(|_| out_of_range(text))?;
     Ok(Duration::new(seconds, subsec))
@@ -432,10 +438,20 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_interval_postgresql_holds_is_a_duration() {
+        let longest = parse_duration("9223372036854 seconds").unwrap();
+        assert_eq!(longest.as_secs(), 9_223_372_036_854);
+        assert!(std::time::Instant::now().checked_add(longest).is_some());
+    }
+
+    #[test]
     fn huge_durations_are_out_of_range() {
         for bad in [
             "99999999999999999999999999999999999999999",
             "99999999999999 millennia",
+            "9223372036854775807",
+            "9223372036855 seconds",
+            "300000 years",
         ] {
             assert_eq!(
                 parse_duration(bad).unwrap_err().sqlstate.code(),

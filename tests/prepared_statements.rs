@@ -317,3 +317,48 @@ async fn a_wrong_parameter_count_is_refused_as_postgresql_refuses_it() {
     let after = simple(&mut through, "SELECT 'next'").await;
     assert_eq!(after.rows, vec![vec![Some("next".to_string())]]);
 }
+
+/// A Query with an embedded NUL, and a Parse or Bind with bytes after its
+/// last field, are refused as PostgreSQL refuses them (08P01 "invalid
+/// message format") and none of it runs, a queue statement included.
+#[tokio::test]
+async fn a_message_with_bytes_after_its_fields_runs_nothing() {
+    let proxy = Proxy::start("trailing_bytes").await;
+    let with_junk = |m: Message| {
+        let mut body = m.body.to_vec();
+        body.extend_from_slice(b"JUNK");
+        Message::new(m.tag, body)
+    };
+    let mut outcomes = Vec::new();
+    for direct in [true, false] {
+        let mut raw = client(&proxy, direct).await;
+        let mut got = Vec::new();
+        for sql in ["SELECT 1", "PUSH INTO junk_q VALUES ('1')"] {
+            let query = queenwire::protocol::frontend::build_query(format!("{sql}\0DROP TABLE x"));
+            got.push(outcome(&exchange(&mut raw, &[query]).await));
+            let parse = with_junk(parse("", sql));
+            got.push(outcome(&exchange(&mut raw, &[parse, sync()]).await));
+            let [bind, exec, end] = run("");
+            let bound = exchange(&mut raw, &[parse_plain(sql), with_junk(bind), exec, end]).await;
+            got.push(outcome(&bound));
+        }
+        outcomes.push(got);
+    }
+    // The PUSH never reached the proxy's engine: no such queue directly,
+    // and through the proxy it is the same.
+    assert_eq!(outcomes[0][..3], outcomes[1][..3]);
+    for o in &outcomes[1] {
+        assert!(o.contains("08P01 invalid message format"), "{o}");
+    }
+    let mut raw = client(&proxy, false).await;
+    let shown = simple(&mut raw, "SHOW QUEUES").await;
+    assert!(
+        !format!("{:?}", shown.rows).contains("junk_q"),
+        "{:?}",
+        shown.rows
+    );
+}
+
+fn parse_plain(sql: &str) -> Message {
+    parse("", sql)
+}

@@ -11,6 +11,9 @@ pub struct Parse<'a> {
     /// The statement's text in the client's encoding.
     pub query: &'a [u8],
     pub param_types: Vec<u32>,
+    /// Bytes after the last field: PostgreSQL refuses such a message
+    /// ("invalid message format") before it runs anything of it.
+    pub trailing: bool,
 }
 
 pub fn parse(msg: &Message) -> Result<Parse<'_>, Malformed> {
@@ -27,6 +30,7 @@ pub fn parse(msg: &Message) -> Result<Parse<'_>, Malformed> {
         name,
         query,
         param_types,
+        trailing: !r.is_empty(),
     })
 }
 
@@ -52,6 +56,8 @@ pub struct Bind<'a> {
     /// Byte offset in the body where the statement name ends, so the
     /// name can be replaced without re-encoding the rest.
     pub after_statement: usize,
+    /// Bytes after the last field (see [`Parse::trailing`]).
+    pub trailing: bool,
 }
 
 pub fn bind(msg: &Message) -> Result<Bind<'_>, Malformed> {
@@ -88,6 +94,7 @@ pub fn bind(msg: &Message) -> Result<Bind<'_>, Malformed> {
         params,
         result_formats,
         after_statement,
+        trailing: !r.is_empty(),
     })
 }
 
@@ -129,6 +136,13 @@ pub fn execute(msg: &Message) -> Result<(&str, i32), Malformed> {
 /// A Query's text, in the client's encoding.
 pub fn query(msg: &Message) -> Result<&[u8], Malformed> {
     msg.reader().cbytes()
+}
+
+/// Whether a Query has bytes after its text's NUL (an embedded NUL):
+/// PostgreSQL refuses it ("invalid message format") and runs none of it.
+pub fn query_has_trailing(msg: &Message) -> bool {
+    let mut r = msg.reader();
+    r.cbytes().is_ok() && !r.is_empty()
 }
 
 /// A Query of `sql` (text in the client's encoding).

@@ -88,6 +88,12 @@ pub fn protocol_violation(what: impl Into<String>) -> SqlError {
     SqlError::fatal(SqlState::PROTOCOL_VIOLATION, what)
 }
 
+/// A Parse or Bind with bytes after its last field, in PostgreSQL's words
+/// (an error, not the end of the session).
+pub fn invalid_message_format() -> SqlError {
+    SqlError::error(SqlState::PROTOCOL_VIOLATION, "invalid message format")
+}
+
 /// A session closed by the shutdown drain, in PostgreSQL's words.
 pub fn admin_shutdown() -> SqlError {
     SqlError::fatal(

@@ -26,6 +26,10 @@ impl Session {
             Ok(p) => p,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
+        if p.trailing {
+            self.local_error(canned::invalid_message_format());
+            return Ok(());
+        }
         let text = ClientText::read(p.query, &self.client_encoding);
         if let Err(e) = self.statements.admit(p.name, &text.view) {
             self.local_error(e);
@@ -247,6 +251,10 @@ impl Session {
             Ok(b) => b,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
+        if b.trailing {
+            self.local_error(canned::invalid_message_format());
+            return Ok(());
+        }
         let Some(prepared) = self.statements.get(b.statement).cloned() else {
             if self.backend_may_know(b.statement) {
                 self.portals.remove_local(b.portal);

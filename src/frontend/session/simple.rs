@@ -69,6 +69,11 @@ impl Session {
             Ok(s) => s,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
+        if frontend::query_has_trailing(msg) {
+            // PostgreSQL's to refuse (in a block, failing it), whatever the
+            // text before the NUL holds.
+            return self.function_call(msg).await;
+        }
         // Whatever the query is, PostgreSQL drops the unnamed statement
         // before it runs it; a later Bind of it fails with 26000 there.
         self.statements.remove("");

@@ -1869,3 +1869,26 @@ async fn push_then_pop(client: &Client, n: usize) -> Vec<String> {
     assert_eq!(batch.len(), n);
     batch
 }
+
+/// A transaction or trace id is text as PostgreSQL's text is: one with a
+/// NUL (possible only as a bound parameter) is refused with 22021, as
+/// PostgreSQL refuses it, and nothing is stored.
+#[tokio::test]
+async fn ids_with_a_nul_are_refused_as_postgresql_refuses_them() {
+    let proxy = Proxy::start("nul_ids").await;
+    let client = proxy.connect().await;
+    for column in ["transaction_id", "trace_id"] {
+        let sql = format!("PUSH INTO nul_ids (payload, {column}) VALUES ('1', $1)");
+        let err = client.query(&sql, &[&"a\0c"]).await.unwrap_err();
+        assert_eq!(
+            err.code().map(|c| c.code()),
+            Some("22021"),
+            "{column}: {err}"
+        );
+    }
+    client.query_one("SELECT 1", &[]).await.unwrap();
+    let popped = client.simple_query("POP FROM nul_ids").await.unwrap();
+    assert!(!popped
+        .iter()
+        .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))));
+}

@@ -125,6 +125,14 @@ pub fn prepare_push(
             None => None,
         };
         for (what, v) in [("transaction_id", &transaction_id), ("trace_id", &trace_id)] {
+            // Text, as PostgreSQL's text: no NUL (a trace id is stored in a
+            // text column; a transaction id only in the message's frame).
+            if v.as_ref().is_some_and(|s| s.contains('\0')) {
+                return Err(SqlError::error(
+                    SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+                    format!("{what}: invalid byte sequence for encoding \"UTF8\": 0x00"),
+                ));
+            }
             if v.as_ref().is_some_and(|s| s.len() > 255) {
                 return Err(SqlError::error(
                     SqlState::PROGRAM_LIMIT_EXCEEDED,

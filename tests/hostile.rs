@@ -1054,6 +1054,18 @@ fn message_header_of_100_mb() {
             assert!(heard.closed, "{}: not closed: {heard:?}", tag as char);
             assert_eq!(heard.codes(), vec!["54000".to_string()], "{}", tag as char);
         }
+        // The same during COPY FROM STDIN.
+        let mut raw = Raw::started(addr).await;
+        let sql = b"CREATE TEMP TABLE big_copy (x text); COPY big_copy FROM STDIN\0";
+        let mut query = vec![b'Q'];
+        query.extend((4 + sql.len() as i32).to_be_bytes());
+        query.extend(sql);
+        query.push(b'd');
+        query.extend((100i32 * 1024 * 1024).to_be_bytes());
+        raw.send(&query).await;
+        let heard = raw.until_closed().await;
+        assert!(heard.closed, "COPY: not closed: {heard:?}");
+        assert_eq!(heard.codes(), vec!["54000".to_string()], "COPY");
         // Lengths that cannot be: a close (an error is optional).
         for len in [-1i32, 0, 3, i32::MIN, i32::MAX] {
             let mut raw = Raw::started(addr).await;

@@ -4,16 +4,21 @@
 use super::dispatch::CLIENT_FLUSH_THRESHOLD;
 use super::{canned, End, Session};
 use crate::protocol::tags::frontend as tag;
+use crate::protocol::FrameError;
 
 impl Session {
     pub(super) async fn copy_in(&mut self) -> Result<(), End> {
         self.client.flush().await?;
         self.replies.copy_in_started();
         loop {
-            let msg = self
-                .client
-                .read(self.shared.config.max_message_size)
-                .await?;
+            let msg = match self.client.read(self.shared.config.max_message_size).await {
+                Ok(msg) => msg,
+                // Said, then the close, as outside COPY.
+                Err(FrameError::TooLarge(len, max)) => {
+                    return Err(self.fatal(canned::message_too_large(len, max)).await)
+                }
+                Err(e) => return Err(e.into()),
+            };
             let done = matches!(msg.tag, tag::COPY_DONE | tag::COPY_FAIL);
             match msg.tag {
                 tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL | tag::FLUSH | tag::SYNC => {

@@ -265,6 +265,8 @@ DECLARE
     v_n         INTEGER;
     v_start     BIGINT;
     v_prev      BIGINT;
+    v_tenant    UUID;
+    v_i         INTEGER;
 BEGIN
     WITH avail AS (
         SELECT r.ctid AS tid
@@ -302,25 +304,16 @@ BEGIN
     IF v_n = 0 THEN
         RETURN 0;
     END IF;
-    IF p_store_dlq THEN
-        INSERT INTO queen.log_dlq
-            (partition_id, message_offset, consumer_group, reason, retry_count,
-             message_id, base_offset, blob)
-        SELECT p_partition_id, u.o, p_group, 'max_wait_time exceeded', u.n,
-               t.message_ids[u.o - s.base_offset + 1], s.base_offset, s.blob
-        FROM unnest(v_offs, v_retries) AS u(o, n)
-        LEFT JOIN LATERAL (
-            SELECT s1.base_offset, s1.blob
-            FROM queen.log_segments s1
-            WHERE s1.partition_id = p_partition_id AND s1.base_offset <= u.o
-            ORDER BY s1.base_offset DESC
-            LIMIT 1) s ON true
-        LEFT JOIN queen.log_txns t
-               ON t.partition_id = p_partition_id AND t.base_offset = s.base_offset;
-    ELSE
-        UPDATE queen.log_consumers c SET failed_count = c.failed_count + v_n
-        WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group;
-    END IF;
+    -- The DLQ snapshot (or the failure count) as every give-up writes it;
+    -- maintenance knows no tenant: the partition's own.
+    SELECT q.tenant_id INTO v_tenant
+    FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id
+    WHERE p.id = p_partition_id;
+    FOR v_i IN 1 .. v_n LOOP
+        PERFORM queen.log_shared_give_up_v1(p_partition_id, p_group, v_offs[v_i],
+                                            'max_wait_time exceeded', v_retries[v_i],
+                                            p_store_dlq, v_tenant);
+    END LOOP;
     -- A call moves the start over at most 256 rows.
     LOOP
         v_start := queen.log_shared_compact_v1(p_partition_id, p_group);

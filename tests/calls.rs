@@ -141,3 +141,53 @@ async fn a_commit_that_fails_at_sync_is_reported() {
     conn.call(&INSERT, &[], CallEnd::Flush).await.unwrap();
     assert_eq!(conn.sync().await.unwrap(), TxStatus::Idle);
 }
+
+/// A reply the proxy cannot read (a procedure changed under it returns a
+/// NULL where its call declares none) fails that statement with XX000,
+/// inside a block the block as well, and the session goes on: the
+/// connection is in step, nothing was lost.
+#[tokio::test]
+async fn a_reply_that_cannot_be_read_fails_the_statement_not_the_session() {
+    use common::proxy::Proxy;
+    let proxy = Proxy::start("unreadable_reply").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION queen.get_dlq_messages_v1(
+                 p_queue TEXT, p_limit INTEGER DEFAULT 100,
+                 p_tenant UUID DEFAULT '00000000-0000-0000-0000-000000000001')
+             RETURNS TABLE (message_offset BIGINT, partition_name TEXT,
+                 consumer_group TEXT, reason TEXT, retry_count INTEGER,
+                 failed_at TIMESTAMPTZ, base_offset BIGINT, blob BYTEA)
+             LANGUAGE sql AS $$
+                 SELECT NULL::bigint, NULL::text, NULL::text, 'x'::text, 0,
+                        now(), NULL::bigint, NULL::bytea $$",
+        )
+        .await
+        .unwrap();
+    let client = proxy.connect().await;
+    let failed = client
+        .simple_query("SHOW DLQ FROM anything")
+        .await
+        .expect_err("an unreadable row cannot be answered");
+    let code = failed.code().map(|c| c.code().to_string());
+    assert_eq!(code.as_deref(), Some("XX000"), "{failed:?}");
+    let one = client
+        .query_one("SELECT 1", &[])
+        .await
+        .expect("the session goes on");
+    assert_eq!(one.get::<_, i32>(0), 1);
+
+    // Inside a block the block fails, as for PostgreSQL's own error.
+    client.batch_execute("BEGIN").await.unwrap();
+    client
+        .simple_query("SHOW DLQ FROM anything")
+        .await
+        .unwrap_err();
+    let after = client.simple_query("SELECT 1").await.unwrap_err();
+    let code = after.code().map(|c| c.code().to_string());
+    assert_eq!(code.as_deref(), Some("25P02"), "{after:?}");
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let one = client.query_one("SELECT 1", &[]).await.unwrap();
+    assert_eq!(one.get::<_, i32>(0), 1);
+}

@@ -13,12 +13,6 @@ const BINARY: i16 = 1;
 use crate::calls::{Call, CallSpec, DecodeError, RawRow, Row};
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
 
-impl From<DecodeError> for BackendError {
-    fn from(e: DecodeError) -> Self {
-        BackendError::Protocol(e.to_string())
-    }
-}
-
 /// A DataRow's cells, as ranges into its body.
 fn data_row(msg: Message) -> Result<RawRow, BackendError> {
     let mut r = msg.reader();

@@ -41,6 +41,11 @@ pub enum BackendError {
     Protocol(String),
     #[error("backend configuration: {0}")]
     Config(String),
+    /// A call's reply came whole but a row of it is not what the call
+    /// declares (a procedure changed under the proxy): the connection is
+    /// fine, the statement cannot be answered.
+    #[error(transparent)]
+    Decode(#[from] crate::calls::DecodeError),
     /// Authenticating with the backend failed on our side: a method or
     /// SASL mechanism we do not speak, or a SCRAM exchange that does not
     /// check out. (A refused password is the backend's `Server` error.)

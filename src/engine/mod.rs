@@ -49,7 +49,7 @@ pub use lend::{CallEnd, Lender, TxnView};
 
 use crate::backend::call::Calls;
 use crate::backend::BackendError;
-use crate::protocol::SqlError;
+use crate::protocol::{SqlError, SqlState};
 use queues::Limits;
 use receipt::ReceiptKey;
 use std::sync::Arc;
@@ -100,6 +100,12 @@ impl From<BackendError> for ExecError {
     fn from(e: BackendError) -> Self {
         match e {
             BackendError::Server(fields) => ExecError::Failed(fields),
+            // The backend is in step: the statement alone fails (in the
+            // backend too, as a refusal is), the session goes on.
+            BackendError::Decode(e) => ExecError::Refused(SqlError::error(
+                SqlState::INTERNAL_ERROR,
+                format!("queenwire could not read the backend's reply: {e}"),
+            )),
             other => ExecError::Lost(other),
         }
     }

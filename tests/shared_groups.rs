@@ -1340,3 +1340,48 @@ async fn max_wait_spares_a_leased_shared_message() {
     let groups = rows(&client, "SHOW GROUPS ON mw").await;
     assert_eq!(col(&groups[0], "lag"), "0", "{groups:?}");
 }
+
+/// What a shared group finished counts as finished in its lag, the queue's
+/// pending and max_queue_size at once, though its start moves over it only
+/// later: a drained queue shows no lag and no pending, a queue whose first
+/// message was acknowledged shows the rest.
+#[tokio::test]
+async fn finished_messages_leave_lag_and_pending_at_once() {
+    let proxy = Proxy::start("shared_lag_now").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE QUEUE drained WITH (ordered = false);
+             CREATE QUEUE head WITH (ordered = false, max_queue_size = 3)",
+        )
+        .await
+        .unwrap();
+    push_numbers(&client, "drained", "Default", 0..2).await;
+    assert_eq!(rows(&client, "POP FROM drained LIMIT 2 AUTO ACK").await.len(), 2);
+    push_numbers(&client, "head", "Default", 0..3).await;
+    let first = rows(&client, "POP FROM head").await;
+    assert_eq!(ack(&client, &first[0], "").await, "acked");
+    // A second message is leased, not finished: it stays in the lag.
+    assert_eq!(rows(&client, "POP FROM head LEASE '5m'").await.len(), 1);
+
+    let groups = rows(&client, "SHOW GROUPS").await;
+    let group = |queue: &str| groups.iter().find(|r| col(r, "queue") == queue).unwrap();
+    assert_eq!(col(group("drained"), "lag"), "0", "{groups:?}");
+    assert_eq!(col(group("drained"), "state"), "Stable");
+    assert_eq!(group("drained").get("oldest_pending_at"), Some(&None));
+    assert_eq!(col(group("head"), "lag"), "2", "{groups:?}");
+    assert_eq!(col(group("head"), "leased_partitions"), "1", "{groups:?}");
+    let detail = rows(&client, "SHOW GROUP __QUEUE_MODE__ ON drained").await;
+    assert_eq!(col(&detail[0], "lag"), "0", "{detail:?}");
+    let queues = rows(&client, "SHOW QUEUES").await;
+    let queue = |name: &str| queues.iter().find(|r| col(r, "queue") == name).unwrap();
+    assert_eq!(col(queue("drained"), "pending"), "0", "{queues:?}");
+    assert_eq!(col(queue("head"), "pending"), "2", "{queues:?}");
+    // max_queue_size 3 with 2 pending takes one more message, not two.
+    rows(&client, "PUSH INTO head VALUES ('3')").await;
+    let full = client
+        .simple_query("PUSH INTO head VALUES ('4')")
+        .await
+        .expect_err("the queue is full");
+    assert_eq!(full.code().map(|c| c.code()), Some("54000"), "{full:?}");
+}

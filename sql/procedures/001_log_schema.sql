@@ -353,31 +353,41 @@ BEGIN
 END
 $$;
 
--- Pending messages of a queue: per partition, the retained messages after the
--- cursor of its furthest-behind group. A group the queue knows
+-- Pending messages of a queue: per partition, the retained messages its
+-- furthest-behind group has not finished: after the group's cursor, less
+-- a shared group's finished messages above its start
+-- (log_shared_window_v1, 032). A group the queue knows
 -- (consumer_groups_metadata) without a cursor on a partition counts as not
 -- having started there, and a queue with no group yet counts everything
 -- retained, so this never under-reports. One definition, read by
 -- max_queue_size (003) and SHOW QUEUES (010). 0 when the queue is not the
--- tenant's. Takes no locks.
+-- tenant's. Takes no locks. PL/pgSQL: it reads a function defined later.
 CREATE OR REPLACE FUNCTION queen.log_queue_pending_v1(
     p_queue_id UUID,
     p_tenant   UUID DEFAULT '00000000-0000-0000-0000-000000000001'
 ) RETURNS BIGINT
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT COALESCE(sum(GREATEST(
-               p.last_offset - GREATEST(p.first_offset - 1, COALESCE(f.floor_offset, -1)),
-               0)), 0)::BIGINT
-    FROM queen.queues q
-    CROSS JOIN LATERAL (
-        SELECT count(*) AS n FROM queen.consumer_groups_metadata m WHERE m.queue_id = q.id
-    ) g
-    JOIN queen.log_partitions p ON p.queue_id = q.id
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN count(*) < g.n THEN -1 ELSE min(c.cursor_offset) END AS floor_offset
-        FROM queen.log_consumers c
-        WHERE c.partition_id = p.id
-    ) f
-    WHERE q.id = p_queue_id AND q.tenant_id = p_tenant
+BEGIN
+    RETURN (
+        SELECT COALESCE(sum(f.pending), 0)::BIGINT
+        FROM queen.queues q
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS n FROM queen.consumer_groups_metadata m WHERE m.queue_id = q.id
+        ) g
+        JOIN queen.log_partitions p ON p.queue_id = q.id
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN count(*) < g.n OR count(*) = 0
+                        THEN GREATEST(p.last_offset - GREATEST(p.first_offset - 1, -1), 0)
+                        ELSE max(GREATEST(p.last_offset - GREATEST(p.first_offset - 1, c.cursor_offset)
+                                          - w.done, 0))
+                   END AS pending
+            FROM queen.log_consumers c
+            CROSS JOIN LATERAL queen.log_shared_window_v1(
+                c.partition_id, c.consumer_group,
+                GREATEST(p.first_offset - 1, c.cursor_offset), p.last_offset) w
+            WHERE c.partition_id = p.id
+        ) f
+        WHERE q.id = p_queue_id AND q.tenant_id = p_tenant);
+END
 $$;

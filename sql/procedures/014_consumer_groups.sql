@@ -20,7 +20,8 @@
 -- One group on every partition of a queue: the cursor (the group's
 -- effective one: a partition it has not met yet shows where its
 -- subscription would start it), the partition's last offset, the lag in
--- messages and its oldest pending message, the live lease's batch and
+-- messages (a shared group's as log_show_groups_v1 counts it) and its
+-- oldest pending message, the live lease's batch and
 -- expiry, the retry count, the retry delay (blocked_until) and the last
 -- claim. No lease holder is shown: the proxy records none (a lease is a
 -- token, which the receipts authenticate and SHOW never reveals).
@@ -64,8 +65,8 @@ BEGIN
     SELECT p.name::TEXT,
            x.cur,
            p.last_offset,
-           GREATEST(p.last_offset - GREATEST(p.first_offset - 1, x.cur), 0)::BIGINT,
-           y.oldest,
+           x.lag::BIGINT,
+           CASE WHEN x.lag > 0 THEN y.oldest END,
            CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
            CASE WHEN c.lease_expires_at > now() THEN c.batch_from END,
            CASE WHEN c.lease_expires_at > now() THEN c.batch_to END,
@@ -76,6 +77,14 @@ BEGIN
     LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
     CROSS JOIN LATERAL (
         SELECT COALESCE(c.cursor_offset, queen.log_cursor_at_v1(p.id, v_sub_at, p_tenant)) AS cur
+    ) x0
+    LEFT JOIN LATERAL queen.log_shared_window_v1(
+        p.id, p_group, GREATEST(p.first_offset - 1, x0.cur), p.last_offset
+    ) w ON c.partition_id IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT x0.cur,
+               GREATEST(p.last_offset - GREATEST(p.first_offset - 1, x0.cur)
+                        - COALESCE(w.done, 0), 0) AS lag
     ) x
     LEFT JOIN LATERAL (
         SELECT s.min_created_at AS oldest

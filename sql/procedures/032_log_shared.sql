@@ -204,6 +204,32 @@ BEGIN
 END
 $$;
 
+-- What the readers of lag and pending (SHOW GROUPS, SHOW GROUP, SHOW
+-- QUEUES, the views, max_queue_size) need of a shared group's window on
+-- one partition beyond its start: how many offsets in p_above + 1 ..
+-- p_last are finished (acked or dead) though the start has not moved
+-- over them yet (it moves every 64 ACKs or so, and with the next POP), and
+-- whether a live lease holds a message there. An ordered group has no
+-- rows: (0, false). Takes no locks.
+CREATE OR REPLACE FUNCTION queen.log_shared_window_v1(
+    p_partition_id BIGINT,
+    p_group        TEXT,
+    p_above        BIGINT,
+    p_last         BIGINT
+) RETURNS TABLE (done BIGINT, leased BOOLEAN)
+LANGUAGE sql STABLE
+AS $$
+    SELECT (SELECT count(*) FROM queen.log_shared_records r
+            WHERE r.partition_id = p_partition_id
+              AND r.consumer_group = p_group COLLATE "C"
+              AND r.message_offset > p_above AND r.message_offset <= p_last
+              AND r.state >= 2),
+           EXISTS (SELECT 1 FROM queen.log_shared_records r
+                   WHERE r.partition_id = p_partition_id
+                     AND r.consumer_group = p_group COLLATE "C"
+                     AND r.state = 0 AND r.lease_expires_at > now())
+$$;
+
 -- Dead-letters (or, without a DLQ, counts) one shared message that
 -- exhausted retry_limit; the caller set its row's state to 3.
 CREATE OR REPLACE FUNCTION queen.log_shared_give_up_v1(
@@ -1506,7 +1532,7 @@ $$;
 
 -- SHOW GROUPS: consumer_groups_v1's rows with each group's type appended
 -- ('ordered' | 'shared'). A shared group's lag counts its available and
--- in-flight messages (everything above its start).
+-- in-flight messages (log_shared_window_v1).
 -- Errors: 42704 unknown queue (when named). Takes no locks.
 CREATE OR REPLACE FUNCTION queen.consumer_groups_v2(
     p_queue  TEXT DEFAULT NULL,

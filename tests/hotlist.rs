@@ -1070,3 +1070,35 @@ async fn a_pop_in_a_block_after_an_ack_gets_what_was_held_for_its_session() {
     assert_eq!(col(&got[0], "retry_count"), "0");
     a.batch_execute("COMMIT").await.unwrap();
 }
+
+/// A consumer that works between its ACK and its next POP (longer than a
+/// held claim waits) is served every partition in turn: the claim its ACK
+/// made for it on the next partition, given back unused, keeps that
+/// partition's turn. (It used to go to the back of the rotation, so such a
+/// consumer was served every other partition only, the rest never.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_slower_than_the_hold_is_served_every_partition() {
+    let proxy = Proxy::start("hotlist_held_turns").await;
+    let client = proxy.connect().await;
+    for p in 0..4 {
+        for i in 0..3 {
+            client
+                .simple_query(&format!("PUSH INTO turns PARTITION 'p{p}' VALUES ('{i}')"))
+                .await
+                .unwrap();
+        }
+    }
+    let mut served = BTreeMap::<String, usize>::new();
+    for _ in 0..8 {
+        let got = pop_rows(&client, "POP FROM turns LIMIT 1").await;
+        assert_eq!(got.len(), 1, "every partition has messages left");
+        *served.entry(col(&got[0], "partition")).or_default() += 1;
+        assert_eq!(
+            ack_all(&client, &[col(&got[0], "receipt")]).await,
+            ["acked"]
+        );
+        // Longer than a held claim waits for its session's next POP.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(served.len(), 4, "partitions served: {served:?}");
+}

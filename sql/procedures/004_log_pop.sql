@@ -334,7 +334,10 @@ BEGIN
         SELECT u.* FROM (
             -- The candidates (the engine's hot list), by id: each is judged,
             -- and those that cannot be claimed now come first, so each of them
-            -- is reported whatever the claims that follow.
+            -- is reported whatever the claims that follow. The claimable ones
+            -- in the order given: the ring's rotation is the turn, and it
+            -- knows what last_claimed_at cannot tell (a claim given back
+            -- unused, its partition's turn not taken).
             SELECT k.id, p.name, (c.partition_id IS NOT NULL) AS has_row,
                    CASE
                        WHEN p.id IS NULL OR p.last_write_at IS NULL
@@ -354,10 +357,12 @@ BEGIN
                        WHEN v_queue.window_buffer > 0 AND p.last_write_at IS NOT NULL
                             THEN p.last_write_at + make_interval(secs => v_queue.window_buffer)
                    END AS st_until,
-                   c.last_claimed_at, p.last_offset
+                   c.last_claimed_at, p.last_offset, k.ord
             -- LATERAL ... LIMIT 1: one primary-key probe per candidate, never a
             -- join over the queue's partitions, whatever the row estimates.
-            FROM (SELECT DISTINCT u.id FROM unnest(p_candidates) AS u(id) WHERE u.id IS NOT NULL) AS k
+            FROM (SELECT u.id, min(u.ord) AS ord
+                  FROM unnest(p_candidates) WITH ORDINALITY AS u(id, ord)
+                  WHERE u.id IS NOT NULL GROUP BY u.id) AS k
             LEFT JOIN LATERAL (
                 SELECT p1.id, p1.name, p1.last_write_at, p1.last_offset
                 FROM queen.log_partitions p1
@@ -370,7 +375,7 @@ BEGIN
                 WHERE c1.partition_id = p.id AND c1.consumer_group = v_group
                 LIMIT 1) AS c ON true
         ) AS u
-        ORDER BY u.st = 'ready', u.last_claimed_at NULLS FIRST, u.id;
+        ORDER BY u.st = 'ready', u.ord;
     END IF;
     LOOP
         FETCH v_cur INTO v_cand;

@@ -208,12 +208,12 @@ impl Fuser {
             pool::release(conn);
             match result {
                 Ok(_) => {
-                    // Not a plain ACK's release: the partition is not
-                    // drained, its held messages are there again.
+                    // The partition's held messages are there again, and
+                    // its turn in the rotation was not used.
                     self.announcer
                         .waiters
                         .hot
-                        .acked(&[(held.partition_id, group.as_str())], false);
+                        .given_back(&[(held.partition_id, group.as_str())]);
                     return;
                 }
                 // PostgreSQL refused it (the queue was dropped, say):

@@ -157,6 +157,19 @@ impl Hotlist {
         }
     }
 
+    /// Claims of these (partition, group)s were given back undelivered:
+    /// each partition goes to the front of its rotation.
+    pub fn given_back(&self, partitions: &[(i64, &str)]) {
+        let rings: Vec<Arc<Ring>> = lock(&self.rings).values().cloned().collect();
+        for ring in rings {
+            for (id, group) in partitions {
+                if *group == ring.group {
+                    ring.lock().given_back(*id);
+                }
+            }
+        }
+    }
+
     /// Forgets rings idle for [`RING_IDLE`] and wake-up counters no ring
     /// uses (called now and then).
     pub fn prune(&self) {

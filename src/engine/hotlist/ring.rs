@@ -336,6 +336,22 @@ impl RingState {
         }
     }
 
+    /// A parked id whose claim was given back undelivered (a held claim
+    /// its session did not take): back at the front of the rotation, its
+    /// turn unused. At the back, a consumer whose next POP comes after the
+    /// hold would find the claim made for it on the next partition given
+    /// back behind the others every time, and that partition never served.
+    pub fn given_back(&mut self, id: i64) {
+        if !self.parked_until.contains_key(&id) {
+            return;
+        }
+        self.unpark(id);
+        self.own.remove(&id);
+        self.epoch += 1;
+        self.members.insert(id, self.epoch);
+        self.order.push_front(id);
+    }
+
     /// Moves parked ids whose instant has passed back into the rotation.
     pub fn unpark_due(&mut self, now: SystemTime) {
         while let Some(&(until, id)) = self.parked.first() {

@@ -356,3 +356,26 @@ fn a_push_brings_back_a_waiting_partition_of_a_shared_group_only() {
         assert_eq!(parked, if shared { 0 } else { 2 }, "shared: {shared}");
     }
 }
+
+#[test]
+fn a_claim_given_back_undelivered_comes_back_at_the_front() {
+    let mut r = seeded_ring(&[1, 2, 3, 4]);
+    let lease = SystemTime::now() + Duration::from_secs(60);
+    // A consumer's claim of 1, then its ACK; the ACK's write claims 2 for
+    // its next POP, which comes too late: 2 is given back.
+    let t = r.take(1).unwrap();
+    r.settle(t, &[(1, Judgement::Claimed(Some(lease)))], false);
+    r.release(1, true);
+    let t = r.take(1).unwrap();
+    assert_eq!(t.ids, vec![2]);
+    r.settle(t, &[(2, Judgement::Claimed(Some(lease)))], false);
+    r.given_back(2);
+    // 2's turn was not used: it is served next, not after 3, 4 and 1.
+    let t = r.take(10).unwrap();
+    assert_eq!(t.ids, vec![2, 3, 4, 1]);
+    r.put_back(t);
+    // An id not parked (in the rotation, or gone) is left where it is.
+    r.given_back(3);
+    r.given_back(9);
+    assert_eq!(r.take(10).unwrap().ids, vec![2, 3, 4, 1]);
+}

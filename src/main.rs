@@ -221,6 +221,13 @@ fn main() -> ExitCode {
     }
     let cli = cli.serve;
     let users = match &cli.users {
+        Some(path) if !path.exists() => {
+            eprintln!(
+                "queenwire: users file {} does not exist (create it with `queenwire user add`)",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
         Some(path) => match Users::load(path) {
             Ok(u) if u.users.is_empty() => {
                 eprintln!("queenwire: users file {} has no users", path.display());
@@ -234,11 +241,18 @@ fn main() -> ExitCode {
         },
         None => None,
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Logs go to standard error, leaving standard output to `user list`.
+    let filter = match log_filter(&cli.log_level) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("queenwire: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Logs go to standard error, leaving standard output to `user list`;
+    // colours only on a terminal, not in a file or the journal.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cli.log_format {
         queenwire::metrics::log::LogFormat::Text => logs.init(),
@@ -355,9 +369,13 @@ fn main() -> ExitCode {
             server.shutdown().await;
             return ExitCode::SUCCESS;
         };
-        loop {
-            match signals.next().await {
-                Signal::Stop => break,
+        let backend_died = loop {
+            let signal = tokio::select! {
+                signal = signals.next() => signal,
+                () = server.embedded_exited() => break true,
+            };
+            match signal {
+                Signal::Stop => break false,
                 Signal::Kv(paused) => {
                     server.set_kv_paused(paused);
                     tracing::info!(paused, "KV surface switched");
@@ -365,6 +383,11 @@ fn main() -> ExitCode {
                 // Errors are logged by the reload; the old files stay.
                 Signal::Reload => drop(server.reload().await),
             }
+        };
+        if backend_died {
+            // Nothing can be served: the sessions close at once.
+            server.drain(std::future::ready(())).await;
+            return ExitCode::FAILURE;
         }
         tracing::info!("shutting down (a second SIGTERM or SIGINT skips the wait)");
         let hurry = async move { while !matches!(signals.next().await, Signal::Stop) {} };
@@ -479,6 +502,30 @@ impl Drop for EchoOff {
     }
 }
 
+/// `--log-level`: a level (`warning` read as `warn`), or a tracing filter
+/// with directives (`queenwire=debug,info`). A bare word that is not a
+/// level is refused: as a filter it would name a target and silence
+/// everything else, errors included.
+fn log_filter(level: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    let word = level.trim().to_ascii_lowercase();
+    let word = if word == "warning" {
+        "warn".to_string()
+    } else {
+        word
+    };
+    let is_level = matches!(
+        word.as_str(),
+        "off" | "error" | "warn" | "info" | "debug" | "trace"
+    );
+    if !is_level && !word.contains(['=', ',']) {
+        return Err(format!(
+            "invalid --log-level {level:?}: give error, warn, info, debug or trace, or a filter such as queenwire=debug,info"
+        ));
+    }
+    tracing_subscriber::EnvFilter::try_new(&word)
+        .map_err(|e| format!("invalid --log-level {level:?}: {e}"))
+}
+
 /// What a signal asks for.
 enum Signal {
     /// SIGTERM or SIGINT: drain and exit.
@@ -519,6 +566,23 @@ impl Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_level_is_a_level_or_a_filter() {
+        for ok in [
+            "info",
+            "WARN",
+            "warning",
+            "error",
+            "trace",
+            "queenwire=debug,info",
+        ] {
+            assert!(log_filter(ok).is_ok(), "{ok}");
+        }
+        for bad in ["bogus", "warnings", ""] {
+            assert!(log_filter(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_command_line_is_well_formed() {

@@ -251,7 +251,7 @@ pub enum StartError {
     Embedded(#[from] EmbeddedError),
     #[error("backend: {0}")]
     Backend(#[from] BackendError),
-    #[error("backend: {0}")]
+    #[error("backend: {}", with_causes(.0))]
     Connect(#[from] tokio_postgres::Error),
     #[error("schema: {0}")]
     Schema(#[from] SchemaError),
@@ -261,6 +261,23 @@ pub enum StartError {
     Insecure(String),
     #[error("embedded PostgreSQL launcher: {0}")]
     Join(#[from] tokio::task::JoinError),
+}
+
+/// An error and what caused it, as one line: tokio-postgres says only
+/// "db error" or "error connecting to server" and keeps PostgreSQL's
+/// message or the OS error as its source.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// A running queenwire.
@@ -510,6 +527,7 @@ impl Server {
             let exporter = Arc::new(Exporter {
                 metrics: metrics.clone(),
                 gauges: Gauges::new(background, config.metrics_queue_cap),
+                draining: shutdown.drain_signal(),
             });
             background_tasks.push(tokio::spawn(crate::metrics::http::serve(
                 listener,
@@ -533,6 +551,24 @@ impl Server {
             kv,
             embedded,
         })
+    }
+
+    /// Resolves when the embedded PostgreSQL has exited on its own (a
+    /// crash, a kill): no client can be served any more, and the process
+    /// should end so that whatever supervises it starts it again (a new
+    /// start recovers the cluster). Never resolves for an external backend,
+    /// whose restarts the pool rides out.
+    pub async fn embedded_exited(&self) {
+        let Some(pg) = &self.embedded else {
+            return std::future::pending().await;
+        };
+        while !pg.exited() {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        tracing::error!(
+            pid = pg.pid(),
+            "the embedded PostgreSQL exited unexpectedly (see postgres.log in the data directory); queenwire stops"
+        );
     }
 
     /// Pauses or resumes the KV surface: while paused, KV statements fail
@@ -649,6 +685,9 @@ impl Server {
     }
 
     async fn reload_users(&self, path: &std::path::Path) -> Result<usize, String> {
+        if !path.exists() {
+            return Err(format!("users file {} does not exist", path.display()));
+        }
         let users = crate::users::Users::load(path).map_err(|e| e.to_string())?;
         if users.users.is_empty() {
             return Err(format!("users file {} has no users", path.display()));

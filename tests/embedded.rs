@@ -114,9 +114,8 @@ fn standalone_cluster_stops_and_starts_again_on_the_same_directory() {
 fn postmaster_left_running_by_a_killed_run_is_stopped_and_replaced() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let leftover = EmbeddedPostgres::start(dir.path()).expect("first start");
-    let leftover_pid = leftover.pid();
     // As if queenwire had been killed with SIGKILL: nothing stops postgres.
-    std::mem::forget(leftover);
+    let leftover_pid = leftover.abandon();
     assert!(process_is_running(leftover_pid));
 
     let recovered = EmbeddedPostgres::start(dir.path()).expect("start over the leftover");
@@ -130,4 +129,22 @@ fn postmaster_left_running_by_a_killed_run_is_stopped_and_replaced() {
     // The forgotten handle will never reap its child; do it here.
     // SAFETY: a null status pointer is allowed.
     unsafe { libc::waitpid(leftover_pid as libc::pid_t, std::ptr::null_mut(), 0) };
+}
+
+/// A second start on a data directory in use is refused, and the running
+/// cluster is left alone (it used to be stopped as a leftover).
+#[test]
+fn a_second_start_on_a_directory_in_use_is_refused() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let running = EmbeddedPostgres::start(dir.path()).expect("first start");
+    let refused = EmbeddedPostgres::start(dir.path()).expect_err("the directory is in use");
+    assert!(
+        refused.to_string().contains("another queenwire is using"),
+        "{refused}"
+    );
+    assert!(process_is_running(running.pid()));
+    assert_eq!(select_one(&running.client_config()), 1);
+    drop(running);
+    let again = EmbeddedPostgres::start(dir.path()).expect("free once the first stopped");
+    assert_eq!(select_one(&again.client_config()), 1);
 }

@@ -124,6 +124,30 @@ fn embedded_cluster_starts_serves_stops_and_recovers_from_kill_9() {
     let mut child = spawn(&data, port);
     wait_serving(port, &mut child);
     assert!(!alive(leftover), "the leftover cluster was not stopped");
+
+    // A second queenwire on the data dir in use is refused, and the first
+    // one's cluster is left alone.
+    let pg = postmaster_pid(&data);
+    let second = Command::new(env!("CARGO_BIN_EXE_queenwire"))
+        .args(["--data-dir", data.to_str().unwrap(), "--listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .env_remove("DATABASE_URL")
+        .env_remove("QUEENWIRE_BACKEND")
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("another queenwire is using"), "{err}");
+    assert!(alive(pg), "the running cluster was stopped");
+    wait_serving(port, &mut child);
+
+    // The cluster dies under queenwire: it exits with an error rather than
+    // serve nothing, and the next start recovers.
+    unsafe { libc::kill(pg, libc::SIGKILL) };
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(!status.success(), "{status:?}");
+    let mut child = spawn(&data, port);
+    wait_serving(port, &mut child);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
 }

@@ -36,6 +36,12 @@ pub enum EmbeddedError {
         source: io::Error,
     },
 
+    #[error(
+        "another queenwire is using the data directory {} (it holds queenwire.lock there); stop it first, or give this one a --data-dir of its own",
+        .data_dir.display()
+    )]
+    InUse { data_dir: PathBuf },
+
     #[error("could not look up the OS user `{name}`: {source}")]
     UserLookup {
         name: &'static str,

@@ -10,6 +10,7 @@
 //!   pgdata/        PGDATA, made by initdb on the first start
 //!   run/           unix_socket_directories: .s.PGSQL.5432 and its lock file
 //!   postgres.log   stdout and stderr of initdb and postgres, appended run after run
+//!   queenwire.lock locked (flock) by the queenwire using the directory
 //! ```
 //!
 //! # Why it is done this way
@@ -34,8 +35,9 @@
 //!   starts it from a short-lived thread. So a queenwire killed with SIGKILL
 //!   leaves postgres running; the next start finds it through
 //!   `pgdata/postmaster.pid` and stops it (fast shutdown) before starting its
-//!   own. That assumes one queenwire per data directory, which the data
-//!   directory is for. A stale pid file of a dead process is postgres's own
+//!   own. That needs one queenwire per data directory: `queenwire.lock`
+//!   enforces it (a lock the kernel drops with its holder, so a killed
+//!   run leaves none behind). A stale pid file of a dead process is postgres's own
 //!   business: it checks and replaces it.
 //! - PostgreSQL refuses to run as root. Run as root, queenwire runs initdb and
 //!   postgres as `postgres` (the user distributions create with the server
@@ -63,8 +65,8 @@ pub use error::EmbeddedError;
 use binaries::{find_binaries_for_cluster, find_newest_binaries, read_cluster_major_version};
 use error::io_error;
 use process::{
-    poll_until_ready, run_initdb, send_signal, server_command, stop_leftover_postmaster,
-    wait_for_child, FAST_SHUTDOWN_TIMEOUT, FORCED_SHUTDOWN_TIMEOUT,
+    poll_until_ready, process_is_running, run_initdb, send_signal, server_command,
+    stop_leftover_postmaster, wait_for_child, FAST_SHUTDOWN_TIMEOUT, FORCED_SHUTDOWN_TIMEOUT,
 };
 use run_as::{check_traversable, chown_tree, unprivileged_user_if_root};
 use std::ffi::OsString;
@@ -85,6 +87,7 @@ pub struct ServerBinaries {
 const PGDATA_DIR: &str = "pgdata";
 const SOCKET_DIR: &str = "run";
 pub(super) const LOG_FILE: &str = "postgres.log";
+const LOCK_FILE: &str = "queenwire.lock";
 const PORT: u16 = 5432;
 const USER: &str = "queenwire";
 const DATABASE: &str = "postgres";
@@ -101,6 +104,8 @@ pub struct EmbeddedPostgres {
     socket_dir: PathBuf,
     log_path: PathBuf,
     port: u16,
+    /// `queenwire.lock` in the data directory, locked until stopped.
+    lock: Option<fs::File>,
 }
 
 impl EmbeddedPostgres {
@@ -124,6 +129,7 @@ impl EmbeddedPostgres {
         let data_dir = data_dir
             .canonicalize()
             .map_err(io_error("resolve the data directory", data_dir))?;
+        let lock = lock_data_dir(&data_dir)?;
         let pgdata = data_dir.join(PGDATA_DIR);
         let socket_dir = data_dir.join(SOCKET_DIR);
         let log_path = data_dir.join(LOG_FILE);
@@ -193,6 +199,7 @@ impl EmbeddedPostgres {
         let mut embedded = EmbeddedPostgres {
             pid: postmaster.id(),
             postmaster: Some(postmaster),
+            lock: Some(lock),
             data_dir,
             socket_dir,
             log_path,
@@ -252,6 +259,12 @@ impl EmbeddedPostgres {
     /// for the postmaster to exit; if it has not after 30 s, immediate
     /// shutdown (SIGQUIT), then SIGKILL.
     pub fn stop(&mut self) -> Result<(), EmbeddedError> {
+        self.stop_postmaster()?;
+        self.lock = None;
+        Ok(())
+    }
+
+    fn stop_postmaster(&mut self) -> Result<(), EmbeddedError> {
         let Some(mut postmaster) = self.postmaster.take() else {
             return Ok(());
         };
@@ -287,6 +300,22 @@ impl EmbeddedPostgres {
         Ok(())
     }
 
+    /// Whether the postmaster started here has exited (crashed, or was
+    /// killed) without [`stop`](Self::stop).
+    pub fn exited(&self) -> bool {
+        self.postmaster.is_some() && !process_is_running(self.pid)
+    }
+
+    /// Lets go of the cluster without stopping it, as a queenwire killed
+    /// with SIGKILL does: the postmaster keeps running (its pid is
+    /// returned; the caller reaps it) and the data directory is free for
+    /// the next start, which stops it.
+    pub fn abandon(mut self) -> u32 {
+        drop(self.postmaster.take());
+        self.lock = None;
+        self.pid
+    }
+
     /// Polls with a real client connection, on a thread of its own so that
     /// `start` also works when called from inside a tokio runtime.
     fn wait_until_ready(&mut self) -> Result<(), EmbeddedError> {
@@ -309,6 +338,30 @@ impl Drop for EmbeddedPostgres {
         if let Err(error) = self.stop() {
             tracing::warn!(%error, "could not stop the embedded PostgreSQL");
         }
+    }
+}
+
+/// Takes the data directory's lock, held until the returned file is
+/// dropped (or the process ends, however it ends: a queenwire killed with
+/// SIGKILL leaves its postmaster running but not the lock, so the next
+/// start may stop that postmaster). A second queenwire on a directory in
+/// use is refused before it touches anything, rather than stopping the
+/// first one's cluster as a leftover.
+fn lock_data_dir(data_dir: &Path) -> Result<fs::File, EmbeddedError> {
+    let path = data_dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_error("open the lock file", &path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(EmbeddedError::InUse {
+            data_dir: data_dir.to_path_buf(),
+        }),
+        Err(fs::TryLockError::Error(e)) => Err(io_error("lock", &path)(e)),
     }
 }
 

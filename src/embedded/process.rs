@@ -203,7 +203,7 @@ fn is_postgres_for(pid: u32, pgdata: &Path) -> bool {
 
 /// A zombie (exited, not yet reaped by its parent) counts as gone, although
 /// `kill(pid, 0)` still succeeds on it.
-fn process_is_running(pid: u32) -> bool {
+pub(super) fn process_is_running(pid: u32) -> bool {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };

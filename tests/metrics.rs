@@ -654,3 +654,36 @@ async fn counters_match_a_ledger_of_concurrent_work() {
         320.0
     );
 }
+
+/// From the moment a drain begins `/ready` is 503, so a load balancer
+/// stops sending clients, while `/health` and `/metrics` still answer
+/// until the drain ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_is_503_from_the_start_of_a_drain() {
+    let (proxy, addr) = start("metrics_drain", 1000).await;
+    let client = proxy.connect().await;
+    // An open transaction keeps the drain going.
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(get(addr, "/ready").await.0, 200);
+    let draining = tokio::spawn(
+        proxy
+            .server
+            .drain(tokio::time::sleep(Duration::from_secs(3))),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let (status, body) = get(addr, "/ready").await;
+        if status == 503 {
+            assert!(body.contains("shutting down"), "{body}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still ready while draining"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(get(addr, "/health").await.0, 200);
+    assert_eq!(get(addr, "/metrics").await.0, 200);
+    draining.await.unwrap();
+}

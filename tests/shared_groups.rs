@@ -1357,7 +1357,12 @@ async fn finished_messages_leave_lag_and_pending_at_once() {
         .await
         .unwrap();
     push_numbers(&client, "drained", "Default", 0..2).await;
-    assert_eq!(rows(&client, "POP FROM drained LIMIT 2 AUTO ACK").await.len(), 2);
+    assert_eq!(
+        rows(&client, "POP FROM drained LIMIT 2 AUTO ACK")
+            .await
+            .len(),
+        2
+    );
     push_numbers(&client, "head", "Default", 0..3).await;
     let first = rows(&client, "POP FROM head").await;
     assert_eq!(ack(&client, &first[0], "").await, "acked");

@@ -126,6 +126,9 @@ pub async fn startup(shared: &Arc<Shared>, mut stream: ClientStream) -> Option<S
         Some(users) => match authenticate(shared, &users, &mut client, &startup.user).await {
             Some(identity) => identity,
             None => {
+                // As PostgreSQL logs a failed login: who, from where.
+                let peer = client.peer().map(|p| p.to_string()).unwrap_or_default();
+                tracing::warn!(user = %startup.user, %peer, "password authentication failed");
                 let err = SqlError::fatal(
                     SqlState::INVALID_PASSWORD,
                     format!(

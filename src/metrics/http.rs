@@ -25,6 +25,9 @@ const MAX_CONCURRENT: usize = 32;
 pub struct Exporter {
     pub metrics: Arc<Metrics>,
     pub gauges: Gauges,
+    /// Begins with the drain: from then on `/ready` is 503, so a load
+    /// balancer sends no new clients to a queenwire that refuses them.
+    pub draining: ShutdownSignal,
 }
 
 /// A parsed request line: what the server answers depends on nothing else.
@@ -133,7 +136,9 @@ impl Exporter {
             }
             "/health" => plain(200, "ok"),
             "/ready" => {
-                if self.gauges.ready().await {
+                if self.draining.has_begun() {
+                    plain(503, "not ready: shutting down")
+                } else if self.gauges.ready().await {
                     plain(200, "ready")
                 } else {
                     plain(

@@ -387,8 +387,11 @@ async fn a_reload_replaces_the_users_for_new_logins_only() {
     let err = proxy.server.reload().await.unwrap_err();
     assert!(err.contains("users file"), "{err}");
     login(&cfg, "bob").await.unwrap();
-    // So is an empty (or missing) one: it would lock everybody out.
+    // So is a missing or empty one: it would lock everybody out.
     std::fs::remove_file(&path).unwrap();
+    let err = proxy.server.reload().await.unwrap_err();
+    assert!(err.contains("does not exist"), "{err}");
+    std::fs::write(&path, "").unwrap();
     let err = proxy.server.reload().await.unwrap_err();
     assert!(err.contains("no users"), "{err}");
     login(&cfg, "bob").await.unwrap();

@@ -347,6 +347,22 @@ async fn a_changed_definition_needs_or_replace_and_a_bad_expression_gets_postgre
         .batch_execute(&format!("CREATE STREAM s {def}"))
         .await
         .unwrap();
+    // SHOW STREAMS says it as a CREATE STREAM would, every default spelt
+    // out, and what it says is the same definition (no 42710).
+    let shown = texts(
+        client.simple_query("SHOW STREAMS").await.unwrap(),
+        &["definition"],
+    );
+    let shown = shown[0][0].clone().unwrap_or_default();
+    assert_eq!(
+        shown,
+        "FROM src GROUP \"stream:s\" SUBSCRIBE FROM BEGINNING KEY BY payload->>'k' \
+         WINDOW TUMBLING '60000ms' AGGREGATE (count(*) AS count) INTO \"out\""
+    );
+    client
+        .batch_execute(&format!("CREATE STREAM s {shown}"))
+        .await
+        .unwrap();
     let changed = "FROM src KEY BY payload->>'k' WINDOW TUMBLING '1m' GRACE '5s' AGGREGATE (count(*)) INTO out";
     let e = client
         .batch_execute(&format!("CREATE STREAM s {changed}"))
@@ -1205,7 +1221,7 @@ async fn reduce_is_refused_with_session_windows_and_a_bad_function_gets_postgres
         def[0][0]
             .as_deref()
             .unwrap_or("")
-            .contains("reduce(f2, '{}') AS \"x\""),
+            .contains("reduce(f2, '{}') AS x"),
         "{def:?}"
     );
 }

@@ -3,6 +3,50 @@
 -- Lag is what the stream's consumer group has not acknowledged yet on the
 -- source: last_offset - cursor_offset summed over the source's partitions.
 
+-- A stream's definition as a CREATE STREAM would say it (after the name),
+-- from its registry row: what SHOW STREAMS shows. Durations in
+-- milliseconds, clauses at their defaults left out, min/max typed by the
+-- registry (min_text, max_timestamptz) shown as written. The registry's
+-- own `definition` is the normalised text its hash is taken over, which
+-- this does not change.
+CREATE OR REPLACE FUNCTION queen.stream_definition_text_v1(s queen.streams)
+RETURNS TEXT
+LANGUAGE sql STABLE
+AS $$
+    SELECT concat_ws(' ',
+        'FROM ' || quote_ident(s.source_queue),
+        'GROUP ' || quote_ident(s.consumer_group),
+        'SUBSCRIBE FROM ' || CASE s.subscribe
+            WHEN 'beginning' THEN 'BEGINNING'
+            WHEN 'now' THEN 'NOW'
+            ELSE quote_literal(s.subscribe_at::TEXT) END,
+        'WHERE ' || s.where_expr,
+        'KEY BY ' || s.key_expr,
+        'WINDOW ' || CASE s.window_kind
+            WHEN 'tumbling' THEN format('TUMBLING %L', s.window_size_ms || 'ms')
+            WHEN 'sliding' THEN format('SLIDING %L EVERY %L', s.window_size_ms || 'ms',
+                                       s.window_every_ms || 'ms')
+            ELSE format('SESSION GAP %L', s.session_gap_ms || 'ms') END,
+        'EVENT TIME ' || s.event_time_expr
+            || format(' ALLOWED LATENESS %L', s.allowed_lateness_ms || 'ms')
+            || CASE WHEN s.on_late = 'include' THEN ' ON LATE INCLUDE' ELSE '' END,
+        CASE WHEN s.grace_ms > 0 THEN format('GRACE %L', s.grace_ms || 'ms') END,
+        CASE WHEN s.idle_flush_ms IS NOT NULL
+             THEN format('IDLE FLUSH %L', s.idle_flush_ms || 'ms') END,
+        'AGGREGATE (' || (
+            SELECT string_agg(
+                       CASE WHEN a.fn = 'reduce'
+                            THEN 'reduce(' || a.arg || ', ' || a.init || ')'
+                            ELSE regexp_replace(a.fn, '_(text|timestamptz)$', '')
+                                 || '(' || COALESCE(a.arg, '*') || ')' END
+                       || ' AS ' || quote_ident(a.name),
+                       ', ' ORDER BY a.i)
+            FROM unnest(s.agg_fns, s.agg_args, COALESCE(s.agg_inits, '{}'::TEXT[]), s.agg_names)
+                 WITH ORDINALITY AS a(fn, arg, init, name, i)) || ')',
+        'INTO ' || quote_ident(s.sink_queue),
+        CASE WHEN s.partition_by_key THEN 'PARTITION BY KEY' END)
+$$;
+
 CREATE OR REPLACE FUNCTION queen.stream_list_v1(p_tenant UUID)
 RETURNS TABLE (
     name TEXT, source_queue TEXT, consumer_group TEXT, sink_queue TEXT,
@@ -32,7 +76,7 @@ BEGIN
             LEFT JOIN queen.log_consumers c
                    ON c.partition_id = p.id AND c.consumer_group = s.consumer_group
             WHERE q.tenant_id = s.tenant_id AND q.name = s.source_queue),
-           s.last_error, s.definition
+           s.last_error, queen.stream_definition_text_v1(s)
     FROM queen.streams s
     WHERE s.tenant_id = p_tenant
     ORDER BY s.name;

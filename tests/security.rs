@@ -123,6 +123,38 @@ async fn connections_beyond_the_limit_get_53300() {
     b.simple_query("SELECT 1").await.unwrap();
 }
 
+/// A client over the limit is told so after its startup packet, as
+/// PostgreSQL does: libpq (psql's default sslmode=prefer sends an
+/// SSLRequest first) shows the FATAL, not a failed SSL negotiation. A
+/// cancel request still gets through when every slot is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_refuses_readably_and_still_takes_cancel_requests() {
+    let proxy = Proxy::start_with("max_conns_psql", |c| c.max_connections = 1).await;
+    let busy = proxy.connect().await;
+    let (ok, _, stderr) = proxy
+        .psql_env(&["-c", "SELECT 1"], &[("PGSSLMODE", "prefer")])
+        .await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("sorry, too many clients already"),
+        "{stderr}"
+    );
+
+    let cancel = busy.cancel_token();
+    let sleeping = tokio::spawn(async move { busy.simple_query("SELECT pg_sleep(30)").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cancel
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .expect("the cancel request is sent");
+    let err = tokio::time::timeout(Duration::from_secs(10), sleeping)
+        .await
+        .expect("the cancel reached the query")
+        .unwrap()
+        .expect_err("cancelled");
+    assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
+}
+
 #[tokio::test]
 async fn a_silent_client_is_closed_after_the_startup_timeout() {
     let proxy = Proxy::start_with("startup_timeout", |c| {

@@ -22,10 +22,21 @@ pub mod slots;
 pub mod startup;
 pub mod tls;
 
+use crate::protocol::{SqlError, SqlState};
 use accept::Listeners;
 use client::Peer;
 pub use shared::{CancelRegistry, FrontendConfig, PoolMode, SessionHandle, Shared, StatementNames};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Refused clients being told why at once; more are closed with the error
+/// sent straight away.
+const MAX_REFUSALS_AT_ONCE: usize = 64;
+/// How long a refused client has to send its startup packet.
+const REFUSAL_WITHIN: Duration = Duration::from_secs(2);
+/// How long a client whose startup is under way when the drain begins has
+/// to finish it (and be told 57P03).
+const STARTUP_GRACE_AT_DRAIN: Duration = Duration::from_secs(1);
 
 /// Accepts clients until the drain begins; the listeners are closed then
 /// (the Unix socket's file removed), so a client connecting later is
@@ -35,38 +46,79 @@ use std::sync::Arc;
 /// a session.
 pub async fn serve(listeners: Listeners, shared: Arc<Shared>) {
     let shutdown = shared.shutdown.clone();
+    // Refused clients are told why after their startup packet, a few at
+    // a time: past that, at once (a flood of them costs no more).
+    let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_AT_ONCE));
     loop {
         tokio::select! {
             accepted = listeners.accept() => match accepted {
                 Ok((mut stream, peer)) => {
-                    if shared.config.users.is_none()
+                    let refusal = if shared.config.users.is_none()
                         && matches!(peer, Peer::Tcp(addr) if !addr.ip().is_loopback())
                     {
-                        errors::send_fatal(&mut stream, &crate::protocol::SqlError::fatal(crate::protocol::SqlState::INVALID_AUTHORIZATION_SPECIFICATION, "no users file: queenwire accepts loopback connections only")).await;
+                        Some(SqlError::fatal(
+                            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                            "no users file: queenwire accepts loopback connections only",
+                        ))
+                    } else {
+                        None
+                    };
+                    let slot = match refusal {
+                        Some(_) => None,
+                        None => shared.slots.try_take(),
+                    };
+                    let refusal = match (refusal, &slot) {
+                        (Some(r), _) => Some(r),
+                        (None, None) => Some(SqlError::fatal(
+                            SqlState::TOO_MANY_CONNECTIONS,
+                            "sorry, too many clients already",
+                        )),
+                        (None, Some(_)) => None,
+                    };
+                    if let Some(refusal) = refusal {
+                        match refusals.clone().try_acquire_owned() {
+                            Ok(permit) => {
+                                let shared = shared.clone();
+                                tokio::spawn(async move {
+                                    let _permit = permit;
+                                    let _ = tokio::time::timeout(
+                                        REFUSAL_WITHIN,
+                                        startup::refuse(&shared, stream, refusal),
+                                    )
+                                    .await;
+                                });
+                            }
+                            Err(_) => errors::send_fatal(&mut stream, &refusal).await,
+                        }
                         continue;
                     }
-                    let Some(slot) = shared.slots.try_take() else {
-                        errors::send_fatal(&mut stream, &crate::protocol::SqlError::fatal(crate::protocol::SqlState::TOO_MANY_CONNECTIONS, "sorry, too many clients already")).await;
-                        continue;
-                    };
                     let shared = shared.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
                         // A silent or slow client cannot hold a slot forever.
-                        // Nor hold up a drain: its startup is abandoned.
+                        // Nor hold up a drain for long: one whose startup is
+                        // under way when it begins gets a moment to finish
+                        // it and hear 57P03, else its startup is abandoned.
+                        let startup = tokio::time::timeout(
+                            shared.config.startup_timeout,
+                            startup::startup(&shared, stream),
+                        );
+                        tokio::pin!(startup);
                         let started = tokio::select! {
-                            started = tokio::time::timeout(
-                                shared.config.startup_timeout,
-                                startup::startup(&shared, stream),
-                            ) => started,
-                            () = shared.shutdown.begun() => return,
+                            started = &mut startup => started,
+                            () = shared.shutdown.begun() => {
+                                match tokio::time::timeout(STARTUP_GRACE_AT_DRAIN, &mut startup).await {
+                                    Ok(started) => started,
+                                    Err(_) => return,
+                                }
+                            }
                         };
                         let Ok(Some(mut started)) = started else {
                             return;
                         };
                         if shared.shutdown.has_begun() {
-                            let err = crate::protocol::SqlError::fatal(
-                                crate::protocol::SqlState::CANNOT_CONNECT_NOW,
+                            let err = SqlError::fatal(
+                                SqlState::CANNOT_CONNECT_NOW,
                                 "the database system is shutting down",
                             );
                             started.client.send_fatal(&err).await;

@@ -36,7 +36,25 @@ pub struct Started {
 
 /// Runs the startup phase. `None` when the connection ends here (a cancel
 /// request, a refused login, a vanished client).
-pub async fn startup(shared: &Arc<Shared>, mut stream: ClientStream) -> Option<Started> {
+pub async fn startup(shared: &Arc<Shared>, stream: ClientStream) -> Option<Started> {
+    negotiate(shared, stream, None).await
+}
+
+/// A client that may not have a session (too many clients, a remote
+/// client with no users file): its SSL or GSS request is answered and its
+/// startup packet read, then `refusal` is sent, as PostgreSQL refuses it.
+/// Sent before the startup packet, a driver reads it as a failed SSL
+/// negotiation and shows no SQLSTATE. A cancel request is still carried
+/// out: it is how a client stops a query when the server is full.
+pub async fn refuse(shared: &Arc<Shared>, stream: ClientStream, refusal: SqlError) {
+    negotiate(shared, stream, Some(refusal)).await;
+}
+
+async fn negotiate(
+    shared: &Arc<Shared>,
+    mut stream: ClientStream,
+    refusal: Option<SqlError>,
+) -> Option<Started> {
     let startup = loop {
         let packet = match read_startup_packet(&mut stream, MAX_STARTUP_PACKET).await {
             Ok(p) => p,
@@ -85,6 +103,12 @@ pub async fn startup(shared: &Arc<Shared>, mut stream: ClientStream) -> Option<S
                     "queenwire requires TLS: connect with sslmode=require",
                 );
                 refuse_with(&mut stream, err).await;
+                return None;
+            }
+            code if code >> 16 == 3 && refusal.is_some() => {
+                if let Some(err) = refusal {
+                    refuse_with(&mut stream, err).await;
+                }
                 return None;
             }
             code if code >> 16 == 3 => match read_parameters(&mut r, code & 0xffff) {

@@ -245,6 +245,15 @@ impl Announcer {
         let _ = self.remote.send(digest);
     }
 
+    /// Messages of the queue became claimable again without a write (a
+    /// held claim given back unused): its waiting POPs, here and in the
+    /// other processes, look again now rather than at their next poll.
+    pub fn released(&self, key: &str) {
+        let digest = self.waiters.digest(key);
+        self.waiters.wake_waiters(&digest);
+        let _ = self.remote.send(digest);
+    }
+
     /// A committed push into these partitions (ids) of the queue: the
     /// queue's rings take the ids themselves, so their next POP claims
     /// without reseeding first; with no ids (nothing written, or not

@@ -214,6 +214,12 @@ impl Fuser {
                         .waiters
                         .hot
                         .given_back(&[(held.partition_id, group.as_str())]);
+                    // Another consumer may be waiting for them (an ordered
+                    // group's partition is handed over here).
+                    self.announcer.released(&crate::engine::wake::queue_key(
+                        held.key.tenant,
+                        held.key.queue(),
+                    ));
                     return;
                 }
                 // PostgreSQL refused it (the queue was dropped, say):

@@ -269,6 +269,16 @@ async fn health_ready_and_bad_requests() {
     let mut huge = b"GET /metrics HTTP/1.1\r\n".to_vec();
     huge.extend(std::iter::repeat_n(b'a', 20_000));
     assert_eq!(http_raw(addr, &huge).await.0, 431);
+    // Over 8 KiB with its blank line in the same read: still too large.
+    let mut long_header = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+    long_header.extend(std::iter::repeat_n(b'a', 9_000));
+    long_header.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(http_raw(addr, &long_header).await.0, 431);
+    // Lines ended by a bare LF are taken, as HTTP asks of servers.
+    assert_eq!(
+        http_raw(addr, b"GET /health HTTP/1.1\nHost: a\n\n").await.0,
+        200
+    );
     // HEAD: the headers without the body.
     let (status, body) = http_raw(addr, b"HEAD /health HTTP/1.1\r\n\r\n").await;
     assert_eq!((status, body.as_str()), (200, ""));

@@ -49,7 +49,9 @@ pub enum Refusal {
 /// The request line of a complete head (`head` ends at the blank line).
 pub fn parse_request(head: &[u8]) -> Result<Request<'_>, Refusal> {
     let text = std::str::from_utf8(head).map_err(|_| Refusal::Malformed)?;
-    let line = text.split("\r\n").next().ok_or(Refusal::Malformed)?;
+    // Lines end with CRLF, or a bare LF (which HTTP asks servers to take).
+    let line = text.split('\n').next().ok_or(Refusal::Malformed)?;
+    let line = line.strip_suffix('\r').unwrap_or(line);
     let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -152,7 +154,23 @@ impl Exporter {
     }
 }
 
-/// Reads a request head: up to and including the blank line.
+/// Where a request head ends: just after its blank line (CRLF CRLF, or
+/// bare LFs).
+fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.iter().enumerate().find_map(|(i, &b)| {
+        if b != b'\n' {
+            return None;
+        }
+        match &buf[i + 1..] {
+            [b'\n', ..] => Some(i + 2),
+            [b'\r', b'\n', ..] => Some(i + 3),
+            _ => None,
+        }
+    })
+}
+
+/// Reads a request head: up to and including the blank line, at most
+/// [`MAX_REQUEST`] bytes.
 async fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, Refusal> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -165,12 +183,14 @@ async fn read_head(stream: &mut TcpStream) -> Result<Vec<u8>, Refusal> {
             return Err(Refusal::Malformed);
         }
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            buf.truncate(end + 4);
-            return Ok(buf);
-        }
-        if buf.len() > MAX_REQUEST {
-            return Err(Refusal::TooLarge);
+        match head_end(&buf) {
+            Some(end) if end <= MAX_REQUEST => {
+                buf.truncate(end);
+                return Ok(buf);
+            }
+            Some(_) => return Err(Refusal::TooLarge),
+            None if buf.len() > MAX_REQUEST => return Err(Refusal::TooLarge),
+            None => {}
         }
     }
 }
@@ -265,6 +285,17 @@ mod tests {
         ] {
             assert_eq!(parse_request(bad), Err(Refusal::Malformed), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_head_ends_at_its_blank_line_with_or_without_carriage_returns() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n\r\nbody"), Some(24));
+        assert_eq!(head_end(b"GET / HTTP/1.1\nA: b\n\nbody"), Some(21));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n"), None);
+        assert_eq!(
+            parse_request(b"GET /health HTTP/1.1\nHost: a\n\n").map(|r| r.path),
+            Ok("/health")
+        );
     }
 
     #[test]

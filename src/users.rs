@@ -153,7 +153,9 @@ impl Users {
     }
 
     pub fn parse(text: &str) -> Result<Users, String> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| one_line(text, &e))?;
         let mut users = BTreeMap::new();
         let mut admins = std::collections::BTreeSet::new();
         let Some(section) = table.get("users") else {
@@ -250,6 +252,20 @@ fn toml_key(name: &str) -> String {
     }
 }
 
+/// A TOML error in one line (a log line per event): where, and what,
+/// without the excerpt and caret it draws under the offending line.
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let what = e.message().trim();
+    match e.span().and_then(|span| text.get(..span.start)) {
+        Some(before) => {
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("TOML parse error at line {line}, column {column}: {what}")
+        }
+        None => format!("TOML parse error: {what}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +285,16 @@ mod tests {
         );
         assert_eq!(Verifier::decode(&v.encode()), Some(v));
         assert_eq!(Verifier::decode("md5abc"), None);
+    }
+
+    #[test]
+    fn a_toml_error_is_one_line_with_its_place() {
+        let err = Users::parse("[users]\n[users.bob\nx = 1\n").unwrap_err();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(
+            err.starts_with("TOML parse error at line 2, column "),
+            "{err}"
+        );
     }
 
     #[test]

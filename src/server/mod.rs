@@ -618,14 +618,14 @@ impl Server {
                 slots.live()
             }
         };
-        let left = tokio::select! {
-            left = all_gone(self.shutdown_timeout) => left,
-            () = hurry => self.slots.live(),
+        let (left, why) = tokio::select! {
+            left = all_gone(self.shutdown_timeout) => (left, "drain timeout"),
+            () = hurry => (self.slots.live(), "stopping at once"),
         };
         if left > 0 {
             tracing::warn!(
                 sessions = left,
-                "drain timeout: closing the sessions left, rolling back their transactions"
+                "{why}: closing the sessions left, rolling back their transactions"
             );
             self.shutdown.terminate();
             self.shared.cancel_statements().await;

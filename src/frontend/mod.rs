@@ -46,52 +46,18 @@ const STARTUP_GRACE_AT_DRAIN: Duration = Duration::from_secs(1);
 /// a session.
 pub async fn serve(listeners: Listeners, shared: Arc<Shared>) {
     let shutdown = shared.shutdown.clone();
-    // Refused clients are told why after their startup packet, a few at
-    // a time: past that, at once (a flood of them costs no more).
     let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_REFUSALS_AT_ONCE));
     loop {
         tokio::select! {
             accepted = listeners.accept() => match accepted {
-                Ok((mut stream, peer)) => {
-                    let refusal = if shared.config.users.is_none()
-                        && matches!(peer, Peer::Tcp(addr) if !addr.ip().is_loopback())
-                    {
-                        Some(SqlError::fatal(
-                            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-                            "no users file: queenwire accepts loopback connections only",
-                        ))
-                    } else {
-                        None
-                    };
-                    let slot = match refusal {
-                        Some(_) => None,
-                        None => shared.slots.try_take(),
-                    };
-                    let refusal = match (refusal, &slot) {
-                        (Some(r), _) => Some(r),
-                        (None, None) => Some(SqlError::fatal(
-                            SqlState::TOO_MANY_CONNECTIONS,
-                            "sorry, too many clients already",
-                        )),
-                        (None, Some(_)) => None,
-                    };
-                    if let Some(refusal) = refusal {
-                        match refusals.clone().try_acquire_owned() {
-                            Ok(permit) => {
-                                let shared = shared.clone();
-                                tokio::spawn(async move {
-                                    let _permit = permit;
-                                    let _ = tokio::time::timeout(
-                                        REFUSAL_WITHIN,
-                                        startup::refuse(&shared, stream, refusal),
-                                    )
-                                    .await;
-                                });
-                            }
-                            Err(_) => errors::send_fatal(&mut stream, &refusal).await,
+                Ok((stream, peer)) => {
+                    let slot = match admit(&shared, &peer) {
+                        Ok(slot) => slot,
+                        Err(refusal) => {
+                            refuse(&shared, &refusals, stream, refusal).await;
+                            continue;
                         }
-                        continue;
-                    }
+                    };
                     let shared = shared.clone();
                     tokio::spawn(async move {
                         let _slot = slot;
@@ -144,5 +110,45 @@ pub async fn serve(listeners: Listeners, shared: Arc<Shared>) {
             },
             () = shutdown.begun() => return,
         }
+    }
+}
+
+/// The slot a client's session takes, or why it may have none.
+fn admit(shared: &Shared, peer: &Peer) -> Result<slots::SessionSlot, SqlError> {
+    if shared.config.users.is_none() && matches!(peer, Peer::Tcp(addr) if !addr.ip().is_loopback())
+    {
+        return Err(SqlError::fatal(
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            "no users file: queenwire accepts loopback connections only",
+        ));
+    }
+    shared.slots.try_take().ok_or_else(|| {
+        SqlError::fatal(
+            SqlState::TOO_MANY_CONNECTIONS,
+            "sorry, too many clients already",
+        )
+    })
+}
+
+/// Tells a refused client why: after its startup packet, by a task of its
+/// own, while fewer than [`MAX_REFUSALS_AT_ONCE`] are being told; past
+/// that, at once (a flood of them costs no more).
+async fn refuse(
+    shared: &Arc<Shared>,
+    refusals: &Arc<tokio::sync::Semaphore>,
+    mut stream: client::ClientStream,
+    refusal: SqlError,
+) {
+    match refusals.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let _ =
+                    tokio::time::timeout(REFUSAL_WITHIN, startup::refuse(&shared, stream, refusal))
+                        .await;
+            });
+        }
+        Err(_) => errors::send_fatal(&mut stream, &refusal).await,
     }
 }

@@ -345,11 +345,7 @@ impl RingState {
         if !self.parked_until.contains_key(&id) {
             return;
         }
-        self.unpark(id);
-        self.own.remove(&id);
-        self.epoch += 1;
-        self.members.insert(id, self.epoch);
-        self.order.push_front(id);
+        self.rejoin(id, true);
     }
 
     /// Moves parked ids whose instant has passed back into the rotation.
@@ -358,10 +354,19 @@ impl RingState {
             if until + PARK_SLACK > now {
                 break;
             }
-            self.unpark(id);
-            self.own.remove(&id);
-            self.epoch += 1;
-            self.members.insert(id, self.epoch);
+            self.rejoin(id, false);
+        }
+    }
+
+    /// A parked id back into the rotation, at its front or its back.
+    fn rejoin(&mut self, id: i64, front: bool) {
+        self.unpark(id);
+        self.own.remove(&id);
+        self.epoch += 1;
+        self.members.insert(id, self.epoch);
+        if front {
+            self.order.push_front(id);
+        } else {
             self.order.push_back(id);
         }
     }

@@ -356,7 +356,7 @@ $$;
 -- Pending messages of a queue: per partition, the retained messages its
 -- furthest-behind group has not finished: after the group's cursor, less
 -- a shared group's finished messages above its start
--- (log_shared_window_v1, 032). A group the queue knows
+-- (log_group_lag_v1, 032). A group the queue knows
 -- (consumer_groups_metadata) without a cursor on a partition counts as not
 -- having started there, and a queue with no group yet counts everything
 -- retained, so this never under-reports. One definition, read by
@@ -379,13 +379,12 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT CASE WHEN count(*) < g.n OR count(*) = 0
                         THEN GREATEST(p.last_offset - GREATEST(p.first_offset - 1, -1), 0)
-                        ELSE max(GREATEST(p.last_offset - GREATEST(p.first_offset - 1, c.cursor_offset)
-                                          - w.done, 0))
+                        ELSE max(l.lag)
                    END AS pending
             FROM queen.log_consumers c
-            CROSS JOIN LATERAL queen.log_shared_window_v1(
-                c.partition_id, c.consumer_group,
-                GREATEST(p.first_offset - 1, c.cursor_offset), p.last_offset) w
+            CROSS JOIN LATERAL queen.log_group_lag_v1(
+                c.partition_id, c.consumer_group, c.cursor_offset,
+                p.first_offset, p.last_offset) l
             WHERE c.partition_id = p.id
         ) f
         WHERE q.id = p_queue_id AND q.tenant_id = p_tenant);

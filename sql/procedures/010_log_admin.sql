@@ -323,7 +323,7 @@ $$;
 --   partitions         partitions the group has a cursor on;
 --   lag                retained messages after the group's cursor (a
 --                      shared group's start, less what it finished above
---                      it: log_shared_window_v1), summed over the queue's
+--                      it: log_group_lag_v1), summed over the queue's
 --                      partitions; a partition the group has not met yet
 --                      counts from where its subscription would start it;
 --   oldest_pending_at  created_at of the oldest message the group has not
@@ -356,10 +356,10 @@ BEGIN
     SELECT q.name::TEXT,
            m.consumer_group::TEXT,
            count(c.partition_id),
-           COALESCE(sum(x.lag), 0)::BIGINT,
-           min(y.oldest) FILTER (WHERE x.lag > 0),
+           COALESCE(sum(l.lag), 0)::BIGINT,
+           min(y.oldest) FILTER (WHERE l.lag > 0),
            count(*) FILTER (WHERE (c.lease_token IS NOT NULL AND c.lease_expires_at > now())
-                                  OR w.leased)
+                                  OR l.leased)
     FROM queen.queues q
     JOIN queen.consumer_groups_metadata m ON m.queue_id = q.id
     LEFT JOIN queen.log_partitions p ON p.queue_id = q.id
@@ -368,15 +368,10 @@ BEGIN
     LEFT JOIN LATERAL (
         SELECT COALESCE(c.cursor_offset,
                         queen.log_cursor_at_v1(p.id, m.subscription_at, q.tenant_id)) AS cur
-    ) x0 ON p.id IS NOT NULL
-    LEFT JOIN LATERAL queen.log_shared_window_v1(
-        p.id, m.consumer_group, GREATEST(p.first_offset - 1, x0.cur), p.last_offset
-    ) w ON c.partition_id IS NOT NULL
-    LEFT JOIN LATERAL (
-        SELECT x0.cur,
-               GREATEST(p.last_offset - GREATEST(p.first_offset - 1, x0.cur)
-                        - COALESCE(w.done, 0), 0) AS lag
     ) x ON p.id IS NOT NULL
+    LEFT JOIN LATERAL queen.log_group_lag_v1(
+        p.id, m.consumer_group, x.cur, p.first_offset, p.last_offset
+    ) l ON p.id IS NOT NULL
     LEFT JOIN LATERAL (
         SELECT s.min_created_at AS oldest
         FROM queen.log_segments s

@@ -65,8 +65,8 @@ BEGIN
     SELECT p.name::TEXT,
            x.cur,
            p.last_offset,
-           x.lag::BIGINT,
-           CASE WHEN x.lag > 0 THEN y.oldest END,
+           l.lag,
+           CASE WHEN l.lag > 0 THEN y.oldest END,
            CASE WHEN c.lease_expires_at > now() THEN c.lease_expires_at END,
            CASE WHEN c.lease_expires_at > now() THEN c.batch_from END,
            CASE WHEN c.lease_expires_at > now() THEN c.batch_to END,
@@ -77,15 +77,8 @@ BEGIN
     LEFT JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = p_group
     CROSS JOIN LATERAL (
         SELECT COALESCE(c.cursor_offset, queen.log_cursor_at_v1(p.id, v_sub_at, p_tenant)) AS cur
-    ) x0
-    LEFT JOIN LATERAL queen.log_shared_window_v1(
-        p.id, p_group, GREATEST(p.first_offset - 1, x0.cur), p.last_offset
-    ) w ON c.partition_id IS NOT NULL
-    CROSS JOIN LATERAL (
-        SELECT x0.cur,
-               GREATEST(p.last_offset - GREATEST(p.first_offset - 1, x0.cur)
-                        - COALESCE(w.done, 0), 0) AS lag
     ) x
+    CROSS JOIN LATERAL queen.log_group_lag_v1(p.id, p_group, x.cur, p.first_offset, p.last_offset) l
     LEFT JOIN LATERAL (
         SELECT s.min_created_at AS oldest
         FROM queen.log_segments s

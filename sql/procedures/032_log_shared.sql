@@ -204,30 +204,35 @@ BEGIN
 END
 $$;
 
--- What the readers of lag and pending (SHOW GROUPS, SHOW GROUP, SHOW
--- QUEUES, the views, max_queue_size) need of a shared group's window on
--- one partition beyond its start: how many offsets in p_above + 1 ..
--- p_last are finished (acked or dead) though the start has not moved
--- over them yet (it moves every 64 ACKs or so, and with the next POP), and
--- whether a live lease holds a message there. An ordered group has no
--- rows: (0, false). Takes no locks.
-CREATE OR REPLACE FUNCTION queen.log_shared_window_v1(
+-- A group's lag on one partition, the one definition SHOW GROUPS, SHOW
+-- GROUP, SHOW QUEUES, the views and max_queue_size read: the retained
+-- messages after its cursor (p_cursor, read as at least first_offset - 1),
+-- less those a shared group finished above its start though the start has
+-- not moved over them yet (it moves every 64 ACKs or so, and with the next
+-- POP); and whether a live lease holds a shared group's message there. An
+-- ordered group has no rows: its lag is last - cursor, leased false (its
+-- lease is on log_consumers). Takes no locks.
+DROP FUNCTION IF EXISTS queen.log_shared_window_v1(BIGINT, TEXT, BIGINT, BIGINT);
+CREATE OR REPLACE FUNCTION queen.log_group_lag_v1(
     p_partition_id BIGINT,
     p_group        TEXT,
-    p_above        BIGINT,
-    p_last         BIGINT
-) RETURNS TABLE (done BIGINT, leased BOOLEAN)
+    p_cursor       BIGINT,
+    p_first_offset BIGINT,
+    p_last_offset  BIGINT
+) RETURNS TABLE (lag BIGINT, leased BOOLEAN)
 LANGUAGE sql STABLE
 AS $$
-    SELECT (SELECT count(*) FROM queen.log_shared_records r
-            WHERE r.partition_id = p_partition_id
-              AND r.consumer_group = p_group COLLATE "C"
-              AND r.message_offset > p_above AND r.message_offset <= p_last
-              AND r.state >= 2),
+    SELECT GREATEST(p_last_offset - b.above
+                    - (SELECT count(*) FROM queen.log_shared_records r
+                       WHERE r.partition_id = p_partition_id
+                         AND r.consumer_group = p_group COLLATE "C"
+                         AND r.message_offset > b.above AND r.message_offset <= p_last_offset
+                         AND r.state >= 2), 0)::BIGINT,
            EXISTS (SELECT 1 FROM queen.log_shared_records r
                    WHERE r.partition_id = p_partition_id
                      AND r.consumer_group = p_group COLLATE "C"
                      AND r.state = 0 AND r.lease_expires_at > now())
+    FROM (SELECT GREATEST(p_first_offset - 1, p_cursor) AS above) b
 $$;
 
 -- Dead-letters (or, without a DLQ, counts) one shared message that
@@ -1532,7 +1537,7 @@ $$;
 
 -- SHOW GROUPS: consumer_groups_v1's rows with each group's type appended
 -- ('ordered' | 'shared'). A shared group's lag counts its available and
--- in-flight messages (log_shared_window_v1).
+-- in-flight messages (log_group_lag_v1).
 -- Errors: 42704 unknown queue (when named). Takes no locks.
 CREATE OR REPLACE FUNCTION queen.consumer_groups_v2(
     p_queue  TEXT DEFAULT NULL,

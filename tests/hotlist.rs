@@ -1102,3 +1102,44 @@ async fn a_consumer_slower_than_the_hold_is_served_every_partition() {
     }
     assert_eq!(served.len(), 4, "partitions served: {served:?}");
 }
+
+/// A POP … WAIT finds a message whose lease expired when it expires, not at
+/// its next poll (250 ms, then doubling to 2 s: a 4 s lease would be found
+/// after 5.75 s), in an ordered and in a shared group. The bound is the
+/// poll schedule's, 1.4 s above the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_pop_takes_a_message_as_its_lease_expires() {
+    let proxy = Proxy::start("hotlist_lease_wakes").await;
+    let holder = proxy.connect().await;
+    let mut waiters = Vec::new();
+    for ordered in ["true", "false"] {
+        let queue = format!("expiring_{ordered}");
+        holder
+            .batch_execute(&format!(
+                "CREATE QUEUE {queue} WITH (ordered = {ordered}); \
+                 PUSH INTO {queue} VALUES ('{{\"x\":1}}')"
+            ))
+            .await
+            .unwrap();
+        let held = pop_rows(&holder, &format!("POP FROM {queue} LEASE '4s'")).await;
+        assert_eq!(held.len(), 1);
+        let waiter = proxy.connect().await;
+        waiters.push(tokio::spawn(async move {
+            let start = Instant::now();
+            let got = pop_rows(&waiter, &format!("POP FROM {queue} WAIT 20")).await;
+            (ordered, got.len(), start.elapsed())
+        }));
+    }
+    for w in waiters {
+        let (ordered, got, took) = w.await.unwrap();
+        assert_eq!(got, 1, "ordered = {ordered}: the expired lease's message");
+        assert!(
+            took < Duration::from_millis(5400),
+            "ordered = {ordered}: found {took:?} after the POP began, the lease was 4 s"
+        );
+        assert!(
+            took > Duration::from_millis(3500),
+            "ordered = {ordered}: taken {took:?} after the POP began, before the lease ended"
+        );
+    }
+}

@@ -21,13 +21,17 @@ use crate::protocol::SqlState;
 use crate::rewrite::build::pop::namespace_args;
 use crate::rewrite::dialect::pop::Pop;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::futures::Notified;
 use uuid::Uuid;
 
 /// The first wait between two polls when no wake-up came, and the longest.
 const WAIT_POLL_FIRST: Duration = Duration::from_millis(250);
 const WAIT_POLL_MAX: Duration = Duration::from_secs(2);
+/// The shortest wait for a parked partition that is due (or overdue: the
+/// database's clock may run ahead of ours), so an answer that keeps it
+/// parked cannot turn the wait into a busy loop.
+const DUE_FLOOR: Duration = Duration::from_millis(20);
 
 /// What a POP takes from: one queue, or a namespace's queues.
 enum Target {
@@ -105,6 +109,7 @@ impl Engine {
                         rows,
                         woken: vec![woken],
                         waiting: Some(waiting),
+                        due: waiters.hot.next_due(tenant, &plan.queue, plan.group()),
                     };
                     if let Some(done) = self.after(lender, attempt, deadline, &mut wait).await? {
                         return Ok(done);
@@ -176,6 +181,12 @@ impl Engine {
                     Target::Queue { waiting, .. } => Some(waiting),
                     Target::Namespace(_) => None,
                 },
+                due: match &target {
+                    Target::Queue { plan, .. } => {
+                        waiters.hot.next_due(tenant, &plan.queue, plan.group())
+                    }
+                    Target::Namespace(_) => None,
+                },
             };
             if let Some(done) = self.after(lender, attempt, deadline, &mut wait).await? {
                 return Ok(done);
@@ -200,6 +211,7 @@ impl Engine {
             rows,
             woken,
             waiting,
+            due,
         } = attempt;
         if !rows.is_empty() || remaining.is_zero() || self.draining.has_begun() {
             if let (false, true, Some(waiting)) = (rows.is_empty(), wait.was_woken, waiting) {
@@ -208,10 +220,18 @@ impl Engine {
             }
             return Ok(Some(found(rows)));
         }
-        match self
-            .wait_for(lender, woken, wait.poll.min(remaining))
-            .await?
-        {
+        // A parked partition coming back (a lease ending, a retry delay
+        // passing) is looked at when it does, not at the next poll.
+        let until_due = due.map(|d| {
+            d.duration_since(SystemTime::now())
+                .unwrap_or_default()
+                .max(DUE_FLOOR)
+        });
+        let poll = wait
+            .poll
+            .min(remaining)
+            .min(until_due.unwrap_or(Duration::MAX));
+        match self.wait_for(lender, woken, poll).await? {
             Wait::Woken => wait.was_woken = true,
             Wait::Timeout => wait.poll = (wait.poll * 2).min(WAIT_POLL_MAX),
             Wait::Draining => return Ok(Some(found(Vec::new()))),
@@ -251,12 +271,15 @@ impl Engine {
     }
 }
 
-/// One attempt's rows, with the wake-ups registered before it and the
-/// queue's waiters (a single-queue POP) to pass a wake-up on to.
+/// One attempt's rows, with the wake-ups registered before it, the
+/// queue's waiters (a single-queue POP) to pass a wake-up on to and when
+/// its ring's soonest parked partition comes back.
 struct Attempt<'w> {
     rows: Vec<Vec<crate::engine::values::Cell>>,
     woken: Vec<Pin<Box<Notified<'w>>>>,
     waiting: Option<&'w wake::Waiting>,
+    /// When a parked partition of the POP's ring comes back.
+    due: Option<SystemTime>,
 }
 
 /// Between the attempts of a POP … WAIT: the next poll interval, and

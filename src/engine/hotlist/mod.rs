@@ -25,7 +25,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use uuid::Uuid;
 
 /// A ring no POP used for this long is forgotten (the next POP of its queue
@@ -137,6 +137,16 @@ impl Hotlist {
         if let Some(r) = ring {
             r.lock().repaired();
         }
+    }
+
+    /// When a parked partition of the ring of (tenant, queue, group) comes
+    /// back, if there is such a ring here: a waiting POP looks again then
+    /// instead of at its next poll, so a message whose lease expired (or
+    /// whose retry delay passed) reaches a waiter when it becomes available.
+    pub fn next_due(&self, tenant: Uuid, queue: &str, group: &str) -> Option<SystemTime> {
+        let key = (tenant, queue.to_string(), group.to_string());
+        let ring = lock(&self.rings).get(&key).cloned();
+        ring.and_then(|r| r.lock().next_due())
     }
 
     /// ACKs through this process: their partitions' leases may be gone, so

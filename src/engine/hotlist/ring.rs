@@ -183,6 +183,12 @@ impl RingState {
         self.parked.len()
     }
 
+    /// When the soonest parked id comes back (a lease ends, a retry delay
+    /// or a window passes), on the database's clock.
+    pub fn next_due(&self) -> Option<SystemTime> {
+        self.parked.first().map(|&(until, _)| until + PARK_SLACK)
+    }
+
     /// Decides this POP's maintenance; a `Full` or `Window` answer marks the
     /// ring as being seeded until [`RingState::seed_done`] or
     /// [`RingState::seed_abandoned`].

@@ -220,7 +220,13 @@ fn parked_ids_come_back_when_due_or_when_looked_at_again() {
         ],
         false,
     );
+    // A waiting POP looks again when the soonest parked id is due.
+    assert_eq!(r.next_due(), Some(now + PARK_SLACK));
     r.unpark_due(now + Duration::from_secs(1));
+    assert_eq!(
+        r.next_due(),
+        Some(now + Duration::from_secs(60) + PARK_SLACK)
+    );
     let t = r.take(5).unwrap();
     assert_eq!(t.ids, vec![1]);
     r.settle(t, &[(1, Judgement::Empty)], false);

@@ -596,6 +596,61 @@ async fn fifty_clients_share_a_pool_of_four() {
     assert!(peak >= 1);
 }
 
+/// A cancel the client sends as its statement finishes cancels that
+/// statement or nothing: never the statement of the session the pool hands
+/// the connection to next (one connection for both here). PostgreSQL's
+/// cancel key reaches only its own backend; a pooled backend is another
+/// client's a moment later, so its connection waits for the cancel to be
+/// taken before the pool hands it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_cancel_never_reaches_the_next_session_on_its_connection() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let proxy = Proxy::start_with("cancel_late", |c| c.pool_size = 1).await;
+    let a = proxy.connect().await;
+    let b = proxy.connect().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let bystander = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut ran, mut cancelled) = (0, 0);
+            while !stop.load(Ordering::SeqCst) {
+                match b.simple_query("SELECT pg_sleep(0.01)").await {
+                    Ok(_) => ran += 1,
+                    Err(e) if e.code().map(|c| c.code()) == Some("57014") => cancelled += 1,
+                    Err(e) => panic!("bystander: {e}"),
+                }
+            }
+            (ran, cancelled)
+        })
+    };
+    let token = a.cancel_token();
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut sent = 0u64;
+    while Instant::now() < until {
+        // The cancel lands anywhere from before the statement runs to
+        // after its reply: 0 to 4 ms after it is sent.
+        let delay = Duration::from_micros((sent * 1_237) % 4_000);
+        let cancel = async {
+            tokio::time::sleep(delay).await;
+            token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+        };
+        let (own, ()) = tokio::join!(a.simple_query("SELECT pg_sleep(0.002)"), cancel);
+        if let Err(e) = own {
+            assert_eq!(e.code().map(|c| c.code()), Some("57014"), "{e}");
+        }
+        sent += 1;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (ran, cancelled) = bystander.await.unwrap();
+    assert!(ran > 0 && sent > 100, "ran {ran}, cancels sent {sent}");
+    assert_eq!(
+        cancelled, 0,
+        "{cancelled} of the bystander's {} statements cancelled by {sent} cancels of another session",
+        ran + cancelled
+    );
+}
+
 #[tokio::test]
 async fn cancel_reaches_the_backend_query() {
     let proxy = Proxy::start("cancel").await;

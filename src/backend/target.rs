@@ -7,7 +7,11 @@ use super::conn::{BackendError, BackendKey, Stream};
 use bytes::BytesMut;
 use postgres_protocol::message::frontend as pp;
 use std::path::PathBuf;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long PostgreSQL may take to answer a cancel request (close its
+/// connection) before the cancel counts as failed.
+pub const CANCEL_TAKEN_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 use tokio::net::{TcpStream, UnixStream};
 
 /// Where and how to reach PostgreSQL.
@@ -117,7 +121,18 @@ impl BackendTarget {
         let mut packet = BytesMut::with_capacity(16);
         pp::cancel_request(key.pid, key.secret, &mut packet);
         stream.write_all(&packet).await?;
-        stream.flush().await
+        stream.flush().await?;
+        // PostgreSQL closes the socket once it has signalled the backend:
+        // until then the signal may still be on its way.
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(CANCEL_TAKEN_WITHIN, stream.read(&mut byte)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "PostgreSQL did not close the cancel request's connection",
+            )),
+        }
     }
 }
 

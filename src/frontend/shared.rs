@@ -7,7 +7,7 @@ use crate::engine::Engine;
 use crate::rewrite::statement_names::{named_statements, NamedBy};
 use crate::shutdown::ShutdownSignal;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Frontend settings.
@@ -209,6 +209,45 @@ pub struct SessionHandle {
     pub observed: std::sync::OnceLock<Arc<crate::metrics::clients::ClientInfo>>,
     /// Wakes a statement the proxy itself is waiting in (a POP … WAIT).
     pub cancel: Arc<crate::engine::lend::CancelSignal>,
+    /// Cancel requests forwarded for the session, not yet taken by PostgreSQL.
+    cancels: Arc<CancelsUnderWay>,
+}
+
+/// A session's cancel requests on their way to PostgreSQL. A connection the
+/// session lets go while one is under way goes back to the pool only once
+/// PostgreSQL has taken it (the postmaster signalled the backend and closed
+/// the cancel's socket): handed to another session before, the signal
+/// could land on that session's statement.
+#[derive(Default)]
+pub struct CancelsUnderWay {
+    count: AtomicUsize,
+    settled: tokio::sync::Notify,
+}
+
+impl CancelsUnderWay {
+    /// Returns when no cancel is under way.
+    pub async fn settled(&self) {
+        loop {
+            let notified = self.settled.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One cancel under way, until it drops.
+struct UnderWay(Arc<CancelsUnderWay>);
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.settled.notify_waiters();
+        }
+    }
 }
 
 impl SessionHandle {
@@ -221,8 +260,20 @@ impl SessionHandle {
         }
     }
 
-    fn backend(&self) -> Option<BackendKey> {
-        self.backend.lock().ok().and_then(|g| *g)
+    /// The connection the session holds, with its cancel marked under way
+    /// (under the lock [`SessionHandle::set_backend`] takes, so a
+    /// connection let go after this sees the mark).
+    fn backend_to_cancel(&self) -> Option<(BackendKey, UnderWay)> {
+        let guard = self.backend.lock().ok()?;
+        let key = (*guard)?;
+        self.cancels.count.fetch_add(1, Ordering::SeqCst);
+        Some((key, UnderWay(self.cancels.clone())))
+    }
+
+    /// The session's cancels still under way, if any: call after
+    /// `set_backend(None)`, before the connection goes back to the pool.
+    pub fn cancels_under_way(&self) -> Option<Arc<CancelsUnderWay>> {
+        (self.cancels.count.load(Ordering::SeqCst) > 0).then(|| self.cancels.clone())
     }
 
     /// Cancels the statement the session runs: a wait of the proxy's own
@@ -236,8 +287,8 @@ impl SessionHandle {
         if self.cancel.cancel() {
             return Ok(());
         }
-        match self.backend() {
-            Some(key) => target.cancel(key).await,
+        match self.backend_to_cancel() {
+            Some((key, _under_way)) => target.cancel(key).await,
             None => Ok(()),
         }
     }

@@ -206,8 +206,27 @@ impl Lease {
             return;
         }
         if let Some(conn) = self.conn.take() {
-            self.handle.set_backend(None);
-            pool::release(conn);
+            self.give_back(conn);
+        }
+    }
+
+    /// A connection back to the pool, no longer the session's: at once, or
+    /// once the session's cancel requests under way have reached
+    /// PostgreSQL (closed when that takes too long), so a cancel sent for
+    /// this session never lands on the next session's statement.
+    fn give_back(&self, conn: PooledConn) {
+        self.handle.set_backend(None);
+        match self.handle.cancels_under_way() {
+            None => pool::release(conn),
+            Some(cancels) => {
+                tokio::spawn(async move {
+                    let within = crate::backend::target::CANCEL_TAKEN_WITHIN;
+                    match tokio::time::timeout(within, cancels.settled()).await {
+                        Ok(()) => pool::release(conn),
+                        Err(_) => pool::discard(conn),
+                    }
+                });
+            }
         }
     }
 
@@ -245,7 +264,7 @@ impl Lease {
     /// clean, or closed) and takes the set-aside connection again.
     pub fn restore(&mut self, aside: SetAside) {
         if let Some(engine_conn) = self.conn.take() {
-            pool::release(engine_conn);
+            self.give_back(engine_conn);
         }
         self.handle
             .set_backend(aside.conn.as_ref().map(|c| c.key()));
@@ -271,7 +290,7 @@ impl Lease {
         if busy || self.pinned || conn.status().in_transaction() {
             pool::discard(conn);
         } else {
-            pool::release(conn);
+            self.give_back(conn);
         }
     }
 }

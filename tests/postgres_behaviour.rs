@@ -42,6 +42,40 @@ async fn large_objects_over_the_fastpath_protocol_work_with_psql() {
     assert_eq!(std::fs::read(&output).unwrap(), body);
 }
 
+/// A fast-path call of `set_config` (or any function but the large-object
+/// ones) keeps its state with its session: with one pooled connection, the
+/// next client finds PostgreSQL's default `search_path`, not the one the
+/// call set, and the caller keeps its own.
+#[tokio::test]
+async fn a_fast_path_call_s_session_state_stays_with_its_session() {
+    use bytes::{BufMut, BytesMut};
+    use queenwire::protocol::Message;
+    let proxy = Proxy::start_with("fastpath_pins", |c| c.pool_size = 1).await;
+    let mut a = common::raw::Raw::connect(proxy.addr).await;
+    // FunctionCall: set_config (oid 2078), three text arguments, text result.
+    let mut body = BytesMut::new();
+    body.put_u32(2078);
+    body.put_i16(1);
+    body.put_i16(0);
+    body.put_i16(3);
+    for arg in ["search_path", "fp_leaked", "false"] {
+        body.put_i32(arg.len() as i32);
+        body.put_slice(arg.as_bytes());
+    }
+    body.put_i16(0);
+    a.send(&[Message::new(b'F', body.freeze())]).await;
+    let r = a.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(
+        a.simple("SHOW search_path").await.rows,
+        [[Some("fp_leaked".to_string())]]
+    );
+    drop(a);
+    let b = proxy.connect().await;
+    let shown: String = b.query_one("SHOW search_path", &[]).await.unwrap().get(0);
+    assert_eq!(shown, "\"$user\", public");
+}
+
 #[tokio::test]
 async fn postgresql_s_drop_group_reaches_postgresql() {
     let proxy = Proxy::start("drop_group").await;

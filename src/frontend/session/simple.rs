@@ -269,11 +269,18 @@ impl Session {
 
     /// A fast-path FunctionCall (libpq's large-object API uses it): plain
     /// SQL as far as the proxy is concerned, answered like a simple query
-    /// with FunctionCallResponse (or ErrorResponse) and ReadyForQuery.
+    /// with FunctionCallResponse (or ErrorResponse) and ReadyForQuery. Any
+    /// function but the large-object ones pins the session: the proxy reads
+    /// no SQL text here, and `set_config`, `pg_advisory_lock` and the like
+    /// would otherwise leave their state on a connection the next session
+    /// gets.
     pub(super) async fn function_call(&mut self, msg: &Message) -> Result<(), End> {
         if self.passthrough == Passthrough::None {
             self.local_error(canned::passthrough_refused());
         } else if self.ensure_backend(For::Client).await? {
+            if !fast_path_keeps_no_state(&msg.body) {
+                self.lease.pin();
+            }
             self.forward(msg, Expect::Query);
             self.drain().await?;
         }
@@ -534,5 +541,37 @@ mod tests {
             .kept
             .iter()
             .all(|(t, _)| !t.starts_with("PUSH") && !t.starts_with("POP")));
+    }
+}
+
+/// Whether a FunctionCall's function (its first field, the function's oid)
+/// is one of the large-object functions libpq calls over the fast path:
+/// their descriptors end with the transaction, so they leave nothing on
+/// the connection.
+fn fast_path_keeps_no_state(body: &[u8]) -> bool {
+    /// lo_create, lo_open, lo_close, loread, lowrite, lo_lseek, lo_creat,
+    /// lo_tell, lo_unlink, lo_truncate, lo_lseek64, lo_tell64, lo_truncate64
+    /// (fixed oids of pg_proc.dat, which libpq's lo_initialize looks up).
+    const LARGE_OBJECT_FUNCTIONS: [u32; 13] = [
+        715, 952, 953, 954, 955, 956, 957, 958, 964, 1004, 3170, 3171, 3172,
+    ];
+    body.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_be_bytes)
+        .is_some_and(|oid| LARGE_OBJECT_FUNCTIONS.contains(&oid))
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::fast_path_keeps_no_state;
+
+    #[test]
+    fn only_large_object_functions_leave_the_session_unpinned() {
+        assert!(fast_path_keeps_no_state(&952u32.to_be_bytes()));
+        assert!(fast_path_keeps_no_state(&[0, 0, 0x0c, 0x64, 0, 0]));
+        // set_config, pg_advisory_lock(int8), a truncated message.
+        assert!(!fast_path_keeps_no_state(&2078u32.to_be_bytes()));
+        assert!(!fast_path_keeps_no_state(&2880u32.to_be_bytes()));
+        assert!(!fast_path_keeps_no_state(&[0, 0, 3]));
     }
 }

@@ -543,6 +543,61 @@ async fn temp_objects_are_visible_to_their_session_alone() {
     }
 }
 
+/// A startup `search_path` that lists `pg_temp` first makes a plain
+/// `CREATE TABLE` a temp table, text without `TEMP`: such a session keeps
+/// its connection, so the table is its alone and stays its own.
+#[tokio::test]
+async fn a_startup_search_path_with_pg_temp_keeps_temp_tables_with_their_session() {
+    let proxy = Proxy::start_with("temp_by_path", |c| c.pool_size = 2).await;
+    let mut cfg = proxy.client_config();
+    cfg.options("-c search_path=pg_temp,public");
+    let owner = common::proxy::connect(&cfg).await;
+    owner
+        .batch_execute(
+            "CREATE TABLE secret_notes (t text); INSERT INTO secret_notes VALUES ('mine')",
+        )
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        let other = proxy.connect().await;
+        let seen = other.simple_query("SELECT t FROM secret_notes").await;
+        assert!(seen.is_err(), "another session read the temp table");
+        for _ in 0..2 {
+            let n: i64 = owner
+                .query_one("SELECT count(*) FROM secret_notes", &[])
+                .await
+                .expect("its own session still has the table")
+                .get(0);
+            assert_eq!(n, 1);
+        }
+    }
+}
+
+/// RESET of a startup role or custom setting goes back to the startup
+/// value, as on PostgreSQL (not to the pooled connection's own).
+#[tokio::test]
+async fn reset_returns_to_a_startup_role_and_custom_setting() {
+    let proxy = Proxy::start("reset_startup_role").await;
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute("DROP ROLE IF EXISTS qw_startup_reader; CREATE ROLE qw_startup_reader")
+        .await
+        .unwrap();
+    let script = "SET ROLE NONE; SET my_app.tenant = 'other'; \
+                  RESET ROLE; RESET my_app.tenant";
+    let check = "SELECT current_user::text, current_setting('my_app.tenant')";
+    let mut seen = Vec::new();
+    for mut cfg in [proxy.direct.clone(), proxy.client_config()] {
+        cfg.options("-c role=qw_startup_reader -c my_app.tenant=t1");
+        let client = common::proxy::connect(&cfg).await;
+        client.batch_execute(script).await.unwrap();
+        let row = client.query_one(check, &[]).await.unwrap();
+        seen.push((row.get::<_, String>(0), row.get::<_, String>(1)));
+    }
+    assert_eq!(seen[0], ("qw_startup_reader".to_string(), "t1".to_string()));
+    assert_eq!(seen[1], seen[0], "through queenwire, then directly");
+}
+
 /// A connection pool's reset on release (asyncpg's `RESET ALL` among
 /// others) keeps its session poolable: sessions that ran it hold no
 /// backend connection while idle, and still see their startup settings.

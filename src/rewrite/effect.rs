@@ -70,7 +70,11 @@ fn effect_by_tokens(sql: &str) -> SessionEffect {
         Some(w) if w.eq_ignore_ascii_case("SET") => {
             !(is(1, "LOCAL") || is(1, "TRANSACTION") || back_to_default())
         }
-        Some(w) if w.eq_ignore_ascii_case("RESET") => !back_to_default(),
+        // RESET ROLE and RESET SESSION AUTHORIZATION set the startup
+        // values again (`resets`) and pin: the role is the session's.
+        Some(w) if w.eq_ignore_ascii_case("RESET") => {
+            !back_to_default() || is(1, "ROLE") || is(1, "SESSION")
+        }
         Some(w) if w.eq_ignore_ascii_case("LISTEN") => true,
         Some(w) if w.eq_ignore_ascii_case("PREPARE") => !is(1, "TRANSACTION"),
         Some(w) if w.eq_ignore_ascii_case("LOAD") => true,
@@ -215,12 +219,24 @@ pub fn resets(sql: &str) -> Option<Resets> {
             .get(i)
             .is_some_and(|(k, w)| *k == TokenKind::Word && w.eq_ignore_ascii_case(kw))
     };
-    let name_at = |i: usize| -> Option<String> {
+    let part_at = |i: usize| -> Option<String> {
         match parts.get(i)? {
             (TokenKind::Word, w) => Some(w.to_ascii_lowercase()),
             (TokenKind::Quoted, w) => quoted_name(w),
             _ => None,
         }
+    };
+    // A setting's name, with the index after it: `a`, or a custom
+    // setting's `a.b` (`my_app.tenant`).
+    let name_at = |i: usize| -> Option<(String, usize)> {
+        let mut name = part_at(i)?;
+        let mut next = i + 1;
+        while parts.get(next).is_some_and(|(_, w)| *w == ".") {
+            let Some(more) = part_at(next + 1) else { break };
+            name = format!("{name}.{more}");
+            next += 2;
+        }
+        Some((name, next))
     };
     if word(0, "DISCARD") && word(1, "ALL") {
         return Some(Resets::All);
@@ -234,10 +250,16 @@ pub fn resets(sql: &str) -> Option<Resets> {
         if time_zone_at(1) {
             return Some(Resets::Setting("timezone".into()));
         }
-        if word(1, "SESSION") || word(1, "ROLE") {
-            return None;
+        // Back to the session's role as it began: the startup `role` (or
+        // `session_authorization`), if the client gave one.
+        if word(1, "ROLE") && parts.len() == 2 {
+            return Some(Resets::Setting("role".into()));
         }
-        return name_at(1).map(Resets::Setting);
+        if word(1, "SESSION") {
+            let whole = word(2, "AUTHORIZATION") && parts.len() == 3;
+            return whole.then(|| Resets::Setting("session_authorization".into()));
+        }
+        return name_at(1).map(|(name, _)| Resets::Setting(name));
     }
     if word(0, "SET") {
         let at = if word(1, "SESSION") { 2 } else { 1 };
@@ -250,8 +272,7 @@ pub fn resets(sql: &str) -> Option<Resets> {
                 (word(value, "DEFAULT") || word(value, "LOCAL")) && parts.len() == value + 1;
             return default.then(|| Resets::Setting("timezone".into()));
         }
-        let name = name_at(at)?;
-        let value_at = at + 1;
+        let (name, value_at) = name_at(at)?;
         let to = word(value_at, "TO") || parts.get(value_at).is_some_and(|(_, w)| *w == "=");
         if to && word(value_at + 1, "DEFAULT") && parts.len() == value_at + 2 {
             return Some(Resets::Setting(name));

@@ -302,8 +302,15 @@ mod tests {
         assert_eq!(resets("SET SESSION timezone = DEFAULT"), one("timezone"));
         assert_eq!(resets("SET LOCAL timezone TO DEFAULT"), None);
         assert_eq!(resets("SET datestyle TO 'ISO'"), None);
-        assert_eq!(resets("RESET ROLE"), None);
-        assert_eq!(resets("RESET SESSION AUTHORIZATION"), None);
+        assert_eq!(resets("RESET ROLE"), one("role"));
+        assert_eq!(
+            resets("RESET SESSION AUTHORIZATION"),
+            one("session_authorization")
+        );
+        assert_eq!(resets("RESET my_app.tenant"), one("my_app.tenant"));
+        assert_eq!(resets("RESET \"my_app\".tenant"), one("my_app.tenant"));
+        assert_eq!(resets("SET my_app.tenant TO DEFAULT"), one("my_app.tenant"));
+        assert_eq!(resets("SET my_app.tenant TO 'x'"), None);
         assert_eq!(resets("SELECT 1"), None);
         assert_eq!(resets("RESET TIME ZONE"), one("timezone"));
         assert_eq!(resets("SET TIME ZONE LOCAL"), one("timezone"));

@@ -40,7 +40,9 @@ pub struct Lease {
     /// reads its timestamps as the client's own connection would.
     reading: BTreeMap<String, String>,
     handle: Arc<SessionHandle>,
-    /// Session pool mode: the first connection is kept for good.
+    /// Session pool mode, or a startup `search_path` that makes plain
+    /// `CREATE TABLE` make temp tables: the first connection is kept for
+    /// good.
     session_mode: bool,
     /// Longest wait for a free connection (`None`: unbounded).
     wait: Option<std::time::Duration>,
@@ -92,6 +94,9 @@ impl Lease {
         wait: Option<std::time::Duration>,
         names_prefix: Arc<str>,
     ) -> Lease {
+        let temp_first = desired
+            .iter()
+            .any(|(name, value)| name.eq_ignore_ascii_case("search_path") && names_pg_temp(value));
         Lease {
             conn: None,
             pinned: false,
@@ -100,7 +105,7 @@ impl Lease {
             desired,
             reading: BTreeMap::new(),
             handle,
-            session_mode,
+            session_mode: session_mode || temp_first,
             wait,
             names_prefix,
         }
@@ -291,6 +296,38 @@ impl Lease {
             pool::discard(conn);
         } else {
             self.give_back(conn);
+        }
+    }
+}
+
+/// Whether a `search_path` value names the session's temporary schema
+/// (`pg_temp`, in any case or quoting): listed, it decides where an
+/// unqualified `CREATE TABLE` goes (first: a temp table) and which objects
+/// unqualified names find, so the session's temp objects can be made and
+/// used by statements whose text never says `TEMP`.
+fn names_pg_temp(search_path: &str) -> bool {
+    search_path
+        .to_ascii_lowercase()
+        .replace('"', "")
+        .contains("pg_temp")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_pg_temp;
+
+    #[test]
+    fn a_search_path_naming_pg_temp_is_recognised_in_any_spelling() {
+        for path in [
+            "pg_temp, public",
+            "'public, PG_TEMP'",
+            "\"pg_temp\"",
+            "pg_temp_3",
+        ] {
+            assert!(names_pg_temp(path), "{path}");
+        }
+        for path in ["public", "'$user', public", "pgtemp"] {
+            assert!(!names_pg_temp(path), "{path}");
         }
     }
 }

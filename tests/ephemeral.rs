@@ -1472,3 +1472,45 @@ async fn another_tenant_neither_sees_nor_acknowledges_an_ephemeral_queue() {
     // a's lease was not touched by b.
     assert_eq!(ack(&a, &receipt).await, ["acked"]);
 }
+
+/// A block that pushed to an ephemeral queue cannot be prepared for two-phase
+/// commit (its messages wait in queenwire's memory for the block's commit,
+/// which a later COMMIT PREPARED is not): 0A000 and the block rolled back,
+/// as PostgreSQL refuses to prepare a block that ran NOTIFY, over the simple
+/// and the extended protocol. The session goes on; a block that commits
+/// still delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_with_ephemeral_pushes_cannot_be_prepared() {
+    let proxy = Proxy::start("eph_prepare").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE e2pc WITH (class = ephemeral)")
+        .await
+        .unwrap();
+    client
+        .batch_execute("BEGIN; PUSH INTO e2pc VALUES ('\"simple\"')")
+        .await
+        .unwrap();
+    let (code, message) = error(&client, "PREPARE TRANSACTION 'g1'").await;
+    assert_eq!(code, "0A000", "{message}");
+    client
+        .batch_execute("BEGIN; PUSH INTO e2pc VALUES ('\"extended\"')")
+        .await
+        .unwrap();
+    let err = client
+        .execute("PREPARE TRANSACTION 'g2'", &[])
+        .await
+        .expect_err("prepared over the extended protocol");
+    assert_eq!(err.code().map(|c| c.code()), Some("0A000"), "{err}");
+    // Both blocks rolled back: the session is outside a block again.
+    let (code, _) = error(&client, "COMMIT PREPARED 'g1'").await;
+    assert_eq!(code, "42704");
+    assert!(rows(&client, "POP FROM e2pc AUTO ACK").await.is_empty());
+    client
+        .batch_execute("BEGIN; PUSH INTO e2pc VALUES ('\"committed\"'); COMMIT")
+        .await
+        .unwrap();
+    let got = rows(&client, "POP FROM e2pc LIMIT 5 AUTO ACK").await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(col(&got[0], "payload"), "\"committed\"");
+}

@@ -294,6 +294,35 @@ impl Session {
     }
 }
 
+impl Session {
+    /// A PREPARE TRANSACTION of a block that pushed to an ephemeral queue:
+    /// refused with 0A000 and the block rolled back, as PostgreSQL refuses
+    /// to prepare a block that ran NOTIFY. The messages live in queenwire's
+    /// memory until the block's commit is seen, and a COMMIT PREPARED
+    /// later, from any session, is not: prepared, they would be lost.
+    pub(super) async fn refuse_prepare_of_ephemeral_pushes(&mut self) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
+        if self.replies.skipping() {
+            return Ok(());
+        }
+        let Some(conn) = self.lease.conn_mut() else {
+            return Ok(());
+        };
+        let result = conn.simple_query_quiet("ROLLBACK").await;
+        let status = conn.status();
+        match result {
+            Ok(()) | Err(crate::backend::BackendError::Server(_)) => {
+                self.local_error(crate::protocol::SqlError::error(
+                    crate::protocol::SqlState::FEATURE_NOT_SUPPORTED,
+                    "cannot PREPARE a transaction that has pushed to an ephemeral queue",
+                ))
+            }
+            Err(e) => return Err(self.backend_lost(e).await),
+        }
+        self.backend_ready(status).await
+    }
+}
+
 /// How a simple query of several plain statements, LISTEN or UNLISTEN
 /// among them, runs so that the shared connection can serve them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -412,6 +412,9 @@ impl Session {
                 }
             }
             if let Some(control) = rewrite::passthrough::transaction_control(&query) {
+                if control == Control::Prepare && !self.txn.ephemeral.is_empty() {
+                    return self.refuse_prepare_of_ephemeral_pushes().await;
+                }
                 if control == Control::Prepare && self.txn.block.has_pending() {
                     return self.prepare_with_block_listens(&query).await;
                 }

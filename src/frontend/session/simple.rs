@@ -142,11 +142,15 @@ impl Session {
                         self.shared.listen.forget(self.id, channel);
                     }
                 }
-            } else if self.txn.block.has_pending()
+            } else if (self.txn.block.has_pending() || !self.txn.ephemeral.is_empty())
                 && rewrite::passthrough::transaction_control(statement)
                     == Some(rewrite::passthrough::Control::Prepare)
             {
-                self.prepare_with_block_listens(statement).await?;
+                if self.txn.ephemeral.is_empty() {
+                    self.prepare_with_block_listens(statement).await?;
+                } else {
+                    self.refuse_prepare_of_ephemeral_pushes().await?;
+                }
                 return self.finish_simple_query().await;
             }
         }

@@ -289,6 +289,62 @@ async fn a_type_change_refused_counts_the_messages_not_finished() {
     );
 }
 
+/// A shared group that works slowly through a queue (its start has not
+/// moved for longer than ten lease times, since it moves every 64 finished
+/// messages or so) is not judged Dead while its consumers claim: SHOW
+/// GROUPS reads its latest claim from its message leases. A queue with the
+/// longest lease_time still shows its groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_group_claiming_slowly_is_not_judged_dead() {
+    let proxy = Proxy::start("shared_slow_not_dead").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE QUEUE slow WITH (ordered = false, lease_time = 1)")
+        .await
+        .unwrap();
+    push_numbers(&client, "slow", "Default", 0..10).await;
+    let got = rows(&client, "POP FROM slow").await;
+    assert_eq!(ack(&client, &got[0], "").await, "acked");
+    // As if the group had been created, and its start last moved, an hour ago.
+    let direct = proxy.connect_direct().await;
+    direct
+        .batch_execute(
+            "UPDATE queen.consumer_groups_metadata m SET created_at = now() - interval '1 hour' \
+               FROM queen.queues q WHERE m.queue_id = q.id AND q.name = 'slow'; \
+             UPDATE queen.log_consumers c SET last_claimed_at = now() - interval '1 hour' \
+               FROM queen.log_partitions p JOIN queen.queues q ON q.id = p.queue_id \
+               WHERE c.partition_id = p.id AND q.name = 'slow'",
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows(&client, "POP FROM slow").await.len(), 1);
+    let groups = rows(&client, "SHOW GROUPS ON slow").await;
+    assert_eq!(col(&groups[0], "type"), "shared");
+    assert_ne!(col(&groups[0], "state"), "Dead", "{groups:?}");
+    let recent: bool = direct
+        .query_one(
+            "SELECT $1::text::timestamptz > now() - interval '1 minute'",
+            &[&col(&groups[0], "last_claimed_at")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        recent,
+        "last_claimed_at {:?}",
+        col(&groups[0], "last_claimed_at")
+    );
+
+    client
+        .batch_execute("CREATE QUEUE longest WITH (lease_time = 2147483647)")
+        .await
+        .unwrap();
+    push_numbers(&client, "longest", "Default", 0..2).await;
+    assert_eq!(rows(&client, "POP FROM longest").await.len(), 1);
+    assert_eq!(rows(&client, "SHOW GROUPS ON longest").await.len(), 1);
+    assert!(!rows(&client, "SHOW GROUPS").await.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_messages_gives_each_message_of_a_shared_group_its_own_state() {
     let proxy = Proxy::start("shared_browse").await;

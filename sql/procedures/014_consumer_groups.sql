@@ -116,16 +116,19 @@ CREATE OR REPLACE FUNCTION queen.consumer_groups_v1(
     last_claimed_at   TIMESTAMPTZ,
     state             TEXT
 )
-LANGUAGE sql STABLE
+-- plpgsql: the body reads queen.log_shared_records, created later (032).
+LANGUAGE plpgsql STABLE
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT g.queue, g.consumer_group, g.partitions, g.lag, g.oldest_pending_at,
            g.leased_partitions,
            COALESCE(floor(extract(epoch FROM now() - g.oldest_pending_at)), 0)::BIGINT,
-           lc.last_claim,
+           GREATEST(lc.last_claim, ls.last_lease),
            CASE
                WHEN g.lag = 0 THEN 'Stable'
-               WHEN COALESCE(lc.last_claim, m.created_at)
-                    < now() - make_interval(secs => 10 * q.lease_time) THEN 'Dead'
+               WHEN COALESCE(GREATEST(lc.last_claim, ls.last_lease), m.created_at)
+                    < now() - make_interval(secs => 10.0 * q.lease_time) THEN 'Dead'
                WHEN g.oldest_pending_at <= now() - make_interval(secs => q.lease_time) THEN 'Lagging'
                ELSE 'Stable'
            END
@@ -139,8 +142,22 @@ AS $$
         JOIN queen.log_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
         WHERE p.queue_id = q.id
     ) lc
+    -- A shared group's claims write no group row (its start moves every
+    -- 64 finished messages or so): its latest claim is read from its
+    -- message leases above the start, the latest lease's end less the
+    -- queue's lease_time (never later than now).
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN max(r.lease_expires_at) IS NOT NULL
+                    THEN LEAST(max(r.lease_expires_at) - make_interval(secs => q.lease_time), now())
+               END AS last_lease
+        FROM queen.log_partitions p
+        JOIN queen.log_shared_records r
+          ON r.partition_id = p.id AND r.consumer_group = g.consumer_group
+        WHERE p.queue_id = q.id
+    ) ls
     WHERE queen.tenant_guard_v1(p_tenant)
-    ORDER BY g.queue, g.consumer_group
+    ORDER BY g.queue, g.consumer_group;
+END
 $$;
 
 -- SHOW LAGGING PARTITIONS ON queue [GROUP g] [OVER d]: the (group,

@@ -1892,3 +1892,23 @@ async fn ids_with_a_nul_are_refused_as_postgresql_refuses_them() {
         .iter()
         .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))));
 }
+
+/// A queue statement whose text ends inside an unterminated `/*` comment is
+/// a syntax error, as any statement is on PostgreSQL, and does nothing.
+#[tokio::test]
+async fn a_queue_statement_ending_in_an_open_comment_is_a_syntax_error() {
+    let proxy = Proxy::start("open_comment").await;
+    let direct = proxy.connect_direct().await;
+    let client = proxy.connect().await;
+    let err = sql_error(&direct, "SELECT 1 /* never closed").await;
+    assert_eq!(err.code().code(), "42601", "PostgreSQL: {err}");
+    for sql in [
+        "PUSH INTO uc VALUES ('1') /* never closed",
+        "PUSH INTO uc VALUES ('1') -- fine\n/* never /* closed */",
+    ] {
+        let err = sql_error(&client, sql).await;
+        assert_eq!(err.code().code(), "42601", "{sql}: {err}");
+        assert!(err.message().contains("unterminated /* comment"), "{err}");
+    }
+    assert!(rows(&client, "POP FROM uc AUTO ACK").await.is_empty());
+}

@@ -146,7 +146,10 @@ pub fn split_statements(sql: &str) -> Vec<Range<usize>> {
     // statement; CASE … END inside such a body nests.
     let mut atomic_depth = 0usize;
     let mut prev_word: Option<&str> = None;
+    // Where the last token of any kind ended.
+    let mut after_last = 0;
     for t in Tokens::new(sql) {
+        after_last = t.range.end;
         match t.kind {
             TokenKind::Semicolon if atomic_depth == 0 => {
                 if let Some(start) = first.take() {
@@ -174,10 +177,31 @@ pub fn split_statements(sql: &str) -> Vec<Range<usize>> {
             last_end = t.range.end;
         }
     }
-    if let Some(start) = first {
-        out.push(start..last_end);
+    // A text that ends inside an unterminated `/*` comment is PostgreSQL's
+    // syntax error: the comment stays in the last statement (or is one of
+    // its own), so that whoever reads the statement reports it.
+    let open_comment = open_comment_from(sql.as_bytes(), after_last);
+    match (first, open_comment) {
+        (Some(start), Some(_)) => out.push(start..sql.len()),
+        (Some(start), None) => out.push(start..last_end),
+        (None, Some(comment)) => out.push(comment..sql.len()),
+        (None, None) => {}
     }
     out
+}
+
+/// Where an unterminated `/*` comment starts, if the text from `from`
+/// holds only whitespace and comments, the last of them unterminated.
+fn open_comment_from(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    loop {
+        match scan::comment(bytes, i) {
+            Some(Ok(end)) => i = end,
+            Some(Err(_)) => return Some(i),
+            None if bytes.get(i).is_some_and(u8::is_ascii_whitespace) => i += 1,
+            None => return None,
+        }
+    }
 }
 
 /// The bare words of a statement, in order, outside literals and comments.
@@ -268,6 +292,23 @@ mod tests {
         assert_eq!(
             split("SELECT 1 -- a; b\n + 1; /* x; /* y; */ z; */ SELECT 2"),
             vec!["SELECT 1 -- a; b\n + 1", "SELECT 2"]
+        );
+    }
+
+    #[test]
+    fn an_unterminated_comment_stays_with_the_text_it_ends() {
+        assert_eq!(
+            split("PUSH INTO q VALUES ('1') /* never closed"),
+            vec!["PUSH INTO q VALUES ('1') /* never closed"]
+        );
+        assert_eq!(
+            split("SELECT 1; -- fine\n /* open /* nested */"),
+            vec!["SELECT 1", "/* open /* nested */"]
+        );
+        assert_eq!(split("SELECT 1 /* closed */ "), vec!["SELECT 1"]);
+        assert_eq!(
+            split("SELECT 'x /* in a literal"),
+            vec!["SELECT 'x /* in a literal"]
         );
     }
 

@@ -1912,3 +1912,27 @@ async fn a_queue_statement_ending_in_an_open_comment_is_a_syntax_error() {
     }
     assert!(rows(&client, "POP FROM uc AUTO ACK").await.is_empty());
 }
+
+/// A payload whose number PostgreSQL's jsonb cannot hold is refused at
+/// PUSH with jsonb's own 22003, not stored for every reader to fail on.
+#[tokio::test]
+async fn a_payload_number_jsonb_cannot_hold_is_refused() {
+    let proxy = Proxy::start("json_numeric").await;
+    let direct = proxy.connect_direct().await;
+    let client = proxy.connect().await;
+    for payload in ["1e999999", "{\"n\": 1e-16384}"] {
+        let err = sql_error(&direct, &format!("SELECT {}::jsonb", quote(payload))).await;
+        assert_eq!(err.code().code(), "22003", "PostgreSQL: {err}");
+        let err = sql_error(
+            &client,
+            &format!("PUSH INTO nums VALUES ({})", quote(payload)),
+        )
+        .await;
+        assert_eq!(err.code().code(), "22003", "{payload}: {err}");
+    }
+    client
+        .batch_execute("PUSH INTO nums VALUES ('1e131071')")
+        .await
+        .unwrap();
+    assert_eq!(rows(&client, "POP FROM nums AUTO ACK").await.len(), 1);
+}

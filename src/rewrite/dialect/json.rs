@@ -11,6 +11,30 @@ use super::error::{ParseError, SqlState};
 
 pub const MAX_JSON_DEPTH: usize = 128;
 
+/// PostgreSQL reads no exponent of this magnitude or more (`INT_MAX / 2`).
+const NUMERIC_EXPONENT_LIMIT: i64 = 1_073_741_823;
+
+/// Whether PostgreSQL's `numeric`, a `jsonb` number's type, holds the
+/// number of integer digits `int`, fraction digits `frac` and `exponent`:
+/// at most 131,072 digits before the decimal point (a weight of 32,767 in
+/// base 10,000) and a scale — the fraction's digits as written, less the
+/// exponent — of at most 16,383, zero included (`0.0e-99999` overflows).
+fn numeric_holds(int: &[u8], frac: &[u8], exponent: i64) -> bool {
+    let scale = (frac.len() as i64 - exponent).max(0);
+    if scale > 16_383 {
+        return false;
+    }
+    // The power of ten of the first non-zero digit.
+    let leading = match int.iter().position(|&d| d != b'0') {
+        Some(i) => (int.len() - i) as i64 - 1,
+        None => match frac.iter().position(|&d| d != b'0') {
+            Some(i) => -(i as i64) - 1,
+            None => return true,
+        },
+    };
+    leading + exponent <= 131_071
+}
+
 enum Container {
     Object,
     Array,
@@ -140,20 +164,44 @@ impl<'a> Scanner<'a> {
     }
 
     fn number(&mut self) -> Result<(), ParseError> {
+        let bytes = self.bytes;
         self.eat(b'-');
+        let int_start = self.pos;
         if !self.eat(b'0') && self.digits() == 0 {
             return Err(self.invalid("expected a digit"));
         }
-        if self.eat(b'.') && self.digits() == 0 {
-            return Err(self.invalid("expected a digit after the decimal point"));
-        }
-        if self.eat(b'e') || self.eat(b'E') {
-            if !self.eat(b'+') {
-                self.eat(b'-');
+        let int = &bytes[int_start..self.pos];
+        let mut frac: &[u8] = &[];
+        if self.eat(b'.') {
+            let frac_start = self.pos;
+            if self.digits() == 0 {
+                return Err(self.invalid("expected a digit after the decimal point"));
             }
+            frac = &bytes[frac_start..self.pos];
+        }
+        let mut exponent = 0i64;
+        if self.eat(b'e') || self.eat(b'E') {
+            let negative = !self.eat(b'+') && self.eat(b'-');
+            let digits_start = self.pos;
             if self.digits() == 0 {
                 return Err(self.invalid("expected a digit in the exponent"));
             }
+            // Saturated far beyond any exponent PostgreSQL reads.
+            exponent = bytes[digits_start..self.pos].iter().fold(0i64, |e, d| {
+                (e * 10 + i64::from(d - b'0')).min(1_000_000_000_000)
+            });
+            if negative {
+                exponent = -exponent;
+            }
+        }
+        if exponent.abs() >= NUMERIC_EXPONENT_LIMIT {
+            return Err(self.invalid("exponent out of range"));
+        }
+        if !numeric_holds(int, frac, exponent) {
+            return Err(ParseError::new(
+                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                "value overflows numeric format",
+            ));
         }
         Ok(())
     }
@@ -270,6 +318,36 @@ pub fn validate_json(text: &str) -> Result<(), ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_held_as_postgresql_s_numeric_holds_them() {
+        // Each boundary as PostgreSQL 15's '…'::jsonb answers it.
+        for held in [
+            "1e131071",
+            "12.5e131070",
+            "1e-16383",
+            "0e999999",
+            "-0.5",
+            "[1e131071, 9.99e-16381]",
+        ] {
+            assert!(validate_json(held).is_ok(), "{held}");
+        }
+        for overflows in [
+            "1e131072",
+            "-1e131072",
+            "1e-16384",
+            "1e-999999",
+            "0.0e-99999",
+        ] {
+            let err = validate_json(overflows).unwrap_err();
+            assert_eq!(
+                err.sqlstate,
+                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                "{overflows}"
+            );
+        }
+        assert!(validate_json("1e99999999999999999999").is_err());
+    }
 
     #[test]
     fn accepts_any_json_value() {

@@ -330,8 +330,8 @@ async fn listen_in_blocks_behaves_as_postgresql_s_and_pins_nothing() {
             .is_some_and(|l| l.contains("[\"s1:1\", \"s4:4\"]")),
         "{want_scripts:#?}"
     );
-    // A script with a queenwire statement runs statement by statement: its
-    // LISTEN, in no block, listens at once.
+    // A script with a queenwire statement and no transaction control runs
+    // in a block of queenwire's own: its LISTEN listens at the commit.
     let r = listener
         .simple("PUSH INTO qq7_queue VALUES ('{}'); LISTEN qq7_mixed")
         .await;

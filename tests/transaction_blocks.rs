@@ -303,3 +303,39 @@ async fn queue_statements_in_blocks_are_prepared_once_under_the_reserved_prefix(
     let names = bp_work(&client).await;
     assert!(names.iter().any(|n| n.ends_with("_qw_pop_v2")), "{names:?}");
 }
+
+/// A simple query of several statements with queue statements among them
+/// is one transaction, as PostgreSQL runs a multi-statement query: an error
+/// rolls back the queue statements before it too, and without one
+/// everything commits and the session is outside a block again.
+#[tokio::test]
+async fn a_multi_statement_query_with_queue_statements_is_one_transaction() {
+    let proxy = Proxy::start("script_implicit").await;
+    let client = proxy.connect().await;
+    client
+        .batch_execute("CREATE TABLE script_done (x int)")
+        .await
+        .unwrap();
+    let failed = "PUSH INTO sq VALUES ('1'); INSERT INTO script_done VALUES (1); SELECT 1/0";
+    assert_eq!(code(&client, failed).await, "22012");
+    let count = "SELECT count(*)::int FROM script_done";
+    let n: i32 = client.query_one(count, &[]).await.unwrap().get(0);
+    assert_eq!(n, 0, "the INSERT went with the failed transaction");
+    assert!(
+        rows(&client, "POP FROM sq AUTO ACK").await.is_empty(),
+        "the PUSH went with the failed transaction"
+    );
+    client
+        .simple_query("PUSH INTO sq VALUES ('2'); INSERT INTO script_done VALUES (2)")
+        .await
+        .unwrap();
+    let n: i32 = client.query_one(count, &[]).await.unwrap().get(0);
+    assert_eq!(n, 1);
+    let got = rows(&client, "POP FROM sq AUTO ACK").await;
+    assert_eq!(got.len(), 1);
+    // Outside a block again: a ROLLBACK has nothing to roll back.
+    let warned = client.simple_query("ROLLBACK").await;
+    assert!(warned.is_ok());
+    let n: i32 = client.query_one(count, &[]).await.unwrap().get(0);
+    assert_eq!(n, 1, "the committed script stays");
+}

@@ -50,6 +50,10 @@ pub(super) struct Txn {
     pub(super) pushed: Vec<String>,
     /// Ephemeral PUSHes of the current transaction, applied if it committed.
     pub(super) ephemeral: Vec<uuid::Uuid>,
+    /// The current transaction declared or changed an ephemeral queue: the
+    /// engine reads the ephemeral queues' names again when it ends (what a
+    /// block declared is not visible before its commit).
+    pub(super) ephemeral_declared: bool,
     /// Startup settings the client reset in the exchange in progress.
     pub(super) reset: super::settings::Reset,
     /// A plain statement was executed on the backend since the last Sync
@@ -380,6 +384,9 @@ impl Session {
         }
         let ephemeral = std::mem::take(&mut self.txn.ephemeral);
         let hub = &self.shared.engine.ephemeral;
+        if std::mem::take(&mut self.txn.ephemeral_declared) {
+            hub.refresh().await;
+        }
         hub.transaction_ended(ephemeral).await;
     }
 

@@ -180,7 +180,17 @@ impl Session {
             self.drain().await?;
             self.passthrough_done(commands.len(), began, errors);
         } else {
-            self.run_script(&text, &commands).await?;
+            // Several statements outside a block, queue statements among
+            // them, run as PostgreSQL runs a multi-statement query: in one
+            // transaction (a block of the proxy's own), rolled back at the
+            // first error.
+            let statements = commands.iter().map(|(r, _)| &sql[r.clone()]);
+            match self.script_plan(statements, true) {
+                Some(plan) if commands.len() > 1 => {
+                    self.run_listen_script(&text, &commands, plan).await?
+                }
+                _ => self.run_script(&text, &commands).await?,
+            }
         }
         self.finish_simple_query().await
     }

@@ -5,7 +5,7 @@ use super::pop::subscription;
 use crate::calls::admin::{Configure, ConfigureMode, DropGroup, GroupSetType, Seek};
 use crate::calls::groups::Subscribe;
 use crate::json::{JsonValue, Object};
-use crate::protocol::SqlError;
+use crate::protocol::{SqlError, SqlState};
 use crate::rewrite::bind::{parse_error, Params};
 use crate::rewrite::dialect::options::{OptionValue, QueueSetting};
 use crate::rewrite::dialect::pop::SubscribeFrom;
@@ -51,6 +51,19 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
                     QueueOption::RetryDelay | QueueOption::MinPopWaitTime | QueueOption::Ttl
                 ) =>
             {
+                // Stored in milliseconds as an integer: say so when it does
+                // not fit, in the unit the client wrote.
+                if d.as_millis() > i32::MAX as u128 {
+                    return Err(SqlError::error(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!(
+                            "queue option {} is out of range: at most 2147483647 milliseconds \
+                             (about 24.8 days), got {} seconds",
+                            s.option.name(),
+                            d.as_secs_f64()
+                        ),
+                    ));
+                }
                 JsonValue::Uint(d.as_millis())
             }
             OptionValue::Duration(d) => {
@@ -180,6 +193,28 @@ mod tests {
         );
         assert_eq!(call.mode, "create");
         assert_eq!(call.params().len(), CONFIGURE.params.len());
+    }
+
+    #[test]
+    fn a_millisecond_option_that_does_not_fit_says_so_in_seconds() {
+        let Statement::CreateQueue(c) = parse("CREATE QUEUE q WITH (retry_delay = 2147483647)")
+        else {
+            panic!("parse");
+        };
+        let err = configure(
+            &c.queue,
+            &c.settings,
+            ConfigureMode::Create,
+            &Params(&[]),
+            Uuid::nil(),
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), "22023");
+        assert!(
+            err.message.contains("got 2147483647 seconds"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -1296,3 +1296,51 @@ async fn another_session_s_prepared_statement_cannot_be_named() {
     let two: i32 = a.query_one(&stmt, &[&1i32]).await.unwrap().get(0);
     assert_eq!(two, 2);
 }
+
+/// Bytes that are not UTF-8 anywhere in a UTF8 client's message, a comment
+/// included, fail the message with 22021 as PostgreSQL fails it: a queue
+/// statement in it does not run.
+#[tokio::test]
+async fn invalid_utf8_anywhere_in_a_message_refuses_its_queue_statements() {
+    use queenwire::protocol::Message;
+    let proxy = Proxy::start("utf8_comment").await;
+    let query = |sql: &[u8]| {
+        let mut body = sql.to_vec();
+        body.push(0);
+        Message::new(b'Q', body)
+    };
+    for sql in [
+        &b"/* \xff */ PUSH INTO bad_bytes VALUES ('1')"[..],
+        &b"PUSH INTO bad_bytes VALUES ('1') -- \xe2\x82"[..],
+        &b"PUSH INTO bad_bytes VALUES ('1'); SELECT '\xff'"[..],
+    ] {
+        let mut direct = common::raw::Raw::connect_direct(&proxy.direct).await;
+        direct.send(&[query(&b"SELECT 1 /* \xff */"[..])]).await;
+        let r = direct.read_until_ready().await;
+        assert_eq!(
+            r.errors.first().map(|e| e.code()),
+            Some("22021"),
+            "PostgreSQL"
+        );
+        let mut raw = common::raw::Raw::connect(proxy.addr).await;
+        raw.send(&[query(sql)]).await;
+        let r = raw.read_until_ready().await;
+        assert_eq!(
+            r.errors.first().map(|e| e.code()),
+            Some("22021"),
+            "{}",
+            String::from_utf8_lossy(sql)
+        );
+        assert_eq!(raw.simple("SELECT 1").await.rows.len(), 1);
+    }
+    let client = proxy.connect().await;
+    let popped = client
+        .simple_query("POP FROM bad_bytes AUTO ACK")
+        .await
+        .unwrap();
+    let rows = popped
+        .iter()
+        .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+        .count();
+    assert_eq!(rows, 0, "a refused message pushed nothing");
+}

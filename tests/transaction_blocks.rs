@@ -338,4 +338,11 @@ async fn a_multi_statement_query_with_queue_statements_is_one_transaction() {
     assert!(warned.is_ok());
     let n: i32 = client.query_one(count, &[]).await.unwrap().get(0);
     assert_eq!(n, 1, "the committed script stays");
+    // A KV write after a queue statement cannot share a block with it (the
+    // lock order): such a script runs statement by statement.
+    client
+        .simple_query("PUSH INTO sq VALUES ('3'); KV PUT cfg k '1' FOREVER")
+        .await
+        .unwrap();
+    assert_eq!(rows(&client, "KV GET cfg 'k'").await.len(), 1);
 }

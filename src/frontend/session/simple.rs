@@ -186,7 +186,7 @@ impl Session {
             // first error.
             let statements = commands.iter().map(|(r, _)| &sql[r.clone()]);
             match self.script_plan(statements, true) {
-                Some(plan) if commands.len() > 1 => {
+                Some(plan) if commands.len() > 1 && one_transaction_can_hold(&commands) => {
                     self.run_listen_script(&text, &commands, plan).await?
                 }
                 _ => self.run_script(&text, &commands).await?,
@@ -398,10 +398,16 @@ impl Session {
                     self.passthrough_done(1, began, errors);
                     ok
                 }
+                // Text that is not UTF-8 anywhere in the message (a comment
+                // included) fails the whole message on PostgreSQL, before
+                // any of it runs: a queue statement in it is refused too.
                 Command::Dialect(_)
-                    if text.readable(range.clone(), &self.client_encoding).is_err() =>
+                    if text
+                        .readable(self.readable_scope(text, range), &self.client_encoding)
+                        .is_err() =>
                 {
-                    if let Err(unreadable) = text.readable(range.clone(), &self.client_encoding) {
+                    let scope = self.readable_scope(text, range);
+                    if let Err(unreadable) = text.readable(scope, &self.client_encoding) {
                         self.refuse(unreadable, CallEnd::Sync).await?;
                     }
                     self.after_own_transaction().await;
@@ -486,12 +492,53 @@ impl Session {
 
     /// After a statement whose calls ended with Sync: its transaction is
     /// over unless a block goes on.
+    /// What of a script's text must be readable for its statement at
+    /// `range` to run: in UTF8 the whole message, as PostgreSQL checks it
+    /// whole; in other encodings the statement's own text.
+    fn readable_scope(&self, text: &ClientText<'_>, range: &Range<usize>) -> Range<usize> {
+        if self.client_encoding == ClientEncoding::Utf8 {
+            0..text.view.len()
+        } else {
+            range.clone()
+        }
+    }
+
     async fn after_own_transaction(&mut self) {
         self.txn.forwarded_since_sync = false;
         if self.lease.held() && self.lease.status() == TxStatus::Idle {
             self.transaction_ended().await;
         }
     }
+}
+
+/// Whether a script's queue statements can all run in one transaction
+/// block: none runs only alone (`PURGE TENANT`, the stream statements), none
+/// declares or changes an ephemeral queue (its PUSHes find the queue only
+/// once that commits), and no KV write or timer statement follows a queue
+/// statement (the lock order refuses that in a block). A script that cannot
+/// runs statement by statement, each statement committing on its own.
+fn one_transaction_can_hold(commands: &[(Range<usize>, Command)]) -> bool {
+    use crate::rewrite::dialect::Statement;
+    let mut order = crate::engine::lock_order::LockOrder::default();
+    commands.iter().all(|(_, command)| {
+        let Command::Dialect(stmt) = command else {
+            return true;
+        };
+        let settings = match stmt.as_ref() {
+            Statement::PurgeTenant(_)
+            | Statement::CreateStream(_)
+            | Statement::DropStream { .. }
+            | Statement::AlterStream { .. } => return false,
+            Statement::CreateQueue(c) => c.settings.as_slice(),
+            Statement::AlterQueue(a) => a.settings.as_slice(),
+            _ => &[],
+        };
+        if settings.iter().any(|s| s.option.is_ephemeral()) || order.check(stmt, true).is_err() {
+            return false;
+        }
+        order.ran(stmt, true);
+        true
+    })
 }
 
 /// Whether a simple query is one plain statement the session forwards as

@@ -188,12 +188,7 @@ impl Session {
                     }
                 }
                 self.txn.ephemeral.extend(outcome.ephemeral_commit);
-                let settings = match stmt.as_ref() {
-                    Statement::CreateQueue(c) => c.settings.as_slice(),
-                    Statement::AlterQueue(a) => a.settings.as_slice(),
-                    _ => &[],
-                };
-                if settings.iter().any(|s| s.option.is_ephemeral()) {
+                if stmt.declares_ephemeral() {
                     self.txn.ephemeral_declared = true;
                 }
                 Ok(Some(outcome))

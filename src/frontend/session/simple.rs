@@ -524,16 +524,14 @@ fn one_transaction_can_hold(commands: &[(Range<usize>, Command)]) -> bool {
         let Command::Dialect(stmt) = command else {
             return true;
         };
-        let settings = match stmt.as_ref() {
+        let alone = matches!(
+            stmt.as_ref(),
             Statement::PurgeTenant(_)
-            | Statement::CreateStream(_)
-            | Statement::DropStream { .. }
-            | Statement::AlterStream { .. } => return false,
-            Statement::CreateQueue(c) => c.settings.as_slice(),
-            Statement::AlterQueue(a) => a.settings.as_slice(),
-            _ => &[],
-        };
-        if settings.iter().any(|s| s.option.is_ephemeral()) || order.check(stmt, true).is_err() {
+                | Statement::CreateStream(_)
+                | Statement::DropStream { .. }
+                | Statement::AlterStream { .. }
+        );
+        if alone || stmt.declares_ephemeral() || order.check(stmt, true).is_err() {
             return false;
         }
         order.ran(stmt, true);

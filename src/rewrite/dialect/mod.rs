@@ -233,6 +233,17 @@ impl Statement {
 
     /// The rows the statement locks, in the terms of seed 000's global
     /// lock order (`engine/lock_order.rs` keeps a transaction block to it).
+    /// A CREATE or ALTER QUEUE that declares or changes an ephemeral queue
+    /// (an option only ephemeral queues take).
+    pub fn declares_ephemeral(&self) -> bool {
+        let settings = match self {
+            Statement::CreateQueue(c) => c.settings.as_slice(),
+            Statement::AlterQueue(a) => a.settings.as_slice(),
+            _ => return false,
+        };
+        settings.iter().any(|s| s.option.is_ephemeral())
+    }
+
     pub fn locks(&self) -> Locks {
         match self {
             Statement::Kv(

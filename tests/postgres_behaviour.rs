@@ -1341,3 +1341,82 @@ async fn invalid_utf8_anywhere_in_a_message_refuses_its_queue_statements() {
         "a refused message pushed nothing"
     );
 }
+
+/// A script is cut into statements where PostgreSQL cuts it, with the
+/// settings that change how it reads literals: `standard_conforming_strings`
+/// off (a backslash escapes in `'…'`) and a client encoding whose
+/// characters can end in a backslash byte (SJIS: 表 is 0x95 0x5C).
+/// PostgreSQL reads a whole message before running any of it, so a queue
+/// statement with a syntax error runs nothing before it.
+#[tokio::test]
+async fn scripts_are_cut_where_postgresql_cuts_them_under_legacy_settings() {
+    use queenwire::protocol::Message;
+    let proxy = Proxy::start("legacy_reading").await;
+    let query = |sql: &[u8]| {
+        let mut body = sql.to_vec();
+        body.push(0);
+        Message::new(b'Q', body)
+    };
+    let mut direct = common::raw::Raw::connect_direct(&proxy.direct).await;
+    let mut raw = common::raw::Raw::connect(proxy.addr).await;
+
+    // standard_conforming_strings off: the PUSH is inside the literal.
+    let script = "SELECT 'a\\'; PUSH INTO legacy_q VALUES (''{}'')' AS c; SELECT 2";
+    for side in [&mut direct, &mut raw] {
+        side.simple("SET standard_conforming_strings = off").await;
+        let r = side.simple(script).await;
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(
+            r.rows,
+            vec![
+                vec![Some("a'; PUSH INTO legacy_q VALUES ('{}')".to_string())],
+                vec![Some("2".to_string())]
+            ]
+        );
+    }
+    // A queue statement whose literal PostgreSQL would read otherwise is
+    // refused, not read by the other rule; dollar quotes mean one thing.
+    let r = raw
+        .simple("PUSH INTO legacy_q VALUES ('{\"a\":\"x\\\\y\"}')")
+        .await;
+    assert_eq!(r.errors.first().map(|e| e.code()), Some("0A000"));
+    let r = raw
+        .simple("PUSH INTO legacy_q VALUES ($${\"a\":\"x\\\\y\"}$$)")
+        .await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    raw.simple("SET standard_conforming_strings = on").await;
+    let r = raw.simple("POP FROM legacy_q LIMIT 5 AUTO ACK").await;
+    assert_eq!(r.rows.len(), 1, "only the dollar-quoted PUSH ran");
+
+    // SJIS: E'表' ends at its quote, and the PUSH after it is a statement.
+    for side in [&mut direct, &mut raw] {
+        side.simple("SET client_encoding = 'SJIS'").await;
+    }
+    direct
+        .send(&[query(b"SELECT E'\x95\x5c' AS a; SELECT 2")])
+        .await;
+    let r = direct.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.rows.len(), 2);
+    raw.send(&[query(
+        b"SELECT E'\x95\x5c' AS a; PUSH INTO legacy_q VALUES ('{}')",
+    )])
+    .await;
+    let r = raw.read_until_ready().await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.rows.len(), 2, "the SELECT's row and the PUSH's");
+
+    // A syntax error anywhere: nothing of the message runs.
+    for side in [&mut direct, &mut raw] {
+        side.simple("SET client_encoding = 'UTF8'").await;
+    }
+    let r = direct.simple("SELECT 1 AS a; SELEC 2").await;
+    assert!(r.rows.is_empty());
+    assert_eq!(r.errors.first().map(|e| e.code()), Some("42601"));
+    let r = raw
+        .simple("SELECT 1 AS a; PUSH INTO legacy_q VALUE ('{}'); SELECT 2")
+        .await;
+    assert!(r.rows.is_empty(), "{:?}", r.rows);
+    assert_eq!(r.errors.first().map(|e| e.code()), Some("42601"));
+    assert_eq!(raw.simple("SELECT 1").await.rows.len(), 1);
+}

@@ -58,11 +58,28 @@ pub fn tokens(sql: &str) -> Vec<Token> {
 pub struct Tokens<'a> {
     sql: &'a str,
     i: usize,
+    /// `'…'` is read as `E'…'`: PostgreSQL's reading with
+    /// `standard_conforming_strings` off.
+    plain_escapes: bool,
 }
 
 impl<'a> Tokens<'a> {
     pub fn new(sql: &'a str) -> Tokens<'a> {
-        Tokens { sql, i: 0 }
+        Tokens {
+            sql,
+            i: 0,
+            plain_escapes: false,
+        }
+    }
+
+    /// The tokens as PostgreSQL reads them with `standard_conforming_strings`
+    /// off: a backslash escapes in `'…'` too.
+    pub fn with_plain_escapes(sql: &'a str) -> Tokens<'a> {
+        Tokens {
+            sql,
+            i: 0,
+            plain_escapes: true,
+        }
     }
 }
 
@@ -88,7 +105,10 @@ impl Iterator for Tokens<'_> {
                     i += 1;
                     continue;
                 }
-                b'\'' | b'"' => (TokenKind::Quoted, scan::quoted_end(bytes, i, c, false)),
+                b'\'' | b'"' => (
+                    TokenKind::Quoted,
+                    scan::quoted_end(bytes, i, c, c == b'\'' && self.plain_escapes),
+                ),
                 b'E' | b'e' if bytes.get(i + 1) == Some(&b'\'') => {
                     (TokenKind::Quoted, scan::escape_string_end(bytes, i + 1))
                 }

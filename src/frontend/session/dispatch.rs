@@ -123,6 +123,9 @@ pub struct Session {
     pub(super) txn: Txn,
     /// The client's `client_encoding`, as the backend last reported it.
     pub(super) client_encoding: ClientEncoding,
+    /// The client's `standard_conforming_strings`, as the backend last
+    /// reported it: off, a backslash escapes in `'…'` too.
+    pub(super) standard_strings: bool,
     /// Notifications of the channels it listens on through the shared
     /// listening connection (`frontend::listen`), once it does.
     pub(super) notifications: Option<crate::frontend::listen::Notifications>,
@@ -199,6 +202,7 @@ impl Session {
             portals: Portals::default(),
             txn: Txn::default(),
             client_encoding: ClientEncoding::Utf8,
+            standard_strings: true,
             notifications: None,
             stopping,
             observed,
@@ -213,13 +217,14 @@ impl Session {
     pub async fn greet(&mut self, secret: i32) -> Result<(), End> {
         match self.lease.acquire(For::Client).await {
             Ok(conn) => {
-                let mut params: Vec<(&String, &String)> =
-                    conn.reported_parameters().iter().collect();
+                let mut params: Vec<(String, String)> = conn
+                    .reported_parameters()
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect();
                 params.sort();
-                for (name, value) in params {
-                    if name.eq_ignore_ascii_case("client_encoding") {
-                        self.client_encoding = ClientEncoding::from_name(value);
-                    }
+                for (name, value) in &params {
+                    self.note_reading(name, value);
                     self.client.send(&protocol::parameter_status(name, value));
                 }
             }
@@ -332,12 +337,19 @@ impl Session {
     pub(super) fn client_parameter_status(&mut self, msg: &Message) {
         let mut r = msg.reader();
         if let (Ok(name), Ok(value)) = (r.cstr(), r.cstr()) {
-            if name.eq_ignore_ascii_case("client_encoding") {
-                self.client_encoding = ClientEncoding::from_name(value);
-            }
+            self.note_reading(name, value);
             self.lease.note_reported(name, value);
         }
         self.client.send(msg);
+    }
+
+    /// A reported setting the proxy reads the client's text by.
+    fn note_reading(&mut self, name: &str, value: &str) {
+        if name.eq_ignore_ascii_case("client_encoding") {
+            self.client_encoding = ClientEncoding::from_name(value);
+        } else if name.eq_ignore_ascii_case("standard_conforming_strings") {
+            self.standard_strings = !value.eq_ignore_ascii_case("off");
+        }
     }
 
     /// A reply the proxy makes itself, sent when its turn comes.

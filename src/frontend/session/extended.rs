@@ -30,7 +30,7 @@ impl Session {
             self.local_error(canned::invalid_message_format());
             return Ok(());
         }
-        let text = ClientText::read(p.query, &self.client_encoding);
+        let text = ClientText::read(p.query, &self.client_encoding, self.standard_strings);
         if let Err(e) = self.statements.admit(p.name, &text.view) {
             self.local_error(e);
             return Ok(());
@@ -82,7 +82,9 @@ impl Session {
                 effect
             }
             Command::Dialect(stmt) => {
-                if let Err(unreadable) = text.readable(0..text.view.len(), &self.client_encoding) {
+                let whole = 0..text.view.len();
+                if let Err(unreadable) = text.readable(whole.clone(), whole, &self.client_encoding)
+                {
                     self.relay_earlier_replies().await?;
                     if !self.replies.skipping() {
                         self.refuse(unreadable, CallEnd::Flush).await?;
@@ -231,7 +233,7 @@ impl Session {
     /// answers itself).
     pub(super) fn parses_dialect(&self, msg: &Message) -> bool {
         frontend::parse(msg).is_ok_and(|p| {
-            let text = ClientText::read(p.query, &self.client_encoding);
+            let text = ClientText::read(p.query, &self.client_encoding, self.standard_strings);
             matches!(rewrite::classify(&text.view), Command::Dialect(_))
         })
     }

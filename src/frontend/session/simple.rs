@@ -77,7 +77,7 @@ impl Session {
         // Whatever the query is, PostgreSQL drops the unnamed statement
         // before it runs it; a later Bind of it fails with 26000 there.
         self.statements.remove("");
-        let text = ClientText::read(bytes, &self.client_encoding);
+        let text = ClientText::read(bytes, &self.client_encoding, self.standard_strings);
         let sql: &str = &text.view;
         let commands = self.verdicts.classify_script(sql);
         let plain = |c: &Command| matches!(c, Command::Passthrough(_));
@@ -183,7 +183,25 @@ impl Session {
             // Several statements outside a block, queue statements among
             // them, run as PostgreSQL runs a multi-statement query: in one
             // transaction (a block of the proxy's own), rolled back at the
-            // first error.
+            // first error. PostgreSQL reads the whole message before it
+            // runs any of it: a queue statement it would not read (a syntax
+            // error, text not in the client's encoding) is answered alone.
+            if let Some(unread) = commands.iter().position(|(range, c)| match c {
+                Command::Invalid(e) => {
+                    crate::engine::values::parse_error(e.clone()).code() == "42601"
+                }
+                Command::Dialect(_) => text
+                    .readable(
+                        self.readable_scope(&text, range),
+                        range.clone(),
+                        &self.client_encoding,
+                    )
+                    .is_err(),
+                Command::Passthrough(_) => false,
+            }) {
+                self.run_script(&text, &commands[unread..=unread]).await?;
+                return self.finish_simple_query().await;
+            }
             let statements = commands.iter().map(|(r, _)| &sql[r.clone()]);
             match self.script_plan(statements, true) {
                 Some(plan) if commands.len() > 1 && one_transaction_can_hold(&commands) => {
@@ -403,11 +421,17 @@ impl Session {
                 // any of it runs: a queue statement in it is refused too.
                 Command::Dialect(_)
                     if text
-                        .readable(self.readable_scope(text, range), &self.client_encoding)
+                        .readable(
+                            self.readable_scope(text, range),
+                            range.clone(),
+                            &self.client_encoding,
+                        )
                         .is_err() =>
                 {
                     let scope = self.readable_scope(text, range);
-                    if let Err(unreadable) = text.readable(scope, &self.client_encoding) {
+                    if let Err(unreadable) =
+                        text.readable(scope, range.clone(), &self.client_encoding)
+                    {
                         self.refuse(unreadable, CallEnd::Sync).await?;
                     }
                     self.after_own_transaction().await;

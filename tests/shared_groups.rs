@@ -289,6 +289,72 @@ async fn a_type_change_refused_counts_the_messages_not_finished() {
     );
 }
 
+/// A type change racing the POPs that wait on the group: each round, six
+/// consumers wait in `POP … WAIT` on an empty shared group, and one message
+/// is pushed as the group turns ordered (then shared again). The message
+/// goes to one consumer at most: a POP that read the old type claims
+/// nothing once the change has committed, and the change waits for the
+/// POPs that claimed under the old type, then counts what they hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_change_racing_waiting_pops_never_gives_a_message_twice() {
+    let proxy = Proxy::start("shared_type_race").await;
+    let admin = proxy.connect().await;
+    admin
+        .batch_execute("CREATE QUEUE tr WITH (lease_time = '30s')")
+        .await
+        .unwrap();
+    let pusher = proxy.connect().await;
+    let mut consumers = Vec::new();
+    for _ in 0..6 {
+        consumers.push(Arc::new(proxy.connect().await));
+    }
+    let mut twice = Vec::new();
+    for round in 0..12 {
+        let (from, to) = if round % 2 == 0 {
+            ("false", "true")
+        } else {
+            ("true", "false")
+        };
+        // Every message of the last round was acknowledged: this succeeds.
+        admin
+            .batch_execute(&format!("ALTER GROUP g ON tr SET (ordered = {from})"))
+            .await
+            .unwrap();
+        let waiting: Vec<_> = consumers
+            .iter()
+            .map(|c| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let got = rows(&c, "POP FROM tr GROUP g WAIT '1500ms'").await;
+                    for row in &got {
+                        ack(&c, row, "").await;
+                    }
+                    got.iter()
+                        .map(|row| col(row, "partition") + "/" + &col(row, "offset"))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let alter = format!("ALTER GROUP g ON tr SET (ordered = {to})");
+        let push = format!("PUSH INTO tr VALUES ('{round}')");
+        let (pushed, _) = tokio::join!(pusher.simple_query(&push), admin.simple_query(&alter));
+        pushed.unwrap();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for w in waiting {
+            for message in w.await.unwrap() {
+                *seen.entry(message).or_default() += 1;
+            }
+        }
+        twice.extend(seen.into_iter().filter(|(_, n)| *n > 1));
+        // The round's message, if no waiting POP took it, goes now.
+        for row in rows(&admin, "POP FROM tr GROUP g LIMIT 10").await {
+            ack(&admin, &row, "").await;
+        }
+    }
+    assert!(twice.is_empty(), "given to several consumers at once: {twice:?}");
+}
+
 /// A shared group that works slowly through a queue (its start has not
 /// moved for longer than ten lease times, since it moves every 64 finished
 /// messages or so) is not judged Dead while its consumers claim: SHOW

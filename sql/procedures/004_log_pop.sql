@@ -324,6 +324,10 @@ BEGIN
               AND (v_queue.window_buffer = 0
                    OR p.last_write_at <= v_now - make_interval(secs => v_queue.window_buffer))
               AND (p_partition IS NULL OR p.name = p_partition)
+              -- Still ordered (032, log_group_convert_v1): once a call.
+              AND COALESCE((SELECT m.ordered FROM queen.consumer_groups_metadata m
+                            WHERE m.queue_id = v_queue.id AND m.consumer_group = v_group),
+                           (SELECT q.ordered FROM queen.queues q WHERE q.id = v_queue.id))
               AND (c.partition_id IS NULL
                    OR ((c.lease_token IS NULL OR c.lease_expires_at <= v_now)
                        AND (c.blocked_until IS NULL OR c.blocked_until <= v_now)
@@ -374,6 +378,10 @@ BEGIN
                 FROM queen.log_consumers c1
                 WHERE c1.partition_id = p.id AND c1.consumer_group = v_group
                 LIMIT 1) AS c ON true
+            -- Still ordered (032, log_group_convert_v1): once a call.
+            WHERE COALESCE((SELECT m.ordered FROM queen.consumer_groups_metadata m
+                            WHERE m.queue_id = v_queue.id AND m.consumer_group = v_group),
+                           (SELECT q.ordered FROM queen.queues q WHERE q.id = v_queue.id))
         ) AS u
         ORDER BY u.st = 'ready', u.ord;
     END IF;

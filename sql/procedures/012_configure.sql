@@ -99,6 +99,12 @@ BEGIN
     END LOOP;
 
     IF p_mode = 'alter' THEN
+        -- A new type converts the groups: the queue key first, before the
+        -- queue row (032, log_group_convert_v1).
+        IF v_norm ? 'ordered' THEN
+            PERFORM pg_advisory_xact_lock(queen.log_queue_lock_key_v1(q.id))
+            FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        END IF;
         SELECT q.id INTO v_id FROM queen.queues q
         WHERE q.tenant_id = p_tenant AND q.name = p_queue
         FOR NO KEY UPDATE;

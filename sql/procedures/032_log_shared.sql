@@ -451,6 +451,10 @@ BEGIN
           -- Retention deleted offsets above the start: the start moves
           -- first (log_pop_shared_v1).
           AND c1.cursor_offset >= p.first_offset - 1
+          -- Still shared (log_group_convert_v1): evaluated once a call.
+          AND NOT COALESCE((SELECT m.ordered FROM queen.consumer_groups_metadata m
+                            WHERE m.queue_id = p_queue_id AND m.consumer_group = p_group),
+                           (SELECT q.ordered FROM queen.queues q WHERE q.id = p_queue_id))
           AND NOT EXISTS (SELECT 1 FROM queen.log_shared_records r
                           WHERE r.partition_id = p.id AND r.consumer_group = p_group
                             AND r.state = 1 AND r.available_at <= v_now)
@@ -596,8 +600,16 @@ DECLARE
     o_to         BIGINT[] := '{}';
 BEGIN
     SELECT q.retry_limit, q.delayed_processing, q.window_buffer, q.max_in_flight,
-           (q.dead_letter_queue AND q.dlq_after_max_retries) AS store_dlq
+           (q.dead_letter_queue AND q.dlq_after_max_retries) AS store_dlq,
+           COALESCE((SELECT m.ordered FROM queen.consumer_groups_metadata m
+                     WHERE m.queue_id = q.id AND m.consumer_group = p_group),
+                    q.ordered) AS ordered
     INTO v_q FROM queen.queues q WHERE q.id = p_queue_id;
+    -- The group became ordered after log_pop_v2 read its type: this POP
+    -- claims nothing (log_group_convert_v1 explains why it cannot race).
+    IF v_q.ordered THEN
+        RETURN;
+    END IF;
 
     IF p_candidates IS NULL THEN
         OPEN v_cur FOR
@@ -1395,6 +1407,13 @@ $$;
 --   ordered -> shared: the start is the cursor (expired, unsettled leases
 --     are dropped with no failure counted: their messages come again);
 --   shared -> ordered: the cursor is the start; the finished rows go.
+-- No POP claims under the old type once this commits: the caller holds the
+-- queue key EXCLUSIVE (taken before the queue row), so every transaction
+-- that popped the queue has ended and what it claimed is counted above,
+-- and a POP can claim only while it holds the key SHARED; the statements
+-- that claim (log_pop_v2's candidate queries, log_pop_shared_new_v1,
+-- log_pop_shared_v1) read the group's type after taking it, and claim
+-- nothing when it is no longer theirs.
 -- The caller holds the queue row.
 -- Locks: log_consumers rows of the group, partition order, FOR UPDATE;
 -- log_shared_records rows of the group (delete).
@@ -1490,8 +1509,8 @@ $$;
 -- registered when the queue has not seen it yet (subscribed from the
 -- beginning, as a first POP without SUBSCRIBE FROM would). A missing queue
 -- is 42704; a shared group on an ephemeral queue is 0A000.
--- Locks: the queue row FOR NO KEY UPDATE; the group's metadata row; then
--- as log_group_convert_v1.
+-- Locks: the queue key EXCLUSIVE; the queue row FOR NO KEY UPDATE; the
+-- group's metadata row; then as log_group_convert_v1.
 CREATE OR REPLACE FUNCTION queen.log_group_set_type_v1(
     p_queue   TEXT,
     p_group   TEXT,
@@ -1509,6 +1528,10 @@ BEGIN
         RAISE EXCEPTION 'log_group_set_type_v1: needs a queue, a group and a type'
             USING ERRCODE = '22023';
     END IF;
+    -- The queue key before the queue row (001's order): it waits for the
+    -- transactions popping the queue (log_group_convert_v1).
+    PERFORM pg_advisory_xact_lock(queen.log_queue_lock_key_v1(q.id))
+    FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
     SELECT q.id, q.ordered INTO v_q FROM queen.queues q
     WHERE q.tenant_id = p_tenant AND q.name = p_queue
     FOR NO KEY UPDATE;

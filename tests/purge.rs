@@ -362,6 +362,96 @@ async fn pushes_racing_a_purge_fail_cleanly_or_are_purged() {
     assert_eq!(snapshot(&direct, TENANT_A).await, before_a);
 }
 
+/// A producer that keeps pushing while its tenant is purged re-creates its
+/// queue after the step that deleted it; the purge leaves that new queue
+/// alone: it removes the queues that existed when it began (the count it
+/// answers), and of the pushes, what survives is everything from some
+/// point on, never a gap after a push that survived.
+#[tokio::test]
+async fn a_queue_re_created_during_a_purge_keeps_every_push_made_into_it() {
+    let (proxy, direct) = start("purge_recreated").await;
+    let queues_before: i64 = direct
+        .query_one(
+            "SELECT count(*) FROM queen.queues WHERE tenant_id = $1",
+            &[&TENANT_B],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let b = Arc::new(login(&proxy, "b").await);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pushed = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let pusher = {
+        let (b, stop, pushed) = (b.clone(), stop.clone(), pushed.clone());
+        tokio::spawn(async move {
+            let (mut n, mut queued) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let sql = format!("PUSH INTO racing{} VALUES ('{{\"n\": {n}}}')", n % 8);
+                if b.simple_query(&sql).await.is_ok() {
+                    queued.push(n);
+                    pushed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                n += 1;
+            }
+            queued
+        })
+    };
+    while pushed.load(std::sync::atomic::Ordering::Relaxed) < 40 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let root = login(&proxy, "root").await;
+    let answer = first_row(
+        tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            root.simple_query(&format!("PURGE TENANT '{TENANT_B}'")),
+        )
+        .await
+        .expect("the purge does not hang")
+        .unwrap(),
+    );
+    // Pushes go on after the purge, into the queue they re-created.
+    let after = pushed.load(std::sync::atomic::Ordering::Relaxed);
+    while pushed.load(std::sync::atomic::Ordering::Relaxed) < after + 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = pusher.await.unwrap();
+    // The queues that existed when it began, the racing ones among them.
+    assert_eq!(
+        answer.get(1).cloned().flatten(),
+        Some((queues_before + 8).to_string()),
+        "queues removed: {answer:?}"
+    );
+    for queue in 0..8u32 {
+        let mut kept: Vec<u32> = Vec::new();
+        loop {
+            let pop = format!("POP FROM racing{queue} LIMIT 10000 AUTO ACK");
+            let got = common::sql::rows(&b, &pop).await;
+            if got.is_empty() {
+                break;
+            }
+            kept.extend(got.iter().map(|row| {
+                let payload = row.get("payload").cloned().flatten().unwrap_or_default();
+                let digits: String = payload.chars().filter(char::is_ascii_digit).collect();
+                digits
+                    .parse::<u32>()
+                    .unwrap_or_else(|e| panic!("{payload}: {e}"))
+            }));
+        }
+        kept.sort_unstable();
+        let first = *kept.first().expect("the pushes after the purge are kept");
+        let missing: Vec<u32> = sent
+            .iter()
+            .copied()
+            .filter(|n| n % 8 == queue && *n > first && kept.binary_search(n).is_err())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "racing{queue}: pushes after its first kept one, lost: {missing:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_non_administrator_is_refused_and_nothing_changes() {
     let (proxy, direct) = start("purge_refused").await;

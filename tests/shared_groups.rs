@@ -352,7 +352,10 @@ async fn a_type_change_racing_waiting_pops_never_gives_a_message_twice() {
             ack(&admin, &row, "").await;
         }
     }
-    assert!(twice.is_empty(), "given to several consumers at once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "given to several consumers at once: {twice:?}"
+    );
 }
 
 /// A shared group that works slowly through a queue (its start has not

@@ -34,13 +34,24 @@
 --      rows (leaves, keyed by tenant; one statement each).
 -- A PUSH racing the purge either commits before the step that deletes its
 -- queue (and its rows are deleted by a later step of the same purge) or
--- re-provisions the queue afterwards (a new queue, after the purge). The
+-- re-provisions the queue afterwards: a new queue, which the purge leaves
+-- alone. Phase 3 takes only the queues created before the purge's first
+-- step began (p_before: that step's `started`, which the caller passes to
+-- every later step), so a producer that keeps pushing neither loses the
+-- pushes of a queue it re-created nor keeps the purge going. The
 -- PostgreSQL roles themselves are not dropped: roles are cluster-wide and
 -- may serve another database; only the mapping goes.
 
+-- When a queue row was made (database clock at the insert), so that a
+-- purge can tell the queues it found from those re-created meanwhile.
+ALTER TABLE queen.queues ADD COLUMN IF NOT EXISTS created_at TIMESTAMPTZ NOT NULL
+    DEFAULT clock_timestamp();
+
+DROP FUNCTION IF EXISTS queen.tenant_purge_step_v1(UUID, INTEGER);
 CREATE OR REPLACE FUNCTION queen.tenant_purge_step_v1(
     p_tenant UUID,
-    p_batch  INTEGER
+    p_batch  INTEGER,
+    p_before TIMESTAMPTZ DEFAULT NULL
 ) RETURNS TABLE (
     kv_keys    BIGINT,
     timers     BIGINT,
@@ -49,7 +60,8 @@ CREATE OR REPLACE FUNCTION queen.tenant_purge_step_v1(
     segments   BIGINT,
     messages   BIGINT,
     dlq        BIGINT,
-    done       BOOLEAN
+    done       BOOLEAN,
+    started    TIMESTAMPTZ
 )
 LANGUAGE plpgsql
 AS $$
@@ -65,6 +77,7 @@ BEGIN
     END IF;
     kv_keys := 0; timers := 0; queues := 0; partitions := 0;
     segments := 0; messages := 0; dlq := 0; done := false;
+    started := COALESCE(p_before, clock_timestamp());
 
     -- 1. KV.
     WITH victims AS (
@@ -139,7 +152,8 @@ BEGIN
 
     -- 3. One queue.
     SELECT q.id INTO v_queue_id FROM queen.queues q
-    WHERE q.tenant_id = p_tenant ORDER BY q.id LIMIT 1;
+    WHERE q.tenant_id = p_tenant AND q.created_at < started
+    ORDER BY q.id LIMIT 1;
     IF FOUND THEN
         PERFORM pg_advisory_xact_lock(queen.log_queue_lock_key_v1(v_queue_id));
         PERFORM 1 FROM queen.queues q

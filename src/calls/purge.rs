@@ -1,6 +1,7 @@
 //! The tenant purge (031): one bounded step of `PURGE TENANT`.
 
 use super::declare::calls;
+use std::time::SystemTime;
 use uuid::Uuid;
 
 calls! {
@@ -9,6 +10,9 @@ calls! {
         pub struct PurgeStep {
             tenant: Uuid = UUID,
             batch: i32 = INT4,
+            /// The first step's `started`: later steps leave the queues
+            /// made after it alone.
+            before: Option<SystemTime> = TIMESTAMPTZ,
         }
         /// What one step removed; `done` when nothing of the tenant is left.
         #[derive(Debug, Default, Clone, Copy)]
@@ -21,6 +25,7 @@ calls! {
             messages: i64 = INT8 or default,
             dlq: i64 = INT8 or default,
             done: bool = BOOL or default,
+            started: Option<SystemTime> = TIMESTAMPTZ,
         }
     }
 }

@@ -20,11 +20,15 @@ pub const BATCH: i32 = 500;
 /// Runs the steps to the end; one row of totals.
 pub async fn purge_tenant(conn: &mut Calls<'_>, tenant: Uuid) -> Result<Vec<Vec<Cell>>, ExecError> {
     let mut total = PurgeStepRow::default();
+    // The first step's start: the queues made after it (re-created by a
+    // push racing the purge) are left alone.
+    let mut before = None;
     loop {
         let rows = conn
             .run(&PurgeStep {
                 tenant,
                 batch: BATCH,
+                before,
             })
             .await?;
         let step = rows.into_iter().next().unwrap_or(PurgeStepRow {
@@ -38,6 +42,7 @@ pub async fn purge_tenant(conn: &mut Calls<'_>, tenant: Uuid) -> Result<Vec<Vec<
         total.segments += step.segments;
         total.messages += step.messages;
         total.dlq += step.dlq;
+        before = before.or(step.started);
         if step.done {
             break;
         }

@@ -1420,3 +1420,42 @@ async fn scripts_are_cut_where_postgresql_cuts_them_under_legacy_settings() {
     assert_eq!(r.errors.first().map(|e| e.code()), Some("42601"));
     assert_eq!(raw.simple("SELECT 1").await.rows.len(), 1);
 }
+
+/// A replication connection (pg_basebackup, pg_receivewal, a logical
+/// replication client) is refused at startup, readably, rather than
+/// served as a session that then fails at IDENTIFY_SYSTEM; a startup
+/// packet that says `replication=false` is an ordinary session.
+#[tokio::test]
+async fn a_replication_connection_is_refused_readably_at_startup() {
+    let proxy = Proxy::start("replication_refused").await;
+    for mode in ["database", "true", "on"] {
+        let (ok, _, err) = psql(
+            &proxy,
+            &[
+                "-d",
+                &format!("dbname=postgres replication={mode}"),
+                "-c",
+                "IDENTIFY_SYSTEM",
+            ],
+        )
+        .await;
+        assert!(!ok);
+        assert!(
+            err.contains("does not serve replication connections"),
+            "{mode}: {err}"
+        );
+    }
+    let (ok, out, err) = psql(
+        &proxy,
+        &[
+            "-d",
+            "dbname=postgres replication=false",
+            "-At",
+            "-c",
+            "SELECT 1",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "1");
+}

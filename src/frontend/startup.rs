@@ -23,6 +23,8 @@ struct Startup {
     settings: BTreeMap<String, String>,
     unsupported_options: Vec<String>,
     minor: i32,
+    /// A walsender was asked for (`replication=true` or `database`).
+    replication: bool,
 }
 
 /// A client that completed startup and authentication.
@@ -138,6 +140,17 @@ async fn negotiate(
         }
     };
 
+    if startup.replication {
+        let mut err = SqlError::fatal(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            "queenwire does not serve replication connections",
+        );
+        err.hint = Some(
+            "connect pg_basebackup, pg_receivewal and logical replication clients to PostgreSQL itself".into(),
+        );
+        refuse_with(&mut stream, err).await;
+        return None;
+    }
     let mut client = Client::new(stream);
     if startup.minor > 0 || !startup.unsupported_options.is_empty() {
         client.send(&protocol::negotiate_protocol_version(
@@ -186,6 +199,7 @@ fn read_parameters(r: &mut BodyReader<'_>, minor: i32) -> Result<Startup, String
     let mut user = None;
     let mut settings = BTreeMap::new();
     let mut unsupported_options = Vec::new();
+    let mut replication = false;
     loop {
         let name = r.cstr().map_err(|e| e.to_string())?;
         if name.is_empty() {
@@ -194,6 +208,13 @@ fn read_parameters(r: &mut BodyReader<'_>, minor: i32) -> Result<Startup, String
         let value = r.cstr().map_err(|e| e.to_string())?;
         if name == "user" {
             user = Some(value.to_string());
+        } else if name == "replication"
+            && !matches!(
+                value.to_ascii_lowercase().as_str(),
+                "false" | "off" | "no" | "0"
+            )
+        {
+            replication = true;
         } else if name == "options" {
             for (k, v) in command_line_options(value)? {
                 settings.insert(k, v);
@@ -216,6 +237,7 @@ fn read_parameters(r: &mut BodyReader<'_>, minor: i32) -> Result<Startup, String
         settings,
         unsupported_options,
         minor,
+        replication,
     })
 }
 

@@ -76,12 +76,20 @@ pub fn idle_in_transaction_timeout() -> SqlError {
 }
 
 /// The rest of an oversized message cannot be skipped safely: the session
-/// says why and closes, as PostgreSQL does.
+/// says why and closes, as PostgreSQL does (whose limit is 1 GB: a client
+/// PostgreSQL serves can meet this one, so the operator hears of it too).
 pub fn message_too_large(len: usize, max: usize) -> SqlError {
-    SqlError::fatal(
+    tracing::warn!(
+        len,
+        max,
+        "a client's message exceeds --max-message-size; its session is closed"
+    );
+    let mut err = SqlError::fatal(
         SqlState::PROGRAM_LIMIT_EXCEEDED,
         format!("message of {len} bytes exceeds the limit of {max} bytes"),
-    )
+    );
+    err.hint = Some("queenwire's --max-message-size sets the limit".into());
+    err
 }
 
 pub fn protocol_violation(what: impl Into<String>) -> SqlError {

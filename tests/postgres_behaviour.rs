@@ -1459,3 +1459,67 @@ async fn a_replication_connection_is_refused_readably_at_startup() {
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "1");
 }
+
+/// A client that LISTENs and stops reading its socket does not make
+/// queenwire hold its notifications without end: past a bound its session
+/// stops receiving them and, once the client reads again and has taken
+/// what was held, is closed with 53200. A listener that reads gets every
+/// notification meanwhile.
+#[tokio::test]
+async fn a_listener_that_does_not_read_is_closed_past_a_bound_and_others_get_everything() {
+    use common::raw::Raw;
+    let proxy = Proxy::start("listen_not_reading").await;
+    let mut stalled = Raw::connect(proxy.addr).await;
+    assert!(stalled.simple("LISTEN flood").await.errors.is_empty());
+    let mut reading = Raw::connect(proxy.addr).await;
+    assert!(reading.simple("LISTEN flood").await.errors.is_empty());
+    let sender = proxy.connect().await;
+    const SENT: usize = 3_000;
+    let payload = "n".repeat(7_900);
+    let send = async {
+        for _ in 0..SENT {
+            sender
+                .execute("SELECT pg_notify('flood', $1)", &[&payload])
+                .await
+                .unwrap();
+        }
+    };
+    let read = async {
+        let mut got = 0;
+        while got < SENT {
+            let msg = reading
+                .next_within(Duration::from_secs(30))
+                .await
+                .expect("the reading listener gets every notification");
+            if msg.tag == b'A' {
+                got += 1;
+            }
+        }
+        got
+    };
+    let ((), got) = tokio::join!(send, read);
+    assert_eq!(got, SENT);
+    // The stalled client reads now: what was held, then the close.
+    let (mut notified, mut closed) = (0, None);
+    while let Some(msg) = stalled.next_within(Duration::from_secs(10)).await {
+        match msg.tag {
+            b'A' => notified += 1,
+            b'E' => {
+                closed = Some(
+                    queenwire::protocol::SqlError::parse(&msg.body)
+                        .code()
+                        .to_string(),
+                );
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        notified < SENT,
+        "{notified} notifications held for a client not reading"
+    );
+    assert_eq!(closed.as_deref(), Some("53200"));
+    // The others go on.
+    assert_eq!(reading.simple("SELECT 1").await.rows.len(), 1);
+}

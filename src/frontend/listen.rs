@@ -24,7 +24,7 @@ use crate::backend::health::Health;
 use crate::protocol::{SqlError, SqlState};
 use crate::shutdown::ShutdownSignal;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,7 +37,58 @@ pub struct Notification {
     pub payload: Arc<str>,
 }
 
-pub type Notifications = mpsc::UnboundedReceiver<Notification>;
+/// Bytes of notifications held for one session that its client has not
+/// taken (a client that LISTENs and does not read its socket). Past it the
+/// hub stops delivering to the session, which is closed with 53200 when it
+/// next looks for one (`overflowed`): memory stays bounded, where
+/// PostgreSQL would hold them on disk.
+pub const HELD_LIMIT: usize = 16 * 1024 * 1024;
+
+impl Notification {
+    /// What holding it costs, roughly: its texts and the message around.
+    fn size(&self) -> usize {
+        self.channel.len() + self.payload.len() + 64
+    }
+}
+
+/// A session's notifications, with the bytes the hub holds for it.
+pub struct Notifications {
+    rx: mpsc::UnboundedReceiver<Notification>,
+    held: Arc<AtomicUsize>,
+}
+
+impl Notifications {
+    pub async fn recv(&mut self) -> Option<Notification> {
+        let n = self.rx.recv().await?;
+        self.held.fetch_sub(n.size(), Ordering::Relaxed);
+        Some(n)
+    }
+
+    fn try_recv(&mut self) -> Option<Notification> {
+        let n = self.rx.try_recv().ok()?;
+        self.held.fetch_sub(n.size(), Ordering::Relaxed);
+        Some(n)
+    }
+}
+
+/// Where the hub delivers a session's notifications.
+struct Sink {
+    tx: mpsc::UnboundedSender<Notification>,
+    held: Arc<AtomicUsize>,
+}
+
+impl Sink {
+    /// Whether `n` was taken: not when the session holds `HELD_LIMIT`.
+    fn offer(&self, n: Notification) -> bool {
+        let size = n.size();
+        if self.held.load(Ordering::Relaxed) + size > HELD_LIMIT {
+            return false;
+        }
+        self.held.fetch_add(size, Ordering::Relaxed);
+        let _ = self.tx.send(n);
+        true
+    }
+}
 
 /// What a session asks of the shared connection.
 enum Request {
@@ -69,7 +120,9 @@ enum Request {
 struct State {
     /// Sessions by channel; a channel is listened on while it has any.
     channels: HashMap<String, HashSet<u64>>,
-    sinks: HashMap<u64, mpsc::UnboundedSender<Notification>>,
+    sinks: HashMap<u64, Sink>,
+    /// Sessions whose sink was dropped at `HELD_LIMIT`.
+    overflowed: HashSet<u64>,
 }
 
 pub struct ListenHub {
@@ -127,10 +180,16 @@ impl ListenHub {
         if state.sinks.contains_key(&session) {
             return Ok(None);
         }
+        state.overflowed.remove(&session);
         let (tx, rx) = mpsc::unbounded_channel();
-        state.sinks.insert(session, tx);
+        let held = Arc::new(AtomicUsize::new(0));
+        let sink = Sink {
+            tx,
+            held: held.clone(),
+        };
+        state.sinks.insert(session, sink);
         self.active.store(true, Ordering::Relaxed);
-        Ok(Some(rx))
+        Ok(Some(Notifications { rx, held }))
     }
 
     /// Stops listening on `channel` (`None`: every channel) for `session`,
@@ -175,7 +234,7 @@ impl ListenHub {
     pub fn drop_unlistened(&self, session: u64, rx: &mut Notifications) {
         let state = lock(&self.state);
         let mut kept = Vec::new();
-        while let Ok(n) = rx.try_recv() {
+        while let Some(n) = rx.try_recv() {
             let listens = state
                 .channels
                 .get(&*n.channel)
@@ -186,7 +245,7 @@ impl ListenHub {
         }
         if let Some(sink) = state.sinks.get(&session) {
             for n in kept {
-                let _ = sink.send(n);
+                sink.offer(n);
             }
         }
     }
@@ -212,9 +271,17 @@ impl ListenHub {
 
     /// The session ended.
     pub fn leave(&self, session: u64) {
-        if lock(&self.state).sinks.remove(&session).is_some() {
+        let mut state = lock(&self.state);
+        let overflowed = state.overflowed.remove(&session);
+        if state.sinks.remove(&session).is_some() || overflowed {
+            drop(state);
             self.forget(session, None);
         }
+    }
+
+    /// Whether `session`'s notifications stopped at `HELD_LIMIT`.
+    pub fn overflowed(&self, session: u64) -> bool {
+        lock(&self.state).overflowed.contains(&session)
     }
 
     /// Whether any session listens through the hub.
@@ -231,7 +298,7 @@ impl ListenHub {
         let pid = lock(&self.holders)
             .get(&sender)
             .map_or(sender, |s| *s as i32);
-        let state = lock(&self.state);
+        let mut state = lock(&self.state);
         let Some(sessions) = state.channels.get(channel) else {
             return;
         };
@@ -240,10 +307,23 @@ impl ListenHub {
             channel: Arc::from(channel),
             payload: Arc::from(payload),
         };
+        let mut full = Vec::new();
         for s in sessions {
             if let Some(sink) = state.sinks.get(s) {
-                let _ = sink.send(n.clone());
+                if !sink.offer(n.clone()) {
+                    full.push(*s);
+                }
             }
+        }
+        for s in full {
+            // Its receiver ends once it has taken what it holds.
+            state.sinks.remove(&s);
+            state.overflowed.insert(s);
+            tracing::warn!(
+                session = s,
+                limit = HELD_LIMIT,
+                "a listening client does not read its notifications: its session is closed"
+            );
         }
     }
 

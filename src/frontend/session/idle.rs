@@ -13,7 +13,7 @@
 
 use super::canned;
 use super::{End, Session};
-use crate::protocol::{self, FrameError, Message};
+use crate::protocol::{self, FrameError, Message, SqlError, SqlState};
 use crate::shutdown::Watch;
 
 /// What came while the client was idle.
@@ -163,7 +163,19 @@ impl Session {
                         .send(&protocol::notification_response(n.pid, &rest));
                     self.client.flush().await?;
                 }
-                Idle::Notified(None) => self.notifications = None,
+                Idle::Notified(None) => {
+                    self.notifications = None;
+                    if self.shared.listen.overflowed(self.id) {
+                        let err = SqlError::fatal(
+                            SqlState::OUT_OF_MEMORY,
+                            format!(
+                                "more than {} bytes of notifications wait for this session: its client does not read them",
+                                crate::frontend::listen::HELD_LIMIT
+                            ),
+                        );
+                        return Err(self.fatal(err).await);
+                    }
+                }
                 Idle::Stopping => {
                     if self.stopping.terminate.is_none() {
                         self.stopping.terminate = Some(self.shared.terminate.watch());

@@ -155,6 +155,48 @@ async fn a_full_server_refuses_readably_and_still_takes_cancel_requests() {
     assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
 }
 
+/// A login waits for a pool connection when every one is busy; a client
+/// that gives up meanwhile (a driver's connect timeout) frees its slot at
+/// once, so abandoned logins never fill --max-connections while the pool
+/// is busy.
+#[tokio::test]
+async fn a_login_abandoned_while_the_pool_is_busy_frees_its_slot() {
+    let proxy = Proxy::start_with("abandoned_logins", |c| {
+        c.max_connections = 4;
+        c.pool_size = 1;
+    })
+    .await;
+    let holder = proxy.connect().await;
+    holder.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let mut startup = Vec::new();
+    let params = b"user\0tester\0database\0postgres\0\0";
+    startup.extend_from_slice(&((8 + params.len()) as i32).to_be_bytes());
+    startup.extend_from_slice(&196608i32.to_be_bytes());
+    startup.extend_from_slice(params);
+    for _ in 0..6 {
+        let mut abandoned = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        abandoned.write_all(&startup).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(abandoned);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cfg = proxy.client_config();
+    let login = tokio::spawn(async move { cfg.connect(tokio_postgres::NoTls).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !login.is_finished(),
+        "the login waits for the pool (refused: the abandoned logins kept their slots)"
+    );
+    holder.batch_execute("COMMIT").await.unwrap();
+    let (client, connection) = tokio::time::timeout(Duration::from_secs(20), login)
+        .await
+        .expect("the login completes once a connection is free")
+        .unwrap()
+        .expect("logged in");
+    tokio::spawn(connection);
+    assert_eq!(client.simple_query("SELECT 1").await.unwrap().len(), 3);
+}
+
 #[tokio::test]
 async fn a_silent_client_is_closed_after_the_startup_timeout() {
     let proxy = Proxy::start_with("startup_timeout", |c| {

@@ -215,7 +215,11 @@ impl Session {
     /// ReadyForQuery. `Err` when no backend connection could be had (the
     /// client has been told) or the client is gone.
     pub async fn greet(&mut self, secret: i32) -> Result<(), End> {
-        match self.lease.acquire(For::Client).await {
+        // A client that gives up while the pool is busy (a driver's
+        // connect timeout) frees its slot at once.
+        let acquired =
+            super::gone::unless_gone(&mut self.client, self.lease.acquire(For::Client)).await?;
+        match acquired {
             Ok(conn) => {
                 let mut params: Vec<(String, String)> = conn
                     .reported_parameters()

@@ -447,3 +447,58 @@ async fn a_wildcard_pop_in_a_rolled_back_block_delivers_again() {
         .await
         .is_empty());
 }
+
+/// A queue dropped between a wildcard POP's listing of its namespace and
+/// its POP of that queue stays dropped: the wildcard's POP of one queue
+/// does not make a missing queue, as a POP naming its queue does (seen
+/// as a race with DROP QUEUE: the queue came back, outside its namespace,
+/// and the next CREATE QUEUE of it failed with 42710). The call is the
+/// engine's, made directly, so the race is not needed to show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_pop_never_brings_back_a_dropped_queue() {
+    let proxy = Proxy::start("wildcard_dropped").await;
+    let direct = connect(&proxy.direct).await;
+    let exists = |name: &'static str| {
+        let direct = &direct;
+        async move {
+            let n: i64 = direct
+                .query_one(
+                    "SELECT count(*) FROM queen.queues WHERE name = $1",
+                    &[&name],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n > 0
+        }
+    };
+    let call = "SELECT * FROM queen.log_pop_v2($1, NULL, 'g', 1, 1, NULL, 'beginning', NULL, \
+                false, '00000000-0000-0000-0000-000000000001', NULL, NULL, $2)";
+    let rows = direct
+        .query(call, &[&"listed_then_dropped", &false])
+        .await
+        .unwrap();
+    assert!(rows.is_empty());
+    assert!(!exists("listed_then_dropped").await);
+    // A POP naming its queue (with a group) still makes it.
+    direct
+        .query(call, &[&"named_by_its_pop", &true])
+        .await
+        .unwrap();
+    assert!(exists("named_by_its_pop").await);
+    // And wildcard POPs still serve their namespace.
+    let client = proxy.connect().await;
+    client
+        .batch_execute(
+            "CREATE QUEUE still_served WITH (namespace = 'wd'); \
+             PUSH INTO still_served VALUES ('1')",
+        )
+        .await
+        .unwrap();
+    let got = rows_of(&client, "POP FROM NAMESPACE wd GROUP g AUTO ACK").await;
+    assert_eq!(got, 1);
+}
+
+async fn rows_of(client: &Client, sql: &str) -> usize {
+    rows(client, sql).await.len()
+}

@@ -122,12 +122,20 @@ fn message(msg: &Message, state: &mut State) {
     match msg.tag {
         b'Q' => {
             if let Ok(sql) = frontend::query(msg) {
-                // As the session reads it: in a client encoding of its own.
-                for encoding in [ClientEncoding::Utf8, ClientEncoding::from_name("LATIN9")] {
-                    let text = ClientText::read(sql, &encoding);
-                    for (range, _) in rewrite::classify_script(&text.view) {
-                        let _ = text.original(range.clone());
-                        let _ = text.readable(range, &encoding);
+                // As the session reads it: in a client encoding of its own
+                // (SJIS: a character's second byte can be a backslash), with
+                // standard_conforming_strings on and off.
+                for encoding in [
+                    ClientEncoding::Utf8,
+                    ClientEncoding::from_name("LATIN9"),
+                    ClientEncoding::from_name("SJIS"),
+                ] {
+                    for standard_strings in [true, false] {
+                        let text = ClientText::read(sql, &encoding, standard_strings);
+                        for (range, _) in rewrite::classify_script(&text.view) {
+                            let _ = text.original(range.clone());
+                            let _ = text.readable(range.clone(), range, &encoding);
+                        }
                     }
                 }
             }
@@ -135,7 +143,7 @@ fn message(msg: &Message, state: &mut State) {
         b'P' => {
             if let Ok(p) = frontend::parse(msg) {
                 state.param_types = p.param_types.clone();
-                let text = ClientText::read(p.query, &ClientEncoding::Utf8);
+                let text = ClientText::read(p.query, &ClientEncoding::Utf8, true);
                 state.dialect = match rewrite::classify(&text.view) {
                     Command::Dialect(stmt) => Some(stmt),
                     _ => None,

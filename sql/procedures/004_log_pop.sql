@@ -42,6 +42,9 @@ $$;
 -- ambiguous.
 DROP FUNCTION IF EXISTS queen.log_pop_v2(text, text, text, integer, integer, bigint, text,
                                          timestamptz, boolean, uuid, bigint[]);
+-- Then p_create as its thirteenth, the same way.
+DROP FUNCTION IF EXISTS queen.log_pop_v2(text, text, text, integer, integer, bigint, text,
+                                         timestamptz, boolean, uuid, bigint[], integer);
 
 -- log_pop_v2 claims up to p_max_partitions partitions of a queue (or the one
 -- named, or among p_candidates, partition ids) for
@@ -129,7 +132,11 @@ CREATE OR REPLACE FUNCTION queen.log_pop_v2(
     p_auto_ack       BOOLEAN DEFAULT false,
     p_tenant         UUID DEFAULT '00000000-0000-0000-0000-000000000001',
     p_candidates     BIGINT[] DEFAULT NULL,
-    p_partition_limit INTEGER DEFAULT NULL
+    p_partition_limit INTEGER DEFAULT NULL,
+    -- Whether a named group's POP of a queue that does not exist makes it
+    -- (false: a wildcard POP's, whose queue was listed in its namespace
+    -- and dropped since; making it again would bring it back outside).
+    p_create         BOOLEAN DEFAULT true
 ) RETURNS TABLE (
     partition_id     BIGINT,
     partition_name   TEXT,
@@ -224,7 +231,7 @@ BEGIN
            ON m.queue_id = q.id AND m.consumer_group = v_group
     WHERE q.tenant_id = p_tenant AND q.name = p_queue;
     IF NOT FOUND THEN
-        IF v_group = '__QUEUE_MODE__' THEN
+        IF v_group = '__QUEUE_MODE__' OR NOT p_create THEN
             RETURN;
         END IF;
         INSERT INTO queen.queues (tenant_id, name) VALUES (p_tenant, p_queue)

@@ -86,6 +86,7 @@ calls! {
             tenant: UUID,
             candidates: INT8_ARRAY,
             partition_limit: INT4,
+            create: BOOL,
         );
         row PopJudged {
             partition_id: INT8,
@@ -303,15 +304,19 @@ pub struct PopCandidates<'a> {
     /// At most this many messages of one partition (fused POPs: one
     /// partition per session); `None`: only the LIMIT bounds them.
     pub partition_limit: Option<i32>,
+    /// Whether a named group's POP makes a missing queue (not a wildcard
+    /// POP's: its queue was dropped since its namespace was listed).
+    pub create: bool,
 }
 
 impl Call for PopCandidates<'_> {
     const SPEC: &'static CallSpec = &POP_CANDIDATES;
     type Row = PopJudged;
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        let mut params = self.args.params(&self.tenant, 2);
+        let mut params = self.args.params(&self.tenant, 3);
         params.push(&self.candidates);
         params.push(&self.partition_limit);
+        params.push(&self.create);
         params
     }
 }

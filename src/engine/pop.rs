@@ -30,6 +30,9 @@ pub struct PopPlan {
     /// The POPs of this many sessions, one partition each (fusion); 1 for
     /// a POP of its own.
     sessions: usize,
+    /// One queue of a wildcard POP: a queue dropped since the namespace was
+    /// listed is not made again.
+    of_namespace: bool,
 }
 
 pub fn plan_pop(stmt: &Pop, params: &Params<'_>, keys: Arc<KeyRing>) -> Result<PopPlan, SqlError> {
@@ -40,6 +43,7 @@ pub fn plan_pop(stmt: &Pop, params: &Params<'_>, keys: Arc<KeyRing>) -> Result<P
         args,
         keys,
         sessions: 1,
+        of_namespace: false,
     })
 }
 
@@ -90,6 +94,7 @@ impl PopPlan {
             args,
             keys: self.keys.clone(),
             sessions: k,
+            of_namespace: self.of_namespace,
         }
     }
 
@@ -111,6 +116,7 @@ impl PopPlan {
             args,
             keys: self.keys.clone(),
             sessions: 1,
+            of_namespace: true,
         }
     }
 }
@@ -170,6 +176,7 @@ pub async fn pop_call(
             tenant,
             candidates,
             partition_limit: plan.partition_limit(),
+            create: !plan.of_namespace,
         })
         .await?;
     let mut out = Claimed::default();

@@ -32,12 +32,7 @@ pub enum ClientEncoding {
 impl ClientEncoding {
     /// From a `client_encoding` value as PostgreSQL reports it.
     pub fn from_name(name: &str) -> ClientEncoding {
-        let canonical: String = name
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .map(|c| c.to_ascii_uppercase())
-            .collect();
-        match canonical.as_str() {
+        match canonical(name).as_str() {
             "UTF8" | "UNICODE" => ClientEncoding::Utf8,
             "SQLASCII" => ClientEncoding::SqlAscii,
             "LATIN1" | "ISO88591" => ClientEncoding::Latin1,
@@ -45,23 +40,37 @@ impl ClientEncoding {
         }
     }
 
-    /// Whether bytes from 0x40 up (a backslash among them) can be the
-    /// second byte of a character: the encodings PostgreSQL offers only to
-    /// clients.
-    fn has_ascii_trail_bytes(&self) -> bool {
+    /// The encodings PostgreSQL offers only to clients, whose characters'
+    /// second byte can be from 0x40 up (a backslash among them).
+    fn multibyte(&self) -> Option<Multibyte> {
         let ClientEncoding::Other(name) = self else {
-            return false;
+            return None;
         };
-        let canonical: String = name
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .map(|c| c.to_ascii_uppercase())
-            .collect();
-        matches!(
-            canonical.as_str(),
-            "SJIS" | "SHIFTJIS2004" | "BIG5" | "GBK" | "UHC" | "GB18030" | "JOHAB"
-        )
+        match canonical(name).as_str() {
+            "SJIS" | "SHIFTJIS2004" => Some(Multibyte::Sjis),
+            "BIG5" | "GBK" | "UHC" | "GB18030" | "JOHAB" => Some(Multibyte::LeadFromHigh),
+            _ => None,
+        }
     }
+}
+
+/// An encoding's name without case or punctuation (`Shift_JIS_2004` is
+/// `SHIFTJIS2004`).
+fn canonical(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_uppercase())
+        .collect()
+}
+
+/// Where a character of a client-only encoding starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Multibyte {
+    /// SJIS: 0xA1–0xDF are characters alone; other high bytes lead two.
+    Sjis,
+    /// BIG5, GBK, UHC, GB18030, JOHAB: every high byte leads a character
+    /// (GB18030's of four bytes have a digit second).
+    LeadFromHigh,
 }
 
 /// A client's text and the view the proxy reads it through.
@@ -95,10 +104,9 @@ impl<'a> ClientText<'a> {
             }
             (_, Some(text)) if text.is_ascii() => (Cow::Borrowed(text), true, false),
             _ => {
-                let view = if encoding.has_ascii_trail_bytes() {
-                    view_without_trail_backslashes(bytes, encoding)
-                } else {
-                    bytes.iter().map(|&b| char::from(b)).collect()
+                let view = match encoding.multibyte() {
+                    Some(kind) => view_without_trail_backslashes(bytes, kind),
+                    None => bytes.iter().map(|&b| char::from(b)).collect(),
                 };
                 (Cow::Owned(view), *encoding == ClientEncoding::Latin1, true)
             }
@@ -216,8 +224,8 @@ impl<'a> ClientText<'a> {
 /// The Latin-1 view of text in an encoding whose characters' second byte
 /// can be a backslash, with such a backslash shown as another char: one
 /// char per byte still.
-fn view_without_trail_backslashes(bytes: &[u8], encoding: &ClientEncoding) -> String {
-    let sjis = matches!(encoding, ClientEncoding::Other(name) if name.to_ascii_uppercase().contains("SJIS") || name.to_ascii_uppercase().contains("SHIFT"));
+fn view_without_trail_backslashes(bytes: &[u8], kind: Multibyte) -> String {
+    let sjis = kind == Multibyte::Sjis;
     let mut view = String::with_capacity(bytes.len() * 2);
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {

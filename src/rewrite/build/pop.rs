@@ -110,6 +110,7 @@ mod tests {
             tenant: Uuid::nil(),
             candidates: None,
             partition_limit: None,
+            create: true,
         };
         assert_eq!(call.params().len(), POP_CANDIDATES.params.len());
     }

@@ -236,6 +236,10 @@ impl Engine {
                         .give_back_group(tenant, &call.queue, Some(&call.group))
                         .await;
                     conn.run(&call).await?;
+                    // And one an ACK made while it ran.
+                    self.fuser
+                        .give_back_group(tenant, &call.queue, Some(&call.group))
+                        .await;
                     let hot = &self.announcer.waiters.hot;
                     hot.repaired(tenant, &call.queue, &call.group);
                     Ok(Vec::new())
@@ -257,6 +261,9 @@ impl Engine {
                                 .give_back_group(tenant, &call.queue, Some(&call.group))
                                 .await;
                             conn.run(&call).await?;
+                            self.fuser
+                                .give_back_group(tenant, &call.queue, Some(&call.group))
+                                .await;
                             (call.queue, call.group)
                         }
                     };
@@ -273,6 +280,10 @@ impl Engine {
                         .give_back_group(tenant, &call.queue, Some(&call.group))
                         .await;
                     conn.run(&call).await?;
+                    // And one an ACK made while it ran.
+                    self.fuser
+                        .give_back_group(tenant, &call.queue, Some(&call.group))
+                        .await;
                     let hot = &self.announcer.waiters.hot;
                     hot.repaired(tenant, &call.queue, &call.group);
                     Ok(Vec::new())

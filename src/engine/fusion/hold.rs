@@ -48,10 +48,13 @@ pub(super) struct Held {
 }
 
 impl Fuser {
-    /// Holds `rows` (one partition's claim, made at `at`) for `session`;
-    /// a claim held for it before is given back, by a task of its own (not
-    /// in the lane's write). Rows without a receipt (none are: only leased
-    /// claims are held) are not held.
+    /// Holds `rows` (one partition's claim, made at `at` by a write that
+    /// began at `began`) for `session`; a claim held for it before is given
+    /// back, by a task of its own (not in the lane's write). Rows without a
+    /// receipt (none are: only leased claims are held) are not held, nor a
+    /// claim whose write began before its queue's groups were last reset
+    /// (`give_back_group`: a SEEK, a type change or a drop ran meanwhile,
+    /// so the claim may predate it): that one is given back.
     pub(super) fn hold(
         self: &Arc<Self>,
         session: task::Id,
@@ -59,6 +62,7 @@ impl Fuser {
         receipts: &ReceiptKey,
         rows: Vec<Vec<Cell>>,
         at: Instant,
+        began: Instant,
     ) {
         let Some(first) = rows.first() else { return };
         let Some(receipt) = first
@@ -87,6 +91,14 @@ impl Fuser {
             offsets: (first, last),
             shared: receipt.shared,
         };
+        let reset = lock(&self.resets)
+            .get(&(key.tenant, key.queue().to_string()))
+            .is_some_and(|&reset| reset >= began);
+        if reset {
+            let fuser = self.clone();
+            tokio::spawn(async move { fuser.give_back(held).await });
+            return;
+        }
         let replaced = lock(&self.held).insert(session, held);
         if let Some(old) = replaced {
             let fuser = self.clone();
@@ -126,6 +138,8 @@ impl Fuser {
     /// held for a consumer that is not there. Claims held by another
     /// queenwire are given back by it within [`HOLD_FOR`].
     pub async fn give_back_group(&self, tenant: Uuid, queue: &str, group: Option<&str>) {
+        // A claim whose write is in flight now is not held when it ends.
+        lock(&self.resets).insert((tenant, queue.to_string()), Instant::now());
         let of_group: Vec<Held> = lock(&self.held)
             .extract_if(|_, h| {
                 h.key.tenant == tenant

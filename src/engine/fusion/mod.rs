@@ -69,6 +69,9 @@ pub struct Fuser {
     popped: Mutex<HashMap<task::Id, (Arc<pop::Via>, Instant)>>,
     /// Per session: the claim held for its next POP (`hold.rs`).
     held: Mutex<HashMap<task::Id, hold::Held>>,
+    /// Per (tenant, queue): when its groups' held claims were last given
+    /// back for a SEEK, a type change or a drop (`hold.rs`).
+    resets: Mutex<HashMap<(Uuid, String), Instant>>,
 }
 
 /// A session's ACK goes to the lane of its last fused POP when that POP
@@ -89,6 +92,7 @@ impl Fuser {
             pops: Lanes::with_linger(pop::LINGER),
             popped: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
+            resets: Mutex::new(HashMap::new()),
         }
     }
 

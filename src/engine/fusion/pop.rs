@@ -269,6 +269,7 @@ impl Fuser {
             }
         };
         let hot = &self.announcer.waiters.hot;
+        let began = std::time::Instant::now();
         let together = hot
             .pop(
                 &mut Calls::new(&mut conn, CallEnd::Sync),
@@ -300,7 +301,7 @@ impl Fuser {
                 let at = std::time::Instant::now();
                 for (session, rows) in holders.into_iter().zip(rest) {
                     if !rows.is_empty() {
-                        self.hold(session, &via.key, receipts, rows, at);
+                        self.hold(session, &via.key, receipts, rows, at, began);
                         held.push(session);
                     }
                 }

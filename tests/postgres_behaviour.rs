@@ -8,6 +8,14 @@ mod common;
 use common::proxy::Proxy;
 use std::time::Duration;
 
+/// A simple-query message of `sql`'s bytes as they are (not UTF-8 ones
+/// included).
+fn query(sql: &[u8]) -> queenwire::protocol::Message {
+    let mut body = sql.to_vec();
+    body.push(0);
+    queenwire::protocol::Message::new(b'Q', body)
+}
+
 /// psql against the proxy, failing the test instead of hanging it.
 async fn psql(proxy: &Proxy, args: &[&str]) -> (bool, String, String) {
     tokio::time::timeout(Duration::from_secs(60), proxy.psql(args))
@@ -1302,13 +1310,7 @@ async fn another_session_s_prepared_statement_cannot_be_named() {
 /// statement in it does not run.
 #[tokio::test]
 async fn invalid_utf8_anywhere_in_a_message_refuses_its_queue_statements() {
-    use queenwire::protocol::Message;
     let proxy = Proxy::start("utf8_comment").await;
-    let query = |sql: &[u8]| {
-        let mut body = sql.to_vec();
-        body.push(0);
-        Message::new(b'Q', body)
-    };
     for sql in [
         &b"/* \xff */ PUSH INTO bad_bytes VALUES ('1')"[..],
         &b"PUSH INTO bad_bytes VALUES ('1') -- \xe2\x82"[..],
@@ -1350,13 +1352,7 @@ async fn invalid_utf8_anywhere_in_a_message_refuses_its_queue_statements() {
 /// statement with a syntax error runs nothing before it.
 #[tokio::test]
 async fn scripts_are_cut_where_postgresql_cuts_them_under_legacy_settings() {
-    use queenwire::protocol::Message;
     let proxy = Proxy::start("legacy_reading").await;
-    let query = |sql: &[u8]| {
-        let mut body = sql.to_vec();
-        body.push(0);
-        Message::new(b'Q', body)
-    };
     let mut direct = common::raw::Raw::connect_direct(&proxy.direct).await;
     let mut raw = common::raw::Raw::connect(proxy.addr).await;
 

@@ -9,7 +9,7 @@ use crate::engine::CallEnd;
 use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::encoding::ClientText;
 use crate::protocol::tags::backend as tag;
-use crate::protocol::{self, frontend, Message, SqlError, TxStatus};
+use crate::protocol::{self, frontend, Message, SqlError, SqlState, TxStatus};
 use crate::rewrite::passthrough::Listening;
 use crate::rewrite::statement_names::NamedBy;
 use crate::rewrite::{self, Command, SessionEffect};
@@ -187,9 +187,7 @@ impl Session {
             // runs any of it: a queue statement it would not read (a syntax
             // error, text not in the client's encoding) is answered alone.
             if let Some(unread) = commands.iter().position(|(range, c)| match c {
-                Command::Invalid(e) => {
-                    crate::engine::values::parse_error(e.clone()).code() == "42601"
-                }
+                Command::Invalid(e) => e.sqlstate == SqlState::SYNTAX_ERROR,
                 Command::Dialect(_) => text
                     .readable(
                         self.readable_scope(&text, range),

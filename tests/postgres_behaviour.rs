@@ -1519,3 +1519,95 @@ async fn a_listener_that_does_not_read_is_closed_past_a_bound_and_others_get_eve
     // The others go on.
     assert_eq!(reading.simple("SELECT 1").await.rows.len(), 1);
 }
+
+/// A session whose transactions are read-only by default
+/// (`default_transaction_read_only`, `SET SESSION CHARACTERISTICS AS
+/// TRANSACTION READ ONLY`) is refused queue statements that write, with
+/// PostgreSQL's 25006, as PostgreSQL refuses its INSERT; reading ones run,
+/// and a block opened READ WRITE may write, as PostgreSQL's may.
+#[tokio::test]
+async fn a_read_only_session_is_refused_queue_writes_as_postgresql_refuses_an_insert() {
+    let proxy = Proxy::start("read_only_session").await;
+    let writer = proxy.connect().await;
+    writer
+        .batch_execute("CREATE TABLE ro_t (x int); CREATE QUEUE ro_q")
+        .await
+        .unwrap();
+    writer
+        .batch_execute("PUSH INTO ro_q VALUES ('{\"n\":0}')")
+        .await
+        .unwrap();
+
+    let mut direct = common::raw::Raw::connect_direct(&proxy.direct).await;
+    let mut raw = common::raw::Raw::connect(proxy.addr).await;
+    for side in [&mut direct, &mut raw] {
+        side.simple("SET default_transaction_read_only = on").await;
+        let r = side.simple("INSERT INTO ro_t VALUES (1)").await;
+        assert_eq!(r.errors.first().map(|e| e.code()), Some("25006"));
+    }
+    for sql in [
+        "PUSH INTO ro_q VALUES ('{\"n\":1}')",
+        "POP FROM ro_q LIMIT 1",
+        "POP FROM ro_q LIMIT 1 AUTO ACK",
+        "CREATE QUEUE ro_other",
+        "KV PUT ro_ns 'k' '1' FOREVER",
+        "SCHEDULE INTO ro_q KEY t1 AFTER '1 hour' VALUES ('{}')",
+        "PUSH INTO ro_q VALUES ('{\"n\":2}'); SELECT 1",
+    ] {
+        let r = raw.simple(sql).await;
+        assert_eq!(r.errors.first().map(|e| e.code()), Some("25006"), "{sql}");
+        assert!(
+            r.errors[0].message.contains("read-only transaction"),
+            "{sql}: {:?}",
+            r.errors
+        );
+    }
+    for sql in ["SHOW QUEUES", "KV GET ro_ns 'k'", "SHOW MESSAGES FROM ro_q"] {
+        let r = raw.simple(sql).await;
+        assert!(r.errors.is_empty(), "{sql}: {:?}", r.errors);
+    }
+    // A block opened READ WRITE may write, in one message or several.
+    let r = raw
+        .simple("BEGIN READ WRITE; PUSH INTO ro_q VALUES ('{\"n\":3}'); COMMIT")
+        .await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    raw.simple("BEGIN READ WRITE").await;
+    let r = raw.simple("PUSH INTO ro_q VALUES ('{\"n\":4}')").await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    raw.simple("COMMIT").await;
+    // A block that is read-only fails the statement, as it fails an INSERT.
+    raw.simple("BEGIN").await;
+    let r = raw.simple("PUSH INTO ro_q VALUES ('{\"n\":5}')").await;
+    assert_eq!(r.errors.first().map(|e| e.code()), Some("25006"));
+    raw.simple("ROLLBACK").await;
+
+    // The extended protocol is refused alike; READ WRITE again lets it write.
+    let reader = proxy.connect().await;
+    reader
+        .batch_execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        .await
+        .unwrap();
+    let push = reader
+        .prepare_typed(
+            "PUSH INTO ro_q VALUES ($1)",
+            &[tokio_postgres::types::Type::TEXT],
+        )
+        .await
+        .unwrap();
+    let err = reader.query(&push, &[&"{\"n\":6}"]).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("25006"), "{err}");
+    reader
+        .batch_execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
+        .await
+        .unwrap();
+    reader.query(&push, &[&"{\"n\":7}"]).await.unwrap();
+
+    // Only what was allowed was written.
+    let mut seen: Vec<String> = common::sql::rows(&writer, "POP FROM ro_q LIMIT 10 AUTO ACK")
+        .await
+        .iter()
+        .filter_map(|r| r.get("payload").cloned().flatten())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, ["{\"n\":0}", "{\"n\":3}", "{\"n\":4}", "{\"n\":7}"]);
+}

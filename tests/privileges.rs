@@ -121,6 +121,9 @@ async fn passthrough_policy_matrix_is_enforced_by_postgresql() {
         ("25006".to_string(), "utility.c".to_string())
     );
     assert_eq!(code(&ro, "DELETE FROM queen.log_segments").await, "25006");
+    // Its role's read-only start is for plain SQL: queue statements outside
+    // its blocks still write.
+    rows(&ro, "PUSH INTO q_a VALUES ('{\"by\":\"ro default\"}')").await;
     ro.batch_execute("SET default_transaction_read_only = off")
         .await
         .unwrap();
@@ -187,8 +190,8 @@ async fn passthrough_policy_matrix_is_enforced_by_postgresql() {
         .unwrap();
     let notes: Vec<String> = notes.iter().map(|r| r.get(0)).collect();
     assert_eq!(notes, ["seed", "full", "in txn"]);
-    // One message left of the two pushed: the acked one is gone.
-    assert_eq!(rows(&full, "POP FROM q_a LIMIT 10").await.len(), 1);
+    // Two messages left of the three pushed: the acked one is gone.
+    assert_eq!(rows(&full, "POP FROM q_a LIMIT 10").await.len(), 2);
 }
 
 #[tokio::test]

@@ -116,6 +116,23 @@ impl Session {
         if self.replies.skipping() {
             return Ok(None);
         }
+        // Outside a block the statement commits on its own, often on another
+        // connection: the session's read-only default is checked here (in
+        // a block PostgreSQL checks the block's own mode). A `read_only`
+        // user's role starts read-only for its plain SQL, and its queue
+        // statements are meant to work: that default is the policy's.
+        if self.read_only
+            && self.passthrough != crate::users::Passthrough::ReadOnly
+            && stmt.writes()
+            && !self.lease.status().in_transaction()
+        {
+            let refusal = SqlError::error(
+                SqlState::READ_ONLY_SQL_TRANSACTION,
+                format!("cannot execute {} in a read-only transaction", stmt.verb()),
+            );
+            self.refuse(refusal, end).await?;
+            return Ok(None);
+        }
         // Outside the client's transactions, a dialect statement runs on a
         // connection of the engine's pool, committed before it is
         // answered, and that connection goes back at once. So no plain SQL

@@ -126,6 +126,10 @@ pub struct Session {
     /// The client's `standard_conforming_strings`, as the backend last
     /// reported it: off, a backslash escapes in `'…'` too.
     pub(super) standard_strings: bool,
+    /// The client's `default_transaction_read_only`, as the backend last
+    /// reported it: on, a queue statement that writes is refused outside
+    /// a transaction block, as PostgreSQL refuses an INSERT.
+    pub(super) read_only: bool,
     /// Notifications of the channels it listens on through the shared
     /// listening connection (`frontend::listen`), once it does.
     pub(super) notifications: Option<crate::frontend::listen::Notifications>,
@@ -203,6 +207,7 @@ impl Session {
             txn: Txn::default(),
             client_encoding: ClientEncoding::Utf8,
             standard_strings: true,
+            read_only: false,
             notifications: None,
             stopping,
             observed,
@@ -347,12 +352,15 @@ impl Session {
         self.client.send(msg);
     }
 
-    /// A reported setting the proxy reads the client's text by.
+    /// A reported setting the proxy reads the client's text, or its
+    /// transactions, by.
     fn note_reading(&mut self, name: &str, value: &str) {
         if name.eq_ignore_ascii_case("client_encoding") {
             self.client_encoding = ClientEncoding::from_name(value);
         } else if name.eq_ignore_ascii_case("standard_conforming_strings") {
             self.standard_strings = !value.eq_ignore_ascii_case("off");
+        } else if name.eq_ignore_ascii_case("default_transaction_read_only") {
+            self.read_only = value.eq_ignore_ascii_case("on");
         }
     }
 

@@ -281,6 +281,65 @@ impl Statement {
         }
     }
 
+    /// The statement changes what the database holds (a POP too: it takes
+    /// a lease), so PostgreSQL's read-only transactions refuse it.
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Statement::Kv(kv::KvStatement::Get(_) | kv::KvStatement::List(_))
+                | Statement::ShowSchedules { .. }
+                | Statement::ShowQueues
+                | Statement::ShowPartitions { .. }
+                | Statement::ShowGroups { .. }
+                | Statement::ShowDlq { .. }
+                | Statement::Browse(_)
+                | Statement::GroupDetail(_)
+                | Statement::ShowStatus
+                | Statement::Console(_)
+                | Statement::ShowStreams
+                | Statement::ShowStream { .. }
+        )
+    }
+
+    /// The statement's name as errors give it (`cannot execute PUSH …`).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Statement::Push(_) => "PUSH",
+            Statement::Pop(_) => "POP",
+            Statement::Ack(_) => "ACK",
+            Statement::Renew(_) => "RENEW",
+            Statement::CreateQueue(_) => "CREATE QUEUE",
+            Statement::AlterQueue(_) => "ALTER QUEUE",
+            Statement::DropQueue(_) => "DROP QUEUE",
+            Statement::SeekGroup(_) => "SEEK GROUP",
+            Statement::DropGroup(_) => "DROP GROUP",
+            Statement::AlterGroup(_) => "ALTER GROUP",
+            Statement::Kv(kv::KvStatement::Get(_)) => "KV GET",
+            Statement::Kv(kv::KvStatement::Put(_)) => "KV PUT",
+            Statement::Kv(kv::KvStatement::Incr(_)) => "KV INCR",
+            Statement::Kv(kv::KvStatement::Delete(_)) => "KV DELETE",
+            Statement::Kv(kv::KvStatement::List(_)) => "KV LIST",
+            Statement::Schedule(_) => "SCHEDULE",
+            Statement::CancelSchedule(_) => "CANCEL SCHEDULE",
+            Statement::ReplayDlq(_) => "REPLAY DLQ",
+            Statement::PurgeTenant(_) => "PURGE TENANT",
+            Statement::CreateStream(_) => "CREATE STREAM",
+            Statement::DropStream { .. } => "DROP STREAM",
+            Statement::AlterStream { .. } => "ALTER STREAM",
+            Statement::ShowQueues
+            | Statement::ShowPartitions { .. }
+            | Statement::ShowGroups { .. }
+            | Statement::ShowDlq { .. }
+            | Statement::ShowSchedules { .. }
+            | Statement::Browse(_)
+            | Statement::GroupDetail(_)
+            | Statement::ShowStatus
+            | Statement::Console(_)
+            | Statement::ShowStreams
+            | Statement::ShowStream { .. } => "SHOW",
+        }
+    }
+
     /// CommandComplete's tag: `SELECT n` for statements returning rows.
     pub fn command_tag(&self, rows: usize) -> String {
         match self {

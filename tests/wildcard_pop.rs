@@ -502,3 +502,95 @@ async fn a_wildcard_pop_never_brings_back_a_dropped_queue() {
 async fn rows_of(client: &Client, sql: &str) -> usize {
     rows(client, sql).await.len()
 }
+
+/// `namespace = NULL` (bare), `''` or a NULL parameter leaves a queue
+/// without a namespace or task — none is stored as text a wildcard POP
+/// could never name — and `class` and `overflow` words read in any case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_or_empty_namespace_clears_it_and_class_words_read_in_any_case() {
+    let proxy = Proxy::start("wild_clear").await;
+    let c = proxy.connect().await;
+    let direct = proxy.connect_direct().await;
+    let stored = |q: &'static str| {
+        let direct = &direct;
+        async move {
+            let row = direct
+                .query_one(
+                    "SELECT namespace, task FROM queen.queues WHERE name = $1",
+                    &[&q],
+                )
+                .await
+                .unwrap();
+            (
+                row.get::<_, Option<String>>(0),
+                row.get::<_, Option<String>>(1),
+            )
+        }
+    };
+    c.batch_execute(
+        "CREATE QUEUE bare WITH (namespace = NULL, task = null);
+         CREATE QUEUE empty WITH (namespace = '', task = '');
+         CREATE QUEUE texty WITH (namespace = 'NULL', task = 't')",
+    )
+    .await
+    .unwrap();
+    assert_eq!(stored("bare").await, (None, None));
+    assert_eq!(stored("empty").await, (None, None));
+    assert_eq!(
+        stored("texty").await,
+        (Some("NULL".to_string()), Some("t".to_string()))
+    );
+    // ALTER clears a namespace a queue had, by word or by parameter.
+    c.batch_execute("ALTER QUEUE texty SET (namespace = NULL)")
+        .await
+        .unwrap();
+    assert_eq!(stored("texty").await, (None, Some("t".to_string())));
+    let alter = c
+        .prepare_typed(
+            "ALTER QUEUE texty SET (namespace = $1, task = $2)",
+            &[
+                tokio_postgres::types::Type::TEXT,
+                tokio_postgres::types::Type::TEXT,
+            ],
+        )
+        .await
+        .unwrap();
+    c.execute(&alter, &[&"billing", &"t2"]).await.unwrap();
+    assert_eq!(
+        stored("texty").await,
+        (Some("billing".to_string()), Some("t2".to_string()))
+    );
+    c.execute(&alter, &[&None::<&str>, &None::<&str>])
+        .await
+        .unwrap();
+    assert_eq!(stored("texty").await, (None, None));
+    // A NULL parameter for an option that has no "none" is refused.
+    let lease = c
+        .prepare_typed(
+            "ALTER QUEUE texty SET (lease_time = $1)",
+            &[tokio_postgres::types::Type::TEXT],
+        )
+        .await
+        .unwrap();
+    let err = c.execute(&lease, &[&None::<&str>]).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("22004"), "{err}");
+
+    c.batch_execute(
+        "CREATE QUEUE fleeting WITH (class = Ephemeral, overflow = DROP_OLDEST, max_length = 5)",
+    )
+    .await
+    .unwrap();
+    let class: String = direct
+        .query_one(
+            "SELECT e.overflow FROM queen.ephemeral_queues e JOIN queen.queues q ON q.id = e.queue_id WHERE q.name = 'fleeting'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(class, "drop_oldest");
+    assert_eq!(
+        sql_error(&c, "CREATE QUEUE odd WITH (class = ephemerall)").await,
+        "22023"
+    );
+}

@@ -39,10 +39,16 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
     for s in settings {
         let value = match &s.value {
             Value::Literal(v) => v.clone(),
-            Value::Param(n) => {
-                let text = params.text(&Value::Param(*n), s.option.name())?;
-                s.option.parse_value(&text).map_err(parse_error)?
-            }
+            Value::Param(n) => match params.opt_text(&Value::Param(*n))? {
+                Some(text) => s.option.parse_value(&text).map_err(parse_error)?,
+                None if s.option.clears_when_empty() => OptionValue::Text(String::new()),
+                None => {
+                    return Err(SqlError::error(
+                        SqlState::NULL_VALUE_NOT_ALLOWED,
+                        format!("{} (${n}) must not be NULL", s.option.name()),
+                    ))
+                }
+            },
         };
         let json = match &value {
             OptionValue::Duration(d)
@@ -71,6 +77,7 @@ fn options_json(settings: &[QueueSetting], params: &Params<'_>) -> Result<String
             }
             OptionValue::Integer(v) => JsonValue::Int(*v),
             OptionValue::Boolean(b) => JsonValue::Bool(*b),
+            OptionValue::Text(t) if t.is_empty() && s.option.clears_when_empty() => JsonValue::Null,
             OptionValue::Text(t) => JsonValue::Str(t),
         };
         object = object.member(s.option.name(), json);

@@ -51,7 +51,8 @@ pub enum OptionKind {
     Duration,
     Integer,
     Boolean,
-    /// Free text, 0–255 bytes without control characters (empty clears it).
+    /// Free text, 0–255 bytes without control characters. Of `namespace`
+    /// and `task`, empty (`''`, a bare `NULL`, a NULL parameter) clears it.
     Text,
 }
 
@@ -186,6 +187,12 @@ impl QueueOption {
             .find(|option| option.name().eq_ignore_ascii_case(name))
     }
 
+    /// An empty value (`''`, `NULL`) leaves the queue without this option:
+    /// a wildcard POP names no empty namespace or task.
+    pub fn clears_when_empty(self) -> bool {
+        matches!(self, QueueOption::Namespace | QueueOption::Task)
+    }
+
     /// What Describe reports for a `$n` standing for this option's value.
     pub fn param_type(self) -> Oid {
         match self.kind() {
@@ -239,6 +246,11 @@ impl QueueOption {
                     return Err(invalid(&format!(
                         "at most {MAX_NAME_BYTES} bytes without control characters"
                     )));
+                }
+                // The words of `class` and `overflow` are read as
+                // PostgreSQL reads its keywords: in any case.
+                if matches!(self, QueueOption::Class | QueueOption::Overflow) {
+                    return Ok(OptionValue::Text(text.to_ascii_lowercase()));
                 }
                 Ok(OptionValue::Text(text.to_string()))
             }
@@ -304,6 +316,12 @@ fn option_value(cursor: &mut Cursor<'_>, option: QueueOption) -> Result<Value<Op
         TokenKind::Param(n) => {
             cursor.advance();
             return Ok(Value::Param(*n));
+        }
+        // A bare NULL clears a text option (`namespace = NULL`).
+        TokenKind::Word(word)
+            if option.clears_when_empty() && word.eq_ignore_ascii_case("null") =>
+        {
+            String::new()
         }
         TokenKind::Word(word) => (*word).to_string(),
         TokenKind::String(text) | TokenKind::QuotedIdent(text) => text.clone(),

@@ -1611,3 +1611,67 @@ async fn a_read_only_session_is_refused_queue_writes_as_postgresql_refuses_an_in
     seen.sort();
     assert_eq!(seen, ["{\"n\":0}", "{\"n\":3}", "{\"n\":4}", "{\"n\":7}"]);
 }
+
+/// A Bind's result formats for a queue statement are checked as PostgreSQL
+/// checks a SELECT's: one per column or one for all (else `08P01`), each
+/// text or binary (else `22023`); a POP so refused takes nothing.
+#[tokio::test]
+async fn a_queue_statement_s_result_formats_are_checked_as_postgresql_checks_them() {
+    use bytes::BufMut;
+    let proxy = Proxy::start("result_formats").await;
+    let bind = |formats: &[i16]| {
+        let mut b = bytes::BytesMut::new();
+        b.put_slice(b"\0\0"); // unnamed portal and statement
+        b.put_i16(0);
+        b.put_i16(0);
+        b.put_i16(formats.len() as i16);
+        for f in formats {
+            b.put_i16(*f);
+        }
+        queenwire::protocol::Message::new(b'B', b.freeze())
+    };
+    let exchange = |sql: &'static str, formats: Vec<i16>| {
+        let bind = bind(&formats);
+        vec![
+            queenwire::protocol::frontend::build_parse("", sql, &[]),
+            bind,
+            common::raw::execute("", 0),
+            common::raw::sync(),
+        ]
+    };
+    let mut direct = common::raw::Raw::connect_direct(&proxy.direct).await;
+    let mut raw = common::raw::Raw::connect(proxy.addr).await;
+    raw.simple("PUSH INTO formats_q VALUES ('{}')").await;
+    for (formats, code) in [
+        (vec![0, 1], "08P01"),
+        (vec![1; 20], "08P01"),
+        (vec![7], "22023"),
+    ] {
+        direct
+            .send(&exchange("SELECT 1 AS a, 2 AS b, 3 AS c", formats.clone()))
+            .await;
+        let pg = direct.read_until_ready().await;
+        assert_eq!(
+            pg.errors.first().map(|e| e.code()),
+            Some(code),
+            "PostgreSQL"
+        );
+        for (sql, columns) in [
+            ("POP FROM formats_q LIMIT 1", "11 columns"),
+            ("SHOW QUEUES", "7 columns"),
+            ("KV GET ns 'k'", "5 columns"),
+        ] {
+            raw.send(&exchange(sql, formats.clone())).await;
+            let r = raw.read_until_ready().await;
+            assert_eq!(r.errors.first().map(|e| e.code()), Some(code), "{sql}");
+            let expected = pg.errors[0].message.replace("3 columns", columns);
+            assert_eq!(r.errors[0].message, expected, "{sql}");
+        }
+    }
+    // Formats a statement without columns takes any; the POPs took nothing.
+    raw.send(&exchange("CREATE QUEUE formats_other", vec![0, 1, 1]))
+        .await;
+    assert!(raw.read_until_ready().await.errors.is_empty());
+    let r = raw.simple("POP FROM formats_q LIMIT 10").await;
+    assert_eq!(r.rows.len(), 1);
+}

@@ -14,7 +14,7 @@ use crate::frontend::encoding::ClientEncoding;
 use crate::frontend::encoding::ClientText;
 use crate::frontend::params::bind_params_as_text;
 use crate::protocol::tags::Target;
-use crate::protocol::{self, frontend, Message, TxStatus};
+use crate::protocol::{self, frontend, Message, SqlError, SqlState, TxStatus};
 use crate::rewrite::passthrough::{Control, Listening};
 use crate::rewrite::{self, Command, SessionEffect};
 use crate::users::Passthrough;
@@ -274,7 +274,12 @@ impl Session {
                 return Ok(());
             }
             let types = prepared.dialect_param_types(stmt, required);
-            match bind_params_as_text(&b.params, &b.param_formats, &types) {
+            let converted =
+                bind_params_as_text(&b.params, &b.param_formats, &types).and_then(|params| {
+                    check_result_formats(stmt.columns().len(), &b.result_formats)?;
+                    Ok(params)
+                });
+            match converted {
                 Ok(params) => {
                     let portal = LocalPortal {
                         statement: stmt.clone(),
@@ -627,5 +632,32 @@ impl Session {
         }
         self.release_if_idle();
         Ok(self.client.flush().await?)
+    }
+}
+
+/// A Bind's result formats for a statement with `columns` columns, checked
+/// as PostgreSQL checks them: none, one for all, or one per column, each
+/// text (0) or binary (1). A statement without columns takes any. Checked
+/// at Bind, before a queue statement runs, so a POP never takes leases for
+/// rows it cannot send.
+fn check_result_formats(columns: usize, formats: &[i16]) -> Result<(), SqlError> {
+    if columns == 0 {
+        return Ok(());
+    }
+    if formats.len() > 1 && formats.len() != columns {
+        return Err(SqlError::error(
+            SqlState::PROTOCOL_VIOLATION,
+            format!(
+                "bind message has {} result formats but query has {columns} columns",
+                formats.len()
+            ),
+        ));
+    }
+    match formats.iter().find(|&&f| f != 0 && f != 1) {
+        Some(f) => Err(SqlError::error(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("unsupported format code: {f}"),
+        )),
+        None => Ok(()),
     }
 }

@@ -1675,3 +1675,183 @@ async fn a_queue_statement_s_result_formats_are_checked_as_postgresql_checks_the
     let r = raw.simple("POP FROM formats_q LIMIT 10").await;
     assert_eq!(r.rows.len(), 1);
 }
+
+/// What a client saw of one exchange, in terms both sides share: each
+/// message's type, an error's SQLSTATE, a command tag, ReadyForQuery's
+/// status, rows.
+fn seen(r: &common::raw::Replies) -> String {
+    let mut out = String::new();
+    let mut errors = r.errors.iter();
+    let mut completions = r.completions.iter();
+    for msg in &r.messages {
+        match msg.tag {
+            b'E' => out.push_str(&format!(
+                "E{} ",
+                errors.next().map(|e| e.code()).unwrap_or("?")
+            )),
+            b'C' => out.push_str(&format!(
+                "C[{}] ",
+                completions.next().map(String::as_str).unwrap_or("?")
+            )),
+            b'Z' => out.push_str(&format!("Z{} ", msg.body[0] as char)),
+            // Startup-time and asynchronous messages are not the exchange's.
+            b'S' | b'N' | b'A' => {}
+            t => out.push_str(&format!("{} ", t as char)),
+        }
+    }
+    out.push_str(&format!("{:?}", r.rows));
+    out
+}
+
+/// One exchange: the messages, then the replies up to ReadyForQuery; and
+/// anything more that comes within a moment after it (PostgreSQL sends
+/// nothing more).
+async fn exchange(raw: &mut common::raw::Raw, msgs: &[queenwire::protocol::Message]) -> String {
+    raw.send(msgs).await;
+    let replies = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+        .await
+        .expect("ReadyForQuery within 20 s");
+    let mut out = seen(&replies);
+    if let Some(extra) = raw.next_within(Duration::from_millis(200)).await {
+        out.push_str(&format!(" then {}", extra.tag as char));
+    }
+    out
+}
+
+/// Pipelines in which the proxy itself finds the error (a statement name
+/// taken or unknown, a portal unknown), a simple Query sent after an error
+/// and before Sync, a Parse of the unnamed statement that fails, and COPY
+/// data sent before CopyInResponse: the client sees what PostgreSQL's own
+/// clients see, message for message, and the same rows are committed.
+#[tokio::test]
+async fn pipelines_with_errors_the_proxy_finds_end_as_postgresql_ends_them() {
+    use common::raw::{bind_text, execute, sync};
+    use queenwire::protocol::frontend::{build_describe, build_parse, build_query};
+    use queenwire::protocol::tags::Target;
+    use queenwire::protocol::Message;
+    let proxy = Proxy::start("proxy_found_errors").await;
+    let direct = common::raw::Raw::connect_direct(&proxy.direct).await;
+    let through = common::raw::Raw::connect(proxy.addr).await;
+    let mut transcripts = Vec::new();
+    for (mut raw, t) in [(direct, "pf_direct"), (through, "pf_proxy")] {
+        let mut log = Vec::new();
+        let count = format!("SELECT count(*) FROM {t}");
+        let insert = format!("INSERT INTO {t} VALUES (1)");
+        raw.simple(&format!("CREATE TABLE {t} (a int)")).await;
+
+        // A statement name taken, inside a block: the block fails.
+        log.push(exchange(&mut raw, &[build_query("BEGIN")]).await);
+        log.push(exchange(&mut raw, &[build_parse("s1", "SELECT 1", &[]), sync()]).await);
+        log.push(exchange(&mut raw, &[build_query(&insert)]).await);
+        log.push(exchange(&mut raw, &[build_parse("s1", "SELECT 2", &[]), sync()]).await);
+        log.push(exchange(&mut raw, &[build_query("COMMIT")]).await);
+        log.push(exchange(&mut raw, &[build_query(&count)]).await);
+
+        // An unknown statement in a pipeline: its implicit transaction
+        // rolls back the INSERT before it.
+        let pipeline = [
+            build_parse("", &insert, &[]),
+            bind_text("", "", &[]),
+            execute("", 0),
+            bind_text("", "nosuch", &[]),
+            execute("", 0),
+            sync(),
+        ];
+        log.push(exchange(&mut raw, &pipeline).await);
+        log.push(exchange(&mut raw, &[build_query(&count)]).await);
+        // An unknown portal, described, in a block.
+        log.push(exchange(&mut raw, &[build_query(format!("BEGIN; {insert}"))]).await);
+        log.push(
+            exchange(
+                &mut raw,
+                &[build_describe(Target::Portal, "nosuch"), sync()],
+            )
+            .await,
+        );
+        log.push(exchange(&mut raw, &[build_query("COMMIT")]).await);
+        log.push(exchange(&mut raw, &[build_query(&count)]).await);
+
+        // A simple Query after an error and before Sync is skipped.
+        let pipeline = [
+            build_parse("", "SELECT 1/0", &[]),
+            bind_text("", "", &[]),
+            execute("", 0),
+            build_query("SELECT 1"),
+            build_query(&insert),
+            sync(),
+        ];
+        log.push(exchange(&mut raw, &pipeline).await);
+        log.push(exchange(&mut raw, &[build_query(&count)]).await);
+        // So too on a session a SET keeps on its connection, which then
+        // goes on answering.
+        log.push(exchange(&mut raw, &[build_query("SET work_mem = '5MB'")]).await);
+        let pipeline = [
+            execute("", 1),
+            build_query("SELECT 2"),
+            build_describe(Target::Portal, "p2"),
+            sync(),
+        ];
+        log.push(exchange(&mut raw, &pipeline).await);
+        log.push(exchange(&mut raw, &[sync()]).await);
+        log.push(exchange(&mut raw, &[build_query("RESET work_mem")]).await);
+
+        // A failed Parse of the unnamed statement drops the one before.
+        let pipeline = [
+            build_parse("", &insert, &[]),
+            bind_text("", "", &[]),
+            execute("", 0),
+            sync(),
+        ];
+        log.push(exchange(&mut raw, &pipeline).await);
+        let failing = [build_parse("", "SELECT * FROM nosuch_table", &[]), sync()];
+        log.push(exchange(&mut raw, &failing).await);
+        log.push(exchange(&mut raw, &[bind_text("", "", &[]), execute("", 0), sync()]).await);
+        log.push(exchange(&mut raw, &[build_query(&count)]).await);
+
+        // COPY FROM STDIN with its data in the same write as its Execute.
+        let pipeline = [
+            build_parse("", format!("COPY {t} FROM STDIN"), &[]),
+            bind_text("", "", &[]),
+            execute("", 0),
+            Message::new(b'd', &b"5\n"[..]),
+            Message::new(b'c', &b""[..]),
+            sync(),
+        ];
+        log.push(exchange(&mut raw, &pipeline).await);
+        log.push(exchange(&mut raw, &[build_query(&count)]).await);
+        transcripts.push(log);
+    }
+    for (i, (pg, qw)) in transcripts[0].iter().zip(&transcripts[1]).enumerate() {
+        assert_eq!(qw, pg, "exchange {i}");
+    }
+
+    // A message other than copy data sent behind a COPY's Execute, before
+    // its answer: PostgreSQL fails the COPY and ends the connection, and
+    // so the client's does, rather than wait for data.
+    let direct = common::raw::Raw::connect_direct(&proxy.direct).await;
+    let through = common::raw::Raw::connect(proxy.addr).await;
+    for (mut raw, t) in [(direct, "pf_direct"), (through, "pf_proxy")] {
+        let pipeline = [
+            build_parse("", format!("COPY {t} FROM STDIN"), &[]),
+            bind_text("", "", &[]),
+            execute("", 0),
+            build_describe(Target::Statement, ""),
+            sync(),
+        ];
+        raw.send(&pipeline).await;
+        let got = raw
+            .until_closed(Duration::from_secs(20))
+            .await
+            .expect("the connection ends");
+        let errors: Vec<String> = got
+            .iter()
+            .filter(|m| m.tag == b'E')
+            .map(|m| {
+                queenwire::protocol::SqlError::parse(&m.body)
+                    .code()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(errors[..2], ["08P01", "08P01"], "{t}");
+    }
+}

@@ -131,6 +131,21 @@ impl Raw {
         .map(|m| m.expect("a message"))
     }
 
+    /// Every message up to the connection's end (`None`: it did not end
+    /// within `within`).
+    #[allow(dead_code)]
+    pub async fn until_closed(&mut self, within: std::time::Duration) -> Option<Vec<Message>> {
+        let mut got = Vec::new();
+        tokio::time::timeout(within, async {
+            while let Ok(msg) = read_message(&mut self.stream, &mut self.buf, 1 << 30).await {
+                got.push(msg);
+            }
+        })
+        .await
+        .ok()?;
+        Some(got)
+    }
+
     pub async fn simple(&mut self, sql: &str) -> Replies {
         self.send(&[frontend::build_query(sql)]).await;
         self.read_until_ready().await

@@ -13,7 +13,7 @@ use crate::engine::{CallEnd, Lender, Outcome, StatementError, TxnView};
 use crate::frontend::client::Client;
 use crate::frontend::errors::statement_error;
 use crate::frontend::SessionHandle;
-use crate::protocol::{self, SqlError, SqlState};
+use crate::protocol::{self, SqlError, SqlState, TxStatus};
 use crate::rewrite::dialect::Statement;
 use std::sync::Arc;
 
@@ -226,10 +226,48 @@ impl Session {
     /// PostgreSQL checks the block's state right after its grammar, so
     /// any other fault is the block's `25P02`.
     pub(super) async fn refuse(&mut self, refusal: SqlError, end: CallEnd) -> Result<(), End> {
+        self.fail_backend_with(refusal, end, true).await
+    }
+
+    /// An error of the proxy's about a protocol message of the pipeline (a
+    /// statement or portal it does not have, a malformed message, a Bind
+    /// that does not fit its statement), found before PostgreSQL would look
+    /// at the block's state: reported as it is, and, as PostgreSQL fails
+    /// the transaction with it, the backend's transaction (a block, or the
+    /// pipeline's implicit one) fails too. After an earlier error of the
+    /// pipeline nothing is reported: PostgreSQL skips the message.
+    pub(super) async fn protocol_error(&mut self, error: SqlError) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
+        if self.replies.skipping() {
+            return Ok(());
+        }
+        if self.lease.status() == TxStatus::Failed {
+            self.local_error(error);
+            return Ok(());
+        }
+        self.fail_backend_with(error, CallEnd::Flush, false).await
+    }
+
+    /// [`Session::protocol_error`] for an error PostgreSQL finds after the
+    /// block's state: in a failed block it is the block's `25P02`.
+    pub(super) async fn protocol_error_in_block(&mut self, error: SqlError) -> Result<(), End> {
+        self.relay_earlier_replies().await?;
+        if self.replies.skipping() {
+            return Ok(());
+        }
+        self.fail_backend_with(error, CallEnd::Flush, true).await
+    }
+
+    async fn fail_backend_with(
+        &mut self,
+        refusal: SqlError,
+        end: CallEnd,
+        block_first: bool,
+    ) -> Result<(), End> {
         let engine = self.shared.engine.clone();
         let (mut lent, _) = self.lend(end);
         let refusal = match lent.view().refuse_if_failed() {
-            Err(failed) if !before_the_block_is_checked(&refusal) => failed,
+            Err(failed) if block_first && !before_the_block_is_checked(&refusal) => failed,
             _ => refusal,
         };
         match engine.refuse(&mut lent, refusal).await {

@@ -139,6 +139,9 @@ pub struct Session {
     pub(super) observed: ClientEntry,
     /// Verdicts of the plain simple queries sent lately (`simple.rs`).
     pub(super) verdicts: super::simple::Verdicts,
+    /// A copy message the client sent before the COPY FROM STDIN it is for
+    /// had answered (`copy.rs`).
+    pub(super) copy_ahead: Option<Message>,
 }
 
 impl Session {
@@ -212,6 +215,7 @@ impl Session {
             stopping,
             observed,
             verdicts: Default::default(),
+            copy_ahead: None,
         }
     }
 
@@ -293,8 +297,7 @@ impl Session {
                 tag::DESCRIBE => self.describe(&msg).await?,
                 tag::EXECUTE => self.execute(&msg).await?,
                 tag::CLOSE => self.close(&msg).await?,
-                // Copy messages outside a COPY are ignored, as PostgreSQL does.
-                tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => {}
+                tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => self.copy_message(msg).await?,
                 tag::FUNCTION_CALL => self.function_call(&msg).await?,
                 other => {
                     let err = canned::protocol_violation(format!(
@@ -377,6 +380,17 @@ impl Session {
     pub(super) fn reply_local_undoable(&mut self, msg: Message, undo: Undo) {
         if let Some(now) = self.replies.local(msg, Some(undo)) {
             self.client.send(&now);
+        }
+    }
+
+    /// Reverts what a message that failed did: a failed Parse creates no
+    /// statement, and a failed Parse of the unnamed statement has dropped
+    /// the one it was to replace, as in PostgreSQL (a later Bind of it is
+    /// `26000`).
+    pub(super) fn undo_failed(&mut self, undo: Undo) {
+        match undo {
+            Undo::Statement { name, .. } if name.is_empty() => self.statements.restore(&name, None),
+            other => self.undo(other),
         }
     }
 

@@ -27,13 +27,11 @@ impl Session {
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
         if p.trailing {
-            self.local_error(canned::invalid_message_format());
-            return Ok(());
+            return self.protocol_error(canned::invalid_message_format()).await;
         }
         let text = ClientText::read(p.query, &self.client_encoding, self.standard_strings);
         if let Err(e) = self.statements.admit(p.name, &text.view) {
-            self.local_error(e);
-            return Ok(());
+            return self.protocol_error_in_block(e).await;
         }
         // Sent again on other connections as the client sent it.
         let raw: Option<Arc<[u8]>> = text.is_transcoded().then(|| Arc::from(p.query));
@@ -254,8 +252,7 @@ impl Session {
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
         if b.trailing {
-            self.local_error(canned::invalid_message_format());
-            return Ok(());
+            return self.protocol_error(canned::invalid_message_format()).await;
         }
         let Some(prepared) = self.statements.get(b.statement).cloned() else {
             if self.backend_may_know(b.statement) {
@@ -263,15 +260,16 @@ impl Session {
                 self.portals.close_backend(b.portal);
                 self.forward(msg, Expect::Bind);
             } else {
-                self.local_error(canned::missing_statement(b.statement));
+                self.protocol_error(canned::missing_statement(b.statement))
+                    .await?;
             }
             return Ok(());
         };
         if let Some(stmt) = &prepared.dialect {
             let required = stmt.param_count().max(prepared.param_types.len());
             if b.params.len() != required {
-                self.local_error(canned::bind_count(b.params.len(), b.statement, required));
-                return Ok(());
+                let error = canned::bind_count(b.params.len(), b.statement, required);
+                return self.protocol_error(error).await;
             }
             let types = prepared.dialect_param_types(stmt, required);
             let converted =
@@ -295,10 +293,10 @@ impl Session {
                             };
                             self.reply_local_undoable(protocol::bind_complete(), undo);
                         }
-                        Err(e) => self.local_error(e),
+                        Err(e) => self.protocol_error_in_block(e).await?,
                     }
                 }
-                Err(e) => self.local_error(e),
+                Err(e) => self.protocol_error_in_block(e).await?,
             }
             return Ok(());
         }
@@ -307,8 +305,9 @@ impl Session {
             return Ok(());
         }
         let Some((backend_name, effect)) = self.ensure_statement(b.statement) else {
-            self.local_error(canned::missing_statement(b.statement));
-            return Ok(());
+            return self
+                .protocol_error(canned::missing_statement(b.statement))
+                .await;
         };
         self.portals
             .bind_backend(b.portal, effect, prepared.query.clone());
@@ -332,7 +331,7 @@ impl Session {
                     if self.backend_may_know(name) {
                         self.forward(msg, Expect::DescribeStatement);
                     } else {
-                        self.local_error(canned::missing_statement(name));
+                        self.protocol_error(canned::missing_statement(name)).await?;
                     }
                     return Ok(());
                 };
@@ -348,8 +347,7 @@ impl Session {
                     return Ok(());
                 }
                 let Some((backend_name, _)) = self.ensure_statement(name) else {
-                    self.local_error(canned::missing_statement(name));
-                    return Ok(());
+                    return self.protocol_error(canned::missing_statement(name)).await;
                 };
                 let m = frontend::build_describe(Target::Statement, &backend_name);
                 self.forward(&m, Expect::DescribeStatement);
@@ -360,7 +358,7 @@ impl Session {
                         rows::describe_columns(portal.statement.columns(), &portal.result_formats);
                     self.reply_local(reply);
                 } else if !self.lease.held() {
-                    self.local_error(canned::missing_portal(name));
+                    self.protocol_error(canned::missing_portal(name)).await?;
                 } else {
                     self.forward(msg, Expect::DescribePortal);
                 }
@@ -396,8 +394,7 @@ impl Session {
             return self.send_portal_part(portal, limit).await;
         }
         if !self.lease.held() {
-            self.local_error(canned::missing_portal(portal));
-            return Ok(());
+            return self.protocol_error(canned::missing_portal(portal)).await;
         }
         let mut forgets_prepared = false;
         if let Some((effect, query)) = self.portals.backend_effect(portal) {

@@ -285,6 +285,7 @@ impl Session {
             Seen::Failed {
                 never_created,
                 undo,
+                failing,
             } => {
                 if let Some(conn) = self.lease.conn_mut() {
                     for name in never_created {
@@ -293,6 +294,9 @@ impl Session {
                 }
                 for u in undo {
                     self.undo(u);
+                }
+                if let Some(u) = failing {
+                    self.undo_failed(u);
                 }
             }
             Seen::CopyIn => self.copy_in().await?,

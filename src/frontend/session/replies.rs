@@ -69,10 +69,13 @@ pub enum Seen<U> {
     /// Pass it on (ErrorResponse): the backend skips to Sync, so the
     /// replies owed before it will never come; these proxy-global
     /// statements were never created, and these changes of the skipped
-    /// messages must be undone, in this order (the latest first).
+    /// messages must be undone, in this order (the latest first). `failing`
+    /// is the change of the message that failed, when it was a Parse: it
+    /// ran as far as dropping an unnamed statement it replaces.
     Failed {
         never_created: Vec<Arc<str>>,
         undo: Vec<U>,
+        failing: Option<U>,
     },
 }
 
@@ -173,11 +176,26 @@ impl<U> Replies<U> {
     /// CopyFail it goes on with the client's next messages, and, as after
     /// any Execute, sends nothing until a Sync or Flush of the client's
     /// (libpq sends a Sync with CopyDone) asks it to.
-    pub fn copy_in_started(&mut self) {
-        if matches!(self.pending.front(), Some(Expect::Execute)) {
-            self.pending.truncate(1);
-            self.held_for_client = true;
+    ///
+    /// Whether messages of the client's other than Sync went to the
+    /// backend behind the Execute (sent without waiting for its answer):
+    /// PostgreSQL, reading them during the COPY, fails the connection.
+    pub fn copy_in_started(&mut self) -> bool {
+        if !matches!(self.pending.front(), Some(Expect::Execute)) {
+            return false;
         }
+        let behind = self
+            .pending
+            .iter()
+            .skip(1)
+            .any(|e| !matches!(e, Expect::Sync | Expect::Local(..)));
+        if behind {
+            // Its error comes at once, and the connection's end.
+            return true;
+        }
+        self.pending.truncate(1);
+        self.held_for_client = true;
+        false
     }
 
     /// The next replies are those of an exchange the proxy answered ahead.
@@ -219,6 +237,8 @@ impl<U> Replies<U> {
                 }
                 let mut never_created = Vec::new();
                 let mut undo = Vec::new();
+                let mut failing = None;
+                let mut first = true;
                 while let Some(front) = self.pending.front() {
                     if matches!(front, Expect::Sync) {
                         break;
@@ -228,17 +248,23 @@ impl<U> Replies<U> {
                             registers, undo: u, ..
                         }) => {
                             never_created.extend(registers);
-                            undo.extend(u);
+                            if first {
+                                failing = u;
+                            } else {
+                                undo.extend(u);
+                            }
                         }
                         Some(Expect::Local(_, u)) => undo.extend(u),
                         _ => {}
                     }
+                    first = false;
                 }
                 undo.reverse();
                 self.skipping = true;
                 Seen::Failed {
                     never_created,
                     undo,
+                    failing,
                 }
             }
             tag::PARAMETER_STATUS => Seen::ParameterStatus,
@@ -395,6 +421,30 @@ mod tests {
     }
 
     #[test]
+    fn the_failing_parse_s_change_is_handed_back_apart() {
+        let mut r = Replies::<&str>::default();
+        r.expect(Expect::Parse {
+            forward: true,
+            registers: Some(Arc::from("qw_s3")),
+            undo: Some("unprepare unnamed"),
+        });
+        r.expect(Expect::Parse {
+            forward: true,
+            registers: None,
+            undo: Some("unprepare s2"),
+        });
+        r.expect(Expect::Sync);
+        assert_eq!(
+            r.on_backend(&error()),
+            Seen::Failed {
+                never_created: vec![Arc::from("qw_s3")],
+                undo: vec!["unprepare s2"],
+                failing: Some("unprepare unnamed"),
+            }
+        );
+    }
+
+    #[test]
     fn error_mid_pipeline_skips_to_sync_and_forgets_statements_never_created() {
         let mut r = Replies::<&str>::default();
         r.expect(Expect::Bind);
@@ -411,7 +461,8 @@ mod tests {
             r.on_backend(&error()),
             Seen::Failed {
                 never_created: vec![Arc::from("qw_s1")],
-                undo: vec![]
+                undo: vec![],
+                failing: None,
             }
         );
         assert!(r.skipping());
@@ -452,7 +503,7 @@ mod tests {
         r.expect(Expect::Sync);
         assert_eq!(r.on_backend(&msg(tag::BIND_COMPLETE)), Seen::Relay);
         assert_eq!(r.on_backend(&msg(tag::COPY_IN_RESPONSE)), Seen::CopyIn);
-        r.copy_in_started();
+        assert!(!r.copy_in_started());
         // The Execute's reply comes once the client's own Sync after
         // CopyDone reaches the backend, with its ReadyForQuery.
         assert!(r.owed());
@@ -511,7 +562,8 @@ mod tests {
             r.on_backend(&error()),
             Seen::Failed {
                 never_created: vec![Arc::from("qw_s9")],
-                undo: vec!["unbind p", "reopen s1", "unprepare s1"]
+                undo: vec!["unbind p", "reopen s1", "unprepare s1"],
+                failing: None,
             }
         );
         assert!(r.next_local().is_none());

@@ -74,6 +74,15 @@ impl Session {
             // text before the NUL holds.
             return self.function_call(msg).await;
         }
+        // A Query inside an extended pipeline is skipped, as any message,
+        // after an error of the pipeline, up to Sync: the replies owed say
+        // whether one came.
+        if self.replies.owed() && !self.replies.answered_ahead() {
+            self.relay_earlier_replies().await?;
+            if self.replies.skipping() {
+                return Ok(self.client.flush().await?);
+            }
+        }
         // Whatever the query is, PostgreSQL drops the unnamed statement
         // before it runs it; a later Bind of it fails with 26000 there.
         self.statements.remove("");

@@ -1744,6 +1744,10 @@ async fn pipelines_with_errors_the_proxy_finds_end_as_postgresql_ends_them() {
         log.push(exchange(&mut raw, &[build_parse("s1", "SELECT 1", &[]), sync()]).await);
         log.push(exchange(&mut raw, &[build_query(&insert)]).await);
         log.push(exchange(&mut raw, &[build_parse("s1", "SELECT 2", &[]), sync()]).await);
+        // In the failed block the name is looked at first for a statement
+        // that ends the block, the block's state first for any other.
+        log.push(exchange(&mut raw, &[build_parse("s1", "ROLLBACK", &[]), sync()]).await);
+        log.push(exchange(&mut raw, &[build_parse("s1", "SELECT 3", &[]), sync()]).await);
         log.push(exchange(&mut raw, &[build_query("COMMIT")]).await);
         log.push(exchange(&mut raw, &[build_query(&count)]).await);
 

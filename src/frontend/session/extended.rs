@@ -31,6 +31,21 @@ impl Session {
         }
         let text = ClientText::read(p.query, &self.client_encoding, self.standard_strings);
         if let Err(e) = self.statements.admit(p.name, &text.view) {
+            // PostgreSQL looks at a failed block's state before the name,
+            // except for a statement that ends the block.
+            use rewrite::passthrough::transaction_control;
+            let ends_block = matches!(
+                transaction_control(&text.view),
+                Some(
+                    Control::Commit { .. }
+                        | Control::Rollback { .. }
+                        | Control::RollbackTo(_)
+                        | Control::Prepare
+                )
+            );
+            if ends_block {
+                return self.protocol_error(e).await;
+            }
             return self.protocol_error_in_block(e).await;
         }
         // Sent again on other connections as the client sent it.

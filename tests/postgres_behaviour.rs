@@ -1812,6 +1812,17 @@ async fn pipelines_with_errors_the_proxy_finds_end_as_postgresql_ends_them() {
         log.push(exchange(&mut raw, &[bind_text("", "", &[]), execute("", 0), sync()]).await);
         log.push(exchange(&mut raw, &[build_query(&count)]).await);
 
+        // A LISTEN portal runs once, as any utility statement's.
+        let pipeline = [
+            build_parse("", "LISTEN pf_channel", &[]),
+            bind_text("p1", "", &[]),
+            execute("p1", 0),
+            execute("p1", 0),
+            sync(),
+        ];
+        log.push(exchange(&mut raw, &pipeline).await);
+        log.push(exchange(&mut raw, &[build_query("UNLISTEN pf_channel")]).await);
+
         // COPY FROM STDIN with its data in the same write as its Execute.
         let pipeline = [
             build_parse("", format!("COPY {t} FROM STDIN"), &[]),

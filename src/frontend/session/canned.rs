@@ -68,6 +68,14 @@ pub fn missing_portal(name: &str) -> SqlError {
     )
 }
 
+/// A portal that ran to completion, executed again.
+pub fn portal_cannot_run(name: &str) -> SqlError {
+    SqlError::error(
+        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("portal \"{name}\" cannot be run"),
+    )
+}
+
 pub fn idle_in_transaction_timeout() -> SqlError {
     SqlError::fatal(
         SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,

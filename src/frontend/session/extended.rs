@@ -422,6 +422,11 @@ impl Session {
                 if self.replies.skipping() {
                     return Ok(());
                 }
+                if !self.portals.first_run(portal) {
+                    return self
+                        .protocol_error_in_block(canned::portal_cannot_run(portal))
+                        .await;
+                }
                 if !self.txn.block.open() {
                     return self.listen_in_pipeline(listening, &query).await;
                 }

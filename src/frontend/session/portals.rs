@@ -40,6 +40,10 @@ pub struct Portals {
     /// Session effects of the passthrough portals bound on the backend,
     /// with their statement's text where it has one.
     effects: HashMap<String, (SessionEffect, Arc<str>)>,
+    /// Passthrough portals the proxy ran itself (a LISTEN the shared
+    /// listening connection serves): run once, as PostgreSQL runs a
+    /// utility statement's portal.
+    ran: std::collections::HashSet<String>,
 }
 
 impl Portals {
@@ -119,7 +123,14 @@ impl Portals {
 
     /// A passthrough portal of statement `query` was bound on the backend.
     pub fn bind_backend(&mut self, name: &str, effect: SessionEffect, query: Arc<str>) {
+        self.ran.remove(name);
         self.effects.insert(name.to_string(), (effect, query));
+    }
+
+    /// Passthrough portal `name` runs now, in the proxy; `false` when it
+    /// ran already.
+    pub fn first_run(&mut self, name: &str) -> bool {
+        self.ran.insert(name.to_string())
     }
 
     pub fn backend_effect(&self, name: &str) -> Option<(SessionEffect, Arc<str>)> {
@@ -127,6 +138,7 @@ impl Portals {
     }
 
     pub fn close_backend(&mut self, name: &str) {
+        self.ran.remove(name);
         self.effects.remove(name);
     }
 
@@ -135,6 +147,7 @@ impl Portals {
         self.local.clear();
         self.local_bytes = 0;
         self.effects.clear();
+        self.ran.clear();
     }
 }
 

@@ -1812,6 +1812,24 @@ async fn pipelines_with_errors_the_proxy_finds_end_as_postgresql_ends_them() {
         log.push(exchange(&mut raw, &[bind_text("", "", &[]), execute("", 0), sync()]).await);
         log.push(exchange(&mut raw, &[build_query(&count)]).await);
 
+        // An error names the client's statement, closed later in the
+        // pipeline or not.
+        let pipeline = [
+            build_parse("s9", "SELECT 1", &[]),
+            bind_text("", "s9", &[Some("x")]),
+            queenwire::protocol::frontend::build_close(Target::Statement, "s9"),
+            sync(),
+        ];
+        raw.send(&pipeline).await;
+        let r = raw.read_until_ready().await;
+        assert_eq!(
+            r.errors[0].message,
+            "bind message supplies 1 parameters, but prepared statement \"s9\" requires 0",
+            "{t}"
+        );
+        log.push(seen(&r));
+        raw.simple("DEALLOCATE ALL").await;
+
         // A LISTEN portal runs once, as any utility statement's.
         let pipeline = [
             build_parse("", "LISTEN pf_channel", &[]),

@@ -272,16 +272,10 @@ impl Session {
             }
             _ => {}
         }
-        if !matches!(seen, Seen::Swallow) {
-            match self.error_in_client_names(&msg) {
-                Some(renamed) => self.client.send(&renamed),
-                None => self.client.send(&msg),
-            }
-        }
-        if msg.tag == crate::protocol::tags::backend::ERROR_RESPONSE {
-            self.backend_error(&msg);
-        }
-        match seen {
+        // What the skipped messages did is undone first: the error names
+        // statements as they were when PostgreSQL failed (one a skipped
+        // Close closes is still the client's).
+        let seen = match seen {
             Seen::Failed {
                 never_created,
                 undo,
@@ -298,7 +292,21 @@ impl Session {
                 if let Some(u) = failing {
                     self.undo_failed(u);
                 }
+                Seen::Relay
             }
+            other => other,
+        };
+        if !matches!(seen, Seen::Swallow) {
+            match self.error_in_client_names(&msg) {
+                Some(renamed) => self.client.send(&renamed),
+                None => self.client.send(&msg),
+            }
+        }
+        if msg.tag == crate::protocol::tags::backend::ERROR_RESPONSE {
+            self.backend_error(&msg);
+        }
+        match seen {
+            Seen::Failed { .. } => {}
             Seen::CopyIn => self.copy_in().await?,
             Seen::Relay | Seen::Swallow => {}
             // Returned from above.

@@ -1888,3 +1888,43 @@ async fn pipelines_with_errors_the_proxy_finds_end_as_postgresql_ends_them() {
         assert_eq!(errors[..2], ["08P01", "08P01"], "{t}");
     }
 }
+
+/// An Execute of the unnamed portal with no Bind of it since the last
+/// simple Query is answered `34000`, as PostgreSQL answers it, without
+/// reaching PostgreSQL: PostgreSQL 15.18 crashes (and restarts every
+/// backend) on one after this failed block, so any client could restart
+/// the shared server.
+#[tokio::test]
+async fn an_unbound_unnamed_portal_never_reaches_postgresql() {
+    use common::raw::{execute, sync};
+    let proxy = Proxy::start("unbound_unnamed_portal").await;
+    let direct = proxy.connect_direct().await;
+    let before = postmaster_started(&direct).await;
+    let mut raw = common::raw::Raw::connect(proxy.addr).await;
+    raw.simple("START TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await;
+    raw.simple("ROLLBACK TO SAVEPOINT sp").await;
+    raw.simple("RESET statement_timeout; CREATE TEMP TABLE tt(a int); SELECT 1; SELECT 2")
+        .await;
+    raw.send(&[execute("", 0), sync()]).await;
+    let r = tokio::time::timeout(Duration::from_secs(20), raw.read_until_ready())
+        .await
+        .expect("an answer");
+    assert_eq!(r.errors.first().map(|e| e.code()), Some("34000"));
+    assert_eq!(r.status, b'E');
+    raw.simple("ROLLBACK").await;
+    assert_eq!(raw.simple("SELECT 1").await.rows.len(), 1);
+    // Outside a block too; the server never restarted.
+    raw.send(&[execute("", 0), sync()]).await;
+    let r = raw.read_until_ready().await;
+    assert_eq!(r.errors.first().map(|e| e.code()), Some("34000"));
+    let direct = proxy.connect_direct().await;
+    assert_eq!(postmaster_started(&direct).await, before);
+}
+
+async fn postmaster_started(c: &tokio_postgres::Client) -> String {
+    c.query_one("SELECT pg_postmaster_start_time()::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -272,7 +272,8 @@ impl Session {
         let Some(prepared) = self.statements.get(b.statement).cloned() else {
             if self.backend_may_know(b.statement) {
                 self.portals.remove_local(b.portal);
-                self.portals.close_backend(b.portal);
+                self.portals
+                    .bind_backend(b.portal, SessionEffect::None, Arc::from(""));
                 self.forward(msg, Expect::Bind);
             } else {
                 self.protocol_error(canned::missing_statement(b.statement))
@@ -372,7 +373,7 @@ impl Session {
                     let reply =
                         rows::describe_columns(portal.statement.columns(), &portal.result_formats);
                     self.reply_local(reply);
-                } else if !self.lease.held() {
+                } else if !self.lease.held() || self.unnamed_portal_unbound(name) {
                     self.protocol_error(canned::missing_portal(name)).await?;
                 } else {
                     self.forward(msg, Expect::DescribePortal);
@@ -408,7 +409,7 @@ impl Session {
             }
             return self.send_portal_part(portal, limit).await;
         }
-        if !self.lease.held() {
+        if !self.lease.held() || self.unnamed_portal_unbound(portal) {
             return self.protocol_error(canned::missing_portal(portal)).await;
         }
         let mut forgets_prepared = false;
@@ -575,6 +576,17 @@ impl Session {
             self.client.send(&protocol::portal_suspended());
         }
         Ok(())
+    }
+
+    /// The unnamed portal, with no Bind of it since the transaction or
+    /// the last simple Query began (either drops it): answered here, as
+    /// PostgreSQL would answer it, without reaching PostgreSQL (15.18
+    /// crashes on one such Execute in a failed block). No cursor is named
+    /// `""`.
+    fn unnamed_portal_unbound(&self, portal: &str) -> bool {
+        portal.is_empty()
+            && self.portals.local("").is_none()
+            && self.portals.backend_effect("").is_none()
     }
 
     pub(super) async fn close(&mut self, msg: &Message) -> Result<(), End> {

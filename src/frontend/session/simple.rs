@@ -86,6 +86,9 @@ impl Session {
         // Whatever the query is, PostgreSQL drops the unnamed statement
         // before it runs it; a later Bind of it fails with 26000 there.
         self.statements.remove("");
+        // And its unnamed portal.
+        self.portals.remove_local("");
+        self.portals.close_backend("");
         let text = ClientText::read(bytes, &self.client_encoding, self.standard_strings);
         let sql: &str = &text.view;
         let commands = self.verdicts.classify_script(sql);

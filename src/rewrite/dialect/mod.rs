@@ -284,21 +284,7 @@ impl Statement {
     /// The statement changes what the database holds (a POP too: it takes
     /// a lease), so PostgreSQL's read-only transactions refuse it.
     pub fn writes(&self) -> bool {
-        !matches!(
-            self,
-            Statement::Kv(kv::KvStatement::Get(_) | kv::KvStatement::List(_))
-                | Statement::ShowSchedules { .. }
-                | Statement::ShowQueues
-                | Statement::ShowPartitions { .. }
-                | Statement::ShowGroups { .. }
-                | Statement::ShowDlq { .. }
-                | Statement::Browse(_)
-                | Statement::GroupDetail(_)
-                | Statement::ShowStatus
-                | Statement::Console(_)
-                | Statement::ShowStreams
-                | Statement::ShowStream { .. }
-        )
+        !matches!(self.verb(), "SHOW" | "KV GET" | "KV LIST")
     }
 
     /// The statement's name as errors give it (`cannot execute PUSH …`).

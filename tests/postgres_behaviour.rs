@@ -1928,3 +1928,94 @@ async fn postmaster_started(c: &tokio_postgres::Client) -> String {
         .unwrap()
         .get(0)
 }
+
+/// The FATAL with which PostgreSQL ends the connection of a session idle
+/// in a block — past `idle_in_transaction_session_timeout`, or terminated
+/// by another session — reaches the client at once, through queenwire as
+/// straight from PostgreSQL: the same error, then the end of the stream,
+/// with nothing of queenwire's own after it. A backend ended in the middle
+/// of a statement adds queenwire's 08007 after PostgreSQL's error: the
+/// reply was lost (a COMMIT may have taken effect).
+#[tokio::test]
+async fn a_connection_postgresql_ends_with_a_fatal_ends_as_it_does() {
+    use queenwire::protocol::frontend::build_query;
+    let proxy = Proxy::start("backend_fatal").await;
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "idle in a block past its timeout",
+            &["SET idle_in_transaction_session_timeout = '300ms'; BEGIN; SELECT 1"],
+        ),
+        (
+            "terminated during a statement in a block",
+            &[
+                "BEGIN; SELECT 1",
+                "SELECT pg_terminate_backend(pg_backend_pid())",
+            ],
+        ),
+        (
+            "terminated during a statement",
+            &["SELECT pg_terminate_backend(pg_backend_pid())"],
+        ),
+        // Terminated by another session while idle in a block (a block
+        // holds its connection, unpinned, in transaction pooling).
+        (
+            "terminated by another session",
+            &["BEGIN; SELECT 'ended-idle-in-block'", ""],
+        ),
+    ];
+    for (case, statements) in cases {
+        let mut ends = Vec::new();
+        for through in [false, true] {
+            let mut raw = if through {
+                common::raw::Raw::connect(proxy.addr).await
+            } else {
+                common::raw::Raw::connect_direct(&proxy.direct).await
+            };
+            let (last, before) = statements.split_last().expect("a statement");
+            for sql in before {
+                raw.simple(sql).await;
+            }
+            if last.is_empty() {
+                let other = proxy.connect_direct().await;
+                let ended = other
+                    .query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE state = 'idle in transaction' \
+                         AND query LIKE '%ended-idle-in-block%' AND pid <> pg_backend_pid()",
+                        &[],
+                    )
+                    .await
+                    .expect("terminated");
+                assert_eq!(ended.len(), 1, "{case}: one session idle in a block");
+            } else {
+                raw.send(&[build_query(last)]).await;
+            }
+            let rest = raw
+                .until_closed(Duration::from_secs(20))
+                .await
+                .expect("the connection ends within 20 s");
+            let end: Vec<String> = rest
+                .iter()
+                .filter(|m| !matches!(m.tag, b'S' | b'N' | b'A'))
+                .map(|m| match m.tag {
+                    b'E' => format!("E{}", queenwire::protocol::SqlError::parse(&m.body).code()),
+                    t => (t as char).to_string(),
+                })
+                .collect();
+            ends.push(end);
+        }
+        assert!(
+            ends[0].last().is_some_and(|e| e.starts_with('E')),
+            "{case}: PostgreSQL ends with its error: {:?}",
+            ends[0]
+        );
+        let mut expected = ends[0].clone();
+        if case.starts_with("terminated during a statement") {
+            expected.push("E08007".into());
+        }
+        assert_eq!(
+            ends[1], expected,
+            "{case}: through queenwire, then straight"
+        );
+    }
+}

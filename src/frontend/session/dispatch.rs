@@ -142,6 +142,10 @@ pub struct Session {
     /// A copy message the client sent before the COPY FROM STDIN it is for
     /// had answered (`copy.rs`).
     pub(super) copy_ahead: Option<Message>,
+    /// A FATAL or PANIC of the backend's reached the client: PostgreSQL
+    /// closes the connection after it, and so does the session, adding
+    /// nothing of its own.
+    pub(super) backend_ended: bool,
 }
 
 impl Session {
@@ -216,6 +220,7 @@ impl Session {
             observed,
             verdicts: Default::default(),
             copy_ahead: None,
+            backend_ended: false,
         }
     }
 

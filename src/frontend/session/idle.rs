@@ -75,7 +75,10 @@ impl Session {
                     return Err(self.fatal(canned::admin_shutdown()).await);
                 }
             }
-            let watch_backend = self.lease.pinned() && !self.replies.owed();
+            // A connection the session keeps: pinned, or holding its
+            // transaction block (where what comes is PostgreSQL ending it).
+            let watch_backend = (self.lease.pinned() || self.lease.status().in_transaction())
+                && !self.replies.owed();
             // Held while a transaction block is open, as PostgreSQL holds
             // them until it ends.
             let deliver = !self.replies.owed() && !self.lease.status().in_transaction();
@@ -209,7 +212,10 @@ impl Session {
                 let notification = self.notification_for_client(msg);
                 self.client.send(&notification);
             }
-            _ => self.client.send(msg),
+            _ => {
+                self.backend_ended |= super::relay::ends_connection(msg);
+                self.client.send(msg);
+            }
         }
     }
 

@@ -226,6 +226,15 @@ impl Session {
     pub(super) async fn backend_lost(&mut self, e: BackendError) -> End {
         self.replies.lost();
         self.lease.discard();
+        if self.backend_ended && !e.outcome_unknown() {
+            // The client has PostgreSQL's own last word (a FATAL says
+            // why the connection ends) and was not waiting for a reply: it
+            // gets the same end of stream. With a request in flight the
+            // 08007 still follows: PostgreSQL may end a connection after a
+            // COMMIT took effect and before its reply.
+            let _ = self.client.flush().await;
+            return End::Fatal(format!("the backend ended the session: {e}"));
+        }
         self.fatal(errors::lost_backend(&e)).await
     }
 
@@ -297,6 +306,7 @@ impl Session {
             other => other,
         };
         if !matches!(seen, Seen::Swallow) {
+            self.backend_ended |= ends_connection(&msg);
             match self.error_in_client_names(&msg) {
                 Some(renamed) => self.client.send(&renamed),
                 None => self.client.send(&msg),
@@ -317,4 +327,28 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// Whether a backend message is an ErrorResponse after which PostgreSQL
+/// closes the connection (severity FATAL or PANIC).
+pub(super) fn ends_connection(msg: &Message) -> bool {
+    if msg.tag != crate::protocol::tags::backend::ERROR_RESPONSE {
+        return false;
+    }
+    // `V` is never translated; `S` (which may be) only when `V` is absent.
+    let fatal = |v: &str| v == "FATAL" || v == "PANIC";
+    let mut localized = false;
+    let mut r = msg.reader();
+    while let Ok(kind) = r.u8() {
+        if kind == 0 {
+            break;
+        }
+        let Ok(value) = r.cstr() else { break };
+        match kind {
+            b'V' => return fatal(value),
+            b'S' => localized = fatal(value),
+            _ => {}
+        }
+    }
+    localized
 }

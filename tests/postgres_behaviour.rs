@@ -1852,6 +1852,33 @@ async fn pipelines_with_errors_the_proxy_finds_end_as_postgresql_ends_them() {
         ];
         log.push(exchange(&mut raw, &pipeline).await);
         log.push(exchange(&mut raw, &[build_query(&count)]).await);
+
+        // A Close, Describe or Execute with bytes after its last field is
+        // refused before it acts, and fails the block.
+        let with_junk = |msg: Message| {
+            let mut body = msg.body.to_vec();
+            body.extend_from_slice(b"JUNK");
+            Message::new(msg.tag, body)
+        };
+        let close = queenwire::protocol::frontend::build_close(Target::Statement, "sx");
+        let junk_messages = [
+            with_junk(close),
+            with_junk(build_describe(Target::Statement, "sx")),
+            with_junk(execute("", 0)),
+        ];
+        for junk in junk_messages {
+            log.push(exchange(&mut raw, &[build_query(format!("BEGIN; {insert}"))]).await);
+            let pipeline = [
+                build_parse("sx", "SELECT 1", &[]),
+                bind_text("", "sx", &[]),
+                junk,
+                sync(),
+            ];
+            log.push(exchange(&mut raw, &pipeline).await);
+            log.push(exchange(&mut raw, &[build_query("COMMIT")]).await);
+            log.push(exchange(&mut raw, &[build_query(&count)]).await);
+            log.push(exchange(&mut raw, &[build_query("DEALLOCATE ALL")]).await);
+        }
         transcripts.push(log);
     }
     for (i, (pg, qw)) in transcripts[0].iter().zip(&transcripts[1]).enumerate() {

@@ -104,7 +104,8 @@ pub fn protocol_violation(what: impl Into<String>) -> SqlError {
     SqlError::fatal(SqlState::PROTOCOL_VIOLATION, what)
 }
 
-/// A Parse or Bind with bytes after its last field, in PostgreSQL's words
+/// An extended-protocol message with bytes after its last field, in
+/// PostgreSQL's words
 /// (an error, not the end of the session).
 pub fn invalid_message_format() -> SqlError {
     SqlError::error(SqlState::PROTOCOL_VIOLATION, "invalid message format")

@@ -1879,6 +1879,28 @@ async fn pipelines_with_errors_the_proxy_finds_end_as_postgresql_ends_them() {
             log.push(exchange(&mut raw, &[build_query(&count)]).await);
             log.push(exchange(&mut raw, &[build_query("DEALLOCATE ALL")]).await);
         }
+        // A Flush with a body fails the pipeline; a Sync with one still
+        // ends it, after the error.
+        let flush = Message::new(b'H', &b"JUNK"[..]);
+        let pipeline = [
+            build_parse("", "SELECT 1", &[]),
+            flush,
+            bind_text("", "", &[]),
+            execute("", 0),
+            sync(),
+        ];
+        log.push(exchange(&mut raw, &pipeline).await);
+        let sync_with_body = Message::new(b'S', &b"JUNK"[..]);
+        log.push(exchange(&mut raw, &[build_query(format!("BEGIN; {insert}"))]).await);
+        log.push(
+            exchange(
+                &mut raw,
+                &[build_parse("", "SELECT 1", &[]), sync_with_body],
+            )
+            .await,
+        );
+        log.push(exchange(&mut raw, &[build_query("COMMIT")]).await);
+        log.push(exchange(&mut raw, &[build_query(&count)]).await);
         transcripts.push(log);
     }
     for (i, (pg, qw)) in transcripts[0].iter().zip(&transcripts[1]).enumerate() {

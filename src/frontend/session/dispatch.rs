@@ -292,6 +292,23 @@ impl Session {
             }
             match msg.tag {
                 tag::TERMINATE => return Ok(()),
+                // PostgreSQL refuses a Sync or Flush with a body before
+                // acting on it; a Sync still ends the pipeline, a Flush is
+                // then skipped with the rest of it.
+                tag::SYNC if !msg.body.is_empty() => {
+                    self.relay_earlier_replies().await?;
+                    if self.replies.skipping() {
+                        self.local_error(canned::invalid_message_format());
+                    } else {
+                        self.protocol_error(canned::invalid_message_format())
+                            .await?;
+                    }
+                    self.sync().await?
+                }
+                tag::FLUSH if !msg.body.is_empty() => {
+                    self.protocol_error(canned::invalid_message_format())
+                        .await?
+                }
                 tag::SYNC => self.sync().await?,
                 tag::FLUSH => self.flush_request().await?,
                 tag::QUERY | tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE

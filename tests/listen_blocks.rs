@@ -206,6 +206,58 @@ async fn script_scenario(
     out.iter().map(|l| l.replace(p, "")).collect()
 }
 
+/// A LISTEN and a NOTIFY on its channel committed together: PostgreSQL
+/// delivers the notification to the listener (its LISTEN takes effect
+/// with the commit that sends it), in a block of statements, in one
+/// query, in a pipeline's COMMIT and in an implicit transaction; a COMMIT
+/// that fails leaves nothing listening.
+async fn own_notify_scenario(
+    listener: &mut Raw,
+    notifier: &tokio_postgres::Client,
+    p: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let scripts = [
+        "BEGIN",
+        "LISTEN {p}o1",
+        "NOTIFY {p}o1, 'statements'",
+        "COMMIT",
+        "BEGIN; LISTEN {p}o2; NOTIFY {p}o2, 'one query'; COMMIT",
+        "LISTEN {p}o3; NOTIFY {p}o3, 'implicit'",
+        "CREATE TABLE {p}once (a int UNIQUE DEFERRABLE INITIALLY DEFERRED)",
+        "BEGIN",
+        "LISTEN {p}o4",
+        "INSERT INTO {p}once VALUES (1), (1)",
+        "COMMIT",
+    ];
+    for sql in scripts {
+        let sql = sql.replace("{p}", p);
+        let r = listener.simple(&sql).await;
+        step(listener, &sql, r, &mut out).await;
+    }
+    listener.simple("BEGIN").await;
+    listener.simple(&format!("LISTEN {p}o5")).await;
+    let mut pipeline = statement(&format!("NOTIFY {p}o5, 'pipeline'"));
+    pipeline.extend(statement("COMMIT"));
+    pipeline.push(sync());
+    listener.send(&pipeline).await;
+    let r = listener.read_until_ready().await;
+    step(listener, "pipeline's COMMIT", r, &mut out).await;
+    notifier
+        .batch_execute(&format!("NOTIFY {p}o4, 'after a failed commit'"))
+        .await
+        .unwrap();
+    step(
+        listener,
+        "after the failed commit",
+        Default::default(),
+        &mut out,
+    )
+    .await;
+    listener.simple(&format!("DROP TABLE {p}once")).await;
+    out.iter().map(|l| l.replace(p, "")).collect()
+}
+
 fn statement(sql: &str) -> Vec<Message> {
     vec![
         build_parse("", sql, &[]),
@@ -305,6 +357,7 @@ async fn listen_in_blocks_behaves_as_postgresql_s_and_pins_nothing() {
     let want = simple_scenario(&mut direct, &direct_notifier, "dd7_").await;
     let want_ext = extended_scenario(&mut direct, &direct_notifier, "dd7_").await;
     let want_scripts = script_scenario(&mut direct, &direct_notifier, "dd7_").await;
+    let want_own = own_notify_scenario(&mut direct, &direct_notifier, "dd7_").await;
     drop(direct);
 
     let notifier = proxy.connect().await;
@@ -323,6 +376,16 @@ async fn listen_in_blocks_behaves_as_postgresql_s_and_pins_nothing() {
     assert_eq!(
         got_scripts, want_scripts,
         "scripts: through queenwire vs PostgreSQL"
+    );
+    let got_own = own_notify_scenario(&mut listener, &notifier, "qq7_").await;
+    assert_eq!(
+        got_own, want_own,
+        "a block's own NOTIFY: through queenwire vs PostgreSQL"
+    );
+    assert_eq!(
+        want_own.iter().filter(|l| l.contains("heard [\"o")).count(),
+        4,
+        "{want_own:#?}"
     );
     assert!(
         want_scripts

@@ -213,6 +213,21 @@ impl ListenHub {
         answer.await.unwrap_or_else(|_| Err(unavailable()))
     }
 
+    /// Stops listening on `channel` for `session`, waiting until the hub
+    /// has (a LISTEN the proxy made ahead of a COMMIT that then failed).
+    pub async fn stop_listening(&self, session: u64, channel: String) {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Unlisten {
+            session,
+            statement: None,
+            channel: Some(channel),
+            reply: Some(reply),
+        };
+        if self.requests.send(request).is_ok() {
+            let _ = answer.await;
+        }
+    }
+
     /// PostgreSQL's verdict on a client's LISTEN / UNLISTEN `statement`,
     /// without its effect.
     pub async fn check(&self, statement: &str) -> Result<(), SqlError> {

@@ -7,7 +7,9 @@
 //! (`Control`) is matched, in order, with the CommandComplete that answers
 //! it, and the block's LISTENs are carried out at the COMMIT's reply,
 //! before the client sees it (a NOTIFY the client sends after its COMMIT
-//! returned reaches it). The same following tells when the block's locks
+//! returned reaches it); the channels they leave listened on are listened
+//! on just before the COMMIT is sent, so that a NOTIFY committed with them
+//! reaches the session too, and given up if the block does not commit. The same following tells when the block's locks
 //! are gone, so that the lock order (`engine/lock_order.rs`) applies
 //! within one block only.
 
@@ -30,6 +32,13 @@ pub(super) struct Block {
     savepoints: Vec<String>,
     /// What the block's LISTEN / UNLISTEN will do at COMMIT, in order.
     pending: Vec<Pending>,
+    /// Channels the shared connection listens on for the session ahead of
+    /// the COMMIT that carries the block's LISTENs out, so that a NOTIFY
+    /// the block commits with them reaches the session, as in PostgreSQL.
+    early: Vec<String>,
+    /// Those a block that did not commit gave up: the session stops
+    /// listening on them (`unlisten_abandoned`).
+    abandoned: Vec<String>,
     /// What the block's dialect statements locked: released when the
     /// block ends. A ROLLBACK TO keeps it, since the proxy does not follow
     /// which statement ran after which savepoint.
@@ -75,8 +84,10 @@ impl Block {
                 self.open = chain;
                 // A failed block's COMMIT answers ROLLBACK.
                 if matches!(control, Control::Commit { .. }) && tag == b"COMMIT" {
+                    self.early.clear();
                     return pending;
                 }
+                self.abandoned.append(&mut self.early);
             }
             Control::Savepoint(name) => self.savepoints.push(name),
             Control::Release(name) => {
@@ -97,6 +108,7 @@ impl Block {
                 self.open = false;
                 self.savepoints.clear();
                 self.pending.clear();
+                self.abandoned.append(&mut self.early);
                 self.locks = LockOrder::default();
             }
         }
@@ -110,6 +122,8 @@ impl Block {
         if !self.open {
             self.savepoints.clear();
             self.pending.clear();
+            // A COMMIT that failed (its error, then ReadyForQuery).
+            self.abandoned.append(&mut self.early);
             self.locks = LockOrder::default();
         }
     }
@@ -136,17 +150,78 @@ impl Session {
         &mut self,
         statements: impl Iterator<Item = &'a str>,
     ) -> Result<(), End> {
-        let mut prepares = false;
+        let (mut prepares, mut commits) = (false, false);
         for sql in statements {
             if let Some(control) = transaction_control(sql) {
                 prepares |= control == Control::Prepare;
+                commits |= matches!(control, Control::Commit { .. });
                 self.txn.block.sent(control);
             }
         }
         if prepares && self.txn.block.has_pending() {
             self.hand_block_listens_over().await?;
+        } else if commits {
+            self.listen_before_commit().await;
         }
         Ok(())
+    }
+
+    /// A COMMIT is about to reach PostgreSQL: the channels the block's
+    /// LISTENs leave the session listening on are listened on now, so
+    /// that what the block itself NOTIFYs, and whatever is committed after
+    /// it, reaches the session. (A notification committed between this
+    /// and the COMMIT reaches it too, where PostgreSQL would not deliver
+    /// it; one more is harmless to a listener, one lost is not.) A block
+    /// that does not commit gives them up again.
+    pub(super) async fn listen_before_commit(&mut self) {
+        // A failed block's COMMIT rolls back.
+        if self.txn.block.pending.is_empty() || self.lease.status() == TxStatus::Failed {
+            return;
+        }
+        // Each channel the block leaves listened on, with its LISTEN.
+        let mut net: Vec<(String, String)> = Vec::new();
+        for p in &self.txn.block.pending {
+            match &p.listening {
+                Listening::Listen(channel) => {
+                    net.retain(|(c, _)| c != channel);
+                    net.push((channel.clone(), p.statement.clone()));
+                }
+                Listening::Unlisten(Some(channel)) => net.retain(|(c, _)| c != channel),
+                Listening::Unlisten(None) => net.clear(),
+            }
+        }
+        let hub = self.shared.listen.clone();
+        for (channel, statement) in net {
+            if hub.listens(self.id, &channel) {
+                continue;
+            }
+            match hub.listen(self.id, &statement, channel.clone()).await {
+                Ok(rx) => {
+                    if let Some(rx) = rx {
+                        self.notifications = Some(rx);
+                    }
+                    self.txn.block.early.push(channel);
+                }
+                Err(e) => {
+                    tracing::warn!(session = self.id, "LISTEN before COMMIT: {}", e.message);
+                }
+            }
+        }
+    }
+
+    /// The channels listened on ahead of a COMMIT that did not commit are
+    /// given up, with the notifications held for them.
+    pub(super) async fn unlisten_abandoned(&mut self) {
+        if self.txn.block.abandoned.is_empty() {
+            return;
+        }
+        let hub = self.shared.listen.clone();
+        for channel in std::mem::take(&mut self.txn.block.abandoned) {
+            hub.stop_listening(self.id, channel).await;
+        }
+        if let Some(rx) = self.notifications.as_mut() {
+            hub.drop_unlistened(self.id, rx);
+        }
     }
 
     /// A CommandComplete from the backend, before the client sees it.
@@ -159,6 +234,7 @@ impl Session {
         if !pending.is_empty() {
             self.settle_block_listens(pending).await;
         }
+        self.unlisten_abandoned().await;
     }
 
     /// A ReadyForQuery from the backend.
@@ -401,12 +477,19 @@ impl Session {
         self.run_statements(text, commands).await?;
         if plan == ScriptPlan::Implicit {
             let commit = self.lease.status() == TxStatus::InBlock;
+            if commit {
+                self.listen_before_commit().await;
+            }
             let pending = std::mem::take(&mut self.txn.block.pending);
             let done = self
                 .quietly(if commit { "COMMIT" } else { "ROLLBACK" })
                 .await?;
+            let early = std::mem::take(&mut self.txn.block.early);
             if commit && done {
                 self.settle_block_listens(pending).await;
+            } else {
+                self.txn.block.abandoned.extend(early);
+                self.unlisten_abandoned().await;
             }
             let status = self.lease.status();
             self.backend_ready(status).await?;

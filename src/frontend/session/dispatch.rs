@@ -456,6 +456,7 @@ impl Session {
     /// queues a finished transaction pushed to are woken.
     pub(super) async fn backend_ready(&mut self, status: protocol::TxStatus) -> Result<(), End> {
         self.block_ready(status);
+        self.unlisten_abandoned().await;
         let reset = std::mem::take(&mut self.txn.reset);
         // A failed block rolls the RESET back with everything else.
         if reset.pending(self.observed.backend_errors) && status != protocol::TxStatus::Failed {

@@ -449,6 +449,9 @@ impl Session {
                 if control == Control::Prepare && self.txn.block.has_pending() {
                     return self.prepare_with_block_listens(&query).await;
                 }
+                if matches!(control, Control::Commit { .. }) && self.txn.block.has_pending() {
+                    self.listen_before_commit().await;
+                }
                 self.note_control_sent(control);
             }
             // A LISTEN of a failed block fails: nothing to keep.

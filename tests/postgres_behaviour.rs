@@ -2068,3 +2068,54 @@ async fn a_connection_postgresql_ends_with_a_fatal_ends_as_it_does() {
         );
     }
 }
+
+/// A simple query of several statements with a LISTEN among them, which
+/// queenwire runs statement by statement: a syntax error anywhere in it
+/// fails it before any statement runs, and an error of a later statement
+/// has its position counted from the start of the whole text, as
+/// PostgreSQL, which parses the whole text first, reports them.
+#[tokio::test]
+async fn a_script_with_a_listen_fails_where_and_as_postgresql_fails_it() {
+    let proxy = Proxy::start("listen_script_errors").await;
+    let scripts = [
+        "UNLISTEN *; SELECT 'é'; SELEC 1; SELECT 2",
+        "LISTEN ls_a; SELECT 1; SELECT 'x",
+        "BEGIN; LISTEN ls_b; SELEC 1; COMMIT",
+        "LISTEN ls_c; SELECT 'é' AS e; SELECT * FROM ls_no_such_table",
+        "LISTEN ls_d; SELECT 1",
+    ];
+    let mut transcripts = Vec::new();
+    for through in [false, true] {
+        let mut raw = if through {
+            common::raw::Raw::connect(proxy.addr).await
+        } else {
+            common::raw::Raw::connect_direct(&proxy.direct).await
+        };
+        let mut log = Vec::new();
+        for sql in scripts {
+            let r = raw.simple(sql).await;
+            let errors: Vec<(String, Option<usize>)> = r
+                .errors
+                .iter()
+                .map(|e| (e.code().to_string(), e.position))
+                .collect();
+            log.push(format!(
+                "{sql}: {:?} {errors:?} {}",
+                r.completions, r.status as char
+            ));
+            if r.status != b'I' {
+                raw.simple("ROLLBACK").await;
+            }
+        }
+        transcripts.push(log);
+    }
+    assert_eq!(
+        transcripts[1], transcripts[0],
+        "through queenwire, then straight"
+    );
+    assert!(
+        transcripts[0][0].contains("[] [(\"42601\", Some(25))]"),
+        "{:?}",
+        transcripts[0]
+    );
+}

@@ -114,6 +114,12 @@ enum Request {
         statement: String,
         reply: oneshot::Sender<Result<(), SqlError>>,
     },
+    /// Whether PostgreSQL's parser takes `script`, a simple query of
+    /// several statements, without running any of it.
+    Syntax {
+        script: String,
+        reply: oneshot::Sender<Result<(), SqlError>>,
+    },
 }
 
 #[derive(Default)]
@@ -226,6 +232,21 @@ impl ListenHub {
         if self.requests.send(request).is_ok() {
             let _ = answer.await;
         }
+    }
+
+    /// The syntax error PostgreSQL finds in `script` (a simple query of
+    /// several statements) before it runs any of them, if any; `Ok` too
+    /// when the shared connection cannot say.
+    pub async fn syntax(&self, script: &str) -> Result<(), SqlError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Syntax {
+            script: script.to_string(),
+            reply,
+        };
+        if self.requests.send(request).is_err() {
+            return Ok(());
+        }
+        answer.await.unwrap_or(Ok(()))
     }
 
     /// PostgreSQL's verdict on a client's LISTEN / UNLISTEN `statement`,
@@ -501,6 +522,10 @@ fn refuse(request: Request) {
         Request::Check { reply, .. } => {
             let _ = reply.send(Err(unavailable()));
         }
+        // Nothing said against it: the script runs and PostgreSQL judges.
+        Request::Syntax { reply, .. } => {
+            let _ = reply.send(Ok(()));
+        }
     }
 }
 
@@ -525,6 +550,33 @@ async fn handle(
     match request {
         Request::Check { statement, reply } => {
             let _ = reply.send(check(client, &statement).await);
+        }
+        Request::Syntax { script, reply } => {
+            // A Parse of several statements is refused after the parser
+            // has read them all: a syntax error anywhere comes first, with
+            // its position in the whole text, as a simple query gets it.
+            let result = client.prepare(&script).await;
+            let verdict = match &result {
+                Err(e) => match e.as_db_error() {
+                    Some(db) if db.code().code().starts_with("42") && db.position().is_some() => {
+                        let mut err = db_error(e);
+                        if let Some(tokio_postgres::error::ErrorPosition::Original(at)) =
+                            db.position()
+                        {
+                            err.position = usize::try_from(*at).ok();
+                        }
+                        Err(err)
+                    }
+                    _ => Ok(()),
+                },
+                Ok(_) => Ok(()),
+            };
+            let _ = reply.send(verdict);
+            if let Err(e) = result {
+                if e.is_closed() {
+                    return Err(e);
+                }
+            }
         }
         Request::Listen {
             session,

@@ -75,6 +75,33 @@ impl SqlError {
     }
 
     /// Decodes the fields of a backend ErrorResponse/NoticeResponse body.
+    /// An ErrorResponse / NoticeResponse `body` with its position (`P`,
+    /// characters from the start of the statement's text) moved `by`
+    /// characters on: a statement run alone out of a longer text, whose
+    /// client counts from the start of that text. `None`: no position.
+    pub fn shift_position(body: &[u8], by: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(body.len() + 4);
+        let mut shifted = false;
+        let mut r = BodyReader::from_slice(body);
+        while let Ok(kind) = r.u8() {
+            if kind == 0 {
+                break;
+            }
+            let value = r.cstr().ok()?;
+            out.push(kind);
+            match value.parse::<usize>() {
+                Ok(at) if kind == b'P' => {
+                    out.extend_from_slice((at + by).to_string().as_bytes());
+                    shifted = true;
+                }
+                _ => out.extend_from_slice(value.as_bytes()),
+            }
+            out.push(0);
+        }
+        out.push(0);
+        shifted.then_some(out)
+    }
+
     pub fn parse(body: &[u8]) -> SqlError {
         let mut fields = SqlError::error(SqlState::INTERNAL_ERROR, "");
         let mut r = BodyReader::from_slice(body);
@@ -94,5 +121,28 @@ impl SqlError {
             }
         }
         fields
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_moves_on_and_the_other_fields_stay() {
+        let err = SqlError {
+            position: Some(15),
+            ..SqlError::error(SqlState::UNDEFINED_TABLE, "relation \"tt\" does not exist")
+        };
+        let body = err.to_message().body;
+        let moved = SqlError::shift_position(&body, 12).expect("it has a position");
+        let back = SqlError::parse(&moved);
+        assert_eq!(back.position, Some(27));
+        assert_eq!(back.code(), "42P01");
+        assert_eq!(back.message, err.message);
+        let none = SqlError::error(SqlState::UNDEFINED_TABLE, "x")
+            .to_message()
+            .body;
+        assert_eq!(SqlError::shift_position(&none, 12), None);
     }
 }

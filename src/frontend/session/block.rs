@@ -468,6 +468,23 @@ impl Session {
         if !self.ensure_backend(super::lease::For::Client).await? {
             return Ok(());
         }
+        // PostgreSQL parses the whole text before it runs any of it: a
+        // syntax error anywhere fails the script before its first
+        // statement, as run one by one it would not. (Not a script with
+        // queue statements, which PostgreSQL's parser does not know.)
+        let plain = commands
+            .iter()
+            .all(|(_, c)| matches!(c, crate::rewrite::Command::Passthrough(_)));
+        if plain && self.standard_strings {
+            if let Err(e) = self.shared.listen.syntax(&text.view).await {
+                self.refuse(e, crate::engine::CallEnd::Sync).await?;
+                self.replies.end_skip();
+                let status = self.lease.status();
+                self.backend_ready(status).await?;
+                self.client.send(&protocol::ready_for_query(status));
+                return Ok(());
+            }
+        }
         if plan == ScriptPlan::Implicit {
             if !self.quietly("BEGIN").await? {
                 return Ok(());

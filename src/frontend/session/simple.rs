@@ -421,7 +421,10 @@ impl Session {
                     self.apply_effect(*effect, &sql[range.clone()]);
                     let (began, errors) = (std::time::Instant::now(), self.observed.backend_errors);
                     let ok = self
-                        .run_plain_statement(text.original(range.clone()))
+                        .run_plain_statement(
+                            text.original(range.clone()),
+                            sql[..range.start].chars().count(),
+                        )
                         .await?;
                     self.passthrough_done(1, began, errors);
                     ok
@@ -474,7 +477,7 @@ impl Session {
 
     /// One plain statement of a mixed script: its replies go to the client,
     /// except the ReadyForQuery. Returns whether it succeeded.
-    async fn run_plain_statement(&mut self, sql: &[u8]) -> Result<bool, End> {
+    async fn run_plain_statement(&mut self, sql: &[u8], offset: usize) -> Result<bool, End> {
         let Some(conn) = self.lease.conn_mut() else {
             return Ok(false);
         };
@@ -500,7 +503,15 @@ impl Session {
                 }
                 tag::ERROR_RESPONSE => {
                     ok = false;
-                    self.client.send(&msg);
+                    // Its position counts from the start of the client's
+                    // whole text, as PostgreSQL counts it.
+                    let shifted = (offset > 0)
+                        .then(|| SqlError::shift_position(&msg.body, offset))
+                        .flatten();
+                    match shifted {
+                        Some(body) => self.client.send(&Message::new(msg.tag, body)),
+                        None => self.client.send(&msg),
+                    }
                     self.backend_error(&msg);
                 }
                 tag::COPY_IN_RESPONSE => {

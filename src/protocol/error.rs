@@ -102,6 +102,30 @@ impl SqlError {
         shifted.then_some(out)
     }
 
+    /// Whether a backend message is an ErrorResponse after which PostgreSQL
+    /// closes the connection (severity FATAL or PANIC).
+    pub fn ends_connection(msg: &Message) -> bool {
+        if msg.tag != tag::ERROR_RESPONSE {
+            return false;
+        }
+        // `V` is never translated; `S` (which may be) only when `V` is absent.
+        let fatal = |v: &str| v == "FATAL" || v == "PANIC";
+        let mut localized = false;
+        let mut r = BodyReader::from_slice(&msg.body);
+        while let Ok(kind) = r.u8() {
+            if kind == 0 {
+                break;
+            }
+            let Ok(value) = r.cstr() else { break };
+            match kind {
+                b'V' => return fatal(value),
+                b'S' => localized = fatal(value),
+                _ => {}
+            }
+        }
+        localized
+    }
+
     pub fn parse(body: &[u8]) -> SqlError {
         let mut fields = SqlError::error(SqlState::INTERNAL_ERROR, "");
         let mut r = BodyReader::from_slice(body);

@@ -114,11 +114,17 @@ pub fn target(msg: &Message) -> Result<(Target, &str), Malformed> {
     Ok((kind, r.cstr()?))
 }
 
-/// Whether a Describe or Close has bytes after its name, which PostgreSQL
-/// refuses ("invalid message format") before acting on it.
-pub fn target_trailing(msg: &Message) -> bool {
+/// Whether a Describe, Execute or Close (read whole otherwise) has bytes
+/// after its last field, which PostgreSQL refuses ("invalid message
+/// format") before acting on it.
+pub fn has_trailing(msg: &Message) -> bool {
     let mut r = msg.reader();
-    r.u8().is_ok() && r.cstr().is_ok() && !r.is_empty()
+    let fields = match msg.tag {
+        tag::DESCRIBE | tag::CLOSE => r.u8().is_ok() && r.cstr().is_ok(),
+        tag::EXECUTE => r.cstr().is_ok() && r.i32().is_ok(),
+        _ => false,
+    };
+    fields && !r.is_empty()
 }
 
 pub fn build_describe(kind: Target, name: &str) -> Message {
@@ -138,13 +144,6 @@ pub fn build_close(kind: Target, name: &str) -> Message {
 pub fn execute(msg: &Message) -> Result<(&str, i32), Malformed> {
     let mut r = msg.reader();
     Ok((r.cstr()?, r.i32()?))
-}
-
-/// Whether an Execute has bytes after its row limit (as
-/// [`target_trailing`]).
-pub fn execute_trailing(msg: &Message) -> bool {
-    let mut r = msg.reader();
-    r.cstr().is_ok() && r.i32().is_ok() && !r.is_empty()
 }
 
 /// A Query's text, in the client's encoding.

@@ -313,6 +313,12 @@ impl Session {
                 tag::FLUSH => self.flush_request().await?,
                 tag::QUERY | tag::PARSE | tag::BIND | tag::DESCRIBE | tag::EXECUTE | tag::CLOSE
                     if self.replies.skipping() => {}
+                tag::DESCRIBE | tag::EXECUTE | tag::CLOSE
+                    if protocol::frontend::has_trailing(&msg) =>
+                {
+                    self.protocol_error(canned::invalid_message_format())
+                        .await?
+                }
                 tag::QUERY => self.simple_query(&msg).await?,
                 tag::PARSE => self.parse(&msg).await?,
                 tag::BIND => self.bind(&msg).await?,

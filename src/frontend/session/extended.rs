@@ -341,9 +341,6 @@ impl Session {
             Ok(t) => t,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
-        if frontend::target_trailing(msg) {
-            return self.protocol_error(canned::invalid_message_format()).await;
-        }
         match kind {
             Target::Statement => {
                 let Some(prepared) = self.statements.get(name).cloned() else {
@@ -391,9 +388,6 @@ impl Session {
             Ok(e) => e,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
-        if frontend::execute_trailing(msg) {
-            return self.protocol_error(canned::invalid_message_format()).await;
-        }
         let limit = usize::try_from(max_rows).unwrap_or(0);
         if let Some(local) = self.portals.local(portal) {
             if local.unreturned.is_none() {
@@ -603,9 +597,6 @@ impl Session {
             Ok(t) => t,
             Err(e) => return Err(self.fatal(canned::protocol_violation(e.to_string())).await),
         };
-        if frontend::target_trailing(msg) {
-            return self.protocol_error(canned::invalid_message_format()).await;
-        }
         match kind {
             Target::Statement => {
                 // The backend keeps the statement under its global name, for

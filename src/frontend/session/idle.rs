@@ -213,7 +213,7 @@ impl Session {
                 self.client.send(&notification);
             }
             _ => {
-                self.backend_ended |= super::relay::ends_connection(msg);
+                self.backend_ended |= SqlError::ends_connection(msg);
                 self.client.send(msg);
             }
         }

@@ -306,7 +306,7 @@ impl Session {
             other => other,
         };
         if !matches!(seen, Seen::Swallow) {
-            self.backend_ended |= ends_connection(&msg);
+            self.backend_ended |= crate::protocol::SqlError::ends_connection(&msg);
             match self.error_in_client_names(&msg) {
                 Some(renamed) => self.client.send(&renamed),
                 None => self.client.send(&msg),
@@ -327,28 +327,4 @@ impl Session {
         }
         Ok(())
     }
-}
-
-/// Whether a backend message is an ErrorResponse after which PostgreSQL
-/// closes the connection (severity FATAL or PANIC).
-pub(super) fn ends_connection(msg: &Message) -> bool {
-    if msg.tag != crate::protocol::tags::backend::ERROR_RESPONSE {
-        return false;
-    }
-    // `V` is never translated; `S` (which may be) only when `V` is absent.
-    let fatal = |v: &str| v == "FATAL" || v == "PANIC";
-    let mut localized = false;
-    let mut r = msg.reader();
-    while let Ok(kind) = r.u8() {
-        if kind == 0 {
-            break;
-        }
-        let Ok(value) = r.cstr() else { break };
-        match kind {
-            b'V' => return fatal(value),
-            b'S' => localized = fatal(value),
-            _ => {}
-        }
-    }
-    localized
 }

@@ -9,9 +9,9 @@
 //! before the client sees it (a NOTIFY the client sends after its COMMIT
 //! returned reaches it); the channels they leave listened on are listened
 //! on just before the COMMIT is sent, so that a NOTIFY committed with them
-//! reaches the session too, and given up if the block does not commit. The same following tells when the block's locks
-//! are gone, so that the lock order (`engine/lock_order.rs`) applies
-//! within one block only.
+//! reaches the session too, and given up if the block does not commit.
+//! The same following tells when the block's locks are gone, so that the
+//! lock order (`engine/lock_order.rs`) applies within one block only.
 
 use super::{End, Session};
 use crate::engine::lock_order::LockOrder;
@@ -293,6 +293,8 @@ impl Session {
         let mut unlistened = false;
         for p in pending {
             let result = match p.listening {
+                // Listened on just before the COMMIT went out.
+                Listening::Listen(channel) if hub.listens(self.id, &channel) => Ok(()),
                 Listening::Listen(channel) => {
                     hub.listen(self.id, &p.statement, channel).await.map(|rx| {
                         if let Some(rx) = rx {
